@@ -1,0 +1,145 @@
+//! The command line's shape (clap types only; the commands live one per file beside this).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(name = "ftdrive", version, about = "Fault-tolerant placement-group runtime for multi-node jobs")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the head-node daemon.
+    Head(HeadArgs),
+    /// Run a node agent.
+    Node(NodeArgs),
+    /// Submit a job and follow it to its end.
+    Submit(SubmitArgs),
+    /// Show jobs, or one job with its attempt ledger.
+    Status(StatusArgs),
+    /// List the cluster's nodes.
+    Nodes(OutputArgs),
+    /// Show the output of a job's actors.
+    Logs(LogsArgs),
+    /// Stop a job.
+    Stop(JobArg),
+    /// Send a node a preemption notice.
+    Drain(DrainArgs),
+    /// Run a scenario in the deterministic simulator.
+    Sim(SimArgs),
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+    #[command(flatten)]
+    pub head: HeadUrl,
+}
+
+#[derive(Debug, Args)]
+pub struct HeadUrl {
+    /// The head's URL (default: $FTDRIVE_HEAD).
+    #[arg(long, env = "FTDRIVE_HEAD")]
+    pub head: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HeadArgs {
+    #[arg(long, default_value = "127.0.0.1:7380")]
+    pub listen: String,
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    #[arg(long, env = "FTDRIVE_HEAD")]
+    pub head: String,
+    #[arg(long)]
+    pub name: Option<String>,
+    /// e.g. `cpu=8,gpu=0` (default: detected from this machine).
+    #[arg(long)]
+    pub resources: Option<String>,
+    /// e.g. `zone=a,preemptible=true`.
+    #[arg(long)]
+    pub labels: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    pub job: PathBuf,
+    #[command(flatten)]
+    pub head: HeadUrl,
+    #[arg(long)]
+    pub min_nodes: Option<i64>,
+    #[arg(long)]
+    pub max_nodes: Option<i64>,
+    #[arg(long)]
+    pub hot_spares: Option<i64>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub priority: Option<i32>,
+    /// Return once the job is accepted instead of following it.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Agents of the embedded local cluster (used when no head is configured).
+    #[arg(long, default_value_t = 3)]
+    pub local_nodes: u32,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    pub job: Option<String>,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    pub job: String,
+    #[arg(long)]
+    pub actor: Option<String>,
+    #[arg(long)]
+    pub follow: bool,
+    #[command(flatten)]
+    pub head: HeadUrl,
+}
+
+#[derive(Debug, Args)]
+pub struct JobArg {
+    pub job: String,
+    #[command(flatten)]
+    pub head: HeadUrl,
+}
+
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    pub node: String,
+    #[arg(long, default_value_t = 30_000)]
+    pub deadline_ms: u64,
+    #[command(flatten)]
+    pub head: HeadUrl,
+}
+
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    pub scenario: Option<PathBuf>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}

@@ -1,0 +1,39 @@
+//! Errors of the command line, and the one place they become exit codes (DESIGN §7).
+
+/// What went wrong, by exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad input: a malformed job spec, an unknown flag value. Exit 2.
+    #[error("{0}")]
+    BadInput(String),
+    /// The head could not be reached. Exit 4.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The command exists but this build does not provide it yet. Exit 2.
+    #[error("`ftdrive {0}` is not available in this build yet")]
+    NotBuilt(&'static str),
+    /// Anything else that stops the command. Exit 1.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The job outcomes `submit` exits with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    Stopped,
+    /// Nothing to report beyond success of the command itself.
+    Done,
+}
+
+pub fn exit_code(result: &Result<Outcome, CliError>) -> i32 {
+    match result {
+        Ok(Outcome::Succeeded | Outcome::Done) => 0,
+        Ok(Outcome::Failed) => 1,
+        Ok(Outcome::Stopped) => 3,
+        Err(CliError::BadInput(_) | CliError::NotBuilt(_)) => 2,
+        Err(CliError::Unreachable(_)) => 4,
+        Err(CliError::Failed(_)) => 1,
+    }
+}

@@ -1,0 +1,59 @@
+//! Head configuration: failure-detection timeouts, scheduling knobs and the seed.
+
+use serde::{Deserialize, Serialize};
+
+/// Everything the head state machine is tuned by. Defaults match DESIGN §1 and §3.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HeadConfig {
+    /// How often agents send heartbeats.
+    pub heartbeat_interval_ms: u64,
+    /// A node that has not been heard from for this long is DEAD.
+    pub node_timeout_ms: u64,
+    /// How long a blocked queue item lets lower items backfill before it reserves capacity.
+    pub starvation_ms: u64,
+    /// First port handed out as `MASTER_PORT` on each node.
+    pub master_port_base: u16,
+    /// Ports per node, hence at most this many bundles per node.
+    pub ports_per_node: u16,
+    /// Most jobs the head keeps (running and finished); a submission beyond it is refused.
+    pub max_jobs: usize,
+    /// Most nodes the head keeps; a registration beyond it is refused.
+    pub max_nodes: usize,
+    /// Seed for backoff jitter; the same seed and inputs give the same effects.
+    pub seed: u64,
+}
+
+impl Default for HeadConfig {
+    fn default() -> Self {
+        HeadConfig {
+            heartbeat_interval_ms: 1_000,
+            node_timeout_ms: 3_000,
+            starvation_ms: 60_000,
+            master_port_base: 29_500,
+            ports_per_node: 1_000,
+            max_jobs: 1_000_000,
+            max_nodes: 100_000,
+            seed: 0,
+        }
+    }
+}
+
+impl HeadConfig {
+    /// Checks relations between fields; returns what is wrong and how to fix it.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.heartbeat_interval_ms == 0 {
+            return Err("config `heartbeat_interval_ms` is 0; use a positive interval such as 1000".into());
+        }
+        if self.node_timeout_ms <= self.heartbeat_interval_ms {
+            return Err(format!(
+                "config `node_timeout_ms` ({}) must exceed `heartbeat_interval_ms` ({}); about 3 heartbeats is usual",
+                self.node_timeout_ms, self.heartbeat_interval_ms
+            ));
+        }
+        if self.ports_per_node == 0 || u32::from(self.master_port_base) + u32::from(self.ports_per_node) > 65_536 {
+            return Err("config `master_port_base` + `ports_per_node` must stay within 1..=65535".into());
+        }
+        Ok(())
+    }
+}

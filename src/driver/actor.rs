@@ -1,0 +1,212 @@
+//! The command-actor state machine (DESIGN §2): an explicit enum, the table of legal
+//! transitions, and the per-actor record the driver keeps.
+
+use crate::ids::NodeId;
+use crate::protocol::ExitStatus;
+use crate::scheduler::QueueClass;
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Exactly the states of DESIGN §2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ActorState {
+    Scheduling,
+    Standby,
+    Running,
+    Failing,
+    TaskCompleted,
+    Failed,
+    Stopped,
+}
+
+impl ActorState {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, ActorState::TaskCompleted | ActorState::Failed | ActorState::Stopped)
+    }
+
+    /// The transition table. Anything not listed is a bug.
+    ///
+    /// ```text
+    /// SCHEDULING → RUNNING         bundle placed, cycle formed, process started
+    /// SCHEDULING → STANDBY         placed as a spare
+    /// STANDBY    → SCHEDULING      promoted (or its bundle was lost or drained)
+    /// STANDBY    → TASK_COMPLETED  job succeeded: graceful end of a spare
+    /// RUNNING    → TASK_COMPLETED  exit 0
+    /// RUNNING    → FAILING         exit ≠ 0, node lost, preempted, stopped by the driver
+    /// FAILING    → SCHEDULING      budget left (retry) or a free cause
+    /// FAILING    → FAILED          no budget left, or a cause that is never retried
+    /// any non-terminal → STOPPED   the job was stopped or closed
+    /// ```
+    pub fn can_become(self, to: ActorState) -> bool {
+        use ActorState::*;
+        matches!(
+            (self, to),
+            (Scheduling, Running)
+                | (Scheduling, Standby)
+                | (Standby, Scheduling)
+                | (Standby, TaskCompleted)
+                | (Running, TaskCompleted)
+                | (Running, Failing)
+                | (Failing, Scheduling)
+                | (Failing, Failed)
+        ) || (to == Stopped && !self.is_terminal())
+    }
+}
+
+impl fmt::Display for ActorState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = serde_json::to_value(self).expect("state serializes");
+        f.write_str(text.as_str().expect("state is a string"))
+    }
+}
+
+/// Whether an actor is meant to be a member of the world or a hot spare. Roles swap when a
+/// spare is promoted: the spare takes the failed actor's rank, the failed actor becomes a spare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Active,
+    Spare,
+}
+
+/// A node as the driver needs to know it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRef {
+    pub name: NodeId,
+    /// Address other ranks reach this node at (`MASTER_ADDR`).
+    pub addr: String,
+    pub preemptible: bool,
+    /// The node's value of the job's `pack_by` label, if any.
+    pub domain: Option<String>,
+}
+
+/// An actor's bundle as the driver tracks it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Bundle {
+    None,
+    Requested { class: QueueClass },
+    Placed { node: NodeRef, port: u16, draining: bool },
+}
+
+impl Bundle {
+    pub fn node(&self) -> Option<&NodeRef> {
+        match self {
+            Bundle::Placed { node, .. } => Some(node),
+            _ => None,
+        }
+    }
+
+    pub fn is_placed(&self) -> bool {
+        matches!(self, Bundle::Placed { .. })
+    }
+
+    /// Placed on a node that is not draining: usable for a (re)start.
+    pub fn is_usable(&self) -> bool {
+        matches!(self, Bundle::Placed { draining: false, .. })
+    }
+}
+
+/// Why the driver asked a running attempt to stop; decides the cause when it ends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StopReason {
+    /// Another rank failed and the gang restarts.
+    Collateral { because: String },
+    /// The job failed; its other ranks are stopped.
+    JobFailed { because: String },
+    /// The world grows from `from` to `to` ranks.
+    MembershipChange { from: u32, to: u32 },
+    /// The node received a preemption notice.
+    Drain { node: NodeId, deadline_ms: u64 },
+    /// The user stopped the job.
+    User,
+}
+
+/// The live attempt of an actor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    pub attempt: u32,
+    pub cycle: u32,
+    pub rank: u32,
+    pub node: NodeId,
+    pub started: Instant,
+    /// The agent confirmed the start.
+    pub acked: bool,
+    pub stop: Option<StopReason>,
+    /// Gang mode: exited 0 and waits for its peers before the cycle can succeed.
+    pub exited: Option<(ExitStatus, Instant)>,
+    /// The node received a preemption notice while this attempt ran.
+    pub draining: bool,
+}
+
+/// One command actor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Actor {
+    pub name: String,
+    pub state: ActorState,
+    pub role: Role,
+    pub bundle: Bundle,
+    /// Attempts started so far; the current one's number.
+    pub attempts: u32,
+    pub run: Option<Run>,
+    /// When it last lost its bundle (orders replacements, FIFO).
+    pub lost_at: Option<Instant>,
+    /// Actor mode: no restart before this.
+    pub retry_after: Option<Instant>,
+    /// Never to start: placed while the job was terminating, so released.
+    pub parked: bool,
+    /// Actor mode: the rank this actor holds.
+    pub slot: Option<u32>,
+    /// Rank of its latest attempt.
+    pub rank: Option<u32>,
+}
+
+impl Actor {
+    pub fn new(name: String, role: Role, slot: Option<u32>) -> Self {
+        Actor {
+            name,
+            state: ActorState::Scheduling,
+            role,
+            bundle: Bundle::None,
+            attempts: 0,
+            run: None,
+            lost_at: None,
+            retry_after: None,
+            parked: false,
+            slot,
+            rank: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ActorState::*;
+
+    #[test]
+    fn transition_table_matches_the_design() {
+        let all = [Scheduling, Standby, Running, Failing, TaskCompleted, Failed, Stopped];
+        let legal: Vec<(ActorState, ActorState)> =
+            all.iter().flat_map(|a| all.iter().map(move |b| (*a, *b))).filter(|(a, b)| a.can_become(*b)).collect();
+        assert_eq!(
+            legal,
+            vec![
+                (Scheduling, Standby),
+                (Scheduling, Running),
+                (Scheduling, Stopped),
+                (Standby, Scheduling),
+                (Standby, TaskCompleted),
+                (Standby, Stopped),
+                (Running, Failing),
+                (Running, TaskCompleted),
+                (Running, Stopped),
+                (Failing, Scheduling),
+                (Failing, Failed),
+                (Failing, Stopped),
+            ]
+        );
+        assert_eq!(Scheduling.to_string(), "SCHEDULING");
+    }
+}

@@ -1,0 +1,125 @@
+//! The attempts the head believes are live on each node, kept to reconcile with what agents
+//! report in their heartbeats: starts the agent has not confirmed are sent again, stops are
+//! repeated while the process lingers, and processes the head does not know are stopped.
+
+use crate::protocol::{AttemptKey, StartSpec, ToAgent};
+use crate::scheduler::NodeIx;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct LiveAttempt {
+    spec: StartSpec,
+    acked: bool,
+    stop_grace_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct AttemptIndex {
+    by_node: BTreeMap<NodeIx, BTreeMap<AttemptKey, LiveAttempt>>,
+}
+
+impl AttemptIndex {
+    pub fn started(&mut self, node: NodeIx, spec: StartSpec) {
+        let key = spec.key.clone();
+        let previous =
+            self.by_node.entry(node).or_default().insert(key, LiveAttempt { spec, acked: false, stop_grace_ms: None });
+        assert!(previous.is_none(), "attempt started twice");
+    }
+
+    pub fn acked(&mut self, node: NodeIx, key: &AttemptKey) {
+        if let Some(live) = self.by_node.get_mut(&node).and_then(|m| m.get_mut(key)) {
+            live.acked = true;
+        }
+    }
+
+    pub fn stopping(&mut self, node: NodeIx, key: &AttemptKey, grace_ms: u64) {
+        if let Some(live) = self.by_node.get_mut(&node).and_then(|m| m.get_mut(key)) {
+            live.stop_grace_ms = Some(grace_ms);
+        }
+    }
+
+    pub fn ended(&mut self, node: NodeIx, key: &AttemptKey) {
+        if let Some(map) = self.by_node.get_mut(&node) {
+            map.remove(key);
+            if map.is_empty() {
+                self.by_node.remove(&node);
+            }
+        }
+    }
+
+    /// The node is gone, and its processes with it.
+    pub fn node_lost(&mut self, node: NodeIx) {
+        self.by_node.remove(&node);
+    }
+
+    #[cfg(test)]
+    pub fn live_on(&self, node: NodeIx) -> usize {
+        self.by_node.get(&node).map_or(0, BTreeMap::len)
+    }
+
+    /// Messages that bring the agent in line with the head, given the attempts it runs.
+    /// `orphan_grace_ms` is the grace for stopping a process the head does not expect.
+    pub fn reconcile(
+        &self,
+        node: NodeIx,
+        running: &[AttemptKey],
+        orphan_grace_ms: &dyn Fn(&AttemptKey) -> u64,
+    ) -> Vec<ToAgent> {
+        let listed: BTreeSet<&AttemptKey> = running.iter().collect();
+        let expected = self.by_node.get(&node);
+        let mut out = Vec::new();
+        for (key, live) in expected.into_iter().flatten() {
+            match live.stop_grace_ms {
+                Some(grace_ms) if listed.contains(key) => out.push(ToAgent::Stop { key: key.clone(), grace_ms }),
+                None if !live.acked && !listed.contains(key) => out.push(ToAgent::Start(live.spec.clone())),
+                _ => {}
+            }
+        }
+        for key in listed {
+            if !expected.is_some_and(|m| m.contains_key(key)) {
+                out.push(ToAgent::Stop { key: key.clone(), grace_ms: orphan_grace_ms(key) });
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::JobId;
+
+    fn spec(actor: u32) -> StartSpec {
+        StartSpec {
+            key: AttemptKey { job: JobId::new("j1"), actor, attempt: 1, cycle: 1 },
+            actor_name: format!("j1/{actor}"),
+            command: vec!["true".into()],
+            env: Default::default(),
+            cwd: None,
+            stop_grace_ms: 10,
+        }
+    }
+
+    #[test]
+    fn reconcile_resends_starts_and_stops_and_kills_orphans() {
+        let mut index = AttemptIndex::default();
+        index.started(0, spec(0));
+        index.started(0, spec(1));
+        index.started(0, spec(2));
+        index.acked(0, &spec(1).key);
+        index.stopping(0, &spec(2).key, 5);
+        let orphan = AttemptKey { job: JobId::new("j1"), actor: 0, attempt: 0, cycle: 0 };
+        let listed = vec![spec(1).key, spec(2).key, orphan.clone()];
+        let out = index.reconcile(0, &listed, &|_| 7);
+        assert_eq!(
+            out,
+            vec![
+                ToAgent::Start(spec(0)),
+                ToAgent::Stop { key: spec(2).key, grace_ms: 5 },
+                ToAgent::Stop { key: orphan, grace_ms: 7 },
+            ]
+        );
+        index.ended(0, &spec(0).key);
+        assert_eq!(index.live_on(0), 2);
+    }
+}

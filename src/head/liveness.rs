@@ -1,0 +1,132 @@
+//! Failure detection: when each node was last heard from, and when it will be declared DEAD.
+//!
+//! Deadlines only move forward (`now + node_timeout_ms`), so a FIFO of (deadline, node) in
+//! arrival order is already sorted: each heartbeat is O(1), and entries made stale by a later
+//! heartbeat are dropped when they reach the front.
+
+use crate::scheduler::NodeIx;
+use crate::time::Instant;
+use std::collections::VecDeque;
+
+/// What the head knows of one node's agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRecord {
+    /// Where other ranks reach this node (`MASTER_ADDR`).
+    pub addr: String,
+    /// Identifies one run of the agent; a new one means the agent restarted.
+    pub incarnation: u64,
+    /// Highest heartbeat sequence number seen from this incarnation.
+    pub last_seq: u64,
+    pub last_heard: Instant,
+    pub deadline: Instant,
+    pub alive: bool,
+    pub drain_deadline: Option<Instant>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Liveness {
+    records: Vec<Option<NodeRecord>>,
+    expiries: VecDeque<(Instant, NodeIx)>,
+}
+
+impl Liveness {
+    /// A node registered (or re-registered): it is alive as of `now`.
+    pub fn register(&mut self, ix: NodeIx, addr: String, incarnation: u64, now: Instant, timeout_ms: u64) {
+        let slot = ix as usize;
+        if self.records.len() <= slot {
+            self.records.resize(slot + 1, None);
+        }
+        let deadline = now.plus_ms(timeout_ms);
+        self.records[slot] = Some(NodeRecord {
+            addr,
+            incarnation,
+            last_seq: 0,
+            last_heard: now,
+            deadline,
+            alive: true,
+            drain_deadline: None,
+        });
+        self.expiries.push_back((deadline, ix));
+    }
+
+    pub fn get(&self, ix: NodeIx) -> Option<&NodeRecord> {
+        self.records.get(ix as usize).and_then(Option::as_ref)
+    }
+
+    pub fn get_mut(&mut self, ix: NodeIx) -> Option<&mut NodeRecord> {
+        self.records.get_mut(ix as usize).and_then(Option::as_mut)
+    }
+
+    /// A sign of life from an alive node.
+    pub fn heard(&mut self, ix: NodeIx, now: Instant, timeout_ms: u64) {
+        let record = self.get_mut(ix).expect("heard from a registered node");
+        assert!(record.alive, "heard from a dead node");
+        record.last_heard = now;
+        record.deadline = now.plus_ms(timeout_ms);
+        let deadline = record.deadline;
+        self.expiries.push_back((deadline, ix));
+        self.drop_stale_front();
+    }
+
+    pub fn mark_dead(&mut self, ix: NodeIx) {
+        if let Some(record) = self.get_mut(ix) {
+            record.alive = false;
+        }
+    }
+
+    /// The earliest deadline that could expire a node.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.expiries.front().map(|(t, _)| *t)
+    }
+
+    /// Nodes whose deadline has passed, in deadline order.
+    pub fn pop_expired(&mut self, now: Instant) -> Vec<NodeIx> {
+        let mut expired = Vec::new();
+        while let Some(&(deadline, ix)) = self.expiries.front() {
+            if deadline > now {
+                break;
+            }
+            self.expiries.pop_front();
+            if self.is_current(deadline, ix) {
+                expired.push(ix);
+            }
+        }
+        self.drop_stale_front();
+        expired
+    }
+
+    fn is_current(&self, deadline: Instant, ix: NodeIx) -> bool {
+        self.get(ix).is_some_and(|r| r.alive && r.deadline == deadline)
+    }
+
+    /// Keeps the front entry meaningful so that `next_expiry` does not wake anyone in vain.
+    fn drop_stale_front(&mut self) {
+        while let Some(&(deadline, ix)) = self.expiries.front() {
+            if self.is_current(deadline, ix) {
+                break;
+            }
+            self.expiries.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_latest_deadline_expires_a_node() {
+        let t = Instant::from_ms;
+        let mut l = Liveness::default();
+        l.register(0, "a".into(), 1, t(0), 3000);
+        l.register(1, "b".into(), 1, t(0), 3000);
+        l.heard(0, t(1000), 3000);
+        l.heard(0, t(2000), 3000);
+        assert_eq!(l.next_expiry(), Some(t(3000)), "node 1 still due at 3000");
+        assert_eq!(l.pop_expired(t(3000)), vec![1]);
+        l.mark_dead(1);
+        assert_eq!(l.next_expiry(), Some(t(5000)), "stale entries of node 0 were dropped");
+        assert!(l.pop_expired(t(4999)).is_empty());
+        assert_eq!(l.pop_expired(t(5000)), vec![0]);
+    }
+}

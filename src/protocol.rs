@@ -1,0 +1,91 @@
+//! Messages between the head and node agents, as data. The runtime carries them over a
+//! socket and the simulator over its simulated network; both use these types.
+
+use crate::ids::{ActorIx, JobId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Names one attempt of one command actor. Every message about a process carries it, so a
+/// message from an older attempt or cycle can be recognised and ignored.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct AttemptKey {
+    pub job: JobId,
+    pub actor: ActorIx,
+    pub attempt: u32,
+    pub cycle: u32,
+}
+
+impl fmt::Display for AttemptKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{} attempt {} cycle {}", self.job, self.actor, self.attempt, self.cycle)
+    }
+}
+
+/// Everything an agent needs to start one attempt: the process is `command` (argv, no shell)
+/// with exactly `env` added to the agent's environment, in `cwd`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartSpec {
+    pub key: AttemptKey,
+    /// `<job>/<index>`.
+    pub actor_name: String,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    pub stop_grace_ms: u64,
+}
+
+/// How a process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitStatus {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The agent sent the signal that ended it (a stop request, or the agent shutting down).
+    pub signalled_by_agent: bool,
+}
+
+impl ExitStatus {
+    pub fn code(code: i32) -> Self {
+        ExitStatus { code: Some(code), signal: None, signalled_by_agent: false }
+    }
+
+    pub fn signal(signal: i32, by_agent: bool) -> Self {
+        ExitStatus { code: None, signal: Some(signal), signalled_by_agent: by_agent }
+    }
+
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.code, self.signal) {
+            (Some(code), _) => write!(f, "exited with code {code}"),
+            (None, Some(sig)) if self.signalled_by_agent => write!(f, "was killed by signal {sig} sent by the agent"),
+            (None, Some(sig)) => write!(f, "was killed by signal {sig} (not sent by the agent)"),
+            (None, None) => f.write_str("ended without an exit status"),
+        }
+    }
+}
+
+/// Head → agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToAgent {
+    /// Start this attempt unless it is already running or finished (the head may resend).
+    Start(StartSpec),
+    /// Stop this attempt: SIGTERM, then SIGKILL after `grace_ms`.
+    Stop { key: AttemptKey, grace_ms: u64 },
+    /// The head has recorded this attempt's exit; the agent may forget it.
+    AckExit { key: AttemptKey },
+}
+
+impl ToAgent {
+    pub fn key(&self) -> &AttemptKey {
+        match self {
+            ToAgent::Start(spec) => &spec.key,
+            ToAgent::Stop { key, .. } | ToAgent::AckExit { key } => key,
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The scheduler's view of the cluster: nodes with integer capacities, what is allocated on
+//! each, their ports, and an index of ALIVE nodes ordered by load (the "rank" step).
+
+use super::PgId;
+use crate::ids::NodeId;
+use crate::resources::{is_preemptible, Labels, Resources};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A node's position in the cluster table; stable for the life of the head, even across a
+/// node's death and rejoin.
+pub type NodeIx = u32;
+
+/// Index of a resource name in the [`ResourceTable`].
+pub type ResIx = u16;
+
+/// Node life cycle (DESIGN §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum NodeState {
+    Alive,
+    /// A preemption notice was received; nothing new is placed here.
+    Draining,
+    Dead,
+}
+
+/// Resource names interned to small indices so that fit checks index vectors, not maps.
+#[derive(Clone, Debug, Default)]
+pub struct ResourceTable {
+    names: Vec<String>,
+    index: BTreeMap<String, ResIx>,
+}
+
+impl ResourceTable {
+    pub fn intern(&mut self, name: &str) -> ResIx {
+        if let Some(ix) = self.index.get(name) {
+            return *ix;
+        }
+        let ix = ResIx::try_from(self.names.len()).expect("fewer than 65536 resource names");
+        self.names.push(name.to_string());
+        self.index.insert(name.to_string(), ix);
+        ix
+    }
+
+    pub fn name(&self, ix: ResIx) -> &str {
+        &self.names[usize::from(ix)]
+    }
+}
+
+/// A bundle's demand: (resource, milli-units) pairs, zero quantities dropped, sorted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Demand(pub Vec<(ResIx, u64)>);
+
+impl Demand {
+    pub fn from_resources(table: &mut ResourceTable, resources: &Resources) -> Demand {
+        let mut pairs: Vec<(ResIx, u64)> =
+            resources.iter().filter(|(_, q)| *q > 0).map(|(n, q)| (table.intern(n), q)).collect();
+        pairs.sort_unstable();
+        Demand(pairs)
+    }
+}
+
+/// Ports handed out as `MASTER_PORT`, one per bundle placed on the node.
+#[derive(Clone, Debug)]
+struct PortPool {
+    next: u16,
+    end: u32,
+    free: Vec<u16>,
+}
+
+impl PortPool {
+    fn new(base: u16, count: u16) -> Self {
+        PortPool { next: base, end: u32::from(base) + u32::from(count), free: Vec::new() }
+    }
+
+    fn remaining(&self) -> u32 {
+        self.free.len() as u32 + self.end.saturating_sub(u32::from(self.next))
+    }
+
+    fn take(&mut self) -> Option<u16> {
+        if let Some(port) = self.free.pop() {
+            return Some(port);
+        }
+        if u32::from(self.next) < self.end {
+            let port = self.next;
+            self.next = self.next.saturating_add(1);
+            return Some(port);
+        }
+        None
+    }
+
+    fn give(&mut self, port: u16) {
+        debug_assert!(!self.free.contains(&port), "port {port} returned twice");
+        self.free.push(port);
+    }
+}
+
+/// One node as the scheduler sees it.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub name: NodeId,
+    pub state: NodeState,
+    pub labels: Labels,
+    pub preemptible: bool,
+    /// As declared, for display.
+    pub resources: Resources,
+    capacity: Vec<u64>,
+    allocated: Vec<u64>,
+    /// Bundles placed here.
+    pub bundles: BTreeSet<(PgId, u32)>,
+    ports: PortPool,
+    /// Dominant share allocated, in permille; the key under which the node sits in the index.
+    load: u32,
+}
+
+impl Node {
+    fn capacity_of(&self, r: ResIx) -> u64 {
+        self.capacity.get(usize::from(r)).copied().unwrap_or(0)
+    }
+
+    fn allocated_of(&self, r: ResIx) -> u64 {
+        self.allocated.get(usize::from(r)).copied().unwrap_or(0)
+    }
+
+    /// How many more bundles of `demand` fit, capped at `cap` (so an empty demand is finite).
+    pub fn room_for(&self, demand: &Demand, cap: u32) -> u32 {
+        let mut room = cap.min(self.ports.remaining());
+        for &(r, d) in &demand.0 {
+            let free = self.capacity_of(r).saturating_sub(self.allocated_of(r));
+            room = room.min(u32::try_from(free / d).unwrap_or(u32::MAX));
+        }
+        room
+    }
+
+    /// Could this node hold `times` bundles of `demand` if it were empty?
+    pub fn could_ever_hold(&self, demand: &Demand, times: u64) -> bool {
+        demand.0.iter().all(|&(r, d)| d.saturating_mul(times) <= self.capacity_of(r))
+    }
+
+    pub fn capacity_milli(&self, r: ResIx) -> u64 {
+        self.capacity_of(r)
+    }
+
+    /// Allocated resources by name, for display.
+    pub fn allocated(&self, table: &ResourceTable) -> Resources {
+        let mut out = Resources::new();
+        for (r, q) in self.allocated.iter().enumerate() {
+            if *q > 0 {
+                out = out.with_milli(table.name(r as ResIx), *q);
+            }
+        }
+        out
+    }
+
+    fn compute_load(&self) -> u32 {
+        let mut load = 0u32;
+        for (r, cap) in self.capacity.iter().enumerate() {
+            if *cap > 0 {
+                let used = self.allocated.get(r).copied().unwrap_or(0);
+                load = load.max(u32::try_from(used.saturating_mul(1000) / cap).unwrap_or(u32::MAX));
+            }
+        }
+        load
+    }
+}
+
+/// All nodes ever seen, and the load-ordered index of the ALIVE ones.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    pub table: ResourceTable,
+    nodes: Vec<Node>,
+    by_name: BTreeMap<NodeId, NodeIx>,
+    /// ALIVE nodes, least loaded first, then by name: the order candidates are tried in.
+    by_load: BTreeSet<(u32, NodeId, NodeIx)>,
+    port_base: u16,
+    ports_per_node: u16,
+}
+
+impl Cluster {
+    pub fn new(port_base: u16, ports_per_node: u16) -> Self {
+        Cluster {
+            table: ResourceTable::default(),
+            nodes: Vec::new(),
+            by_name: BTreeMap::new(),
+            by_load: BTreeSet::new(),
+            port_base,
+            ports_per_node,
+        }
+    }
+
+    /// Adds a node, or brings a DEAD one back with its new resources and labels.
+    pub fn join(&mut self, name: NodeId, resources: Resources, labels: Labels) -> NodeIx {
+        let mut capacity = Vec::new();
+        for (n, q) in resources.iter() {
+            let r = usize::from(self.table.intern(n));
+            if capacity.len() <= r {
+                capacity.resize(r + 1, 0);
+            }
+            capacity[r] = q;
+        }
+        let node = Node {
+            name: name.clone(),
+            state: NodeState::Alive,
+            preemptible: is_preemptible(&labels),
+            labels,
+            resources,
+            allocated: vec![0; capacity.len()],
+            capacity,
+            bundles: BTreeSet::new(),
+            ports: PortPool::new(self.port_base, self.ports_per_node),
+            load: 0,
+        };
+        let ix = match self.by_name.get(&name) {
+            Some(&ix) => {
+                let old = &self.nodes[ix as usize];
+                assert!(old.state == NodeState::Dead, "node {name} joined while {:?}", old.state);
+                assert!(old.bundles.is_empty(), "dead node {name} still holds bundles");
+                self.nodes[ix as usize] = node;
+                ix
+            }
+            None => {
+                let ix = NodeIx::try_from(self.nodes.len()).expect("fewer than 2^32 nodes");
+                self.nodes.push(node);
+                self.by_name.insert(name.clone(), ix);
+                ix
+            }
+        };
+        self.by_load.insert((0, name, ix));
+        ix
+    }
+
+    /// ALIVE → DRAINING: the node keeps its bundles but is no longer offered.
+    pub fn drain(&mut self, ix: NodeIx) {
+        let node = &mut self.nodes[ix as usize];
+        if node.state == NodeState::Alive {
+            self.by_load.remove(&(node.load, node.name.clone(), ix));
+            node.state = NodeState::Draining;
+        }
+    }
+
+    /// → DEAD: frees everything on the node and returns the bundles it held.
+    pub fn kill(&mut self, ix: NodeIx) -> Vec<(PgId, u32)> {
+        let node = &mut self.nodes[ix as usize];
+        if node.state == NodeState::Alive {
+            self.by_load.remove(&(node.load, node.name.clone(), ix));
+        }
+        node.state = NodeState::Dead;
+        let lost: Vec<(PgId, u32)> = std::mem::take(&mut node.bundles).into_iter().collect();
+        node.allocated.iter_mut().for_each(|q| *q = 0);
+        node.ports = PortPool::new(self.port_base, self.ports_per_node);
+        node.load = 0;
+        lost
+    }
+
+    /// Reserves one bundle on a node (the commit of the two-phase reserve).
+    pub fn allocate(&mut self, ix: NodeIx, demand: &Demand, bundle: (PgId, u32)) -> u16 {
+        let node = &mut self.nodes[ix as usize];
+        assert_eq!(node.state, NodeState::Alive, "placing on {} which is {:?}", node.name, node.state);
+        assert!(node.room_for(demand, 1) == 1, "over-commit of {} by {:?}", node.name, bundle);
+        for &(r, d) in &demand.0 {
+            node.allocated[usize::from(r)] += d;
+        }
+        let port = node.ports.take().expect("room_for checked ports");
+        assert!(node.bundles.insert(bundle), "bundle {bundle:?} placed twice on {}", node.name);
+        self.reindex(ix);
+        port
+    }
+
+    /// Frees one bundle's reservation.
+    pub fn free(&mut self, ix: NodeIx, demand: &Demand, bundle: (PgId, u32), port: u16) {
+        let node = &mut self.nodes[ix as usize];
+        assert!(node.bundles.remove(&bundle), "bundle {bundle:?} is not on {}", node.name);
+        for &(r, d) in &demand.0 {
+            let slot = &mut node.allocated[usize::from(r)];
+            *slot = slot.checked_sub(d).expect("freeing more than was allocated");
+        }
+        node.ports.give(port);
+        self.reindex(ix);
+    }
+
+    fn reindex(&mut self, ix: NodeIx) {
+        let node = &mut self.nodes[ix as usize];
+        let load = node.compute_load();
+        if node.state == NodeState::Alive && load != node.load {
+            self.by_load.remove(&(node.load, node.name.clone(), ix));
+            self.by_load.insert((load, node.name.clone(), ix));
+        }
+        node.load = load;
+    }
+
+    pub fn node(&self, ix: NodeIx) -> &Node {
+        &self.nodes[ix as usize]
+    }
+
+    pub fn ix(&self, name: &str) -> Option<NodeIx> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Every node ever seen, by name.
+    pub fn nodes_by_name(&self) -> impl Iterator<Item = (NodeIx, &Node)> {
+        self.by_name.values().map(move |&ix| (ix, &self.nodes[ix as usize]))
+    }
+
+    /// Every node ever seen, in join order (cheaper than by name).
+    pub fn all(&self) -> impl Iterator<Item = (NodeIx, &Node)> {
+        self.nodes.iter().enumerate().map(|(ix, n)| (ix as NodeIx, n))
+    }
+
+    /// ALIVE nodes in rank order: least loaded first, ties by name.
+    pub fn ranked(&self) -> impl Iterator<Item = NodeIx> + '_ {
+        self.by_load.iter().map(|(_, _, ix)| *ix)
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Asserts that no node is over-committed and the index matches node states.
+    pub fn check_invariants(&self) {
+        let mut alive = 0;
+        for (ix, node) in self.all() {
+            for (r, used) in node.allocated.iter().enumerate() {
+                assert!(
+                    *used <= node.capacity[r],
+                    "node {} over-committed on {}",
+                    node.name,
+                    self.table.name(r as ResIx)
+                );
+            }
+            if node.state == NodeState::Alive {
+                alive += 1;
+                assert!(self.by_load.contains(&(node.load, node.name.clone(), ix)), "{} missing from index", node.name);
+            }
+            if node.state == NodeState::Dead {
+                assert!(node.bundles.is_empty(), "dead node {} holds bundles", node.name);
+            }
+        }
+        assert_eq!(alive, self.by_load.len(), "index holds non-ALIVE nodes");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster_with(nodes: &[(&str, u64)]) -> Cluster {
+        let mut c = Cluster::new(29_500, 4);
+        for (name, cpu) in nodes {
+            c.join(NodeId::new(name), Resources::units(&[("cpu", *cpu)]), Labels::new());
+        }
+        c
+    }
+
+    #[test]
+    fn ranked_order_is_least_loaded_then_name() {
+        let mut c = cluster_with(&[("b", 4), ("a", 4), ("c", 4)]);
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
+        let names = |c: &Cluster| c.ranked().map(|ix| c.node(ix).name.to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&c), ["a", "b", "c"]);
+        c.allocate(c.ix("a").unwrap(), &demand, (1, 0));
+        assert_eq!(names(&c), ["b", "c", "a"]);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn ports_are_a_resource() {
+        let mut c = cluster_with(&[("a", 100)]);
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
+        let a = c.ix("a").unwrap();
+        let ports: Vec<u16> = (0..4).map(|b| c.allocate(a, &demand, (1, b))).collect();
+        assert_eq!(ports, [29_500, 29_501, 29_502, 29_503]);
+        assert_eq!(c.node(a).room_for(&demand, 10), 0, "no port left");
+        c.free(a, &demand, (1, 2), 29_502);
+        assert_eq!(c.allocate(a, &demand, (1, 9)), 29_502);
+    }
+
+    #[test]
+    fn kill_frees_and_returns_bundles_and_rejoin_reuses_index() {
+        let mut c = cluster_with(&[("a", 2)]);
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
+        let a = c.ix("a").unwrap();
+        c.allocate(a, &demand, (3, 0));
+        c.allocate(a, &demand, (4, 1));
+        assert_eq!(c.kill(a), vec![(3, 0), (4, 1)]);
+        assert_eq!(c.ranked().count(), 0);
+        let again = c.join(NodeId::new("a"), Resources::units(&[("cpu", 8)]), Labels::new());
+        assert_eq!(again, a);
+        assert_eq!(c.node(a).room_for(&demand, 100), 4, "limited by ports");
+        c.check_invariants();
+    }
+}

@@ -1,0 +1,460 @@
+//! Placement-group scheduler (DESIGN §3): the cluster view, the four-class queue, and the
+//! pipeline that turns waiting requests into reservations.
+//!
+//! ```text
+//!  request / request_gang ──► queue (class 1 replacements > 2 pending gangs > 3 spares > 4 elastic)
+//!                                │  one pass, in queue order, whenever something changed
+//!                                ▼
+//!            ┌──────────── feasibility ───────────┐   alive, node_selector, preemptible
+//!            │  static filters + holds            │   avoidance, pack_by label; not capacity
+//!            └────────────────┬───────────────────┘   a held (blocked, protected) item could use
+//!                             ▼
+//!                          rank        ALIVE nodes least loaded first, ties by name
+//!                             ▼
+//!                          select      per strategy (STRICT_SPREAD, SPREAD, PACK, STRICT_PACK)
+//!                             ▼        and pack_by domain; nothing changes yet ("prepare")
+//!                          commit      every bundle of the item reserved at once, or none
+//!                             ▼
+//!                     SchedEvent::Placed ──► the head hands it to the job's driver
+//! ```
+//!
+//! Backfill with aging: an item that cannot be placed does not stop lower items, unless it is
+//! *protected* — a replacement (always), or anything that has waited `starvation_ms`. A
+//! protected item holds every node it could use now; lower items may not take those.
+//! An item that fails keeps its key, hence its place. Infeasible groups (no node ever seen
+//! could hold a bundle) are reported at once and re-checked when a node joins.
+
+mod cluster;
+mod feasibility;
+mod pg;
+mod queue;
+mod select;
+
+pub use cluster::{Node, NodeIx, NodeState, ResourceTable};
+pub use pg::{BundleState, PgSpec, PgState, PlacementGroup};
+pub use queue::{QueueClass, QueueKey, GANG};
+
+use crate::ids::NodeId;
+use crate::resources::{Labels, Resources};
+use crate::spec::Strategy;
+use crate::time::Instant;
+use cluster::{Cluster, Demand};
+use feasibility::Holds;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
+
+/// A placement group's id: the head uses the job's sequence number.
+pub type PgId = u64;
+
+/// One bundle reserved on one node, with the port it may use as `MASTER_PORT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub pg: PgId,
+    pub bundle: u32,
+    pub node: NodeIx,
+    pub port: u16,
+}
+
+/// What the scheduler reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SchedEvent {
+    Placed(Placement),
+    /// A group became infeasible (`Some(reason)`) or feasible again (`None`).
+    Feasibility {
+        pg: PgId,
+        infeasible: Option<String>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    pub starvation_ms: u64,
+    pub master_port_base: u16,
+    pub ports_per_node: u16,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig { starvation_ms: 60_000, master_port_base: 29_500, ports_per_node: 1_000 }
+    }
+}
+
+/// Deliberately wrong policies, so that tests can show the simulator's checkers catch them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PolicyFault {
+    #[default]
+    None,
+    /// Pending gangs are offered capacity before replacements.
+    GangsBeforeReplacements,
+}
+
+/// Identical gangs fail identically within one pass; remembering the failure keeps a pass over
+/// many blocked look-alike gangs linear.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Shape {
+    demand: Demand,
+    selector: Labels,
+    strategy: Strategy,
+    pack_by: Option<String>,
+    avoid_preemptible: bool,
+    count: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    cluster: Cluster,
+    pgs: BTreeMap<PgId, PlacementGroup>,
+    queue: BTreeSet<QueueKey>,
+    infeasible: BTreeSet<PgId>,
+    events: VecDeque<SchedEvent>,
+    /// Something changed since the last pass that could let an item be placed.
+    dirty: bool,
+    fault: PolicyFault,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig) -> Self {
+        Scheduler {
+            cluster: Cluster::new(config.master_port_base, config.ports_per_node),
+            config,
+            pgs: BTreeMap::new(),
+            queue: BTreeSet::new(),
+            infeasible: BTreeSet::new(),
+            events: VecDeque::new(),
+            dirty: false,
+            fault: PolicyFault::None,
+        }
+    }
+
+    /// Test-only switch: run a deliberately wrong policy.
+    pub fn inject_policy_fault(&mut self, fault: PolicyFault) {
+        self.fault = fault;
+    }
+
+    // ---- cluster -------------------------------------------------------------------------
+
+    /// A node joins (or a DEAD one rejoins). Infeasible groups it could serve become feasible.
+    pub fn add_node(&mut self, name: NodeId, resources: Resources, labels: Labels) -> NodeIx {
+        let ix = self.cluster.join(name, resources, labels);
+        let node = self.cluster.node(ix);
+        let lifted: Vec<PgId> = self
+            .infeasible
+            .iter()
+            .copied()
+            .filter(|id| feasibility::node_makes_feasible(node, &self.pgs[id]))
+            .collect();
+        for id in lifted {
+            self.infeasible.remove(&id);
+            self.pgs.get_mut(&id).expect("infeasible group exists").infeasible = None;
+            self.events.push_back(SchedEvent::Feasibility { pg: id, infeasible: None });
+        }
+        self.dirty = true;
+        ix
+    }
+
+    /// ALIVE → DRAINING: nothing new goes there; what is there stays until released.
+    pub fn drain_node(&mut self, ix: NodeIx) {
+        self.cluster.drain(ix);
+    }
+
+    /// → DEAD. Returns the bundles that were on it; they are now unplaced and marked lost, and
+    /// the owning drivers decide how to ask for them again.
+    pub fn kill_node(&mut self, ix: NodeIx) -> Vec<(PgId, u32)> {
+        let lost = self.cluster.kill(ix);
+        for &(id, bundle) in &lost {
+            let pg = self.pgs.get_mut(&id).expect("bundle belongs to a live group");
+            pg.note_unplaced(bundle).expect("lost bundle was placed");
+            pg.lost.insert(bundle);
+        }
+        lost
+    }
+
+    pub fn node_ix(&self, name: &str) -> Option<NodeIx> {
+        self.cluster.ix(name)
+    }
+
+    pub fn node(&self, ix: NodeIx) -> &Node {
+        self.cluster.node(ix)
+    }
+
+    /// Every node ever seen, by name.
+    pub fn nodes(&self) -> impl Iterator<Item = (NodeIx, &Node)> {
+        self.cluster.nodes_by_name()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.cluster.len()
+    }
+
+    /// What is reserved on a node, by resource name.
+    pub fn allocated(&self, ix: NodeIx) -> Resources {
+        self.cluster.node(ix).allocated(&self.cluster.table)
+    }
+
+    // ---- placement groups ----------------------------------------------------------------
+
+    pub fn create_pg(&mut self, id: PgId, spec: PgSpec) {
+        assert!(!self.pgs.contains_key(&id), "placement group {id} created twice");
+        let demand = Demand::from_resources(&mut self.cluster.table, &spec.bundle);
+        let mut pg = PlacementGroup::new(spec, demand);
+        pg.infeasible = feasibility::infeasible_reason(&self.cluster, &pg);
+        if let Some(reason) = &pg.infeasible {
+            self.infeasible.insert(id);
+            self.events.push_back(SchedEvent::Feasibility { pg: id, infeasible: Some(reason.clone()) });
+        }
+        self.pgs.insert(id, pg);
+    }
+
+    /// Queues the required gang (bundles `0..required`) as one all-or-nothing item.
+    pub fn request_gang(&mut self, id: PgId) {
+        let pg = self.pgs.get_mut(&id).expect("known group");
+        assert!(!pg.admitted, "group {id} asked for its gang twice");
+        for b in 0..pg.required as usize {
+            assert_eq!(pg.bundles[b], BundleState::Idle, "gang bundle {b} of {id} busy");
+            pg.bundles[b] = BundleState::InGang;
+        }
+        self.queue.insert(QueueKey::new(QueueClass::PendingGang, pg.priority, pg.submit, id, GANG));
+        self.dirty = true;
+    }
+
+    /// Queues one bundle in `class` (not the gang class), or moves it there if already queued.
+    /// Before the group is admitted the request is deferred until its gang is placed.
+    pub fn request(&mut self, id: PgId, bundle: u32, class: QueueClass, since: Instant) {
+        assert_ne!(class, QueueClass::PendingGang, "gang bundles are requested with request_gang");
+        let pg = self.pgs.get_mut(&id).expect("known group");
+        let slot = &mut pg.bundles[bundle as usize];
+        match *slot {
+            BundleState::Idle | BundleState::Deferred { .. } => {}
+            BundleState::Queued { class: old, since: old_since } => {
+                self.queue.remove(&QueueKey::new(old, pg.priority, old_since, id, bundle));
+            }
+            other => panic!("bundle {bundle} of group {id} requested while {other:?}"),
+        }
+        if pg.admitted {
+            *slot = BundleState::Queued { class, since };
+            self.queue.insert(QueueKey::new(class, pg.priority, since, id, bundle));
+            self.dirty = true;
+        } else {
+            *slot = BundleState::Deferred { class, since };
+        }
+    }
+
+    /// Withdraws a waiting request (a gang member withdraws the whole gang). Idle is a no-op.
+    pub fn cancel(&mut self, id: PgId, bundle: u32) {
+        let pg = self.pgs.get_mut(&id).expect("known group");
+        match pg.bundles[bundle as usize] {
+            BundleState::Queued { class, since } => {
+                self.queue.remove(&QueueKey::new(class, pg.priority, since, id, bundle));
+            }
+            BundleState::InGang => {
+                self.queue.remove(&QueueKey::new(QueueClass::PendingGang, pg.priority, pg.submit, id, GANG));
+                for b in pg.bundles.iter_mut().filter(|b| **b == BundleState::InGang) {
+                    *b = BundleState::Idle;
+                }
+            }
+            BundleState::Placed { .. } => panic!("bundle {bundle} of group {id} cancelled while placed; release it"),
+            BundleState::Idle | BundleState::Deferred { .. } => {}
+        }
+        pg.bundles[bundle as usize] = BundleState::Idle;
+        pg.lost.remove(&bundle);
+    }
+
+    /// Frees a placed bundle's reservation.
+    pub fn release(&mut self, id: PgId, bundle: u32) {
+        let pg = self.pgs.get_mut(&id).expect("known group");
+        let (node, port) =
+            pg.note_unplaced(bundle).unwrap_or_else(|| panic!("bundle {bundle} of {id} released while not placed"));
+        self.cluster.free(node, &pg.demand, (id, bundle), port);
+        self.dirty = true;
+    }
+
+    /// Drops a group: releases what it holds and withdraws what it waits for.
+    pub fn remove_pg(&mut self, id: PgId) {
+        let bundles = self.pgs[&id].bundles.len() as u32;
+        for b in 0..bundles {
+            match self.pgs[&id].bundles[b as usize] {
+                BundleState::Placed { .. } => self.release(id, b),
+                _ => self.cancel(id, b),
+            }
+        }
+        self.infeasible.remove(&id);
+        self.pgs.remove(&id);
+    }
+
+    /// From now on keep this group's new placements off nodes labelled `preemptible=true`.
+    pub fn avoid_preemptible(&mut self, id: PgId) {
+        self.pgs.get_mut(&id).expect("known group").avoid_preemptible = true;
+    }
+
+    pub fn pg(&self, id: PgId) -> Option<&PlacementGroup> {
+        self.pgs.get(&id)
+    }
+
+    pub fn pgs(&self) -> impl Iterator<Item = (PgId, &PlacementGroup)> {
+        self.pgs.iter().map(|(id, pg)| (*id, pg))
+    }
+
+    /// Waiting items in scheduling order.
+    pub fn queue(&self) -> impl Iterator<Item = &QueueKey> {
+        self.queue.iter()
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    pub fn poll_event(&mut self) -> Option<SchedEvent> {
+        self.events.pop_front()
+    }
+
+    // ---- the pass ------------------------------------------------------------------------
+
+    /// One pass over the queue in order, placing what fits. Does nothing if nothing changed.
+    pub fn schedule(&mut self, now: Instant) {
+        if !std::mem::take(&mut self.dirty) {
+            return;
+        }
+        let mut holds = Holds::default();
+        let mut failed_shapes: BTreeSet<Shape> = BTreeSet::new();
+        for class in self.class_order() {
+            let mut cursor = None;
+            // Re-read the queue after each item: an admission queues its deferred spares and
+            // elastic bundles (classes 3 and 4) during this very pass.
+            while let Some(key) = self.next_in_class(class, cursor) {
+                cursor = Some(key);
+                self.try_place(key, now, &mut holds, &mut failed_shapes);
+            }
+        }
+    }
+
+    fn class_order(&self) -> [QueueClass; 4] {
+        use QueueClass::*;
+        match self.fault {
+            PolicyFault::None => [Replacement, PendingGang, Spare, Elastic],
+            PolicyFault::GangsBeforeReplacements => [PendingGang, Replacement, Spare, Elastic],
+        }
+    }
+
+    fn next_in_class(&self, class: QueueClass, after: Option<QueueKey>) -> Option<QueueKey> {
+        let start = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Included(QueueKey { class, neg_priority: i64::MIN, since: Instant::ZERO, pg: 0, bundle: 0 }),
+        };
+        self.queue.range((start, Bound::Unbounded)).next().copied().filter(|k| k.class == class)
+    }
+
+    fn try_place(&mut self, key: QueueKey, now: Instant, holds: &mut Holds, failed: &mut BTreeSet<Shape>) {
+        let pg = &self.pgs[&key.pg];
+        if pg.infeasible.is_some() {
+            return;
+        }
+        let count = if key.is_gang() { pg.required } else { 1 };
+        let shape = key.is_gang().then(|| Shape::of(pg, count));
+        let plan = match &shape {
+            Some(shape) if failed.contains(shape) => None,
+            _ => {
+                let (cluster, pgs) = (&self.cluster, &self.pgs);
+                let ok = |ix: NodeIx| {
+                    let node = cluster.node(ix);
+                    feasibility::usable(node, pg) && (holds.is_empty() || !holds.held(node, ix, pgs))
+                };
+                select::prepare(cluster, pg, count, &ok)
+            }
+        };
+        match plan {
+            Some(nodes) => self.commit(key, &nodes),
+            None => {
+                if let Some(shape) = shape {
+                    failed.insert(shape);
+                }
+                let protected =
+                    key.class == QueueClass::Replacement || now.ms_since(key.since) >= self.config.starvation_ms;
+                if protected {
+                    holds.add(key.pg, &self.pgs);
+                }
+            }
+        }
+    }
+
+    /// Reserves every bundle of the item on its chosen node (the commit of the two-phase
+    /// reserve); an admitted gang releases its deferred requests into the queue.
+    fn commit(&mut self, key: QueueKey, nodes: &[NodeIx]) {
+        assert!(self.queue.remove(&key), "committing {key:?} which is not queued");
+        let pg = self.pgs.get_mut(&key.pg).expect("queued group exists");
+        let bundles: Vec<u32> = if key.is_gang() { (0..pg.required).collect() } else { vec![key.bundle] };
+        assert_eq!(bundles.len(), nodes.len(), "a plan names one node per bundle");
+        for (&bundle, &node) in bundles.iter().zip(nodes) {
+            let port = self.cluster.allocate(node, &pg.demand, (key.pg, bundle));
+            pg.note_placed(bundle, node, port);
+            self.events.push_back(SchedEvent::Placed(Placement { pg: key.pg, bundle, node, port }));
+        }
+        if key.is_gang() {
+            pg.admitted = true;
+            for (bundle, slot) in pg.bundles.iter_mut().enumerate() {
+                if let BundleState::Deferred { class, since } = *slot {
+                    *slot = BundleState::Queued { class, since };
+                    self.queue.insert(QueueKey::new(class, pg.priority, since, key.pg, bundle as u32));
+                }
+            }
+        }
+    }
+
+    // ---- checks --------------------------------------------------------------------------
+
+    /// Asserts the scheduler's invariants: no over-commit, whole gangs, strategies respected,
+    /// queue and bundle states agreeing. A failure is a bug.
+    pub fn check_invariants(&self) {
+        self.cluster.check_invariants();
+        for (&id, pg) in &self.pgs {
+            let placed = pg.placed_count();
+            assert!(pg.admitted || placed == 0, "group {id} partly placed before its gang");
+            let mut counted: BTreeMap<NodeIx, u32> = BTreeMap::new();
+            for (b, state) in pg.bundles.iter().enumerate() {
+                match *state {
+                    BundleState::Placed { node, .. } => {
+                        *counted.entry(node).or_insert(0) += 1;
+                        assert!(
+                            self.cluster.node(node).bundles.contains(&(id, b as u32)),
+                            "bundle {id}/{b} not on its node"
+                        );
+                    }
+                    BundleState::Queued { class, since } => {
+                        assert!(
+                            self.queue.contains(&QueueKey::new(class, pg.priority, since, id, b as u32)),
+                            "{id}/{b} not queued"
+                        );
+                    }
+                    BundleState::InGang => assert!(!pg.admitted, "{id}/{b} in a gang after admission"),
+                    BundleState::Deferred { .. } => assert!(!pg.admitted, "{id}/{b} deferred after admission"),
+                    BundleState::Idle => {}
+                }
+            }
+            assert_eq!(counted, pg.on_nodes, "group {id} node counts");
+            match pg.strategy {
+                Strategy::StrictSpread => {
+                    assert!(counted.values().all(|c| *c == 1), "STRICT_SPREAD group {id} doubled up")
+                }
+                Strategy::StrictPack => assert!(counted.len() <= 1, "STRICT_PACK group {id} on several nodes"),
+                Strategy::Spread | Strategy::Pack => {}
+            }
+        }
+        for key in &self.queue {
+            assert!(self.pgs.contains_key(&key.pg), "queue holds removed group {}", key.pg);
+        }
+    }
+}
+
+impl Shape {
+    fn of(pg: &PlacementGroup, count: u32) -> Shape {
+        debug_assert!(pg.on_nodes.is_empty(), "shapes describe unplaced gangs only");
+        Shape {
+            demand: pg.demand.clone(),
+            selector: pg.selector.clone(),
+            strategy: pg.strategy,
+            pack_by: pg.pack_by.clone(),
+            avoid_preemptible: pg.avoid_preemptible,
+            count,
+        }
+    }
+}

@@ -1,0 +1,492 @@
+//! The job spec (`job.json`, DESIGN §4): parsing, defaults, command-line overrides and
+//! validation. Every error names the field and says how to fix it.
+
+use crate::resources::{Labels, Resources};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Most command actors one job may ask for (`max_nodes`).
+pub const MAX_NODES_PER_JOB: i64 = 10_000;
+/// Most hot spares one job may ask for.
+pub const MAX_HOT_SPARES: i64 = 1_024;
+/// Most retries any one budget may hold (`-1` means unlimited and is always allowed).
+pub const MAX_BUDGET: i64 = 1_000_000;
+/// Longest delay any `*_ms` field may hold: one day.
+pub const MAX_DELAY_MS: u64 = 86_400_000;
+const MAX_NAME_LEN: usize = 63;
+const MAX_ARGS: usize = 1_024;
+const MAX_ARG_BYTES: usize = 4_096;
+const MAX_ENV_VARS: usize = 1_024;
+
+/// How the bundles of one placement group are laid out over nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Strategy {
+    /// One bundle per node, never two on one node.
+    #[default]
+    StrictSpread,
+    /// One bundle per node while nodes last, then share.
+    Spread,
+    /// As few nodes as possible.
+    Pack,
+    /// All bundles on one node.
+    StrictPack,
+}
+
+/// What a failure restarts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RestartMode {
+    /// torchelastic: any failure restarts every rank in a new cycle.
+    #[default]
+    Gang,
+    /// torchx: only the failed actor restarts, keeping its rank.
+    Actor,
+}
+
+/// Exponential backoff between retries, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backoff {
+    pub initial: u64,
+    pub max: u64,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { initial: 1_000, max: 30_000 }
+    }
+}
+
+/// Retry budgets (DESIGN §6). `-1` means unlimited.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    pub user: i64,
+    pub system: i64,
+    pub preemption: i64,
+    pub single_budget: bool,
+    pub non_retryable_exit_codes: Vec<i32>,
+    pub backoff_ms: Backoff,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            user: 0,
+            system: 3,
+            preemption: -1,
+            single_budget: false,
+            non_retryable_exit_codes: Vec::new(),
+            backoff_ms: Backoff::default(),
+        }
+    }
+}
+
+/// A validated job spec: every field present, every value in range.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawJobSpec")]
+pub struct JobSpec {
+    pub name: String,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    pub min_nodes: u32,
+    pub max_nodes: u32,
+    pub hot_spares: u32,
+    pub bundle: Resources,
+    pub strategy: Strategy,
+    pub node_selector: Labels,
+    pub pack_by: Option<String>,
+    pub priority: i32,
+    pub restart: RestartMode,
+    pub retries: RetryPolicy,
+    pub last_attempt_non_preemptible: bool,
+    pub scale_up_delay_ms: u64,
+    pub stop_grace_ms: u64,
+    pub schedule_timeout_ms: Option<u64>,
+}
+
+/// The spec as written: only `name`, `command`, `min_nodes` and `max_nodes` are required.
+/// Counts are read as signed integers so that a negative one gets our own message.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJobSpec {
+    pub name: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub cwd: Option<String>,
+    pub min_nodes: Option<i64>,
+    pub max_nodes: Option<i64>,
+    pub hot_spares: Option<i64>,
+    pub bundle: Option<Resources>,
+    pub strategy: Option<Strategy>,
+    pub node_selector: Option<Labels>,
+    pub pack_by: Option<String>,
+    pub priority: Option<i32>,
+    pub restart: Option<RestartMode>,
+    pub retries: Option<RawRetries>,
+    pub last_attempt_non_preemptible: Option<bool>,
+    pub scale_up_delay_ms: Option<u64>,
+    pub stop_grace_ms: Option<u64>,
+    pub schedule_timeout_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetries {
+    pub user: Option<i64>,
+    pub system: Option<i64>,
+    pub preemption: Option<i64>,
+    pub single_budget: Option<bool>,
+    pub non_retryable_exit_codes: Option<Vec<i32>>,
+    pub backoff_ms: Option<Backoff>,
+}
+
+/// Command-line flags that override spec fields (`--min-nodes` and friends).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub min_nodes: Option<i64>,
+    pub max_nodes: Option<i64>,
+    pub hot_spares: Option<i64>,
+    pub priority: Option<i32>,
+}
+
+/// A job spec that cannot be accepted, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("job spec field `{field}`: {message}")]
+pub struct SpecError {
+    /// Dotted path of the offending field (`retries.user`), or `(document)`.
+    pub field: String,
+    pub message: String,
+}
+
+impl SpecError {
+    fn new(field: &str, message: impl fmt::Display) -> Self {
+        SpecError { field: field.to_string(), message: message.to_string() }
+    }
+}
+
+impl JobSpec {
+    /// Parses and validates `job.json` text, applying command-line overrides first.
+    pub fn parse(text: &str, overrides: &Overrides) -> Result<JobSpec, SpecError> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let raw: RawJobSpec = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+            let path = err.path().to_string();
+            let field = if path == "." || path.is_empty() { "(document)".to_string() } else { path };
+            SpecError::new(&field, friendlier(&err.into_inner().to_string()))
+        })?;
+        raw.with_overrides(overrides).validate()
+    }
+
+    /// The spec of a minimal job, for tests and examples.
+    pub fn minimal(name: &str, command: &[&str], min_nodes: u32, max_nodes: u32) -> JobSpec {
+        RawJobSpec {
+            name: Some(name.to_string()),
+            command: Some(command.iter().map(|s| s.to_string()).collect()),
+            min_nodes: Some(min_nodes.into()),
+            max_nodes: Some(max_nodes.into()),
+            ..RawJobSpec::default()
+        }
+        .validate()
+        .expect("minimal spec is valid")
+    }
+
+    /// Number of command actors the driver creates: `max_nodes + hot_spares`.
+    pub fn actor_count(&self) -> u32 {
+        self.max_nodes + self.hot_spares
+    }
+}
+
+/// serde's messages say `i64`/`u64`; users think in integers.
+fn friendlier(message: &str) -> String {
+    let message = message
+        .replace("expected i64", "expected an integer")
+        .replace("expected u64", "expected a non-negative integer");
+    match message.find(" at line ") {
+        Some(cut) => message[..cut].to_string(),
+        None => message,
+    }
+}
+
+impl RawJobSpec {
+    pub fn with_overrides(mut self, o: &Overrides) -> Self {
+        self.min_nodes = o.min_nodes.or(self.min_nodes);
+        self.max_nodes = o.max_nodes.or(self.max_nodes);
+        self.hot_spares = o.hot_spares.or(self.hot_spares);
+        self.priority = o.priority.or(self.priority);
+        self
+    }
+
+    pub fn validate(self) -> Result<JobSpec, SpecError> {
+        let name = required(self.name, "name", "\"name\": \"my-job\"")?;
+        check_name(&name)?;
+        let command = required(self.command, "command", "\"command\": [\"python3\", \"train.py\"]")?;
+        check_command(&command)?;
+        let env = self.env.unwrap_or_default();
+        check_env(&env)?;
+        let min_nodes = required(self.min_nodes, "min_nodes", "\"min_nodes\": 1")?;
+        let max_nodes = required(self.max_nodes, "max_nodes", "\"max_nodes\": 1")?;
+        check_nodes(min_nodes, max_nodes)?;
+        let hot_spares = self.hot_spares.unwrap_or(0);
+        check_range("hot_spares", hot_spares, 0, MAX_HOT_SPARES)?;
+        if self.pack_by.as_deref() == Some("") {
+            return Err(SpecError::new("pack_by", "is empty; give a label key such as \"rack\", or null"));
+        }
+        let retries = self.retries.unwrap_or_default().validate()?;
+        let scale_up_delay_ms = check_delay("scale_up_delay_ms", self.scale_up_delay_ms.unwrap_or(5_000))?;
+        let stop_grace_ms = check_delay("stop_grace_ms", self.stop_grace_ms.unwrap_or(10_000))?;
+        let schedule_timeout_ms = match self.schedule_timeout_ms {
+            Some(0) => {
+                return Err(SpecError::new(
+                    "schedule_timeout_ms",
+                    "is 0; use null for no timeout, or a positive number of milliseconds",
+                ))
+            }
+            Some(ms) => Some(check_delay("schedule_timeout_ms", ms)?),
+            None => None,
+        };
+        Ok(JobSpec {
+            name,
+            command,
+            env,
+            cwd: self.cwd,
+            min_nodes: min_nodes as u32,
+            max_nodes: max_nodes as u32,
+            hot_spares: hot_spares as u32,
+            bundle: self.bundle.unwrap_or_else(|| Resources::units(&[("cpu", 1)])),
+            strategy: self.strategy.unwrap_or_default(),
+            node_selector: self.node_selector.unwrap_or_default(),
+            pack_by: self.pack_by,
+            priority: self.priority.unwrap_or(0),
+            restart: self.restart.unwrap_or_default(),
+            retries,
+            last_attempt_non_preemptible: self.last_attempt_non_preemptible.unwrap_or(false),
+            scale_up_delay_ms,
+            stop_grace_ms,
+            schedule_timeout_ms,
+        })
+    }
+}
+
+impl TryFrom<RawJobSpec> for JobSpec {
+    type Error = SpecError;
+    fn try_from(raw: RawJobSpec) -> Result<Self, SpecError> {
+        raw.validate()
+    }
+}
+
+impl RawRetries {
+    fn validate(self) -> Result<RetryPolicy, SpecError> {
+        let defaults = RetryPolicy::default();
+        let user = check_budget("retries.user", self.user.unwrap_or(defaults.user))?;
+        let system = check_budget("retries.system", self.system.unwrap_or(defaults.system))?;
+        let preemption = check_budget("retries.preemption", self.preemption.unwrap_or(defaults.preemption))?;
+        let codes = self.non_retryable_exit_codes.unwrap_or_default();
+        if let Some(bad) = codes.iter().find(|c| !(1..=255).contains(*c)) {
+            return Err(SpecError::new(
+                "retries.non_retryable_exit_codes",
+                format!("contains {bad}; exit codes that can fail a process are 1..=255"),
+            ));
+        }
+        let backoff = self.backoff_ms.unwrap_or_default();
+        check_delay("retries.backoff_ms.max", backoff.max)?;
+        if backoff.initial > backoff.max {
+            return Err(SpecError::new(
+                "retries.backoff_ms.initial",
+                format!("is {} but max is {}; initial must not exceed max", backoff.initial, backoff.max),
+            ));
+        }
+        Ok(RetryPolicy {
+            user,
+            system,
+            preemption,
+            single_budget: self.single_budget.unwrap_or(false),
+            non_retryable_exit_codes: codes,
+            backoff_ms: backoff,
+        })
+    }
+}
+
+fn required<T>(value: Option<T>, field: &str, example: &str) -> Result<T, SpecError> {
+    value.ok_or_else(|| SpecError::new(field, format!("is required; add it, for example {example}")))
+}
+
+fn check_name(name: &str) -> Result<(), SpecError> {
+    let valid_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if name.is_empty() || name.len() > MAX_NAME_LEN || !valid_chars {
+        return Err(SpecError::new(
+            "name",
+            format!("`{name}` is not a valid name; use 1 to {MAX_NAME_LEN} letters, digits, `-`, `_` or `.`"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_command(command: &[String]) -> Result<(), SpecError> {
+    if command.is_empty() || command[0].is_empty() {
+        return Err(SpecError::new(
+            "command",
+            "is empty; give the program and its arguments, e.g. [\"python3\", \"train.py\"]",
+        ));
+    }
+    if command.len() > MAX_ARGS {
+        return Err(SpecError::new(
+            "command",
+            format!("has {} arguments; at most {MAX_ARGS} are allowed", command.len()),
+        ));
+    }
+    if let Some(arg) = command.iter().find(|a| a.len() > MAX_ARG_BYTES || a.contains('\0')) {
+        let shown: String = arg.chars().take(20).collect();
+        return Err(SpecError::new(
+            "command",
+            format!("argument starting `{shown}` is over {MAX_ARG_BYTES} bytes or contains a NUL byte"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), SpecError> {
+    if env.len() > MAX_ENV_VARS {
+        return Err(SpecError::new("env", format!("has {} variables; at most {MAX_ENV_VARS} are allowed", env.len())));
+    }
+    for (key, value) in env {
+        if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
+            return Err(SpecError::new(
+                &format!("env.{key}"),
+                "is not a valid variable; names are non-empty without `=`, and no NUL bytes anywhere",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_nodes(min_nodes: i64, max_nodes: i64) -> Result<(), SpecError> {
+    if min_nodes < 1 {
+        return Err(SpecError::new(
+            "min_nodes",
+            format!("is {min_nodes}; a job needs at least 1 node, set \"min_nodes\": 1 or more"),
+        ));
+    }
+    check_range("max_nodes", max_nodes, 1, MAX_NODES_PER_JOB)?;
+    if min_nodes > max_nodes {
+        return Err(SpecError::new(
+            "min_nodes",
+            format!("is {min_nodes}, more than max_nodes ({max_nodes}); set min_nodes <= max_nodes"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_range(field: &str, value: i64, low: i64, high: i64) -> Result<(), SpecError> {
+    if value < low || value > high {
+        return Err(SpecError::new(field, format!("is {value}; it must be between {low} and {high}")));
+    }
+    Ok(())
+}
+
+fn check_budget(field: &str, value: i64) -> Result<i64, SpecError> {
+    if value < -1 {
+        return Err(SpecError::new(field, format!("is {value}; use a count >= 0, or -1 for unlimited")));
+    }
+    if value > MAX_BUDGET {
+        return Err(SpecError::new(field, format!("is {value}; use at most {MAX_BUDGET}, or -1 for unlimited")));
+    }
+    Ok(value)
+}
+
+fn check_delay(field: &str, ms: u64) -> Result<u64, SpecError> {
+    if ms > MAX_DELAY_MS {
+        return Err(SpecError::new(field, format!("is {ms} ms; at most {MAX_DELAY_MS} (one day) is allowed")));
+    }
+    Ok(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<JobSpec, SpecError> {
+        JobSpec::parse(text, &Overrides::default())
+    }
+
+    #[test]
+    fn minimal_spec_gets_documented_defaults() {
+        let spec = parse(r#"{"name": "t", "command": ["true"], "min_nodes": 1, "max_nodes": 2}"#).unwrap();
+        assert_eq!(spec.bundle, Resources::units(&[("cpu", 1)]));
+        assert_eq!(spec.strategy, Strategy::StrictSpread);
+        assert_eq!(spec.restart, RestartMode::Gang);
+        assert_eq!(spec.retries, RetryPolicy::default());
+        assert_eq!((spec.scale_up_delay_ms, spec.stop_grace_ms, spec.schedule_timeout_ms), (5_000, 10_000, None));
+        assert_eq!(spec.actor_count(), 2);
+    }
+
+    #[test]
+    fn full_design_example_parses() {
+        let text = r#"{
+          "name": "ddp-train", "command": ["python3", "train.py", "--ckpt", "/shared/ckpt"],
+          "env": {"NCCL_DEBUG": "WARN"}, "cwd": "/srv/train", "min_nodes": 3, "max_nodes": 8,
+          "hot_spares": 1, "bundle": {"cpu": 8, "gpu": 8}, "strategy": "STRICT_SPREAD",
+          "node_selector": {"zone": "a"}, "pack_by": null, "priority": 0, "restart": "gang",
+          "retries": {"user": 3, "system": 5, "preemption": -1, "single_budget": false,
+                      "non_retryable_exit_codes": [2], "backoff_ms": {"initial": 1000, "max": 30000}},
+          "last_attempt_non_preemptible": true, "scale_up_delay_ms": 5000, "stop_grace_ms": 10000,
+          "schedule_timeout_ms": null}"#;
+        let spec = parse(text).unwrap();
+        assert_eq!(spec.actor_count(), 9);
+        assert_eq!(spec.retries.non_retryable_exit_codes, vec![2]);
+        let again: JobSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+        assert_eq!(again, spec);
+    }
+
+    #[test]
+    fn errors_name_the_field_and_the_fix() {
+        let cases = [
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"colour":1}"#,
+                "colour",
+                "unknown field `colour`",
+            ),
+            (r#"{"name":"t","command":["x"],"min_nodes":"3","max_nodes":1}"#, "min_nodes", "expected an integer"),
+            (r#"{"name":"t","command":["x"],"min_nodes":0,"max_nodes":1}"#, "min_nodes", "at least 1"),
+            (r#"{"name":"t","command":["x"],"min_nodes":3,"max_nodes":2}"#, "min_nodes", "min_nodes <= max_nodes"),
+            (r#"{"name":"t","command":[],"min_nodes":1,"max_nodes":1}"#, "command", "is empty"),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"bundle":{"cpu":-2}}"#,
+                "bundle",
+                "must be >= 0",
+            ),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"retries":{"user":-2}}"#,
+                "retries.user",
+                "-1 for unlimited",
+            ),
+            (r#"{"name":"t","command":["x"],"min_nodes":1}"#, "max_nodes", "is required"),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"strategy":"WIDE"}"#,
+                "strategy",
+                "unknown variant",
+            ),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"retries":{"backoff_ms":{"initial":5,"max":1}}}"#,
+                "retries.backoff_ms.initial",
+                "must not exceed max",
+            ),
+        ];
+        for (text, field, fragment) in cases {
+            let err = parse(text).unwrap_err();
+            assert_eq!(err.field, field, "{text}: {err}");
+            assert!(err.message.contains(fragment), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn overrides_win_and_are_validated() {
+        let text = r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":2}"#;
+        let o = Overrides { min_nodes: Some(3), max_nodes: Some(8), hot_spares: Some(1), priority: Some(5) };
+        let spec = JobSpec::parse(text, &o).unwrap();
+        assert_eq!((spec.min_nodes, spec.max_nodes, spec.hot_spares, spec.priority), (3, 8, 1, 5));
+        let bad = Overrides { min_nodes: Some(4), ..Overrides::default() };
+        assert_eq!(JobSpec::parse(text, &bad).unwrap_err().field, "min_nodes");
+    }
+}
