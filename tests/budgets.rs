@@ -1,0 +1,215 @@
+//! Retry budgets and the ledger (DESIGN §6), one scenario per row of the cause table.
+
+mod support;
+
+use ftdrive::driver::{ActorState, BudgetKind, Cause, JobState, LedgerEntry};
+use ftdrive::protocol::ExitStatus;
+use ftdrive::spec::JobSpec;
+use ftdrive::{Labels, Resources};
+use support::{config, cpu, spec, TestCluster};
+
+fn preemptible() -> Labels {
+    Labels::from([("preemptible".to_string(), "true".to_string())])
+}
+
+fn one_job(nodes: &[&str], s: JobSpec) -> (TestCluster, ftdrive::JobId) {
+    let mut c = TestCluster::new(config());
+    for n in nodes {
+        c.join(n, cpu(1));
+    }
+    let job = c.submit(s);
+    assert_eq!(c.view(&job).state, JobState::Running);
+    (c, job)
+}
+
+fn last_failure(c: &TestCluster, job: &ftdrive::JobId) -> LedgerEntry {
+    c.view(job).ledger.iter().rev().find(|e| e.cause != Cause::Collateral).cloned().expect("a ledger entry")
+}
+
+#[test]
+fn exit_1_is_a_user_error_charged_to_user() {
+    let mut s = spec("u", 1, 1);
+    s.retries.user = 2;
+    let (mut c, job) = one_job(&["n1"], s);
+    c.exit_rank(&job, 0, 1);
+    let e = last_failure(&c, &job);
+    assert_eq!((e.cause, e.budget, e.exit_code), (Cause::UserError, BudgetKind::User, Some(1)));
+    assert_eq!(e.remaining.user, 1);
+    assert!(e.evidence.contains("exited with code 1"), "{}", e.evidence);
+}
+
+#[test]
+fn signal_the_agent_did_not_send_is_a_user_error() {
+    let mut s = spec("u", 1, 1);
+    s.retries.user = 1;
+    let (mut c, job) = one_job(&["n1"], s);
+    c.exit_actor(&job, 0, ExitStatus::signal(9, false));
+    let e = last_failure(&c, &job);
+    assert_eq!((e.cause, e.budget, e.signal), (Cause::UserError, BudgetKind::User, Some(9)));
+}
+
+#[test]
+fn stop_under_a_drain_notice_is_preempted() {
+    let (mut c, job) = one_job(&["n1", "n2"], spec("d", 1, 1));
+    c.drain("n1", 30_000);
+    let e = last_failure(&c, &job);
+    assert_eq!((e.cause, e.budget), (Cause::Preempted, BudgetKind::Preemption));
+    assert!(e.evidence.contains("preemption notice"), "{}", e.evidence);
+    c.advance(1_000);
+    assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("n2"), "moved off the draining node");
+    assert_eq!(c.view(&job).actors[0].state, ActorState::Running);
+}
+
+#[test]
+fn preemptible_node_lost_is_preempted() {
+    let mut c = TestCluster::new(config());
+    c.join_labelled("p1", cpu(1), preemptible());
+    let job = c.submit(spec("p", 1, 1));
+    c.crash("p1");
+    c.advance(5_000);
+    let e = last_failure(&c, &job);
+    assert_eq!((e.cause, e.budget), (Cause::Preempted, BudgetKind::Preemption));
+    assert!(e.evidence.contains("preemptible=true"), "{}", e.evidence);
+    assert_eq!(e.remaining.preemption, -1);
+    assert_eq!(e.remaining.system, 3, "the system budget was not touched");
+}
+
+#[test]
+fn other_node_lost_is_node_lost_charged_to_system() {
+    let (mut c, job) = one_job(&["n1"], spec("n", 1, 1));
+    c.crash("n1");
+    c.advance(5_000);
+    let e = last_failure(&c, &job);
+    assert_eq!((e.cause, e.budget, e.remaining.system), (Cause::NodeLost, BudgetKind::System, 2));
+}
+
+#[test]
+fn agent_restart_is_node_lost() {
+    let (mut c, job) = one_job(&["n1"], spec("n", 1, 1));
+    c.join("n1", cpu(1));
+    let e = last_failure(&c, &job);
+    assert_eq!((e.cause, e.budget), (Cause::NodeLost, BudgetKind::System));
+    assert!(e.evidence.contains("agent on n1 restarted"), "{}", e.evidence);
+}
+
+#[test]
+fn non_retryable_exit_code_fails_the_job_at_once() {
+    let mut s = spec("nr", 1, 1);
+    s.retries.user = 5;
+    s.retries.non_retryable_exit_codes = vec![2];
+    let (mut c, job) = one_job(&["n1"], s);
+    c.exit_rank(&job, 0, 2);
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Failed);
+    let e = &view.ledger[0];
+    assert_eq!((e.cause, e.budget), (Cause::NonRetryable, BudgetKind::None));
+    assert_eq!(view.remaining.user, 5, "nothing charged");
+    assert_eq!(view.actors[0].state, ActorState::Failed);
+}
+
+#[test]
+fn exhausted_budget_fails_the_job_and_the_ledger_names_it() {
+    let (mut c, job) = one_job(&["n1"], spec("x", 1, 1));
+    c.exit_rank(&job, 0, 1);
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Failed);
+    let e = &view.ledger[0];
+    assert_eq!((e.cause, e.budget, e.remaining.user), (Cause::UserError, BudgetKind::User, 0));
+    assert!(e.evidence.contains("the user budget is exhausted"), "{}", e.evidence);
+    assert!(view.message.as_deref().unwrap().contains("user retry budget is exhausted"), "{:?}", view.message);
+}
+
+#[test]
+fn single_budget_charges_user_for_everything() {
+    let mut s = spec("sb", 1, 1);
+    s.retries.user = 1;
+    s.retries.single_budget = true;
+    let (mut c, job) = one_job(&["n1", "n2"], s);
+    c.crash("n1");
+    c.advance(5_000);
+    let e = last_failure(&c, &job);
+    assert_eq!((e.cause, e.budget, e.remaining.user, e.remaining.system), (Cause::NodeLost, BudgetKind::User, 0, 3));
+}
+
+#[test]
+fn last_attempt_runs_off_preemptible_nodes() {
+    let mut c = TestCluster::new(config());
+    c.join_labelled("p1", cpu(1), preemptible());
+    c.join_labelled("p2", cpu(1), preemptible());
+    c.join("s1", cpu(1));
+    let mut s = spec("lanp", 1, 1);
+    s.retries.preemption = 1;
+    s.last_attempt_non_preemptible = true;
+    let job = c.submit(s);
+    assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("p1"));
+    c.crash("p1");
+    c.advance(5_000);
+    let e = last_failure(&c, &job);
+    assert_eq!((e.cause, e.remaining.preemption), (Cause::Preempted, 0));
+    assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("s1"), "p2 was free but preemptible");
+}
+
+#[test]
+fn gang_restart_charges_only_the_failed_rank() {
+    let mut s = spec("col", 3, 3);
+    s.retries.user = 3;
+    let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
+    c.exit_rank(&job, 1, 1);
+    c.advance(1_000);
+    let view = c.view(&job);
+    let causes: Vec<(Cause, BudgetKind)> = view.ledger.iter().map(|e| (e.cause, e.budget)).collect();
+    assert_eq!(causes.iter().filter(|c| c.0 == Cause::UserError).count(), 1);
+    assert_eq!(causes.iter().filter(|c| **c == (Cause::Collateral, BudgetKind::None)).count(), 2);
+    assert_eq!(view.remaining.user, 2);
+    assert_eq!(view.cycles, 2);
+    c.finish(&job);
+    assert_eq!(c.view(&job).state, JobState::Succeeded);
+}
+
+#[test]
+fn user_stop_ends_everything_as_stopped() {
+    let mut s = spec("stop", 2, 2);
+    s.hot_spares = 1;
+    let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
+    c.stop(&job);
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Stopped);
+    assert!(view.actors.iter().all(|a| a.state == ActorState::Stopped), "{:?}", view.actors);
+    assert!(view.ledger.iter().all(|e| (e.cause, e.budget) == (Cause::Stopped, BudgetKind::None)));
+    assert_eq!(c.running_of(&job).count(), 0);
+}
+
+#[test]
+fn spawn_failure_fails_the_job_and_names_the_command() {
+    let (mut c, job) = one_job(&["n1"], spec("sp", 1, 1));
+    let key = c.running_of(&job).next().unwrap().clone();
+    c.agents.get_mut("n1").unwrap().running.clear();
+    c.input(ftdrive::head::Input::SpawnFailed { node: "n1".into(), key, message: "No such file or directory".into() });
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Failed);
+    assert_eq!((view.ledger[0].cause, view.ledger[0].budget), (Cause::SpawnFailed, BudgetKind::None));
+    assert_eq!(view.ledger[0].evidence, "could not start `train`: No such file or directory");
+}
+
+#[test]
+fn schedule_timeout_fails_an_unplaceable_job() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    let mut s = spec("to", 2, 2);
+    s.schedule_timeout_ms = Some(5_000);
+    let job = c.submit(s);
+    c.advance(4_000);
+    assert_eq!(c.view(&job).state, JobState::Pending);
+    c.advance(2_000);
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Failed);
+    assert!(view.message.unwrap().contains("schedule_timeout_ms"));
+}
+
+#[test]
+fn resources_free_again_after_failure() {
+    let (mut c, job) = one_job(&["n1"], spec("f", 1, 1));
+    c.exit_rank(&job, 0, 1);
+    assert_eq!(c.view(&job).state, JobState::Failed);
+    assert_eq!(c.head.scheduler().allocated(0), Resources::new());
+}

@@ -1,0 +1,226 @@
+//! The core's acceptance scenarios, each driving the head with explicit inputs.
+
+mod support;
+
+use ftdrive::driver::{ActorState, BudgetKind, Cause, JobEvent, JobState};
+use ftdrive::protocol::ExitStatus;
+use ftdrive::spec::RestartMode;
+use ftdrive::{Labels, Resources};
+use support::{config, cpu, spec, TestCluster};
+
+use ActorState::*;
+
+fn three_node_cluster() -> TestCluster {
+    let mut c = TestCluster::new(config());
+    for n in ["n1", "n2", "n3"] {
+        c.join(n, cpu(1));
+    }
+    c
+}
+
+fn replacement_beats_pending_job(b_priority: i32) {
+    let mut c = three_node_cluster();
+    let a = c.submit(spec("a", 3, 3));
+    assert_eq!(c.view(&a).state, JobState::Running);
+    let mut b_spec = spec("b", 1, 1);
+    b_spec.priority = b_priority;
+    let b = c.submit(b_spec);
+    c.advance(1_000);
+    assert_eq!(c.view(&b).state, JobState::Pending);
+
+    let on_n2 = c.view(&a).actors.iter().position(|x| x.node.as_deref() == Some("n2")).unwrap();
+    let actor = format!("{a}/{on_n2}");
+    c.crash("n2");
+    c.advance(5_000);
+    assert_eq!(c.actor_state(&a, on_n2 as u32), Scheduling, "waiting for a replacement bundle");
+    c.join("n4", cpu(1));
+    c.advance(1_000);
+
+    let view = c.view(&a);
+    assert_eq!(view.actors[on_n2].node.as_deref(), Some("n4"), "the lost bundle went to n4");
+    assert_eq!(view.actors[on_n2].state, Running);
+    assert_eq!(c.view(&b).state, JobState::Pending, "the pending job did not get n4");
+    let path = c.transitions(&actor);
+    assert_eq!(&path[path.len() - 3..], &[(Running, Failing), (Failing, Scheduling), (Scheduling, Running)]);
+    let entry = view.ledger.iter().find(|e| e.actor == actor).expect("ledger entry for the lost attempt");
+    assert_eq!((entry.cause, entry.budget), (Cause::NodeLost, BudgetKind::System));
+    assert!(entry.evidence.contains("n2 missed heartbeats"), "{}", entry.evidence);
+    assert_eq!(entry.remaining.system, 2);
+}
+
+#[test]
+fn lost_bundle_is_replaced_before_a_pending_job() {
+    replacement_beats_pending_job(0);
+}
+
+#[test]
+fn replacement_wins_even_against_a_higher_priority_pending_job() {
+    replacement_beats_pending_job(100);
+}
+
+#[test]
+fn strict_spread_gang_is_placed_whole_or_not_at_all() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(4));
+    c.join("n2", cpu(4));
+    let job = c.submit(spec("g", 3, 3));
+    c.advance(2_000);
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Pending);
+    assert!(view.actors.iter().all(|a| a.node.is_none()), "nothing placed: {:?}", view.actors);
+    assert!(c.placements_after(0).is_empty());
+    assert_eq!(c.head.scheduler().allocated(0), Resources::new(), "no capacity held by a half gang");
+
+    let joined = c.mark();
+    c.join("n3", cpu(4));
+    let placed = c.placements_after(joined);
+    assert_eq!(placed.len(), 3, "all three at once: {placed:?}");
+    let mut nodes: Vec<&str> = placed.iter().map(|(_, n)| n.as_str()).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2", "n3"]);
+    assert_eq!(c.view(&job).state, JobState::Running);
+}
+
+#[test]
+fn elastic_job_grows_with_a_membership_change_that_charges_nothing() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    let job = c.submit(spec("e", 1, 2));
+    assert_eq!(c.cycles_formed(), vec![(1, "10.0.0.1".into(), vec![format!("{job}/0")])]);
+    c.join("n2", cpu(1));
+    c.advance(3_000);
+
+    let view = c.view(&job);
+    assert_eq!(view.cycles, 2);
+    assert!(view.actors.iter().all(|a| a.state == Running));
+    let cycles = c.cycles_formed();
+    assert_eq!(cycles[1].2, vec![format!("{job}/0"), format!("{job}/1")], "survivor keeps rank 0, newcomer appends");
+    let entry = &view.ledger[0];
+    assert_eq!((entry.cause, entry.budget, entry.cycle), (Cause::MembershipChange, BudgetKind::None, 1));
+    assert_eq!(view.remaining, ftdrive::driver::Remaining { user: 0, system: 3, preemption: -1 });
+}
+
+#[test]
+fn actor_mode_late_actor_never_starts_once_terminating() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    c.join("n2", cpu(1));
+    let mut s = spec("torchx", 2, 3);
+    s.restart = RestartMode::Actor;
+    let job = c.submit(s);
+    assert_eq!(c.view(&job).state, JobState::Running);
+    c.exit_actor(&job, 0, ExitStatus::code(0));
+    assert_eq!(c.actor_state(&job, 0), TaskCompleted);
+
+    c.join("n3", cpu(1));
+    let late = format!("{job}/2");
+    assert!(
+        c.job_events().any(|e| matches!(e, JobEvent::ReleasedUnused { actor } if *actor == late)),
+        "placed, then released"
+    );
+    assert_eq!(c.view(&job).actors[2].attempt, 0, "never started");
+    assert!(c.processes_on("n3").is_empty());
+
+    c.exit_actor(&job, 1, ExitStatus::code(0));
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Succeeded);
+    assert_eq!(view.actors[2].state, Stopped);
+    assert!(c.head.scheduler().pg(1).is_none(), "no bundle held after the job ended");
+}
+
+#[test]
+fn gang_recovers_from_losing_rank_zero_with_a_new_master() {
+    let mut c = three_node_cluster();
+    c.join("n4", cpu(1));
+    let job = c.submit(spec("g", 3, 3));
+    let first = c.cycles_formed()[0].clone();
+    assert_eq!(first.1, "10.0.0.1", "rank 0 on n1");
+    c.crash("n1");
+    c.advance(6_000);
+
+    let cycles = c.cycles_formed();
+    let second = cycles.last().unwrap();
+    assert_eq!(second.0, 2);
+    assert_eq!(second.1, "10.0.0.4", "rank 0 now on n4");
+    assert_eq!(second.2, first.2, "actor 0 keeps rank 0 on its new bundle");
+    assert!(c.processes_on("n2").iter().all(|(_, _, master)| master == "10.0.0.4"));
+    c.finish(&job);
+    assert_eq!(c.view(&job).state, JobState::Succeeded);
+}
+
+#[test]
+fn hot_spare_takes_the_failed_rank_and_ends_gracefully() {
+    let mut c = three_node_cluster();
+    let mut s = spec("hs", 2, 2);
+    s.hot_spares = 1;
+    s.retries.user = 1;
+    let job = c.submit(s);
+    assert_eq!(c.actor_state(&job, 2), Standby);
+    let failed_at = c.mark();
+    c.exit_rank(&job, 1, 1);
+    c.advance(1_000);
+
+    let view = c.view(&job);
+    assert_eq!(view.cycles, 2);
+    assert_eq!(c.cycles_formed()[1].2, vec![format!("{job}/0"), format!("{job}/2")], "the spare holds rank 1");
+    assert!(c.placements_after(failed_at).is_empty(), "no scheduling wait: nothing was placed");
+    assert_eq!(view.actors[1].state, Standby, "the failed actor is the new spare");
+    assert!(c.job_events().any(|e| matches!(e, JobEvent::Promoted { .. })));
+
+    c.finish(&job);
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Succeeded);
+    assert_eq!(view.actors[1].state, TaskCompleted);
+    assert_eq!(c.transitions(&format!("{job}/1")).last(), Some(&(Standby, TaskCompleted)));
+    for node in ["n1", "n2", "n3"] {
+        let ix = c.head.scheduler().node_ix(node).unwrap();
+        assert_eq!(c.head.scheduler().allocated(ix), Resources::new(), "{node} still holds something");
+    }
+}
+
+#[test]
+fn exit_of_an_old_attempt_changes_nothing() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    let mut s = spec("stale", 1, 1);
+    s.retries.user = 2;
+    let job = c.submit(s);
+    let first = c.running_of(&job).next().unwrap().clone();
+    c.exit_rank(&job, 0, 1);
+    c.advance(1_000);
+    assert_eq!(c.view(&job).actors[0].attempt, 2);
+    let before = c.view(&job);
+
+    let old =
+        ftdrive::head::Input::ProcessExited { node: "n1".into(), key: first.clone(), status: ExitStatus::code(1) };
+    c.input(old);
+    assert_eq!(c.view(&job), before, "nothing changed");
+    assert!(c.job_events().any(|e| matches!(e, JobEvent::Stale { key, .. } if *key == first)));
+}
+
+#[test]
+fn infeasible_bundle_names_the_resource_and_the_largest_node() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", Resources::units(&[("cpu", 8), ("gpu", 4)]));
+    c.join("n2", Resources::units(&[("cpu", 8), ("gpu", 2)]));
+    let mut s = spec("big", 1, 1);
+    s.bundle = Resources::units(&[("gpu", 8)]);
+    let job = c.submit(s);
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Pending);
+    assert_eq!(view.infeasible.as_deref(), Some("infeasible: bundle needs gpu=8, largest node has gpu=4 (n1)"));
+
+    c.join("n3", Resources::units(&[("gpu", 8)]));
+    assert_eq!(c.view(&job).infeasible, None, "re-checked when a node joins");
+    assert_eq!(c.view(&job).state, JobState::Running);
+}
+
+#[test]
+fn selector_nobody_matches_is_infeasible() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    let mut s = spec("sel", 1, 1);
+    s.node_selector = Labels::from([("zone".to_string(), "b".to_string())]);
+    let job = c.submit(s);
+    assert_eq!(c.view(&job).infeasible.as_deref(), Some("infeasible: no node matches node_selector zone=b"));
+}

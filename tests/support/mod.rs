@@ -1,0 +1,264 @@
+//! A synchronous test cluster for the head: agents that register, heartbeat, run "processes"
+//! as table entries and report exits at once. It makes inputs explicit and readable; the
+//! seeded simulator with a lossy network lives in `ftdrive::sim`.
+
+#![allow(dead_code)]
+
+use ftdrive::driver::{ActorState, JobEvent};
+use ftdrive::head::{Effect, Event, Head, Input, Reply};
+use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent};
+use ftdrive::view::JobView;
+use ftdrive::{HeadConfig, Instant, JobId, JobSpec, Labels, NodeId, Resources};
+use std::collections::BTreeMap;
+
+pub struct Agent {
+    pub incarnation: u64,
+    pub seq: u64,
+    pub heartbeating: bool,
+    pub running: BTreeMap<AttemptKey, StartSpec>,
+}
+
+pub struct TestCluster {
+    pub head: Head,
+    pub now: Instant,
+    pub agents: BTreeMap<String, Agent>,
+    pub effects: Vec<(Instant, Effect)>,
+    next_beat: Instant,
+}
+
+pub fn config() -> HeadConfig {
+    HeadConfig { seed: 7, ..HeadConfig::default() }
+}
+
+pub fn cpu(n: u64) -> Resources {
+    Resources::units(&[("cpu", n)])
+}
+
+/// A spec with a fast backoff, so restarts follow within a heartbeat or two.
+pub fn spec(name: &str, min: u32, max: u32) -> JobSpec {
+    let mut spec = JobSpec::minimal(name, &["train"], min, max);
+    spec.retries.backoff_ms.initial = 100;
+    spec.retries.backoff_ms.max = 100;
+    spec.scale_up_delay_ms = 1_000;
+    spec
+}
+
+impl TestCluster {
+    pub fn new(config: HeadConfig) -> Self {
+        TestCluster {
+            head: Head::new(config),
+            now: Instant::ZERO,
+            agents: BTreeMap::new(),
+            effects: Vec::new(),
+            next_beat: Instant::from_ms(1_000),
+        }
+    }
+
+    pub fn join(&mut self, name: &str, resources: Resources) {
+        self.join_labelled(name, resources, Labels::new());
+    }
+
+    pub fn join_labelled(&mut self, name: &str, resources: Resources, labels: Labels) {
+        let incarnation = self.agents.get(name).map_or(1, |a| a.incarnation + 1);
+        self.agents.insert(name.into(), Agent { incarnation, seq: 0, heartbeating: true, running: BTreeMap::new() });
+        let input = Input::Register {
+            node: NodeId::new(name),
+            incarnation,
+            resources,
+            labels,
+            addr: format!("10.0.0.{}", self.agents.len()),
+        };
+        self.input(input);
+    }
+
+    pub fn submit(&mut self, spec: JobSpec) -> JobId {
+        match self.input(Input::Submit { id: None, spec: Box::new(spec) }) {
+            Reply::Submitted(id) => id,
+            other => panic!("submit answered {other:?}"),
+        }
+    }
+
+    pub fn stop(&mut self, job: &JobId) {
+        self.input(Input::Stop { job: job.clone() });
+    }
+
+    pub fn drain(&mut self, node: &str, deadline_ms: u64) {
+        self.input(Input::Drain { node: NodeId::new(node), deadline_ms });
+    }
+
+    pub fn input(&mut self, input: Input) -> Reply {
+        let reply = self.head.handle(self.now, input).unwrap_or_else(|e| panic!("head refused input: {e}"));
+        self.pump();
+        reply
+    }
+
+    /// The node stops heartbeating and its processes vanish without a word (power loss).
+    pub fn crash(&mut self, node: &str) {
+        let agent = self.agents.get_mut(node).expect("known node");
+        agent.heartbeating = false;
+        agent.running.clear();
+    }
+
+    /// The process of `job`'s rank `rank` exits with `code`.
+    pub fn exit_rank(&mut self, job: &JobId, rank: u32, code: i32) {
+        self.exit_where(job, |s| s.env["RANK"] == rank.to_string(), ExitStatus::code(code));
+    }
+
+    pub fn exit_actor(&mut self, job: &JobId, actor: u32, status: ExitStatus) {
+        self.exit_where(job, |s| s.key.actor == actor, status);
+    }
+
+    /// Every running process of `job` exits 0.
+    pub fn finish(&mut self, job: &JobId) {
+        while self.running_of(job).next().is_some() {
+            let key = self.running_of(job).next().unwrap().clone();
+            self.exit_where(job, |s| s.key == key, ExitStatus::code(0));
+        }
+    }
+
+    fn exit_where(&mut self, job: &JobId, pick: impl Fn(&StartSpec) -> bool, status: ExitStatus) {
+        let found = self.agents.iter().find_map(|(node, a)| {
+            a.running.values().find(|s| s.key.job == *job && pick(s)).map(|s| (node.clone(), s.key.clone()))
+        });
+        let (node, key) = found.unwrap_or_else(|| panic!("no matching process of {job} runs"));
+        self.agents.get_mut(&node).unwrap().running.remove(&key);
+        self.input(Input::ProcessExited { node: NodeId::new(&node), key, status });
+    }
+
+    pub fn running_of<'a>(&'a self, job: &'a JobId) -> impl Iterator<Item = &'a AttemptKey> + 'a {
+        self.agents.values().flat_map(|a| a.running.keys()).filter(move |k| k.job == *job)
+    }
+
+    /// The processes running on a node, as (actor, RANK, MASTER_ADDR).
+    pub fn processes_on(&self, node: &str) -> Vec<(u32, String, String)> {
+        self.agents[node]
+            .running
+            .values()
+            .map(|s| (s.key.actor, s.env["RANK"].clone(), s.env["MASTER_ADDR"].clone()))
+            .collect()
+    }
+
+    /// Advances the clock by `ms`, delivering heartbeats and head timeouts on the way.
+    pub fn advance(&mut self, ms: u64) {
+        let end = self.now.plus_ms(ms);
+        loop {
+            let timeout = self.head.poll_timeout().filter(|t| *t <= end);
+            let next = [Some(self.next_beat).filter(|t| *t <= end), timeout].into_iter().flatten().min();
+            let Some(next) = next else { break };
+            self.now = self.now.max(next);
+            if self.next_beat <= self.now {
+                self.heartbeats();
+                self.next_beat = self.now.plus_ms(self.head.config().heartbeat_interval_ms);
+            }
+            if self.head.poll_timeout().is_some_and(|t| t <= self.now) {
+                self.head.handle_timeout(self.now);
+                self.pump();
+            }
+        }
+        self.now = end;
+    }
+
+    fn heartbeats(&mut self) {
+        let names: Vec<String> = self.agents.iter().filter(|(_, a)| a.heartbeating).map(|(n, _)| n.clone()).collect();
+        for name in names {
+            let agent = self.agents.get_mut(&name).unwrap();
+            agent.seq += 1;
+            let input = Input::Heartbeat {
+                node: NodeId::new(&name),
+                incarnation: agent.incarnation,
+                seq: agent.seq,
+                running: agent.running.keys().cloned().collect(),
+            };
+            self.input(input);
+        }
+    }
+
+    /// Carries out the head's effects at once: starts are confirmed, stops end the process
+    /// with SIGTERM sent by the agent.
+    fn pump(&mut self) {
+        while let Some(effect) = self.head.poll_effect() {
+            self.head.check_invariants();
+            if let Effect::Send { node, msg } = &effect {
+                self.deliver(node.as_str(), msg.clone());
+            }
+            self.effects.push((self.now, effect));
+        }
+        self.head.check_invariants();
+    }
+
+    fn deliver(&mut self, node: &str, msg: ToAgent) {
+        let agent = self.agents.get_mut(node).expect("message to a known node");
+        if !agent.heartbeating {
+            return; // crashed: messages vanish
+        }
+        match msg {
+            ToAgent::Start(spec) => {
+                let key = spec.key.clone();
+                if agent.running.insert(key.clone(), spec).is_none() {
+                    let reply = self.head.handle(self.now, Input::ProcessStarted { node: NodeId::new(node), key });
+                    reply.expect("start confirmation accepted");
+                }
+            }
+            ToAgent::Stop { key, .. } => {
+                if agent.running.remove(&key).is_some() {
+                    let input =
+                        Input::ProcessExited { node: NodeId::new(node), key, status: ExitStatus::signal(15, true) };
+                    self.head.handle(self.now, input).expect("exit accepted");
+                }
+            }
+            ToAgent::AckExit { .. } => {}
+        }
+    }
+
+    pub fn view(&self, job: &JobId) -> JobView {
+        self.head.job_view(job).expect("known job")
+    }
+
+    pub fn actor_state(&self, job: &JobId, actor: u32) -> ActorState {
+        self.view(job).actors[actor as usize].state
+    }
+
+    /// Every transition of one actor, in order.
+    pub fn transitions(&self, actor: &str) -> Vec<(ActorState, ActorState)> {
+        self.job_events()
+            .filter_map(|e| match e {
+                JobEvent::Transition { actor: a, from, to, .. } if a == actor => Some((*from, *to)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn job_events(&self) -> impl Iterator<Item = &JobEvent> {
+        self.effects.iter().filter_map(|(_, e)| match e {
+            Effect::Notify(Event::Job { detail, .. }) => Some(detail),
+            _ => None,
+        })
+    }
+
+    /// A position in the effect log, for `placements_after`.
+    pub fn mark(&self) -> usize {
+        self.effects.len()
+    }
+
+    /// (actor, node) of every placement after `mark`.
+    pub fn placements_after(&self, mark: usize) -> Vec<(String, String)> {
+        self.effects[mark..]
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Effect::Notify(Event::Placed { actor, node, .. }) => Some((actor.clone(), node.to_string())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn cycles_formed(&self) -> Vec<(u32, String, Vec<String>)> {
+        self.job_events()
+            .filter_map(|e| match e {
+                JobEvent::CycleFormed { cycle, master_addr, ranks, .. } => {
+                    Some((*cycle, master_addr.clone(), ranks.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
