@@ -1,0 +1,115 @@
+//! Scheduler benchmarks (criterion): `cargo bench --bench scheduler`.
+//!
+//! (a) place 1,000 gangs of 8 bundles on 10,000 nodes — target under 50 ms for all of them;
+//! (b) a 10,000-node cluster holding 80,000 bundles loses 1% of its nodes — target under
+//!     20 ms to place every replacement.
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use ftdrive::scheduler::{PgSpec, QueueClass, SchedEvent, Scheduler, SchedulerConfig};
+use ftdrive::spec::Strategy;
+use ftdrive::{Instant, Labels, NodeId, Resources};
+use std::time::Duration;
+
+const NODES: usize = 10_000;
+
+fn cluster(cpu_per_node: u64) -> Scheduler {
+    let mut s = Scheduler::new(SchedulerConfig::default());
+    for n in 0..NODES {
+        let labels = Labels::from([("rack".to_string(), format!("r{}", n / 40))]);
+        s.add_node(
+            NodeId::new(&format!("n{n:05}")),
+            Resources::units(&[("cpu", cpu_per_node), ("memory_mb", 65_536)]),
+            labels,
+        );
+    }
+    s
+}
+
+fn gang(bundles: u32, submit_ms: u64) -> PgSpec {
+    PgSpec {
+        priority: 0,
+        submit: Instant::from_ms(submit_ms),
+        strategy: Strategy::StrictSpread,
+        bundle: Resources::units(&[("cpu", 1), ("memory_mb", 4_096)]),
+        node_selector: Labels::new(),
+        pack_by: None,
+        bundles,
+        required: bundles,
+    }
+}
+
+fn placed(s: &mut Scheduler) -> usize {
+    std::iter::from_fn(|| s.poll_event()).filter(|e| matches!(e, SchedEvent::Placed(_))).count()
+}
+
+/// 1,000 pending gangs of 8 on an empty 10,000-node cluster.
+fn pending_gangs() -> Scheduler {
+    let mut s = cluster(8);
+    for id in 1..=1_000u64 {
+        s.create_pg(id, gang(8, id));
+        s.request_gang(id);
+    }
+    s
+}
+
+/// 10,000 admitted gangs of 8 (80,000 bundles), nodes with room for 10 each.
+fn full_cluster() -> Scheduler {
+    let mut s = cluster(10);
+    for id in 1..=10_000u64 {
+        s.create_pg(id, gang(8, id));
+        s.request_gang(id);
+    }
+    s.schedule(Instant::from_ms(1));
+    assert_eq!(placed(&mut s), 80_000, "every bundle placed in the setup");
+    s
+}
+
+fn lose_one_percent_and_replace(s: &mut Scheduler) -> usize {
+    let now = Instant::from_ms(60_000);
+    let mut lost = Vec::new();
+    for n in (0..NODES).step_by(100) {
+        let ix = s.node_ix(&format!("n{n:05}")).expect("known node");
+        lost.extend(s.kill_node(ix));
+    }
+    for &(pg, bundle) in &lost {
+        s.request(pg, bundle, QueueClass::Replacement, now);
+    }
+    s.schedule(now);
+    let replaced = placed(s);
+    assert_eq!(replaced, lost.len(), "every lost bundle re-placed");
+    replaced
+}
+
+fn benches(c: &mut Criterion) {
+    let mut group = c.benchmark_group("scheduler");
+    group.sample_size(20).measurement_time(Duration::from_secs(10));
+
+    let template = pending_gangs();
+    group.bench_function("a_place_1000_gangs_of_8_on_10000_nodes", |b| {
+        b.iter_batched(
+            || template.clone(),
+            |mut s| {
+                s.schedule(Instant::from_ms(1));
+                assert_eq!(placed(&mut s), 8_000);
+                s
+            },
+            BatchSize::LargeInput,
+        )
+    });
+
+    let template = full_cluster();
+    group.bench_function("b_replace_after_losing_1pct_of_10000_nodes_holding_80000_bundles", |b| {
+        b.iter_batched(
+            || template.clone(),
+            |mut s| {
+                lose_one_percent_and_replace(&mut s);
+                s
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(scheduler, benches);
+criterion_main!(scheduler);
