@@ -29,6 +29,8 @@ mod feasibility;
 mod pg;
 mod queue;
 mod select;
+#[cfg(test)]
+mod tests;
 
 pub use cluster::{Node, NodeIx, NodeState, ResourceTable};
 pub use pg::{BundleState, PgSpec, PgState, PlacementGroup};
@@ -111,6 +113,8 @@ pub struct Scheduler {
     /// Something changed since the last pass that could let an item be placed.
     dirty: bool,
     fault: PolicyFault,
+    /// Passes run so far: shows that nothing spins while nothing changes.
+    passes: u64,
 }
 
 impl Scheduler {
@@ -124,6 +128,7 @@ impl Scheduler {
             events: VecDeque::new(),
             dirty: false,
             fault: PolicyFault::None,
+            passes: 0,
         }
     }
 
@@ -304,6 +309,10 @@ impl Scheduler {
         self.dirty
     }
 
+    pub fn passes(&self) -> u64 {
+        self.passes
+    }
+
     pub fn poll_event(&mut self) -> Option<SchedEvent> {
         self.events.pop_front()
     }
@@ -315,6 +324,7 @@ impl Scheduler {
         if !std::mem::take(&mut self.dirty) {
             return;
         }
+        self.passes += 1;
         let mut holds = Holds::default();
         let mut failed_shapes: BTreeSet<Shape> = BTreeSet::new();
         for class in self.class_order() {

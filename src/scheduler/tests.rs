@@ -1,0 +1,233 @@
+//! Unit tests of the scheduling policy: queue order, backfill with aging, strategies,
+//! `pack_by`, selectors, and that nothing spins while nothing changes.
+
+use super::*;
+
+fn t(ms: u64) -> Instant {
+    Instant::from_ms(ms)
+}
+
+fn sched() -> Scheduler {
+    Scheduler::new(SchedulerConfig { starvation_ms: 10_000, ..SchedulerConfig::default() })
+}
+
+fn join(s: &mut Scheduler, name: &str, cpu: u64, labels: &[(&str, &str)]) -> NodeIx {
+    let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    s.add_node(NodeId::new(name), Resources::units(&[("cpu", cpu)]), labels)
+}
+
+fn pg(bundles: u32, required: u32, strategy: Strategy, submit: u64) -> PgSpec {
+    PgSpec {
+        priority: 0,
+        submit: t(submit),
+        strategy,
+        bundle: Resources::units(&[("cpu", 1)]),
+        node_selector: Labels::new(),
+        pack_by: None,
+        bundles,
+        required,
+    }
+}
+
+/// Runs a pass and returns (group, bundle, node name) of every placement.
+fn pass(s: &mut Scheduler, now: u64) -> Vec<(PgId, u32, String)> {
+    s.schedule(t(now));
+    s.check_invariants();
+    let events: Vec<SchedEvent> = std::iter::from_fn(|| s.poll_event()).collect();
+    events
+        .into_iter()
+        .filter_map(|e| match e {
+            SchedEvent::Placed(p) => Some((p.pg, p.bundle, s.node(p.node).name.to_string())),
+            SchedEvent::Feasibility { .. } => None,
+        })
+        .collect()
+}
+
+fn nodes_of(placed: &[(PgId, u32, String)], id: PgId) -> Vec<String> {
+    let mut nodes: Vec<String> = placed.iter().filter(|p| p.0 == id).map(|p| p.2.clone()).collect();
+    nodes.sort();
+    nodes
+}
+
+#[test]
+fn pending_gangs_go_by_priority_then_submit_time() {
+    let mut s = sched();
+    join(&mut s, "a", 1, &[]);
+    for (id, priority, submit) in [(1, 0, 0), (2, 5, 9), (3, 5, 3)] {
+        s.create_pg(id, PgSpec { priority, ..pg(1, 1, Strategy::StrictSpread, submit) });
+        s.request_gang(id);
+    }
+    assert_eq!(pass(&mut s, 10), vec![(3, 0, "a".into())], "priority 5 first, the earlier of the two");
+}
+
+#[test]
+fn backfill_until_the_blocked_gang_starves() {
+    let mut s = sched();
+    join(&mut s, "a", 2, &[]);
+    s.create_pg(1, pg(2, 2, Strategy::StrictSpread, 0)); // needs two nodes; only one exists
+    s.request_gang(1);
+    s.create_pg(2, pg(1, 1, Strategy::StrictSpread, 1));
+    s.request_gang(2);
+    assert_eq!(pass(&mut s, 1_000), vec![(2, 0, "a".into())], "the small gang backfills");
+
+    s.create_pg(3, pg(1, 1, Strategy::StrictSpread, 2));
+    s.request_gang(3);
+    assert!(pass(&mut s, 10_000).is_empty(), "gang 1 waited starvation_ms: it holds node a now");
+    join(&mut s, "b", 1, &[]);
+    let placed = pass(&mut s, 10_001);
+    assert_eq!(nodes_of(&placed, 1), ["a", "b"], "the starving gang is placed first");
+    assert!(nodes_of(&placed, 3).is_empty(), "nothing left for gang 3");
+}
+
+#[test]
+fn a_waiting_replacement_keeps_its_place_and_nothing_spins() {
+    let mut s = sched();
+    let a = join(&mut s, "a", 1, &[]);
+    s.create_pg(1, pg(1, 1, Strategy::StrictSpread, 0));
+    s.request_gang(1);
+    pass(&mut s, 0);
+    assert_eq!(s.kill_node(a), vec![(1, 0)]);
+    s.request(1, 0, QueueClass::Replacement, t(50));
+    pass(&mut s, 50);
+    let key = *s.queue().next().unwrap();
+    let passes = s.passes();
+    for now in [60, 70, 80] {
+        s.schedule(t(now));
+    }
+    assert_eq!(s.passes(), passes, "no pass without a change");
+    s.create_pg(2, pg(1, 1, Strategy::StrictSpread, 60));
+    s.request_gang(2);
+    pass(&mut s, 90);
+    assert_eq!(s.queue().next(), Some(&key), "the replacement is still first, with its key");
+    join(&mut s, "b", 1, &[]);
+    assert_eq!(pass(&mut s, 100), vec![(1, 0, "b".into())], "the replacement, not the pending gang");
+    assert_eq!(s.pg(1).unwrap().state(), PgState::Created);
+}
+
+#[test]
+fn spread_shares_nodes_only_when_it_must() {
+    let mut s = sched();
+    join(&mut s, "a", 4, &[]);
+    join(&mut s, "b", 4, &[]);
+    s.create_pg(1, pg(3, 3, Strategy::Spread, 0));
+    s.request_gang(1);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["a", "a", "b"]);
+    s.create_pg(2, pg(3, 3, Strategy::StrictSpread, 0));
+    s.request_gang(2);
+    assert!(pass(&mut s, 0).is_empty(), "STRICT_SPREAD never shares");
+}
+
+#[test]
+fn pack_fills_one_node_and_strict_pack_needs_one_node() {
+    let mut s = sched();
+    join(&mut s, "a", 2, &[]);
+    join(&mut s, "b", 3, &[]);
+    s.create_pg(1, pg(3, 3, Strategy::Pack, 0));
+    s.request_gang(1);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["a", "a", "b"], "a (first by name) filled, then b");
+
+    let mut s = sched();
+    join(&mut s, "a", 2, &[]);
+    join(&mut s, "b", 3, &[]);
+    s.create_pg(1, pg(3, 3, Strategy::StrictPack, 0));
+    s.request_gang(1);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["b", "b", "b"], "only b holds all three");
+}
+
+#[test]
+fn strict_pack_gang_bigger_than_any_node_is_infeasible() {
+    let mut s = sched();
+    join(&mut s, "a", 2, &[]);
+    s.create_pg(1, pg(3, 3, Strategy::StrictPack, 0));
+    let reason = s.pg(1).unwrap().infeasible.clone();
+    assert_eq!(reason.as_deref(), Some("infeasible: bundle needs cpu=3, largest node has cpu=2 (a)"));
+}
+
+#[test]
+fn pack_by_picks_the_fullest_domain_that_fits_and_replaces_within_it() {
+    let mut s = sched();
+    for (name, rack) in [("a1", "r1"), ("a2", "r1"), ("a3", "r1"), ("b1", "r2"), ("b2", "r2")] {
+        join(&mut s, name, 1, &[("rack", rack)]);
+    }
+    join(&mut s, "c1", 1, &[]);
+    let racked = |submit| PgSpec { pack_by: Some("rack".into()), ..pg(2, 2, Strategy::StrictSpread, submit) };
+    s.create_pg(1, racked(0));
+    s.request_gang(1);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["b1", "b2"], "r2 has fewer free slots than r1");
+    s.create_pg(2, racked(1));
+    s.request_gang(2);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 2), ["a1", "a2"]);
+    let a1 = s.node_ix("a1").unwrap();
+    s.kill_node(a1);
+    s.request(2, 0, QueueClass::Replacement, t(5));
+    assert_eq!(pass(&mut s, 5), vec![(2, 0, "a3".into())], "same rack, not c1");
+}
+
+#[test]
+fn selector_and_preemptible_avoidance_filter_nodes() {
+    let mut s = sched();
+    join(&mut s, "a", 1, &[("zone", "x"), ("preemptible", "true")]);
+    join(&mut s, "b", 1, &[("zone", "x")]);
+    join(&mut s, "c", 1, &[("zone", "y")]);
+    let zoned = |submit| PgSpec {
+        node_selector: Labels::from([("zone".into(), "x".into())]),
+        ..pg(1, 1, Strategy::StrictSpread, submit)
+    };
+    s.create_pg(1, zoned(0));
+    s.avoid_preemptible(1);
+    s.request_gang(1);
+    assert_eq!(pass(&mut s, 0), vec![(1, 0, "b".into())]);
+    s.create_pg(2, zoned(1));
+    s.request_gang(2);
+    assert_eq!(pass(&mut s, 1), vec![(2, 0, "a".into())], "without avoidance a preemptible node is fine");
+}
+
+#[test]
+fn elastic_and_spare_requests_wait_for_admission() {
+    let mut s = sched();
+    join(&mut s, "a", 1, &[]);
+    s.create_pg(1, pg(3, 1, Strategy::StrictSpread, 0));
+    s.request(1, 1, QueueClass::Elastic, t(0));
+    s.request(1, 2, QueueClass::Spare, t(0));
+    assert!(pass(&mut s, 0).is_empty(), "nothing before the gang is asked for");
+    s.request_gang(1);
+    join(&mut s, "b", 1, &[]);
+    join(&mut s, "c", 1, &[]);
+    let placed = pass(&mut s, 1);
+    assert_eq!(
+        placed.iter().map(|p| p.1).collect::<Vec<_>>(),
+        [0, 2, 1],
+        "gang, then spare, then elastic, in one pass"
+    );
+}
+
+#[test]
+fn a_broken_policy_switch_lets_a_gang_beat_a_replacement() {
+    let mut s = sched();
+    s.inject_policy_fault(PolicyFault::GangsBeforeReplacements);
+    let a = join(&mut s, "a", 1, &[]);
+    s.create_pg(1, pg(1, 1, Strategy::StrictSpread, 0));
+    s.request_gang(1);
+    pass(&mut s, 0);
+    s.kill_node(a);
+    s.request(1, 0, QueueClass::Replacement, t(1));
+    s.create_pg(2, pg(1, 1, Strategy::StrictSpread, 1));
+    s.request_gang(2);
+    join(&mut s, "b", 1, &[]);
+    assert_eq!(pass(&mut s, 2), vec![(2, 0, "b".into())], "the fault is real: the pending gang won");
+}
+
+#[test]
+fn releasing_and_removing_free_capacity() {
+    let mut s = sched();
+    let a = join(&mut s, "a", 2, &[]);
+    s.create_pg(1, pg(2, 2, Strategy::Pack, 0));
+    s.request_gang(1);
+    pass(&mut s, 0);
+    s.release(1, 0);
+    assert_eq!(s.allocated(a), Resources::units(&[("cpu", 1)]));
+    s.remove_pg(1);
+    assert_eq!(s.allocated(a), Resources::new());
+    assert!(s.pg(1).is_none());
+    s.check_invariants();
+}
