@@ -53,6 +53,12 @@ impl ExitStatus {
         ExitStatus { code: None, signal: Some(signal), signalled_by_agent: by_agent }
     }
 
+    /// What an agent reports when told to stop an attempt it never started: the process never
+    /// existed, and a start that arrives later will be ignored.
+    pub fn never_started() -> Self {
+        ExitStatus { code: None, signal: None, signalled_by_agent: true }
+    }
+
     pub fn success(&self) -> bool {
         self.code == Some(0)
     }
@@ -64,6 +70,7 @@ impl fmt::Display for ExitStatus {
             (Some(code), _) => write!(f, "exited with code {code}"),
             (None, Some(sig)) if self.signalled_by_agent => write!(f, "was killed by signal {sig} sent by the agent"),
             (None, Some(sig)) => write!(f, "was killed by signal {sig} (not sent by the agent)"),
+            (None, None) if self.signalled_by_agent => f.write_str("never started (stopped before it ran)"),
             (None, None) => f.write_str("ended without an exit status"),
         }
     }
@@ -75,7 +82,8 @@ impl fmt::Display for ExitStatus {
 pub enum ToAgent {
     /// Start this attempt unless it is already running or finished (the head may resend).
     Start(StartSpec),
-    /// Stop this attempt: SIGTERM, then SIGKILL after `grace_ms`.
+    /// Stop this attempt: SIGTERM, then SIGKILL after `grace_ms`. An attempt the agent never
+    /// started is reported as `ExitStatus::never_started()` and never starts afterwards.
     Stop { key: AttemptKey, grace_ms: u64 },
     /// The head has recorded this attempt's exit; the agent may forget it.
     AckExit { key: AttemptKey },

@@ -213,3 +213,22 @@ fn resources_free_again_after_failure() {
     assert_eq!(c.view(&job).state, JobState::Failed);
     assert_eq!(c.head.scheduler().allocated(0), Resources::new());
 }
+
+#[test]
+fn last_attempt_with_only_preemptible_nodes_left_is_reported_infeasible() {
+    let mut c = TestCluster::new(config());
+    c.join_labelled("p1", cpu(1), preemptible());
+    let mut s = spec("only-preemptible", 1, 1);
+    s.retries.preemption = 1;
+    s.last_attempt_non_preemptible = true;
+    let job = c.submit(s);
+    c.crash("p1");
+    c.advance(5_000);
+    c.join_labelled("p2", cpu(1), preemptible());
+    let view = c.view(&job);
+    assert_eq!(view.actors[0].state, ActorState::Scheduling);
+    assert!(view.infeasible.as_deref().unwrap().contains("last_attempt_non_preemptible"), "{:?}", view.infeasible);
+    c.join("s1", cpu(1));
+    assert_eq!(c.view(&job).infeasible, None);
+    assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("s1"));
+}

@@ -71,6 +71,16 @@ pub enum CloseReason {
     Stopped,
 }
 
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CloseReason::Succeeded => "succeeded",
+            CloseReason::Failed => "failed",
+            CloseReason::Stopped => "stopped",
+        })
+    }
+}
+
 impl CloseReason {
     fn final_state(self) -> JobState {
         match self {
@@ -608,7 +618,14 @@ impl Driver {
     /// Ends the live attempt of `ix`: ledger entry, charge, and the next state.
     fn end_attempt(&mut self, now: Instant, ix: ActorIx, cause: Cause, status: Option<ExitStatus>, evidence: String) {
         let run = self.actors[ix as usize].run.take().expect("ending a live attempt");
-        let charge = self.budgets.charge(cause);
+        // Once the job is closing its outcome is decided: a failure is recorded as what it
+        // was, but there is no retry left to pay for.
+        let (charge, evidence) = match self.closing {
+            Some(reason) if cause.default_budget() != BudgetKind::None => {
+                (Charge::Free, format!("{evidence}; not charged: the job was already closing ({reason})"))
+            }
+            _ => (self.budgets.charge(cause), evidence),
+        };
         self.record(ix, &run, now, cause, status, evidence, charge);
         if cause == Cause::Completed {
             self.transition(ix, ActorState::TaskCompleted);
@@ -892,13 +909,11 @@ impl Driver {
             .iter()
             .filter(|a| a.role == Role::Active && !a.state.is_terminal() && a.bundle.is_placed())
             .count() as u32;
-        let mut active: Vec<(Instant, ActorIx)> = self
-            .waiting_for_bundle(Role::Active)
-            .map(|ix| (self.actors[ix as usize].lost_at.unwrap_or(self.submitted), ix))
-            .collect();
-        active.sort();
+        let mut active: Vec<ActorIx> = self.waiting_for_bundle(Role::Active).collect();
+        active.sort_by_key(|ix| self.replacement_order(*ix));
         let deficit = self.spec.min_nodes.saturating_sub(placed_active) as usize;
-        for (n, (lost_at, ix)) in active.into_iter().enumerate() {
+        for (n, ix) in active.into_iter().enumerate() {
+            let lost_at = self.actors[ix as usize].lost_at.unwrap_or(self.submitted);
             let (class, since) =
                 if n < deficit { (QueueClass::Replacement, lost_at) } else { (QueueClass::Elastic, self.submitted) };
             self.ensure_requested(ix, class, since);
@@ -907,6 +922,15 @@ impl Driver {
         for ix in spares {
             self.ensure_requested(ix, QueueClass::Spare, self.submitted);
         }
+    }
+
+    /// Which waiting ranks become replacements first: in actor mode rank 0 (nothing starts
+    /// without the rendezvous), then actors that lost a bundle in loss order, then the rest by
+    /// index — a rank that never ran must not take the place of one that was lost.
+    fn replacement_order(&self, ix: ActorIx) -> (bool, bool, Instant, ActorIx) {
+        let actor = &self.actors[ix as usize];
+        let rank0 = self.spec.restart == RestartMode::Actor && actor.slot == Some(0);
+        (!rank0, actor.lost_at.is_none(), actor.lost_at.unwrap_or(Instant::ZERO), ix)
     }
 
     /// Actors of `role` without a bundle that could still use one. While terminating, actors

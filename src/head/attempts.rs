@@ -69,9 +69,12 @@ impl AttemptIndex {
         let expected = self.by_node.get(&node);
         let mut out = Vec::new();
         for (key, live) in expected.into_iter().flatten() {
+            let running = listed.contains(key);
             match live.stop_grace_ms {
-                Some(grace_ms) if listed.contains(key) => out.push(ToAgent::Stop { key: key.clone(), grace_ms }),
-                None if !live.acked && !listed.contains(key) => out.push(ToAgent::Start(live.spec.clone())),
+                // Still running, or perhaps never started (the start was lost): either way the
+                // agent answers a stop with an exit report.
+                Some(grace_ms) if running || !live.acked => out.push(ToAgent::Stop { key: key.clone(), grace_ms }),
+                None if !live.acked && !running => out.push(ToAgent::Start(live.spec.clone())),
                 _ => {}
             }
         }
@@ -108,6 +111,8 @@ mod tests {
         index.started(0, spec(2));
         index.acked(0, &spec(1).key);
         index.stopping(0, &spec(2).key, 5);
+        index.started(0, spec(3));
+        index.stopping(0, &spec(3).key, 6);
         let orphan = AttemptKey { job: JobId::new("j1"), actor: 0, attempt: 0, cycle: 0 };
         let listed = vec![spec(1).key, spec(2).key, orphan.clone()];
         let out = index.reconcile(0, &listed, &|_| 7);
@@ -116,10 +121,11 @@ mod tests {
             vec![
                 ToAgent::Start(spec(0)),
                 ToAgent::Stop { key: spec(2).key, grace_ms: 5 },
+                ToAgent::Stop { key: spec(3).key, grace_ms: 6 },
                 ToAgent::Stop { key: orphan, grace_ms: 7 },
             ]
         );
         index.ended(0, &spec(0).key);
-        assert_eq!(index.live_on(0), 2);
+        assert_eq!(index.live_on(0), 3);
     }
 }

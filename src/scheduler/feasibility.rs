@@ -46,6 +46,13 @@ pub fn infeasible_reason(cluster: &Cluster, pg: &PlacementGroup) -> Option<Strin
         let key = pg.pack_by.as_deref().unwrap_or_default();
         return Some(format!("infeasible: no matching node has the label `{key}` that pack_by needs"));
     }
+    let matching: Vec<&Node> = matching.into_iter().filter(|n| !(pg.avoid_preemptible && n.preemptible)).collect();
+    if matching.is_empty() {
+        return Some(
+            "infeasible: last_attempt_non_preemptible keeps the job off preemptible nodes, and no other node matches"
+                .to_string(),
+        );
+    }
     if matching.iter().any(|n| n.could_ever_hold(&pg.demand, per_node)) {
         return None;
     }
@@ -57,6 +64,7 @@ pub fn infeasible_reason(cluster: &Cluster, pg: &PlacementGroup) -> Option<Strin
 pub fn node_makes_feasible(node: &Node, pg: &PlacementGroup) -> bool {
     let per_node = if pg.strategy == Strategy::StrictPack { u64::from(pg.required) } else { 1 };
     selector_matches(node, pg)
+        && !(pg.avoid_preemptible && node.preemptible)
         && pg.pack_by.as_ref().is_none_or(|key| node.labels.contains_key(key))
         && node.could_ever_hold(&pg.demand, per_node)
 }

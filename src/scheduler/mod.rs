@@ -55,6 +55,8 @@ pub struct Placement {
     pub bundle: u32,
     pub node: NodeIx,
     pub port: u16,
+    /// The queue class it was placed from.
+    pub class: QueueClass,
 }
 
 /// What the scheduler reports.
@@ -289,7 +291,15 @@ impl Scheduler {
 
     /// From now on keep this group's new placements off nodes labelled `preemptible=true`.
     pub fn avoid_preemptible(&mut self, id: PgId) {
-        self.pgs.get_mut(&id).expect("known group").avoid_preemptible = true;
+        let pg = self.pgs.get_mut(&id).expect("known group");
+        pg.avoid_preemptible = true;
+        if pg.infeasible.is_none() {
+            pg.infeasible = feasibility::infeasible_reason(&self.cluster, pg);
+            if let Some(reason) = pg.infeasible.clone() {
+                self.infeasible.insert(id);
+                self.events.push_back(SchedEvent::Feasibility { pg: id, infeasible: Some(reason) });
+            }
+        }
     }
 
     pub fn pg(&self, id: PgId) -> Option<&PlacementGroup> {
@@ -397,7 +407,7 @@ impl Scheduler {
         for (&bundle, &node) in bundles.iter().zip(nodes) {
             let port = self.cluster.allocate(node, &pg.demand, (key.pg, bundle));
             pg.note_placed(bundle, node, port);
-            self.events.push_back(SchedEvent::Placed(Placement { pg: key.pg, bundle, node, port }));
+            self.events.push_back(SchedEvent::Placed(Placement { pg: key.pg, bundle, node, port, class: key.class }));
         }
         if key.is_gang() {
             pg.admitted = true;

@@ -88,9 +88,12 @@ fn pack(cluster: &Cluster, pg: &PlacementGroup, k: u32, accept: &dyn Fn(NodeIx) 
     (chosen.len() == k as usize).then_some(chosen)
 }
 
-/// All on one node: the group's node if it has one, else the first node with room for all `k`.
+/// All on one node: the group's node if it has one, else the first node with room for the
+/// whole required gang — even when only one lost bundle is asked for, or the rest could never
+/// join it.
 fn strict_pack(cluster: &Cluster, pg: &PlacementGroup, k: u32, accept: &dyn Fn(NodeIx) -> bool) -> Option<Vec<NodeIx>> {
-    let fits = |ix: NodeIx| accept(ix) && cluster.node(ix).room_for(&pg.demand, k) == k;
+    let need = if pg.on_nodes.is_empty() { k.max(pg.required) } else { k };
+    let fits = |ix: NodeIx| accept(ix) && cluster.node(ix).room_for(&pg.demand, need) == need;
     let node = match pg.on_nodes.keys().next() {
         Some(&home) => Some(home).filter(|ix| fits(*ix)),
         None => cluster.ranked().find(|ix| fits(*ix)),

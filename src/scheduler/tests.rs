@@ -231,3 +231,19 @@ fn releasing_and_removing_free_capacity() {
     assert!(s.pg(1).is_none());
     s.check_invariants();
 }
+
+#[test]
+fn strict_pack_group_that_lost_everything_returns_to_a_node_that_holds_the_gang() {
+    let mut s = sched();
+    let big = join(&mut s, "big", 2, &[]);
+    s.create_pg(1, pg(2, 2, Strategy::StrictPack, 0));
+    s.request_gang(1);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["big", "big"]);
+    s.kill_node(big);
+    join(&mut s, "a-small", 1, &[]);
+    s.request(1, 0, QueueClass::Replacement, t(1));
+    assert!(pass(&mut s, 1).is_empty(), "a-small could take one bundle but never both");
+    join(&mut s, "big", 2, &[]);
+    s.request(1, 1, QueueClass::Replacement, t(2));
+    assert_eq!(nodes_of(&pass(&mut s, 2), 1), ["big", "big"]);
+}
