@@ -23,7 +23,7 @@ use crate::ids::{actor_name, JobId, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, ToAgent};
 use crate::resources::{Labels, Resources};
 use crate::scheduler::{
-    BundleState, NodeIx, NodeState, PgId, PgSpec, PolicyFault, SchedEvent, Scheduler, SchedulerConfig,
+    BundleState, NodeIx, NodeState, PgId, PgSpec, PolicyFault, QueueClass, SchedEvent, Scheduler, SchedulerConfig,
 };
 use crate::spec::JobSpec;
 use crate::time::{earliest, Instant};
@@ -128,9 +128,17 @@ pub enum Effect {
 pub enum Event {
     JobSubmitted { job: JobId, name: String },
     Job { job: JobId, detail: JobEvent },
-    Placed { job: JobId, actor: String, node: NodeId },
+    Placed { job: JobId, actor: String, node: NodeId, class: QueueClass },
     Released { job: JobId, actor: String, node: NodeId },
     NodeState { node: NodeId, state: NodeState, evidence: String },
+}
+
+/// A bundle waiting for re-placement, as the simulator's checkers see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitingBundle {
+    pub job: JobId,
+    pub actor: u32,
+    pub avoid_preemptible: bool,
 }
 
 struct JobSlot {
@@ -503,7 +511,8 @@ impl Head {
                 SchedEvent::Placed(p) => {
                     let node = self.node_ref(p.pg, p.node);
                     let job = self.by_seq[&p.pg].clone();
-                    self.notify(Event::Placed { actor: actor_name(&job, p.bundle), job, node: node.name.clone() });
+                    let actor = actor_name(&job, p.bundle);
+                    self.notify(Event::Placed { actor, job, node: node.name.clone(), class: p.class });
                     batches.entry(p.pg).or_default().push(BundlePlaced { actor: p.bundle, node, port: p.port });
                 }
                 SchedEvent::Feasibility { pg, infeasible } => self.feed(now, pg, DriverInput::Feasibility(infeasible)),
@@ -630,6 +639,24 @@ impl Head {
             bundle: spec.bundle.clone(),
             bundles,
         }
+    }
+
+    /// Bundles waiting in the replacement class, in queue order.
+    pub fn waiting_replacements(&self) -> Vec<WaitingBundle> {
+        self.scheduler
+            .queue()
+            .take_while(|k| k.class == QueueClass::Replacement)
+            .map(|k| WaitingBundle {
+                job: self.by_seq[&k.pg].clone(),
+                actor: k.bundle,
+                avoid_preemptible: self.scheduler.pg(k.pg).is_some_and(|pg| pg.avoid_preemptible),
+            })
+            .collect()
+    }
+
+    /// Does the scheduler still hold or queue anything for this job?
+    pub fn holds_anything(&self, job: &JobId) -> bool {
+        self.jobs.get(job).is_some_and(|slot| self.scheduler.pg(slot.seq).is_some())
     }
 
     /// Every node ever seen, by name.

@@ -24,3 +24,4 @@ pub mod head;
 pub mod view;
 
 pub use head::{Effect, Event, Head, Input, Rejected, Reply};
+pub mod sim;

@@ -1,0 +1,437 @@
+//! Invariant checkers, kept apart from the code under test: they keep their own accounting
+//! from the events the head reports and the simulated process table, hold their own copies of
+//! the transition table and the cause table, and read the head only through its views.
+//!
+//! | invariant | how it is checked |
+//! |---|---|
+//! | `no_overcommit` | own sum of placed bundle demands per node ≤ the node's registered capacity |
+//! | `whole_gang` | a job's first placements include every required bundle, in one step |
+//! | `one_live_attempt` | at most one running process per actor whose attempt the head has not ended |
+//! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
+//! | `replacement_first` | no lower class placed on a node a waiting replacement could use |
+//! | `budget` | each ledger charge follows the cause table; remaining counts down, never below 0 |
+//! | `legal_transition` | every actor transition is an edge of DESIGN §2, from the state it was in |
+//! | `released_when_terminal` | a terminal job holds no bundle |
+//! | `liveness` | once faults stop, every job ends (checked at the end of a healed phase) |
+
+use crate::driver::{ActorState, BudgetKind, Cause, JobEvent, JobState, LedgerEntry, Remaining};
+use crate::head::{Event, Head, WaitingBundle};
+use crate::ids::{parse_actor_name, JobId, NodeId};
+use crate::protocol::AttemptKey;
+use crate::resources::{is_preemptible, Labels, Resources};
+use crate::scheduler::{NodeState, QueueClass};
+use crate::spec::{JobSpec, Strategy};
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    pub invariant: String,
+    pub t_ms: u64,
+    pub step: u64,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug)]
+struct NodeCheck {
+    capacity: Resources,
+    labels: Labels,
+    state: NodeState,
+}
+
+type ActorKey = (JobId, u32);
+
+#[derive(Clone, Debug, Default)]
+pub struct Checker {
+    specs: BTreeMap<JobId, JobSpec>,
+    booted: BTreeMap<NodeId, (Resources, Labels)>,
+    nodes: BTreeMap<NodeId, NodeCheck>,
+    placed_on: BTreeMap<ActorKey, NodeId>,
+    on_node: BTreeMap<NodeId, BTreeSet<ActorKey>>,
+    admitted: BTreeSet<JobId>,
+    remaining: BTreeMap<JobId, Remaining>,
+    exhausted: BTreeSet<JobId>,
+    /// Jobs whose rendezvous is closed: their outcome is decided, failures charge nothing.
+    closing: BTreeSet<JobId>,
+    actor_states: BTreeMap<ActorKey, ActorState>,
+    /// Highest attempt of each actor the head has ended (has a ledger entry for).
+    ended: BTreeMap<ActorKey, u32>,
+    /// Running processes: actor → (attempt, node) → since when it is known to be stale.
+    processes: BTreeMap<ActorKey, BTreeMap<(u32, NodeId), Option<Instant>>>,
+    stale_bound_ms: u64,
+    found: Vec<Violation>,
+    step: u64,
+    now: Instant,
+}
+
+impl Checker {
+    /// `stale_bound_ms`: how long a process of an ended attempt may linger.
+    pub fn new(stale_bound_ms: u64) -> Self {
+        Checker { stale_bound_ms, ..Checker::default() }
+    }
+
+    pub fn job_submitted(&mut self, id: &JobId, spec: &JobSpec) {
+        let r = &spec.retries;
+        self.remaining.insert(id.clone(), Remaining { user: r.user, system: r.system, preemption: r.preemption });
+        self.specs.insert(id.clone(), spec.clone());
+    }
+
+    /// An agent started with these resources; they count once the head reports it ALIVE.
+    pub fn node_booted(&mut self, node: &NodeId, resources: &Resources, labels: &Labels) {
+        self.booted.insert(node.clone(), (resources.clone(), labels.clone()));
+    }
+
+    pub fn process_started(&mut self, node: &NodeId, key: &AttemptKey) {
+        let actor = (key.job.clone(), key.actor);
+        let ended = self.ended.get(&actor).is_some_and(|e| *e >= key.attempt);
+        let stale_since = ended.then_some(self.now);
+        self.processes.entry(actor.clone()).or_default().insert((key.attempt, node.clone()), stale_since);
+        self.check_one_live_attempt(&actor);
+    }
+
+    pub fn process_ended(&mut self, node: &NodeId, key: &AttemptKey) {
+        let actor = (key.job.clone(), key.actor);
+        if let Some(map) = self.processes.get_mut(&actor) {
+            map.remove(&(key.attempt, node.clone()));
+            if map.is_empty() {
+                self.processes.remove(&actor);
+            }
+        }
+    }
+
+    /// Takes the violations found so far.
+    pub fn take(&mut self) -> Vec<Violation> {
+        std::mem::take(&mut self.found)
+    }
+
+    fn violation(&mut self, invariant: &str, detail: String) {
+        self.found.push(Violation {
+            invariant: invariant.to_string(),
+            t_ms: self.now.as_ms(),
+            step: self.step,
+            detail,
+        });
+    }
+
+    // ---- per step ------------------------------------------------------------------------
+
+    /// Checks one step's events against the state after the step.
+    pub fn observe(&mut self, step: u64, now: Instant, events: &[Event], head: &Head) {
+        self.step = step;
+        self.now = now;
+        let mut first_placements: BTreeMap<JobId, BTreeSet<u32>> = BTreeMap::new();
+        let mut lower: BTreeMap<NodeId, Vec<ActorKey>> = BTreeMap::new();
+        for event in events {
+            match event {
+                Event::NodeState { node, state, .. } => self.node_state(node, *state),
+                Event::Placed { job, actor, node, class } => {
+                    let key = actor_key(actor);
+                    if !self.admitted.contains(job) {
+                        first_placements.entry(job.clone()).or_default().insert(key.1);
+                    }
+                    if *class > QueueClass::Replacement {
+                        lower.entry(node.clone()).or_default().push(key.clone());
+                    }
+                    self.placed(key, node);
+                }
+                Event::Released { actor, .. } => self.released(&actor_key(actor)),
+                Event::Job { job, detail } => self.job_event(job, detail, head),
+                Event::JobSubmitted { .. } => {}
+            }
+        }
+        self.check_whole_gangs(first_placements);
+        if !lower.is_empty() {
+            let waiting = head.waiting_replacements();
+            if !waiting.is_empty() {
+                self.check_replacement_first(&lower, &waiting);
+            }
+        }
+    }
+
+    fn node_state(&mut self, node: &NodeId, state: NodeState) {
+        if state == NodeState::Dead || state == NodeState::Alive {
+            // Death (or a fresh registration) frees everything that was on the node.
+            for key in self.on_node.remove(node).unwrap_or_default() {
+                self.placed_on.remove(&key);
+            }
+        }
+        if state == NodeState::Alive {
+            let (capacity, labels) = self.booted.get(node).cloned().unwrap_or_default();
+            self.nodes.insert(node.clone(), NodeCheck { capacity, labels, state });
+        } else if let Some(n) = self.nodes.get_mut(node) {
+            n.state = state;
+        }
+    }
+
+    fn placed(&mut self, key: ActorKey, node: &NodeId) {
+        if let Some(old) = self.placed_on.get(&key) {
+            let detail = format!("{}/{} placed on {node} while it holds a bundle on {old}", key.0, key.1);
+            self.violation("no_overcommit", detail);
+        }
+        self.placed_on.insert(key.clone(), node.clone());
+        self.on_node.entry(node.clone()).or_default().insert(key);
+        let used = self.used_on(node);
+        let Some(n) = self.nodes.get(node).cloned() else {
+            return self
+                .violation("no_overcommit", format!("placement on {node}, which the head never reported ALIVE"));
+        };
+        if n.state != NodeState::Alive {
+            let detail = format!("placement on {node} while it is {:?}", n.state);
+            return self.violation("no_overcommit", detail);
+        }
+        for (name, milli) in &used {
+            if *milli > n.capacity.milli(name) {
+                let detail = format!("{node} holds {name}={milli} milli-units but has {}", n.capacity.milli(name));
+                self.violation("no_overcommit", detail);
+            }
+        }
+    }
+
+    fn released(&mut self, key: &ActorKey) {
+        if let Some(node) = self.placed_on.remove(key) {
+            if let Some(set) = self.on_node.get_mut(&node) {
+                set.remove(key);
+            }
+        }
+    }
+
+    fn used_on(&self, node: &NodeId) -> BTreeMap<String, u64> {
+        let mut used: BTreeMap<String, u64> = BTreeMap::new();
+        for (job, _) in self.on_node.get(node).into_iter().flatten() {
+            for (name, milli) in self.specs[job].bundle.iter() {
+                *used.entry(name.to_string()).or_default() += milli;
+            }
+        }
+        used
+    }
+
+    fn check_whole_gangs(&mut self, first: BTreeMap<JobId, BTreeSet<u32>>) {
+        for (job, bundles) in first {
+            let min = self.specs[&job].min_nodes;
+            let whole = (0..min).all(|b| bundles.contains(&b));
+            if !whole {
+                self.violation(
+                    "whole_gang",
+                    format!("{job}'s first placement held bundles {bundles:?} of the gang 0..{min}"),
+                );
+            }
+            self.admitted.insert(job);
+        }
+    }
+
+    /// No lower-class placement took capacity on a node a still-waiting replacement could use.
+    fn check_replacement_first(&mut self, lower: &BTreeMap<NodeId, Vec<ActorKey>>, waiting: &[WaitingBundle]) {
+        for (node, taken) in lower {
+            let Some(n) = self.nodes.get(node).cloned() else { continue };
+            let mut free_before: BTreeMap<String, i128> =
+                n.capacity.iter().map(|(r, q)| (r.to_string(), i128::from(q))).collect();
+            for (r, q) in self.used_on(node) {
+                *free_before.entry(r).or_default() -= i128::from(q);
+            }
+            for (job, _) in taken {
+                for (r, q) in self.specs[job].bundle.iter() {
+                    *free_before.entry(r.to_string()).or_default() += i128::from(q);
+                }
+            }
+            for w in waiting {
+                if self.could_use(w, node, &n, &free_before) {
+                    let detail = format!(
+                        "{}/{} was placed on {node} (a lower class) while replacement {}/{} waited and could use it",
+                        taken[0].0, taken[0].1, w.job, w.actor
+                    );
+                    self.violation("replacement_first", detail);
+                }
+            }
+        }
+    }
+
+    fn could_use(&self, w: &WaitingBundle, node: &NodeId, n: &NodeCheck, free: &BTreeMap<String, i128>) -> bool {
+        let spec = &self.specs[&w.job];
+        let fits = spec.bundle.iter().all(|(r, q)| free.get(r).copied().unwrap_or(0) >= i128::from(q));
+        let selector = spec.node_selector.iter().all(|(k, v)| n.labels.get(k) == Some(v));
+        let preemptible_ok = !(w.avoid_preemptible && is_preemptible(&n.labels));
+        let pack_by_ok = spec.pack_by.as_ref().is_none_or(|k| n.labels.contains_key(k));
+        let hosts_job = self.on_node.get(node).is_some_and(|s| s.iter().any(|(j, _)| *j == w.job));
+        let strategy_ok = match spec.strategy {
+            Strategy::StrictSpread => !hosts_job,
+            Strategy::StrictPack => hosts_job || !self.placed_on.keys().any(|(j, _)| *j == w.job),
+            Strategy::Spread | Strategy::Pack => true,
+        };
+        n.state == NodeState::Alive && fits && selector && preemptible_ok && pack_by_ok && strategy_ok
+    }
+
+    fn job_event(&mut self, job: &JobId, detail: &JobEvent, head: &Head) {
+        match detail {
+            JobEvent::Transition { actor, from, to, .. } => self.transition(actor, *from, *to),
+            JobEvent::Ledger { entry } => self.ledger(job, entry),
+            JobEvent::Closing { .. } => {
+                self.closing.insert(job.clone());
+            }
+            JobEvent::JobState { to, .. } if to.is_terminal() => self.job_ended(job, *to, head),
+            _ => {}
+        }
+    }
+
+    fn transition(&mut self, actor: &str, from: ActorState, to: ActorState) {
+        let key = actor_key(actor);
+        let known = self.actor_states.get(&key).copied().unwrap_or(ActorState::Scheduling);
+        if known != from {
+            self.violation("legal_transition", format!("{actor} moved {from} → {to} but was {known}"));
+        }
+        if !legal(from, to) {
+            self.violation(
+                "legal_transition",
+                format!("{actor}: {from} → {to} is not an edge of the actor state machine"),
+            );
+        }
+        self.actor_states.insert(key, to);
+    }
+
+    fn ledger(&mut self, job: &JobId, entry: &LedgerEntry) {
+        let key = actor_key(&entry.actor);
+        let ended = self.ended.entry(key.clone()).or_default();
+        *ended = (*ended).max(entry.attempt);
+        let now = self.now;
+        if let Some(map) = self.processes.get_mut(&key) {
+            for ((attempt, _), stale) in map.iter_mut() {
+                if *attempt <= entry.attempt && stale.is_none() {
+                    *stale = Some(now);
+                }
+            }
+        }
+        self.check_charge(job, entry);
+    }
+
+    /// The cause table of DESIGN §6, re-stated here on purpose.
+    fn check_charge(&mut self, job: &JobId, entry: &LedgerEntry) {
+        let spec = &self.specs[job];
+        let table = match entry.cause {
+            Cause::UserError => BudgetKind::User,
+            Cause::Preempted => BudgetKind::Preemption,
+            Cause::NodeLost => BudgetKind::System,
+            _ => BudgetKind::None,
+        };
+        let expected = if self.closing.contains(job) {
+            BudgetKind::None
+        } else if spec.retries.single_budget && table != BudgetKind::None {
+            BudgetKind::User
+        } else {
+            table
+        };
+        if entry.budget != expected {
+            let detail =
+                format!("{} ({}) was charged to {} instead of {expected}", entry.actor, entry.cause, entry.budget);
+            self.violation("budget", detail);
+        }
+        let remaining = self.remaining.get_mut(job).expect("submitted job");
+        let slot = match expected {
+            BudgetKind::User => Some(&mut remaining.user),
+            BudgetKind::System => Some(&mut remaining.system),
+            BudgetKind::Preemption => Some(&mut remaining.preemption),
+            BudgetKind::None => None,
+        };
+        let mut exhausted = false;
+        if let Some(left) = slot {
+            match *left {
+                -1 => {}
+                0 => exhausted = true,
+                n => *left = n - 1,
+            }
+        }
+        let expected_remaining = *remaining;
+        if exhausted {
+            self.exhausted.insert(job.clone());
+        }
+        if entry.remaining != expected_remaining {
+            let detail = format!(
+                "{} attempt {}: remaining {:?}, expected {expected_remaining:?}",
+                entry.actor, entry.attempt, entry.remaining
+            );
+            self.violation("budget", detail);
+        }
+    }
+
+    fn job_ended(&mut self, job: &JobId, state: JobState, head: &Head) {
+        if head.holds_anything(job) {
+            self.violation(
+                "released_when_terminal",
+                format!("{job} is {state} but the scheduler still holds its group"),
+            );
+        }
+        if let Some((key, node)) = self.placed_on.iter().find(|((j, _), _)| j == job) {
+            let detail = format!("{job} is {state} but {}/{} still holds a bundle on {node}", key.0, key.1);
+            self.violation("released_when_terminal", detail);
+        }
+        if self.exhausted.contains(job) && state != JobState::Failed {
+            self.violation("budget", format!("{job} exhausted a budget but ended {state}"));
+        }
+    }
+
+    // ---- processes -------------------------------------------------------------------------
+
+    fn check_one_live_attempt(&mut self, actor: &ActorKey) {
+        let live: Vec<(u32, NodeId)> = self
+            .processes
+            .get(actor)
+            .into_iter()
+            .flatten()
+            .filter(|(_, stale)| stale.is_none())
+            .map(|(k, _)| k.clone())
+            .collect();
+        if live.len() > 1 {
+            let detail = format!("{}/{} has live processes of attempts {live:?}", actor.0, actor.1);
+            self.violation("one_live_attempt", detail);
+        }
+    }
+
+    /// Processes of ended attempts must be gone within the bound.
+    pub fn check_stale_processes(&mut self, now: Instant) {
+        self.now = now;
+        let bound = self.stale_bound_ms;
+        let late: Vec<String> = self
+            .processes
+            .iter()
+            .flat_map(|((job, actor), map)| {
+                map.iter().filter_map(move |((attempt, node), stale)| {
+                    stale.filter(|since| now.ms_since(*since) > bound).map(|since| {
+                        format!("{job}/{actor} attempt {attempt} on {node}, ended at {} ms", since.as_ms())
+                    })
+                })
+            })
+            .collect();
+        for detail in late {
+            self.violation("stale_process_gone", format!("{detail}, still runs after {bound} ms"));
+        }
+    }
+
+    /// Once faults have stopped long enough, every job must have ended.
+    pub fn check_liveness(&mut self, now: Instant, head: &Head) {
+        self.now = now;
+        for job in head.job_views() {
+            if !job.state.is_terminal() {
+                let actors: Vec<String> = job.actors.iter().map(|a| format!("{}={}", a.name, a.state)).collect();
+                let why = job.infeasible.clone().unwrap_or_default();
+                self.violation("liveness", format!("{} is still {} ({}) {why}", job.id, job.state, actors.join(" ")));
+            }
+        }
+    }
+}
+
+fn actor_key(name: &str) -> ActorKey {
+    parse_actor_name(name).expect("events name actors as <job>/<index>")
+}
+
+/// DESIGN §2, re-stated for the checker.
+fn legal(from: ActorState, to: ActorState) -> bool {
+    use ActorState::*;
+    let terminal = matches!(from, TaskCompleted | Failed | Stopped);
+    matches!(
+        (from, to),
+        (Scheduling, Running | Standby)
+            | (Standby, Scheduling | TaskCompleted)
+            | (Running, TaskCompleted | Failing)
+            | (Failing, Scheduling | Failed)
+    ) || (to == Stopped && !terminal)
+}

@@ -1,0 +1,598 @@
+//! The deterministic simulator (DESIGN §8): the real head state machine under a virtual clock,
+//! simulated agents and processes, and a simulated network — all driven by one `u64` seed.
+//! Nothing here decides policy; it only produces inputs and carries out the head's effects.
+//!
+//! ```text
+//!   event queue (time, seq) ──► fault / heartbeat / delivery / process end
+//!        ▲                              │
+//!        │ network: delay, drop,        ▼
+//!        │ duplicate (seeded)     Head::handle / handle_timeout
+//!        │                              │ effects
+//!        └──────── Send ◄───────────────┤
+//!                                       ▼
+//!                          Notify ──► trace line + checkers (after every step)
+//! ```
+
+mod agent;
+pub mod check;
+mod network;
+pub mod scenario;
+pub mod summary;
+pub mod swarm;
+pub mod trace;
+
+pub use check::{Checker, Violation};
+pub use scenario::{Fault, FaultEvent, JobDef, NetworkSpec, NodeDef, Scenario, ScenarioError};
+
+use crate::head::{Effect, Event, Head, Input, Rejected};
+use crate::ids::{JobId, NodeId};
+use crate::protocol::{AttemptKey, ExitStatus, ToAgent};
+use crate::scheduler::PolicyFault;
+use crate::time::Instant;
+use crate::view::JobView;
+use agent::{SimAgent, StopOutcome};
+use network::Network;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BTreeMap, BinaryHeap};
+use trace::Trace;
+
+/// Most steps one run may take; a run that needs more is stuck in a loop (a bug).
+pub const MAX_STEPS: u64 = 2_000_000_000;
+/// Longest a simulated process takes to exit after SIGTERM, if it does not ignore it.
+const MAX_TERM_MS: u64 = 2_000;
+
+/// How to run a scenario.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    /// Keep the trace lines (for `--trace`); the hash is kept either way when hashing.
+    pub keep_trace: bool,
+    /// Hash the trace (needed to compare runs); costs a JSON line per event.
+    pub hash_trace: bool,
+    /// Run the invariant checkers after every step.
+    pub checks: bool,
+    /// From this time on the network is perfect and every dead node comes back (swarm).
+    pub heal_at_ms: Option<u64>,
+    /// At this time every job must have ended (swarm).
+    pub liveness_at_ms: Option<u64>,
+    /// Stop at the first violation.
+    pub stop_on_violation: bool,
+    /// Test-only: run a deliberately wrong scheduling policy.
+    pub policy_fault: PolicyFault,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            keep_trace: false,
+            hash_trace: true,
+            checks: true,
+            heal_at_ms: None,
+            liveness_at_ms: None,
+            stop_on_violation: true,
+            policy_fault: PolicyFault::None,
+        }
+    }
+}
+
+/// Counters of one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimStats {
+    pub steps: u64,
+    pub messages: u64,
+    pub dropped: u64,
+    pub duplicated: u64,
+    pub heartbeats: u64,
+    pub processes_started: u64,
+    /// Scenario events that found nothing to act on (a `process_exit` of a rank not running).
+    pub faults_without_target: u64,
+}
+
+/// The outcome of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimReport {
+    pub seed: u64,
+    pub end_ms: u64,
+    pub trace_hash: String,
+    pub trace_events: u64,
+    #[serde(skip)]
+    pub trace: Vec<String>,
+    pub jobs: Vec<JobView>,
+    pub violations: Vec<Violation>,
+    pub stats: SimStats,
+}
+
+enum SimEvent {
+    Fault(Fault),
+    Submit(JobId),
+    HeartbeatTick { node: u32, incarnation: u64 },
+    ToHead { node: u32, input: Box<Input> },
+    ToAgent { node: u32, msg: Box<ToAgent> },
+    Rejected { node: u32, incarnation: u64 },
+    ProcessEnd { node: u32, incarnation: u64, key: AttemptKey, status: ExitStatus },
+    DrainDeadline { node: u32, incarnation: u64 },
+    Heal,
+}
+
+struct Timed {
+    at: Instant,
+    seq: u64,
+    event: SimEvent,
+}
+
+impl PartialEq for Timed {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Timed {}
+impl PartialOrd for Timed {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Timed {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+/// One simulated cluster run.
+pub struct Simulation {
+    seed: u64,
+    now: Instant,
+    until: Instant,
+    head: Head,
+    agents: Vec<SimAgent>,
+    agent_of: BTreeMap<NodeId, u32>,
+    jobs: BTreeMap<JobId, JobDef>,
+    queue: BinaryHeap<Reverse<Timed>>,
+    next_seq: u64,
+    network: Network,
+    process_rng: ChaCha8Rng,
+    checker: Option<Checker>,
+    options: SimOptions,
+    trace: Trace,
+    step_events: Vec<Event>,
+    violations: Vec<Violation>,
+    stats: SimStats,
+    next_stale_check: Instant,
+    /// Faults have stopped: a node that goes away (its preemption deadline) comes back.
+    healed: bool,
+}
+
+impl Simulation {
+    /// Sets up `scenario` under `seed` (the scenario's own seed is only a default).
+    pub fn new(scenario: &Scenario, seed: u64, options: SimOptions) -> Self {
+        let mut config = scenario.config.clone();
+        config.seed = seed;
+        let mut head = Head::new(config.clone());
+        head.inject_policy_fault(options.policy_fault);
+        let streams = ChaCha8Rng::seed_from_u64(seed).next_u64();
+        let max_grace = scenario.jobs.iter().map(|j| j.spec.stop_grace_ms).max().unwrap_or(0);
+        let stale_bound_ms = 2 * config.node_timeout_ms
+            + 10 * config.heartbeat_interval_ms
+            + max_grace.max(MAX_TERM_MS)
+            + 10 * scenario.network.max_delay_ms;
+        let mut sim = Simulation {
+            seed,
+            now: Instant::ZERO,
+            until: Instant::from_ms(scenario.until_ms),
+            head,
+            agents: Vec::new(),
+            agent_of: BTreeMap::new(),
+            jobs: scenario.jobs.iter().map(|j| (j.id.clone(), j.clone())).collect(),
+            queue: BinaryHeap::new(),
+            next_seq: 0,
+            network: Network::new(scenario.network, streams ^ 0x6e65_7477),
+            process_rng: ChaCha8Rng::seed_from_u64(streams ^ 0x7072_6f63),
+            checker: options.checks.then(|| Checker::new(stale_bound_ms)),
+            trace: Trace { keep: options.keep_trace, ..Trace::default() },
+            step_events: Vec::new(),
+            violations: Vec::new(),
+            stats: SimStats::default(),
+            next_stale_check: Instant::ZERO,
+            healed: false,
+            options,
+        };
+        sim.schedule_scenario(scenario);
+        sim
+    }
+
+    fn schedule_scenario(&mut self, scenario: &Scenario) {
+        for node in &scenario.nodes {
+            self.push(Instant::ZERO, SimEvent::Fault(Fault::NodeJoin { node: node.clone() }));
+        }
+        for job in &scenario.jobs {
+            self.push(Instant::from_ms(job.submit_at_ms), SimEvent::Submit(job.id.clone()));
+        }
+        for event in &scenario.events {
+            self.push(Instant::from_ms(event.at_ms), SimEvent::Fault(event.what.clone()));
+        }
+        if let Some(at) = self.options.heal_at_ms {
+            self.push(Instant::from_ms(at), SimEvent::Heal);
+        }
+    }
+
+    fn push(&mut self, at: Instant, event: SimEvent) {
+        self.next_seq += 1;
+        self.queue.push(Reverse(Timed { at, seq: self.next_seq, event }));
+    }
+
+    // ---- running -------------------------------------------------------------------------
+
+    /// Runs to `until_ms` (or the first violation) and reports.
+    pub fn run(mut self) -> SimReport {
+        while self.step() {}
+        self.finish()
+    }
+
+    /// One step: the earliest scenario event, delivery or timer — or the head's timeout when
+    /// it comes first. Returns false when the run is over.
+    pub fn step(&mut self) -> bool {
+        let next_event = self.queue.peek().map(|Reverse(t)| t.at);
+        let next_timeout = self.head.poll_timeout();
+        let Some(at) = [next_event, next_timeout].into_iter().flatten().min() else { return false };
+        if at > self.until {
+            return false;
+        }
+        self.now = self.now.max(at);
+        self.stats.steps += 1;
+        assert!(self.stats.steps < MAX_STEPS, "simulation of seed {} did not end", self.seed);
+        if next_event.is_some_and(|e| e <= at) {
+            let Reverse(timed) = self.queue.pop().expect("peeked");
+            self.process(timed.event);
+        } else {
+            self.head.handle_timeout(self.now);
+        }
+        self.after_step();
+        !(self.options.stop_on_violation && !self.violations.is_empty())
+    }
+
+    fn finish(mut self) -> SimReport {
+        if let (Some(at), Some(checker)) = (self.options.liveness_at_ms, self.checker.as_mut()) {
+            if self.violations.is_empty() && self.now.max(self.until) >= Instant::from_ms(at) {
+                checker.check_liveness(Instant::from_ms(at), &self.head);
+                self.violations.extend(checker.take());
+            }
+        }
+        self.stats.messages = self.network.sent;
+        self.stats.dropped = self.network.dropped;
+        self.stats.duplicated = self.network.duplicated;
+        SimReport {
+            seed: self.seed,
+            end_ms: self.now.as_ms(),
+            trace_hash: format!("{:016x}", self.trace.hash.0),
+            trace_events: self.trace.count,
+            trace: std::mem::take(&mut self.trace.lines),
+            jobs: self.head.job_views(),
+            violations: self.violations,
+            stats: self.stats,
+        }
+    }
+
+    /// Carries out the head's effects, records the trace and runs the checkers.
+    fn after_step(&mut self) {
+        while let Some(effect) = self.head.poll_effect() {
+            match effect {
+                Effect::Send { node, msg } => self.to_agent(&node, msg),
+                Effect::Notify(event) => self.step_events.push(event),
+                Effect::Persist { .. } => {}
+            }
+        }
+        if self.step_events.is_empty() && self.now < self.next_stale_check {
+            return;
+        }
+        let events = std::mem::take(&mut self.step_events);
+        if self.options.hash_trace || self.options.keep_trace {
+            for event in &events {
+                self.trace.record(self.now, event);
+            }
+        }
+        if let Some(checker) = self.checker.as_mut() {
+            checker.observe(self.stats.steps, self.now, &events, &self.head);
+            if self.now >= self.next_stale_check {
+                checker.check_stale_processes(self.now);
+                self.next_stale_check = self.now.plus_ms(1_000);
+            }
+            self.violations.extend(checker.take());
+        }
+        self.step_events = events;
+        self.step_events.clear();
+    }
+
+    fn process(&mut self, event: SimEvent) {
+        match event {
+            SimEvent::Fault(fault) => self.fault(fault),
+            SimEvent::Submit(job) => self.submit(&job),
+            SimEvent::HeartbeatTick { node, incarnation } => self.heartbeat(node, incarnation),
+            SimEvent::ToHead { node, input } => self.deliver_to_head(node, *input),
+            SimEvent::ToAgent { node, msg } => self.deliver_to_agent(node, *msg),
+            SimEvent::Rejected { node, incarnation } => {
+                if self.is_current(node, incarnation) {
+                    self.fence(node);
+                }
+            }
+            SimEvent::ProcessEnd { node, incarnation, key, status } => {
+                if self.is_current(node, incarnation) {
+                    self.end_process(node, &key, status);
+                }
+            }
+            SimEvent::DrainDeadline { node, incarnation } => {
+                if self.is_current(node, incarnation) {
+                    self.crash(node);
+                    if self.healed {
+                        self.boot(node);
+                    }
+                }
+            }
+            SimEvent::Heal => self.heal(),
+        }
+    }
+
+    // ---- scenario events -------------------------------------------------------------------
+
+    fn fault(&mut self, fault: Fault) {
+        match fault {
+            Fault::NodeJoin { node } => self.join(node),
+            Fault::NodeCrash { node } => {
+                let ix = self.agent_of[&node];
+                self.crash(ix);
+            }
+            Fault::AgentRestart { node } => {
+                let ix = self.agent_of[&node];
+                if self.agents[ix as usize].up {
+                    self.crash(ix);
+                    self.boot(ix);
+                }
+            }
+            Fault::NodeDrain { node, deadline_ms } => self.drain(&node, deadline_ms),
+            Fault::ProcessExit { job, rank, exit_code, signal } => {
+                let status = match (exit_code, signal) {
+                    (Some(code), _) => ExitStatus::code(code),
+                    (None, sig) => ExitStatus::signal(sig.unwrap_or(9), false),
+                };
+                self.kill_rank(&job, rank, status);
+            }
+            Fault::StopJob { job } => {
+                if self.head.handle(self.now, Input::Stop { job }).is_err() {
+                    self.stats.faults_without_target += 1;
+                }
+            }
+        }
+    }
+
+    fn submit(&mut self, job: &JobId) {
+        let def = self.jobs[job].clone();
+        if let Some(checker) = self.checker.as_mut() {
+            checker.job_submitted(job, &def.spec);
+        }
+        let input = Input::Submit { id: Some(job.clone()), spec: Box::new(def.spec) };
+        if let Err(e) = self.head.handle(self.now, input) {
+            self.violation("submission_rejected", format!("{job}: {e}"));
+        }
+    }
+
+    fn join(&mut self, def: NodeDef) {
+        let ix = match self.agent_of.get(&def.name) {
+            Some(&ix) => {
+                let agent = &mut self.agents[ix as usize];
+                (agent.resources, agent.labels) = (def.resources, def.labels);
+                if agent.up {
+                    self.crash(ix);
+                }
+                ix
+            }
+            None => {
+                let ix = self.agents.len() as u32;
+                self.agents.push(SimAgent::new(def.name.clone(), def.resources, def.labels));
+                self.agent_of.insert(def.name, ix);
+                ix
+            }
+        };
+        self.boot(ix);
+    }
+
+    fn boot(&mut self, ix: u32) {
+        let register = self.agents[ix as usize].boot();
+        let agent = &self.agents[ix as usize];
+        if let Some(checker) = self.checker.as_mut() {
+            checker.node_booted(&agent.name, &agent.resources, &agent.labels);
+        }
+        let incarnation = agent.incarnation;
+        let interval = self.head.config().heartbeat_interval_ms;
+        let phase = 1 + self.process_rng.next_u64() % interval;
+        self.push(self.now.plus_ms(phase), SimEvent::HeartbeatTick { node: ix, incarnation });
+        self.to_head(ix, register);
+    }
+
+    fn crash(&mut self, ix: u32) {
+        let agent = &mut self.agents[ix as usize];
+        if let Some(checker) = self.checker.as_mut() {
+            for key in agent.processes.keys() {
+                checker.process_ended(&agent.name, key);
+            }
+        }
+        agent.die();
+    }
+
+    fn drain(&mut self, node: &NodeId, deadline_ms: u64) {
+        let ix = self.agent_of[node];
+        let agent = &mut self.agents[ix as usize];
+        if !agent.up || agent.draining_until.is_some() {
+            self.stats.faults_without_target += 1;
+            return;
+        }
+        agent.draining_until = Some(self.now.plus_ms(deadline_ms));
+        let incarnation = agent.incarnation;
+        self.push(self.now.plus_ms(deadline_ms), SimEvent::DrainDeadline { node: ix, incarnation });
+        self.to_head(ix, Input::Drain { node: node.clone(), deadline_ms });
+    }
+
+    fn kill_rank(&mut self, job: &JobId, rank: u32, status: ExitStatus) {
+        let found = self.agents.iter().enumerate().find_map(|(ix, a)| {
+            let key = a.processes.iter().find(|(k, p)| k.job == *job && p.rank == rank).map(|(k, _)| k.clone());
+            key.filter(|_| a.up).map(|k| (ix as u32, k))
+        });
+        match found {
+            Some((ix, key)) => self.end_process(ix, &key, status),
+            None => self.stats.faults_without_target += 1,
+        }
+    }
+
+    fn heal(&mut self) {
+        self.healed = true;
+        self.network.set_spec(NetworkSpec::perfect());
+        let down: Vec<u32> = (0..self.agents.len() as u32).filter(|ix| !self.agents[*ix as usize].up).collect();
+        for ix in down {
+            self.boot(ix);
+        }
+    }
+
+    // ---- agents ----------------------------------------------------------------------------
+
+    fn is_current(&self, ix: u32, incarnation: u64) -> bool {
+        let agent = &self.agents[ix as usize];
+        agent.up && agent.incarnation == incarnation
+    }
+
+    fn heartbeat(&mut self, ix: u32, incarnation: u64) {
+        if !self.is_current(ix, incarnation) {
+            return;
+        }
+        self.stats.heartbeats += 1;
+        let now = self.now;
+        for input in self.agents[ix as usize].heartbeat(now) {
+            self.to_head(ix, input);
+        }
+        let interval = self.head.config().heartbeat_interval_ms;
+        self.push(now.plus_ms(interval), SimEvent::HeartbeatTick { node: ix, incarnation });
+    }
+
+    /// The head declared this agent dead: it kills its processes and registers again.
+    fn fence(&mut self, ix: u32) {
+        let agent = &mut self.agents[ix as usize];
+        if let Some(checker) = self.checker.as_mut() {
+            for key in agent.processes.keys() {
+                checker.process_ended(&agent.name, key);
+            }
+        }
+        let register = agent.fence();
+        self.to_head(ix, register);
+    }
+
+    fn deliver_to_agent(&mut self, ix: u32, msg: ToAgent) {
+        if !self.agents[ix as usize].up {
+            return;
+        }
+        match msg {
+            ToAgent::Start(spec) => {
+                let is_new = !self.agents[ix as usize].processes.contains_key(&spec.key);
+                let Some(confirm) = self.agents[ix as usize].start(self.now, &spec) else { return };
+                if is_new {
+                    self.process_started(ix, &spec.key);
+                }
+                self.to_head(ix, confirm);
+            }
+            ToAgent::Stop { key, grace_ms } => match self.agents[ix as usize].stop(&key) {
+                StopOutcome::Stopping => {
+                    // A process takes up to MAX_TERM_MS to honour SIGTERM; past the grace it is
+                    // killed.
+                    let term_ms = self.process_rng.next_u64() % (MAX_TERM_MS + 1);
+                    let (after, signal) = if term_ms <= grace_ms { (term_ms, 15) } else { (grace_ms, 9) };
+                    let incarnation = self.agents[ix as usize].incarnation;
+                    let status = ExitStatus::signal(signal, true);
+                    self.push(self.now.plus_ms(after), SimEvent::ProcessEnd { node: ix, incarnation, key, status });
+                }
+                StopOutcome::Report(report) => self.to_head(ix, report),
+                StopOutcome::Nothing => {}
+            },
+            ToAgent::AckExit { key } => self.agents[ix as usize].ack_exit(&key),
+        }
+    }
+
+    fn process_started(&mut self, ix: u32, key: &AttemptKey) {
+        self.stats.processes_started += 1;
+        let agent = &self.agents[ix as usize];
+        if let Some(checker) = self.checker.as_mut() {
+            checker.process_started(&agent.name, key);
+        }
+        let run_ms = self.jobs.get(&key.job).map_or(60_000, |j| j.run_ms);
+        let event = SimEvent::ProcessEnd {
+            node: ix,
+            incarnation: agent.incarnation,
+            key: key.clone(),
+            status: ExitStatus::code(0),
+        };
+        self.push(self.now.plus_ms(run_ms), event);
+    }
+
+    fn end_process(&mut self, ix: u32, key: &AttemptKey, status: ExitStatus) {
+        let agent = &mut self.agents[ix as usize];
+        let Some(report) = agent.end(key, status) else { return };
+        if let Some(checker) = self.checker.as_mut() {
+            checker.process_ended(&agent.name, key);
+        }
+        self.to_head(ix, report);
+    }
+
+    // ---- network -----------------------------------------------------------------------------
+
+    fn to_head(&mut self, from: u32, input: Input) {
+        let fate = self.network.fate();
+        if let Some(delay) = fate.second {
+            self.push(self.now.plus_ms(delay), SimEvent::ToHead { node: from, input: Box::new(input.clone()) });
+        }
+        if let Some(delay) = fate.first {
+            self.push(self.now.plus_ms(delay), SimEvent::ToHead { node: from, input: Box::new(input) });
+        }
+    }
+
+    fn to_agent(&mut self, node: &NodeId, msg: ToAgent) {
+        let Some(&ix) = self.agent_of.get(node) else { return };
+        let fate = self.network.fate();
+        if let Some(delay) = fate.second {
+            self.push(self.now.plus_ms(delay), SimEvent::ToAgent { node: ix, msg: Box::new(msg.clone()) });
+        }
+        if let Some(delay) = fate.first {
+            self.push(self.now.plus_ms(delay), SimEvent::ToAgent { node: ix, msg: Box::new(msg) });
+        }
+    }
+
+    /// A message from an agent reaches the head. A heartbeat from an agent the head declared
+    /// dead is refused; the refusal travels back and the agent fences itself.
+    fn deliver_to_head(&mut self, from: u32, input: Input) {
+        let incarnation = match &input {
+            Input::Heartbeat { incarnation, .. } => Some(*incarnation),
+            _ => None,
+        };
+        match self.head.handle(self.now, input) {
+            Ok(_) | Err(Rejected::StaleIncarnation(_)) => {}
+            Err(Rejected::UnknownNode(_)) => {
+                if let Some(incarnation) = incarnation {
+                    let fate = self.network.fate();
+                    for delay in [fate.first, fate.second].into_iter().flatten() {
+                        self.push(self.now.plus_ms(delay), SimEvent::Rejected { node: from, incarnation });
+                    }
+                }
+            }
+            Err(other) => self.violation("unexpected_rejection", other.to_string()),
+        }
+    }
+
+    fn violation(&mut self, invariant: &str, detail: String) {
+        let step = self.stats.steps;
+        self.violations.push(Violation { invariant: invariant.into(), t_ms: self.now.as_ms(), step, detail });
+    }
+
+    /// Read access for tests.
+    pub fn head(&self) -> &Head {
+        &self.head
+    }
+
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+}

@@ -1,0 +1,295 @@
+//! Scenario files (DESIGN §8): a cluster, jobs with their submit times and run times, timed
+//! faults, and the simulated network. Parsing checks every reference, and an error names the
+//! field (`events[2].node`) and says how to fix it.
+
+use crate::config::HeadConfig;
+use crate::ids::{JobId, NodeId};
+use crate::resources::{Labels, Resources};
+use crate::spec::JobSpec;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// Most nodes, jobs and events one scenario may hold.
+pub const MAX_SCENARIO_NODES: usize = 100_000;
+pub const MAX_SCENARIO_JOBS: usize = 100_000;
+pub const MAX_SCENARIO_EVENTS: usize = 1_000_000;
+/// Longest simulated time: thirty days.
+pub const MAX_UNTIL_MS: u64 = 30 * 86_400_000;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub config: HeadConfig,
+    #[serde(default)]
+    pub network: NetworkSpec,
+    pub nodes: Vec<NodeDef>,
+    #[serde(default)]
+    pub jobs: Vec<JobDef>,
+    #[serde(default)]
+    pub events: Vec<FaultEvent>,
+    #[serde(default = "default_until_ms")]
+    pub until_ms: u64,
+}
+
+fn default_until_ms() -> u64 {
+    600_000
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeDef {
+    pub name: NodeId,
+    pub resources: Resources,
+    #[serde(default)]
+    pub labels: Labels,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobDef {
+    pub id: JobId,
+    #[serde(default)]
+    pub submit_at_ms: u64,
+    pub spec: JobSpec,
+    /// How long each simulated process of this job runs before it exits 0.
+    #[serde(default = "default_run_ms")]
+    pub run_ms: u64,
+}
+
+fn default_run_ms() -> u64 {
+    60_000
+}
+
+/// The simulated network between head and agents. Probabilities are in parts per million.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkSpec {
+    pub min_delay_ms: u64,
+    pub max_delay_ms: u64,
+    pub drop_ppm: u32,
+    pub duplicate_ppm: u32,
+}
+
+impl Default for NetworkSpec {
+    fn default() -> Self {
+        NetworkSpec { min_delay_ms: 1, max_delay_ms: 5, drop_ppm: 0, duplicate_ppm: 0 }
+    }
+}
+
+impl NetworkSpec {
+    /// A perfect network: messages arrive at once, once.
+    pub fn perfect() -> Self {
+        NetworkSpec { min_delay_ms: 0, max_delay_ms: 0, drop_ppm: 0, duplicate_ppm: 0 }
+    }
+}
+
+/// A timed fault or action: `{"at_ms": 10000, "type": "node_crash", "node": "n2"}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultEvent {
+    pub at_ms: u64,
+    pub what: Fault,
+}
+
+// By hand: serde's `flatten` cannot be combined with `deny_unknown_fields`, and a misspelt
+// field in a fault must be an error, not silently ignored.
+impl Serialize for FaultEvent {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut value = serde_json::to_value(&self.what).map_err(serde::ser::Error::custom)?;
+        value.as_object_mut().expect("faults are objects").insert("at_ms".into(), self.at_ms.into());
+        value.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for FaultEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut map = serde_json::Map::deserialize(deserializer)?;
+        let at_ms = map.remove("at_ms").ok_or_else(|| D::Error::missing_field("at_ms"))?;
+        let at_ms = at_ms.as_u64().ok_or_else(|| D::Error::custom("`at_ms` must be a non-negative integer"))?;
+        let what = serde_json::from_value(serde_json::Value::Object(map)).map_err(D::Error::custom)?;
+        Ok(FaultEvent { at_ms, what })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Fault {
+    /// The machine dies: no heartbeats, processes gone, messages lost.
+    NodeCrash { node: NodeId },
+    /// A machine joins (or a crashed one comes back).
+    NodeJoin { node: NodeDef },
+    /// A preemption notice: the node goes away `deadline_ms` later.
+    NodeDrain { node: NodeId, deadline_ms: u64 },
+    /// The process of `job`'s `rank` ends (exit code, or killed by a signal nobody sent).
+    ProcessExit { job: JobId, rank: u32, exit_code: Option<i32>, signal: Option<i32> },
+    /// The agent restarts: its processes die with it, it registers again.
+    AgentRestart { node: NodeId },
+    /// The user stops a job.
+    StopJob { job: JobId },
+}
+
+/// A scenario that cannot be run, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("scenario field `{field}`: {message}")]
+pub struct ScenarioError {
+    pub field: String,
+    pub message: String,
+}
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> ScenarioError {
+    ScenarioError { field: field.into(), message: message.into() }
+}
+
+impl Scenario {
+    pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let scenario: Scenario = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." || path.is_empty() { "(document)".to_string() } else { path };
+            let message = e.into_inner().to_string();
+            let message = message.split(" at line ").next().unwrap_or_default().to_string();
+            err(field, message)
+        })?;
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    /// Checks limits and that every event names a node or job that exists by then.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        self.config.validate().map_err(|m| err("config", m))?;
+        self.check_limits()?;
+        let mut nodes: BTreeSet<&NodeId> = BTreeSet::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !nodes.insert(&node.name) {
+                return Err(err(
+                    format!("nodes[{i}].name"),
+                    format!("`{}` appears twice; node names are unique", node.name),
+                ));
+            }
+        }
+        let mut jobs: BTreeSet<&JobId> = BTreeSet::new();
+        for (i, job) in self.jobs.iter().enumerate() {
+            if !jobs.insert(&job.id) {
+                return Err(err(format!("jobs[{i}].id"), format!("`{}` appears twice; job ids are unique", job.id)));
+            }
+            if job.run_ms == 0 {
+                return Err(err(format!("jobs[{i}].run_ms"), "is 0; a process must run for at least 1 ms"));
+            }
+        }
+        self.check_events(&mut nodes, &jobs)
+    }
+
+    fn check_limits(&self) -> Result<(), ScenarioError> {
+        let n = &self.network;
+        if n.min_delay_ms > n.max_delay_ms {
+            return Err(err("network.min_delay_ms", "exceeds max_delay_ms"));
+        }
+        if n.drop_ppm >= 1_000_000 || n.duplicate_ppm >= 1_000_000 {
+            return Err(err("network", "drop_ppm and duplicate_ppm must be below 1000000 (certainty)"));
+        }
+        let limits = [
+            ("nodes", self.nodes.len(), MAX_SCENARIO_NODES),
+            ("jobs", self.jobs.len(), MAX_SCENARIO_JOBS),
+            ("events", self.events.len(), MAX_SCENARIO_EVENTS),
+        ];
+        for (field, len, max) in limits {
+            if len > max {
+                return Err(err(field, format!("has {len} entries; at most {max} are allowed")));
+            }
+        }
+        if self.until_ms == 0 || self.until_ms > MAX_UNTIL_MS {
+            return Err(err("until_ms", format!("is {}; use 1..={MAX_UNTIL_MS}", self.until_ms)));
+        }
+        Ok(())
+    }
+
+    fn check_events<'a>(
+        &'a self,
+        nodes: &mut BTreeSet<&'a NodeId>,
+        jobs: &BTreeSet<&JobId>,
+    ) -> Result<(), ScenarioError> {
+        let mut order: Vec<(u64, usize)> = self.events.iter().enumerate().map(|(i, e)| (e.at_ms, i)).collect();
+        order.sort();
+        for (_, i) in order {
+            let field = |name: &str| format!("events[{i}].{name}");
+            let known_node = |nodes: &BTreeSet<&NodeId>, node: &NodeId| {
+                if nodes.contains(node) {
+                    Ok(())
+                } else {
+                    Err(err(field("node"), format!("no node `{node}` in nodes[] or an earlier node_join")))
+                }
+            };
+            let known_job = |job: &JobId| {
+                if jobs.contains(job) {
+                    Ok(())
+                } else {
+                    Err(err(field("job"), format!("no job `{job}` in jobs[]")))
+                }
+            };
+            match &self.events[i].what {
+                Fault::NodeCrash { node } | Fault::AgentRestart { node } | Fault::NodeDrain { node, .. } => {
+                    known_node(nodes, node)?
+                }
+                Fault::NodeJoin { node } => {
+                    nodes.insert(&node.name);
+                }
+                Fault::ProcessExit { job, exit_code, signal, .. } => {
+                    known_job(job)?;
+                    if exit_code.is_some() == signal.is_some() {
+                        return Err(err(field("exit_code"), "give exactly one of exit_code and signal"));
+                    }
+                }
+                Fault::StopJob { job } => known_job(job)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"{
+      "seed": 7,
+      "config": {"heartbeat_interval_ms": 1000, "node_timeout_ms": 3000},
+      "nodes": [{"name": "n1", "resources": {"cpu": 1}, "labels": {}}],
+      "jobs": [{"id": "j1", "submit_at_ms": 0, "spec": {"name": "t", "command": ["x"], "min_nodes": 1, "max_nodes": 1}, "run_ms": 60000}],
+      "events": [
+        {"at_ms": 10000, "type": "node_crash", "node": "n1"},
+        {"at_ms": 12000, "type": "node_join", "node": {"name": "n4", "resources": {"cpu": 1}}},
+        {"at_ms": 15000, "type": "node_drain", "node": "n4", "deadline_ms": 5000},
+        {"at_ms": 20000, "type": "process_exit", "job": "j1", "rank": 0, "exit_code": 1},
+        {"at_ms": 30000, "type": "stop_job", "job": "j1"}
+      ],
+      "until_ms": 600000
+    }"#;
+
+    #[test]
+    fn design_example_parses() {
+        let s = Scenario::parse(GOOD).unwrap();
+        assert_eq!(s.events.len(), 5);
+        assert_eq!(s.network, NetworkSpec::default());
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (GOOD.replace("\"node\": \"n1\"}", "\"node\": \"n9\"}"), "events[0].node", "no node `n9`"),
+            (GOOD.replace("\"node\": \"n1\"}", "\"nod\": \"n1\"}"), "events[0]", "unknown field `nod`"),
+            (GOOD.replace("\"job\": \"j1\", \"rank\"", "\"job\": \"j2\", \"rank\""), "events[3].job", "no job `j2`"),
+            (GOOD.replace("\"min_nodes\": 1", "\"min_nodes\": 0"), "jobs[0].spec", "min_nodes"),
+            (GOOD.replace("\"until_ms\": 600000", "\"until_ms\": 600000, \"colour\": 1"), "colour", "unknown field"),
+            (GOOD.replace("\"type\": \"node_crash\"", "\"type\": \"meteor\""), "events[0]", "unknown variant"),
+            (GOOD.replace("\"cpu\": 1}, \"labels\"", "\"cpu\": -1}, \"labels\""), "nodes[0].resources", ">= 0"),
+        ];
+        for (text, field, fragment) in cases {
+            let e = Scenario::parse(&text).unwrap_err();
+            assert!(e.field.starts_with(field), "expected field {field}, got {e}");
+            assert!(e.message.contains(fragment), "expected `{fragment}` in {e}");
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Swarm testing: from one seed, a random cluster, job mix and fault schedule; a fault phase,
+//! then a healed phase (perfect network, every node back) after which every job must end.
+
+use super::scenario::{Fault, FaultEvent, JobDef, NetworkSpec, NodeDef, Scenario};
+use super::{SimOptions, SimReport, Simulation, Violation};
+use crate::config::HeadConfig;
+use crate::ids::{JobId, NodeId};
+use crate::resources::{is_preemptible, Labels, Resources};
+use crate::spec::{JobSpec, RestartMode, Strategy};
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// A generated case: the scenario, when faults stop, and when every job must have ended.
+#[derive(Clone, Debug)]
+pub struct SwarmCase {
+    pub scenario: Scenario,
+    pub heal_at_ms: u64,
+    pub liveness_at_ms: u64,
+}
+
+/// The result of one seed.
+#[derive(Clone, Debug)]
+pub struct SeedResult {
+    pub seed: u64,
+    pub violations: Vec<Violation>,
+    pub trace_hash: String,
+    pub steps: u64,
+}
+
+struct Gen(ChaCha8Rng);
+
+impl Gen {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0.next_u64() % n.max(1)
+    }
+    fn range(&mut self, low: u64, high: u64) -> u64 {
+        low + self.below(high - low + 1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// The case for `seed`.
+pub fn generate(seed: u64) -> SwarmCase {
+    let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x5357_4152_4d00));
+    let nodes = gen_nodes(&mut g);
+    let jobs: Vec<JobDef> = (0..g.range(1, 6)).map(|i| gen_job(&mut g, i, &nodes)).collect();
+    let fault_ms = g.range(20_000, 180_000);
+    let events = gen_faults(&mut g, &nodes, &jobs, fault_ms);
+    let healed_ms: u64 = jobs.iter().map(|j| 2 * j.run_ms + j.spec.scale_up_delay_ms + 40_000).sum();
+    let network = NetworkSpec {
+        min_delay_ms: g.range(0, 5),
+        max_delay_ms: g.range(5, 60),
+        drop_ppm: if g.chance(30) { 0 } else { g.range(0, 30_000) as u32 },
+        duplicate_ppm: if g.chance(30) { 0 } else { g.range(0, 20_000) as u32 },
+    };
+    let config = HeadConfig { starvation_ms: g.range(5_000, 60_000), seed, ..HeadConfig::default() };
+    let liveness_at_ms = fault_ms + healed_ms;
+    let scenario = Scenario { seed, config, network, nodes, jobs, events, until_ms: liveness_at_ms };
+    scenario.validate().expect("generated scenarios are valid");
+    SwarmCase { scenario, heal_at_ms: fault_ms, liveness_at_ms }
+}
+
+fn gen_nodes(g: &mut Gen) -> Vec<NodeDef> {
+    (0..g.range(3, 10))
+        .map(|i| {
+            let mut labels = Labels::new();
+            labels.insert("zone".into(), g.pick(&["a", "b"]).to_string());
+            labels.insert("rack".into(), format!("r{}", g.below(3)));
+            if g.chance(20) {
+                labels.insert("preemptible".into(), "true".into());
+            }
+            let gpu = if g.chance(30) { g.range(1, 2) } else { 0 };
+            NodeDef {
+                name: NodeId::new(&format!("n{i:02}")),
+                resources: Resources::units(&[("cpu", g.range(1, 4)), ("gpu", gpu)]),
+                labels,
+            }
+        })
+        .collect()
+}
+
+/// A job that the full cluster can always run on its own, so that liveness is a fair demand.
+fn gen_job(g: &mut Gen, i: u64, nodes: &[NodeDef]) -> JobDef {
+    let mut spec = JobSpec::minimal(&format!("job{i}"), &["train"], 1, 1);
+    spec.strategy = *g.pick(&[
+        Strategy::StrictSpread,
+        Strategy::StrictSpread,
+        Strategy::StrictSpread,
+        Strategy::Spread,
+        Strategy::Pack,
+        Strategy::StrictPack,
+    ]);
+    spec.bundle = if g.chance(20) {
+        Resources::units(&[("gpu", 1)])
+    } else {
+        Resources::new().with_milli("cpu", *g.pick(&[500, 1000, 1000]))
+    };
+    if g.chance(15) {
+        spec.node_selector.insert("zone".into(), g.pick(&["a", "b"]).to_string());
+    }
+    if g.chance(10) {
+        spec.pack_by = Some("rack".into());
+    }
+    let most = capacity_for(&spec, nodes).max(1) as u64;
+    if capacity_for(&spec, nodes) == 0 {
+        spec.bundle = Resources::new().with_milli("cpu", 500);
+        spec.node_selector.clear();
+        spec.pack_by = None;
+    }
+    let most = most.min(capacity_for(&spec, nodes).max(1) as u64);
+    spec.min_nodes = g.range(1, most.min(3)) as u32;
+    spec.max_nodes = spec.min_nodes + g.range(0, 2) as u32;
+    spec.hot_spares = g.below(2) as u32;
+    spec.restart = if g.chance(60) { RestartMode::Gang } else { RestartMode::Actor };
+    spec.priority = g.range(0, 2) as i32 - 1;
+    spec.retries.user = g.range(0, 3) as i64;
+    spec.retries.system = g.range(1, 5) as i64;
+    spec.retries.preemption = if g.chance(50) { -1 } else { g.range(0, 3) as i64 };
+    spec.retries.single_budget = g.chance(10);
+    if g.chance(20) {
+        spec.retries.non_retryable_exit_codes = vec![3];
+    }
+    spec.retries.backoff_ms.initial = g.range(100, 2_000);
+    spec.retries.backoff_ms.max = spec.retries.backoff_ms.initial + g.range(0, 8_000);
+    // Only where the job fits without preemptible nodes: otherwise it would rightly wait
+    // (reported infeasible) forever once its last attempt must avoid them.
+    let steady: Vec<NodeDef> = nodes.iter().filter(|n| !is_preemptible(&n.labels)).cloned().collect();
+    spec.last_attempt_non_preemptible = g.chance(20) && capacity_for(&spec, &steady) >= spec.min_nodes;
+    spec.scale_up_delay_ms = g.range(0, 5_000);
+    spec.stop_grace_ms = g.range(0, 5_000);
+    JobDef { id: JobId::new(&format!("j{i}")), submit_at_ms: g.range(0, 60_000), spec, run_ms: g.range(2_000, 60_000) }
+}
+
+/// How many of `spec`'s bundles the whole (empty) cluster can hold at once, by its rules.
+fn capacity_for(spec: &JobSpec, nodes: &[NodeDef]) -> u32 {
+    let fits_per_node = |n: &NodeDef| -> u64 {
+        let selector = spec.node_selector.iter().all(|(k, v)| n.labels.get(k) == Some(v));
+        if !selector {
+            return 0;
+        }
+        spec.bundle.iter().filter(|(_, q)| *q > 0).map(|(r, q)| n.resources.milli(r) / q).min().unwrap_or(1)
+    };
+    let domains: Vec<Vec<&NodeDef>> = match &spec.pack_by {
+        Some(key) => {
+            let mut by: std::collections::BTreeMap<&str, Vec<&NodeDef>> = Default::default();
+            for n in nodes {
+                if let Some(v) = n.labels.get(key) {
+                    by.entry(v.as_str()).or_default().push(n);
+                }
+            }
+            by.into_values().collect()
+        }
+        None => vec![nodes.iter().collect()],
+    };
+    let in_domain = |d: &Vec<&NodeDef>| -> u64 {
+        match spec.strategy {
+            Strategy::StrictSpread => d.iter().filter(|n| fits_per_node(n) > 0).count() as u64,
+            Strategy::StrictPack => d.iter().map(|n| fits_per_node(n)).max().unwrap_or(0),
+            Strategy::Spread | Strategy::Pack => d.iter().map(|n| fits_per_node(n)).sum(),
+        }
+    };
+    domains.iter().map(in_domain).max().unwrap_or(0).min(u64::from(u32::MAX)) as u32
+}
+
+fn gen_faults(g: &mut Gen, nodes: &[NodeDef], jobs: &[JobDef], fault_ms: u64) -> Vec<FaultEvent> {
+    let mut times: Vec<u64> = (0..g.range(0, 16)).map(|_| g.range(1_000, fault_ms)).collect();
+    times.sort();
+    let mut known: Vec<NodeDef> = nodes.to_vec();
+    let mut events = Vec::new();
+    for at_ms in times {
+        let node = g.pick(&known).name.clone();
+        let what = match g.below(100) {
+            0..=19 => Fault::NodeCrash { node },
+            20..=34 => {
+                let def = if g.chance(50) { g.pick(&known).clone() } else { new_node(g, known.len()) };
+                if !known.iter().any(|k| k.name == def.name) {
+                    known.push(def.clone());
+                }
+                Fault::NodeJoin { node: def }
+            }
+            35..=49 => Fault::NodeDrain { node, deadline_ms: g.range(1_000, 10_000) },
+            50..=79 => {
+                let job = g.pick(jobs);
+                let (exit_code, signal) = match g.below(4) {
+                    0 => (Some(0), None),
+                    1 => (Some(1), None),
+                    2 => (Some(3), None),
+                    _ => (None, Some(9)),
+                };
+                Fault::ProcessExit {
+                    job: job.id.clone(),
+                    rank: g.below(u64::from(job.spec.max_nodes)) as u32,
+                    exit_code,
+                    signal,
+                }
+            }
+            80..=94 => Fault::AgentRestart { node },
+            _ => Fault::StopJob { job: g.pick(jobs).id.clone() },
+        };
+        events.push(FaultEvent { at_ms, what });
+    }
+    events
+}
+
+fn new_node(g: &mut Gen, index: usize) -> NodeDef {
+    let labels = Labels::from([
+        ("zone".to_string(), g.pick(&["a", "b"]).to_string()),
+        ("rack".to_string(), format!("r{}", g.below(3))),
+    ]);
+    NodeDef {
+        name: NodeId::new(&format!("n{index:02}")),
+        resources: Resources::units(&[("cpu", g.range(1, 4))]),
+        labels,
+    }
+}
+
+/// Runs one seed (twice with `check_determinism`, comparing trace hashes).
+pub fn run_seed(seed: u64, check_determinism: bool) -> SeedResult {
+    let case = generate(seed);
+    let report = run_case(&case, seed);
+    let mut violations = report.violations.clone();
+    if check_determinism && violations.is_empty() {
+        let again = run_case(&case, seed);
+        if again.trace_hash != report.trace_hash {
+            violations.push(Violation {
+                invariant: "determinism".into(),
+                t_ms: report.end_ms,
+                step: report.stats.steps,
+                detail: format!("trace hash {} then {}", report.trace_hash, again.trace_hash),
+            });
+        }
+    }
+    SeedResult { seed, violations, trace_hash: report.trace_hash, steps: report.stats.steps }
+}
+
+/// Runs a generated case with the swarm's options.
+pub fn run_case(case: &SwarmCase, seed: u64) -> SimReport {
+    let options = SimOptions {
+        heal_at_ms: Some(case.heal_at_ms),
+        liveness_at_ms: Some(case.liveness_at_ms),
+        ..SimOptions::default()
+    };
+    Simulation::new(&case.scenario, seed, options).run()
+}
