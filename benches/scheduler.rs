@@ -68,7 +68,7 @@ fn lose_one_percent_and_replace(s: &mut Scheduler) -> usize {
     let now = Instant::from_ms(60_000);
     let mut lost = Vec::new();
     for n in (0..NODES).step_by(100) {
-        let ix = s.node_ix(&format!("n{n:05}")).expect("known node");
+        let ix = s.node_ix(&NodeId::new(&format!("n{n:05}"))).expect("known node");
         lost.extend(s.kill_node(ix));
     }
     for &(pg, bundle) in &lost {

@@ -253,7 +253,7 @@ impl Head {
         addr: String,
     ) -> Result<Reply, Rejected> {
         check_name(node.as_str())?;
-        let known = self.scheduler.node_ix(node.as_str());
+        let known = self.scheduler.node_ix(&node);
         if known.is_none() && self.scheduler.node_count() >= self.config.max_nodes {
             return Err(Rejected::TooManyNodes(self.scheduler.node_count()));
         }
@@ -299,7 +299,7 @@ impl Head {
 
     /// The node's index if it is registered, alive, and this is its current agent.
     fn alive_node(&self, node: &NodeId, incarnation: u64) -> Result<NodeIx, Rejected> {
-        let ix = self.scheduler.node_ix(node.as_str()).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        let ix = self.scheduler.node_ix(node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
         let record = self.liveness.get(ix).expect("known node has a record");
         if !record.alive {
             return Err(Rejected::UnknownNode(node.clone()));
@@ -311,7 +311,7 @@ impl Head {
     }
 
     fn drain(&mut self, now: Instant, node: NodeId, deadline_ms: u64) -> Result<Reply, Rejected> {
-        let ix = self.scheduler.node_ix(node.as_str()).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
         if self.scheduler.node(ix).state != NodeState::Alive {
             return match self.scheduler.node(ix).state {
                 NodeState::Draining => Ok(Reply::Done),
@@ -356,7 +356,7 @@ impl Head {
     // ---- processes -------------------------------------------------------------------------
 
     fn process_started(&mut self, now: Instant, node: NodeId, key: AttemptKey) -> Result<Reply, Rejected> {
-        let ix = self.scheduler.node_ix(node.as_str()).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
         self.attempts.acked(ix, &key);
         if let Some(seq) = self.jobs.get(&key.job).map(|j| j.seq) {
             self.feed(now, seq, DriverInput::Started { key });
@@ -373,7 +373,7 @@ impl Head {
         key: AttemptKey,
         input: impl FnOnce(AttemptKey) -> DriverInput,
     ) -> Result<Reply, Rejected> {
-        let ix = self.scheduler.node_ix(node.as_str()).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
         self.effects.push_back(Effect::Send { node, msg: ToAgent::AckExit { key: key.clone() } });
         self.attempts.ended(ix, &key);
         if let Some(seq) = self.jobs.get(&key.job).map(|j| j.seq) {
@@ -473,17 +473,17 @@ impl Head {
             }
             DriverEffect::AvoidPreemptible => self.scheduler.avoid_preemptible(seq),
             DriverEffect::Start { node, spec } => {
-                let ix = self.scheduler.node_ix(node.as_str()).expect("starting on a known node");
+                let ix = self.scheduler.node_ix(&node).expect("starting on a known node");
                 self.attempts.started(ix, spec.clone());
                 self.effects.push_back(Effect::Send { node, msg: ToAgent::Start(spec) });
             }
             DriverEffect::Stop { node, key, grace_ms } => {
-                let ix = self.scheduler.node_ix(node.as_str()).expect("stopping on a known node");
+                let ix = self.scheduler.node_ix(&node).expect("stopping on a known node");
                 self.attempts.stopping(ix, &key, grace_ms);
                 self.effects.push_back(Effect::Send { node, msg: ToAgent::Stop { key, grace_ms } });
             }
             DriverEffect::AttemptEnded { node, key } => {
-                let ix = self.scheduler.node_ix(node.as_str()).expect("attempt on a known node");
+                let ix = self.scheduler.node_ix(&node).expect("attempt on a known node");
                 self.attempts.ended(ix, &key);
             }
             DriverEffect::Event(detail) => {

@@ -173,7 +173,7 @@ fn hot_spare_takes_the_failed_rank_and_ends_gracefully() {
     assert_eq!(view.actors[1].state, TaskCompleted);
     assert_eq!(c.transitions(&format!("{job}/1")).last(), Some(&(Standby, TaskCompleted)));
     for node in ["n1", "n2", "n3"] {
-        let ix = c.head.scheduler().node_ix(node).unwrap();
+        let ix = c.head.scheduler().node_ix(&node.into()).unwrap();
         assert_eq!(c.head.scheduler().allocated(ix), Resources::new(), "{node} still holds something");
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::protocol::{AttemptKey, StartSpec, ToAgent};
 use crate::scheduler::NodeIx;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct LiveAttempt {
@@ -59,30 +59,43 @@ impl AttemptIndex {
 
     /// Messages that bring the agent in line with the head, given the attempts it runs.
     /// `orphan_grace_ms` is the grace for stopping a process the head does not expect.
+    /// A merge of two sorted lists: heartbeats are frequent, and most list little or nothing.
     pub fn reconcile(
         &self,
         node: NodeIx,
         running: &[AttemptKey],
         orphan_grace_ms: &dyn Fn(&AttemptKey) -> u64,
     ) -> Vec<ToAgent> {
-        let listed: BTreeSet<&AttemptKey> = running.iter().collect();
         let expected = self.by_node.get(&node);
+        if expected.is_none() && running.is_empty() {
+            return Vec::new();
+        }
+        let sorted;
+        let running = if running.is_sorted() {
+            running
+        } else {
+            let mut copy = running.to_vec();
+            copy.sort();
+            sorted = copy;
+            &sorted[..]
+        };
         let mut out = Vec::new();
+        let mut listed = running.iter().peekable();
+        let orphan = |key: &AttemptKey| ToAgent::Stop { key: key.clone(), grace_ms: orphan_grace_ms(key) };
         for (key, live) in expected.into_iter().flatten() {
-            let running = listed.contains(key);
+            while let Some(unknown) = listed.next_if(|k| *k < key) {
+                out.push(orphan(unknown));
+            }
+            let is_running = listed.next_if(|k| *k == key).is_some();
             match live.stop_grace_ms {
                 // Still running, or perhaps never started (the start was lost): either way the
                 // agent answers a stop with an exit report.
-                Some(grace_ms) if running || !live.acked => out.push(ToAgent::Stop { key: key.clone(), grace_ms }),
-                None if !live.acked && !running => out.push(ToAgent::Start(live.spec.clone())),
+                Some(grace_ms) if is_running || !live.acked => out.push(ToAgent::Stop { key: key.clone(), grace_ms }),
+                None if !live.acked && !is_running => out.push(ToAgent::Start(live.spec.clone())),
                 _ => {}
             }
         }
-        for key in listed {
-            if !expected.is_some_and(|m| m.contains_key(key)) {
-                out.push(ToAgent::Stop { key: key.clone(), grace_ms: orphan_grace_ms(key) });
-            }
-        }
+        out.extend(listed.map(orphan));
         out
     }
 }
@@ -119,11 +132,12 @@ mod tests {
         assert_eq!(
             out,
             vec![
+                ToAgent::Stop { key: orphan, grace_ms: 7 },
                 ToAgent::Start(spec(0)),
                 ToAgent::Stop { key: spec(2).key, grace_ms: 5 },
                 ToAgent::Stop { key: spec(3).key, grace_ms: 6 },
-                ToAgent::Stop { key: orphan, grace_ms: 7 },
-            ]
+            ],
+            "in key order"
         );
         index.ended(0, &spec(0).key);
         assert_eq!(index.live_on(0), 3);

@@ -164,12 +164,80 @@ impl Node {
     }
 }
 
+/// Node name → index by open addressing on an FNV-1a hash: every heartbeat looks its node up,
+/// and with ten thousand nodes a tree of string compares, or a detour through the node
+/// record, costs cache misses. Each slot keeps the name itself, compared by pointer first (a
+/// runtime that reuses the registered `NodeId` never reads the string). Lookup only —
+/// nothing iterates it, so no hash order can reach a decision.
+#[derive(Clone, Debug, Default)]
+struct NameIndex {
+    /// Power-of-two many slots, at most half full.
+    slots: Vec<Option<(u64, NodeId, NodeIx)>>,
+    len: usize,
+}
+
+impl NameIndex {
+    /// FNV-1a, then a finalizer: FNV's low bits barely differ between names like `n00017` and
+    /// `n00018`, and the table is indexed by low bits.
+    fn hash(name: &str) -> u64 {
+        let mut h = name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h
+    }
+
+    fn find(&self, name: &NodeId) -> Option<NodeIx> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let hash = Self::hash(name.as_str());
+        let mask = self.slots.len() - 1;
+        let mut at = hash as usize & mask;
+        loop {
+            match &self.slots[at] {
+                None => return None,
+                Some((h, stored, ix)) if *h == hash && stored.same_as(name) => return Some(*ix),
+                Some(_) => at = (at + 1) & mask,
+            }
+        }
+    }
+
+    fn insert(&mut self, ix: NodeIx, name: &NodeId) {
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        self.place(Self::hash(name.as_str()), name.clone(), ix);
+        self.len += 1;
+    }
+
+    fn place(&mut self, hash: u64, name: NodeId, ix: NodeIx) {
+        let mask = self.slots.len() - 1;
+        let mut at = hash as usize & mask;
+        while self.slots[at].is_some() {
+            at = (at + 1) & mask;
+        }
+        self.slots[at] = Some((hash, name, ix));
+    }
+
+    fn grow(&mut self) {
+        let size = (self.slots.len() * 2).max(64);
+        let old = std::mem::replace(&mut self.slots, vec![None; size]);
+        for (hash, name, ix) in old.into_iter().flatten() {
+            self.place(hash, name, ix);
+        }
+    }
+}
+
 /// All nodes ever seen, and the load-ordered index of the ALIVE ones.
 #[derive(Clone, Debug)]
 pub struct Cluster {
     pub table: ResourceTable,
     nodes: Vec<Node>,
     by_name: BTreeMap<NodeId, NodeIx>,
+    lookup: NameIndex,
+    /// Each node's name by index, compact: checks a `NodeId`'s hint without touching `nodes`.
+    names: Vec<NodeId>,
     /// ALIVE nodes, least loaded first, then by name: the order candidates are tried in.
     by_load: BTreeSet<(u32, NodeId, NodeIx)>,
     port_base: u16,
@@ -182,6 +250,8 @@ impl Cluster {
             table: ResourceTable::default(),
             nodes: Vec::new(),
             by_name: BTreeMap::new(),
+            lookup: NameIndex::default(),
+            names: Vec::new(),
             by_load: BTreeSet::new(),
             port_base,
             ports_per_node,
@@ -222,9 +292,12 @@ impl Cluster {
                 let ix = NodeIx::try_from(self.nodes.len()).expect("fewer than 2^32 nodes");
                 self.nodes.push(node);
                 self.by_name.insert(name.clone(), ix);
+                self.lookup.insert(ix, &name);
+                self.names.push(name.clone());
                 ix
             }
         };
+        name.set_hint(ix);
         self.by_load.insert((0, name, ix));
         ix
     }
@@ -292,8 +365,9 @@ impl Cluster {
         &self.nodes[ix as usize]
     }
 
-    pub fn ix(&self, name: &str) -> Option<NodeIx> {
-        self.by_name.get(name).copied()
+    pub fn ix(&self, name: &NodeId) -> Option<NodeIx> {
+        let hinted = name.hint().filter(|h| self.names.get(*h as usize).is_some_and(|n| n.same_as(name)));
+        hinted.or_else(|| self.lookup.find(name))
     }
 
     /// Every node ever seen, by name.
@@ -361,7 +435,7 @@ mod tests {
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
         let names = |c: &Cluster| c.ranked().map(|ix| c.node(ix).name.to_string()).collect::<Vec<_>>();
         assert_eq!(names(&c), ["a", "b", "c"]);
-        c.allocate(c.ix("a").unwrap(), &demand, (1, 0));
+        c.allocate(c.ix(&NodeId::new("a")).unwrap(), &demand, (1, 0));
         assert_eq!(names(&c), ["b", "c", "a"]);
         c.check_invariants();
     }
@@ -370,7 +444,7 @@ mod tests {
     fn ports_are_a_resource() {
         let mut c = cluster_with(&[("a", 100)]);
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
-        let a = c.ix("a").unwrap();
+        let a = c.ix(&NodeId::new("a")).unwrap();
         let ports: Vec<u16> = (0..4).map(|b| c.allocate(a, &demand, (1, b))).collect();
         assert_eq!(ports, [29_500, 29_501, 29_502, 29_503]);
         assert_eq!(c.node(a).room_for(&demand, 10), 0, "no port left");
@@ -379,10 +453,23 @@ mod tests {
     }
 
     #[test]
+    fn name_index_finds_every_node_and_nothing_else() {
+        let mut c = Cluster::new(29_500, 4);
+        for n in 0..5_000 {
+            c.join(NodeId::new(&format!("node-{n}")), Resources::units(&[("cpu", 1)]), Labels::new());
+        }
+        for n in (0..5_000).step_by(7) {
+            assert_eq!(c.ix(&NodeId::new(&format!("node-{n}"))), Some(n), "a fresh NodeId, compared by text");
+        }
+        assert_eq!(c.ix(&NodeId::new("node-5000")), None);
+        assert_eq!(c.ix(&NodeId::new("")), None);
+    }
+
+    #[test]
     fn kill_frees_and_returns_bundles_and_rejoin_reuses_index() {
         let mut c = cluster_with(&[("a", 2)]);
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
-        let a = c.ix("a").unwrap();
+        let a = c.ix(&NodeId::new("a")).unwrap();
         c.allocate(a, &demand, (3, 0));
         c.allocate(a, &demand, (4, 1));
         assert_eq!(c.kill(a), vec![(3, 0), (4, 1)]);

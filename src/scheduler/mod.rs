@@ -177,7 +177,7 @@ impl Scheduler {
         lost
     }
 
-    pub fn node_ix(&self, name: &str) -> Option<NodeIx> {
+    pub fn node_ix(&self, name: &NodeId) -> Option<NodeIx> {
         self.cluster.ix(name)
     }
 

@@ -157,7 +157,7 @@ fn pack_by_picks_the_fullest_domain_that_fits_and_replaces_within_it() {
     s.create_pg(2, racked(1));
     s.request_gang(2);
     assert_eq!(nodes_of(&pass(&mut s, 0), 2), ["a1", "a2"]);
-    let a1 = s.node_ix("a1").unwrap();
+    let a1 = s.node_ix(&NodeId::new("a1")).unwrap();
     s.kill_node(a1);
     s.request(2, 0, QueueClass::Replacement, t(5));
     assert_eq!(pass(&mut s, 5), vec![(2, 0, "a3".into())], "same rack, not c1");
