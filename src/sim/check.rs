@@ -60,6 +60,8 @@ pub struct Checker {
     ended: BTreeMap<ActorKey, u32>,
     /// Running processes: actor → (attempt, node) → since when it is known to be stale.
     processes: BTreeMap<ActorKey, BTreeMap<(u32, NodeId), Option<Instant>>>,
+    /// The stale ones again, oldest first, so the periodic check reads only the front.
+    stale: BTreeSet<(Instant, ActorKey, u32, NodeId)>,
     stale_bound_ms: u64,
     found: Vec<Violation>,
     step: u64,
@@ -88,13 +90,18 @@ impl Checker {
         let ended = self.ended.get(&actor).is_some_and(|e| *e >= key.attempt);
         let stale_since = ended.then_some(self.now);
         self.processes.entry(actor.clone()).or_default().insert((key.attempt, node.clone()), stale_since);
+        if let Some(since) = stale_since {
+            self.stale.insert((since, actor.clone(), key.attempt, node.clone()));
+        }
         self.check_one_live_attempt(&actor);
     }
 
     pub fn process_ended(&mut self, node: &NodeId, key: &AttemptKey) {
         let actor = (key.job.clone(), key.actor);
         if let Some(map) = self.processes.get_mut(&actor) {
-            map.remove(&(key.attempt, node.clone()));
+            if let Some(Some(since)) = map.remove(&(key.attempt, node.clone())) {
+                self.stale.remove(&(since, actor.clone(), key.attempt, node.clone()));
+            }
             if map.is_empty() {
                 self.processes.remove(&actor);
             }
@@ -230,7 +237,13 @@ impl Checker {
             for (r, q) in self.used_on(node) {
                 *free_before.entry(r).or_default() -= i128::from(q);
             }
-            for (job, _) in taken {
+            // Only placements still held took capacity: one placed and released within the
+            // step (a spare of a terminating job, say) is already out of `used_on`.
+            let still_held: Vec<&ActorKey> = taken.iter().filter(|k| self.placed_on.get(*k) == Some(node)).collect();
+            if still_held.is_empty() {
+                continue;
+            }
+            for (job, _) in &still_held {
                 for (r, q) in self.specs[job].bundle.iter() {
                     *free_before.entry(r.to_string()).or_default() += i128::from(q);
                 }
@@ -239,7 +252,7 @@ impl Checker {
                 if self.could_use(w, node, &n, &free_before) {
                     let detail = format!(
                         "{}/{} was placed on {node} (a lower class) while replacement {}/{} waited and could use it",
-                        taken[0].0, taken[0].1, w.job, w.actor
+                        still_held[0].0, still_held[0].1, w.job, w.actor
                     );
                     self.violation("replacement_first", detail);
                 }
@@ -295,9 +308,10 @@ impl Checker {
         *ended = (*ended).max(entry.attempt);
         let now = self.now;
         if let Some(map) = self.processes.get_mut(&key) {
-            for ((attempt, _), stale) in map.iter_mut() {
+            for ((attempt, node), stale) in map.iter_mut() {
                 if *attempt <= entry.attempt && stale.is_none() {
                     *stale = Some(now);
+                    self.stale.insert((now, key.clone(), *attempt, node.clone()));
                 }
             }
         }
@@ -391,14 +405,11 @@ impl Checker {
         self.now = now;
         let bound = self.stale_bound_ms;
         let late: Vec<String> = self
-            .processes
+            .stale
             .iter()
-            .flat_map(|((job, actor), map)| {
-                map.iter().filter_map(move |((attempt, node), stale)| {
-                    stale.filter(|since| now.ms_since(*since) > bound).map(|since| {
-                        format!("{job}/{actor} attempt {attempt} on {node}, ended at {} ms", since.as_ms())
-                    })
-                })
+            .take_while(|(since, ..)| now.ms_since(*since) > bound)
+            .map(|(since, (job, actor), attempt, node)| {
+                format!("{job}/{actor} attempt {attempt} on {node}, ended at {} ms", since.as_ms())
             })
             .collect();
         for detail in late {

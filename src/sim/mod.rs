@@ -16,6 +16,7 @@
 mod agent;
 pub mod check;
 mod network;
+mod queue;
 pub mod scenario;
 pub mod summary;
 pub mod swarm;
@@ -28,15 +29,15 @@ use crate::head::{Effect, Event, Head, Input, Rejected};
 use crate::ids::{JobId, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, ToAgent};
 use crate::scheduler::PolicyFault;
-use crate::time::Instant;
+use crate::time::{earliest, Instant};
 use crate::view::JobView;
 use agent::{SimAgent, StopOutcome};
 use network::Network;
+use queue::{Entry, EventQueue, PeriodicTimers};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use trace::Trace;
 
 /// Most steps one run may take; a run that needs more is stuck in a loop (a bug).
@@ -105,38 +106,14 @@ pub struct SimReport {
 }
 
 enum SimEvent {
-    Fault(Fault),
+    Fault(Box<Fault>),
     Submit(JobId),
-    HeartbeatTick { node: u32, incarnation: u64 },
     ToHead { node: u32, input: Box<Input> },
     ToAgent { node: u32, msg: Box<ToAgent> },
     Rejected { node: u32, incarnation: u64 },
     ProcessEnd { node: u32, incarnation: u64, key: AttemptKey, status: ExitStatus },
     DrainDeadline { node: u32, incarnation: u64 },
     Heal,
-}
-
-struct Timed {
-    at: Instant,
-    seq: u64,
-    event: SimEvent,
-}
-
-impl PartialEq for Timed {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Timed {}
-impl PartialOrd for Timed {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Timed {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
-    }
 }
 
 /// One simulated cluster run.
@@ -148,7 +125,9 @@ pub struct Simulation {
     agents: Vec<SimAgent>,
     agent_of: BTreeMap<NodeId, u32>,
     jobs: BTreeMap<JobId, JobDef>,
-    queue: BinaryHeap<Reverse<Timed>>,
+    queue: EventQueue<SimEvent>,
+    /// Heartbeat timers, apart from the queue: one per agent incarnation, all one period.
+    heartbeats: PeriodicTimers,
     next_seq: u64,
     network: Network,
     process_rng: ChaCha8Rng,
@@ -161,6 +140,8 @@ pub struct Simulation {
     next_stale_check: Instant,
     /// Faults have stopped: a node that goes away (its preemption deadline) comes back.
     healed: bool,
+    /// Nodes the scenario starts with.
+    initial_nodes: u64,
 }
 
 impl Simulation {
@@ -184,7 +165,8 @@ impl Simulation {
             agents: Vec::new(),
             agent_of: BTreeMap::new(),
             jobs: scenario.jobs.iter().map(|j| (j.id.clone(), j.clone())).collect(),
-            queue: BinaryHeap::new(),
+            queue: EventQueue::default(),
+            heartbeats: PeriodicTimers::default(),
             next_seq: 0,
             network: Network::new(scenario.network, streams ^ 0x6e65_7477),
             process_rng: ChaCha8Rng::seed_from_u64(streams ^ 0x7072_6f63),
@@ -195,6 +177,7 @@ impl Simulation {
             stats: SimStats::default(),
             next_stale_check: Instant::ZERO,
             healed: false,
+            initial_nodes: scenario.nodes.len() as u64,
             options,
         };
         sim.schedule_scenario(scenario);
@@ -202,14 +185,22 @@ impl Simulation {
     }
 
     fn schedule_scenario(&mut self, scenario: &Scenario) {
+        // Every heartbeat bumps its node name's reference count. Names allocated together, in
+        // node order, turn those writes into a stride the memory system can predict.
+        let names: Vec<NodeId> = scenario.nodes.iter().map(|n| NodeId::new(n.name.as_str())).collect();
+        for (node, name) in scenario.nodes.iter().zip(names) {
+            let ix = self.agents.len() as u32;
+            self.agents.push(SimAgent::new(name.clone(), node.resources.clone(), node.labels.clone()));
+            self.agent_of.insert(name, ix);
+        }
         for node in &scenario.nodes {
-            self.push(Instant::ZERO, SimEvent::Fault(Fault::NodeJoin { node: node.clone() }));
+            self.push(Instant::ZERO, SimEvent::Fault(Box::new(Fault::NodeJoin { node: node.clone() })));
         }
         for job in &scenario.jobs {
             self.push(Instant::from_ms(job.submit_at_ms), SimEvent::Submit(job.id.clone()));
         }
         for event in &scenario.events {
-            self.push(Instant::from_ms(event.at_ms), SimEvent::Fault(event.what.clone()));
+            self.push(Instant::from_ms(event.at_ms), SimEvent::Fault(Box::new(event.what.clone())));
         }
         if let Some(at) = self.options.heal_at_ms {
             self.push(Instant::from_ms(at), SimEvent::Heal);
@@ -218,7 +209,7 @@ impl Simulation {
 
     fn push(&mut self, at: Instant, event: SimEvent) {
         self.next_seq += 1;
-        self.queue.push(Reverse(Timed { at, seq: self.next_seq, event }));
+        self.queue.push(Entry { at, seq: self.next_seq, payload: event });
     }
 
     // ---- running -------------------------------------------------------------------------
@@ -232,23 +223,34 @@ impl Simulation {
     /// One step: the earliest scenario event, delivery or timer — or the head's timeout when
     /// it comes first. Returns false when the run is over.
     pub fn step(&mut self) -> bool {
-        let next_event = self.queue.peek().map(|Reverse(t)| t.at);
+        let next_event = self.queue.peek_key();
+        let next_beat = self.heartbeats.peek_key();
+        let first = match (next_event, next_beat) {
+            (Some(e), Some(b)) => Some(e.min(b)),
+            (e, b) => e.or(b),
+        };
         let next_timeout = self.head.poll_timeout();
-        let Some(at) = [next_event, next_timeout].into_iter().flatten().min() else { return false };
+        let Some(at) = earliest(first.map(|(t, _)| t), next_timeout) else { return false };
         if at > self.until {
             return false;
         }
         self.now = self.now.max(at);
+        self.queue.advance_to(self.now);
         self.stats.steps += 1;
         assert!(self.stats.steps < MAX_STEPS, "simulation of seed {} did not end", self.seed);
-        if next_event.is_some_and(|e| e <= at) {
-            let Reverse(timed) = self.queue.pop().expect("peeked");
-            self.process(timed.event);
-        } else {
-            self.head.handle_timeout(self.now);
+        match first {
+            Some(key) if key.0 <= at && Some(key) == next_beat => {
+                let (_, _, node) = self.heartbeats.pop().expect("peeked");
+                self.heartbeat(node);
+            }
+            Some(key) if key.0 <= at => {
+                let entry = self.queue.pop().expect("peeked");
+                self.process(entry.payload);
+            }
+            _ => self.head.handle_timeout(self.now),
         }
         self.after_step();
-        !(self.options.stop_on_violation && !self.violations.is_empty())
+        !self.options.stop_on_violation || self.violations.is_empty()
     }
 
     fn finish(mut self) -> SimReport {
@@ -277,7 +279,7 @@ impl Simulation {
     fn after_step(&mut self) {
         while let Some(effect) = self.head.poll_effect() {
             match effect {
-                Effect::Send { node, msg } => self.to_agent(&node, msg),
+                Effect::Send { node, msg } => self.send_to_agent(&node, msg),
                 Effect::Notify(event) => self.step_events.push(event),
                 Effect::Persist { .. } => {}
             }
@@ -305,14 +307,14 @@ impl Simulation {
 
     fn process(&mut self, event: SimEvent) {
         match event {
-            SimEvent::Fault(fault) => self.fault(fault),
+            SimEvent::Fault(fault) => self.fault(*fault),
             SimEvent::Submit(job) => self.submit(&job),
-            SimEvent::HeartbeatTick { node, incarnation } => self.heartbeat(node, incarnation),
             SimEvent::ToHead { node, input } => self.deliver_to_head(node, *input),
             SimEvent::ToAgent { node, msg } => self.deliver_to_agent(node, *msg),
             SimEvent::Rejected { node, incarnation } => {
                 if self.is_current(node, incarnation) {
-                    self.fence(node);
+                    let register = self.agents[node as usize].register();
+                    self.send_to_head(node, register);
                 }
             }
             SimEvent::ProcessEnd { node, incarnation, key, status } => {
@@ -401,11 +403,26 @@ impl Simulation {
         if let Some(checker) = self.checker.as_mut() {
             checker.node_booted(&agent.name, &agent.resources, &agent.labels);
         }
-        let incarnation = agent.incarnation;
+        // An agent that comes back before its old timer fired keeps that timer (and phase).
+        if !agent.ticking {
+            let phase = self.heartbeat_phase(ix);
+            self.agents[ix as usize].ticking = true;
+            self.next_seq += 1;
+            self.heartbeats.insert(self.now.plus_ms(phase), self.next_seq, ix);
+        }
+        self.send_to_head(ix, register);
+    }
+
+    /// When an agent's first heartbeat goes out. The scenario's nodes spread evenly over one
+    /// interval in table order, so heartbeats sweep memory in order instead of hopping (a
+    /// large cluster is memory-bound); nodes that join later start at a random phase.
+    fn heartbeat_phase(&mut self, ix: u32) -> u64 {
         let interval = self.head.config().heartbeat_interval_ms;
-        let phase = 1 + self.process_rng.next_u64() % interval;
-        self.push(self.now.plus_ms(phase), SimEvent::HeartbeatTick { node: ix, incarnation });
-        self.to_head(ix, register);
+        if self.now == Instant::ZERO && u64::from(ix) < self.initial_nodes {
+            1 + u64::from(ix) * interval / self.initial_nodes
+        } else {
+            1 + self.process_rng.next_u64() % interval
+        }
     }
 
     fn crash(&mut self, ix: u32) {
@@ -425,10 +442,10 @@ impl Simulation {
             self.stats.faults_without_target += 1;
             return;
         }
-        agent.draining_until = Some(self.now.plus_ms(deadline_ms));
+        agent.drain_until(self.now.plus_ms(deadline_ms));
         let incarnation = agent.incarnation;
         self.push(self.now.plus_ms(deadline_ms), SimEvent::DrainDeadline { node: ix, incarnation });
-        self.to_head(ix, Input::Drain { node: node.clone(), deadline_ms });
+        self.send_to_head(ix, Input::Drain { node: node.clone(), deadline_ms });
     }
 
     fn kill_rank(&mut self, job: &JobId, rank: u32, status: ExitStatus) {
@@ -458,29 +475,25 @@ impl Simulation {
         agent.up && agent.incarnation == incarnation
     }
 
-    fn heartbeat(&mut self, ix: u32, incarnation: u64) {
-        if !self.is_current(ix, incarnation) {
+    /// An agent's heartbeat timer fires. A dead agent's timer stops; a booted one restarts it.
+    fn heartbeat(&mut self, ix: u32) {
+        if !self.agents[ix as usize].up {
+            self.agents[ix as usize].ticking = false;
             return;
         }
         self.stats.heartbeats += 1;
         let now = self.now;
-        for input in self.agents[ix as usize].heartbeat(now) {
-            self.to_head(ix, input);
-        }
-        let interval = self.head.config().heartbeat_interval_ms;
-        self.push(now.plus_ms(interval), SimEvent::HeartbeatTick { node: ix, incarnation });
-    }
-
-    /// The head declared this agent dead: it kills its processes and registers again.
-    fn fence(&mut self, ix: u32) {
-        let agent = &mut self.agents[ix as usize];
-        if let Some(checker) = self.checker.as_mut() {
-            for key in agent.processes.keys() {
-                checker.process_ended(&agent.name, key);
+        let beat = self.agents[ix as usize].heartbeat();
+        self.send_to_head(ix, beat);
+        if self.agents[ix as usize].has_unacknowledged() {
+            for input in self.agents[ix as usize].unacknowledged(now) {
+                self.send_to_head(ix, input);
             }
         }
-        let register = agent.fence();
-        self.to_head(ix, register);
+        let interval = self.head.config().heartbeat_interval_ms;
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        self.heartbeats.insert_last(now.plus_ms(interval), seq, ix);
     }
 
     fn deliver_to_agent(&mut self, ix: u32, msg: ToAgent) {
@@ -489,12 +502,16 @@ impl Simulation {
         }
         match msg {
             ToAgent::Start(spec) => {
+                if let Some(message) = self.jobs.get(&spec.key.job).and_then(|j| j.spawn_error.clone()) {
+                    let node = self.agents[ix as usize].name.clone();
+                    return self.send_to_head(ix, Input::SpawnFailed { node, key: spec.key, message });
+                }
                 let is_new = !self.agents[ix as usize].processes.contains_key(&spec.key);
                 let Some(confirm) = self.agents[ix as usize].start(self.now, &spec) else { return };
                 if is_new {
                     self.process_started(ix, &spec.key);
                 }
-                self.to_head(ix, confirm);
+                self.send_to_head(ix, confirm);
             }
             ToAgent::Stop { key, grace_ms } => match self.agents[ix as usize].stop(&key) {
                 StopOutcome::Stopping => {
@@ -506,7 +523,7 @@ impl Simulation {
                     let status = ExitStatus::signal(signal, true);
                     self.push(self.now.plus_ms(after), SimEvent::ProcessEnd { node: ix, incarnation, key, status });
                 }
-                StopOutcome::Report(report) => self.to_head(ix, report),
+                StopOutcome::Report(report) => self.send_to_head(ix, report),
                 StopOutcome::Nothing => {}
             },
             ToAgent::AckExit { key } => self.agents[ix as usize].ack_exit(&key),
@@ -535,12 +552,12 @@ impl Simulation {
         if let Some(checker) = self.checker.as_mut() {
             checker.process_ended(&agent.name, key);
         }
-        self.to_head(ix, report);
+        self.send_to_head(ix, report);
     }
 
     // ---- network -----------------------------------------------------------------------------
 
-    fn to_head(&mut self, from: u32, input: Input) {
+    fn send_to_head(&mut self, from: u32, input: Input) {
         let fate = self.network.fate();
         if let Some(delay) = fate.second {
             self.push(self.now.plus_ms(delay), SimEvent::ToHead { node: from, input: Box::new(input.clone()) });
@@ -550,7 +567,7 @@ impl Simulation {
         }
     }
 
-    fn to_agent(&mut self, node: &NodeId, msg: ToAgent) {
+    fn send_to_agent(&mut self, node: &NodeId, msg: ToAgent) {
         let Some(&ix) = self.agent_of.get(node) else { return };
         let fate = self.network.fate();
         if let Some(delay) = fate.second {
@@ -561,8 +578,11 @@ impl Simulation {
         }
     }
 
-    /// A message from an agent reaches the head. A heartbeat from an agent the head declared
-    /// dead is refused; the refusal travels back and the agent fences itself.
+    /// A message from an agent reaches the head. A heartbeat from an agent the head does not
+    /// know (declared dead, or overtaken by its own registration) is refused; the refusal
+    /// travels back and the agent registers again. It keeps its processes: once registered,
+    /// its heartbeats list them and the head stops those it no longer expects. (Killing them
+    /// on a refusal would race with a registration that already succeeded.)
     fn deliver_to_head(&mut self, from: u32, input: Input) {
         let incarnation = match &input {
             Input::Heartbeat { incarnation, .. } => Some(*incarnation),

@@ -57,6 +57,9 @@ pub struct JobDef {
     /// How long each simulated process of this job runs before it exits 0.
     #[serde(default = "default_run_ms")]
     pub run_ms: u64,
+    /// If set, agents cannot start this job's command and report this error (`spawn_failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawn_error: Option<String>,
 }
 
 fn default_run_ms() -> u64 {

@@ -133,7 +133,13 @@ fn gen_job(g: &mut Gen, i: u64, nodes: &[NodeDef]) -> JobDef {
     spec.last_attempt_non_preemptible = g.chance(20) && capacity_for(&spec, &steady) >= spec.min_nodes;
     spec.scale_up_delay_ms = g.range(0, 5_000);
     spec.stop_grace_ms = g.range(0, 5_000);
-    JobDef { id: JobId::new(&format!("j{i}")), submit_at_ms: g.range(0, 60_000), spec, run_ms: g.range(2_000, 60_000) }
+    JobDef {
+        id: JobId::new(&format!("j{i}")),
+        submit_at_ms: g.range(0, 60_000),
+        spec,
+        run_ms: g.range(2_000, 60_000),
+        spawn_error: None,
+    }
 }
 
 /// How many of `spec`'s bundles the whole (empty) cluster can hold at once, by its rules.
@@ -221,11 +227,16 @@ fn new_node(g: &mut Gen, index: usize) -> NodeDef {
 
 /// Runs one seed (twice with `check_determinism`, comparing trace hashes).
 pub fn run_seed(seed: u64, check_determinism: bool) -> SeedResult {
+    run_seed_traced(seed, check_determinism, false).0
+}
+
+/// As `run_seed`, also returning the trace lines when `keep_trace`.
+pub fn run_seed_traced(seed: u64, check_determinism: bool, keep_trace: bool) -> (SeedResult, Vec<String>) {
     let case = generate(seed);
-    let report = run_case(&case, seed);
+    let report = run_case(&case, seed, keep_trace);
     let mut violations = report.violations.clone();
     if check_determinism && violations.is_empty() {
-        let again = run_case(&case, seed);
+        let again = run_case(&case, seed, false);
         if again.trace_hash != report.trace_hash {
             violations.push(Violation {
                 invariant: "determinism".into(),
@@ -235,14 +246,16 @@ pub fn run_seed(seed: u64, check_determinism: bool) -> SeedResult {
             });
         }
     }
-    SeedResult { seed, violations, trace_hash: report.trace_hash, steps: report.stats.steps }
+    let result = SeedResult { seed, violations, trace_hash: report.trace_hash, steps: report.stats.steps };
+    (result, report.trace)
 }
 
 /// Runs a generated case with the swarm's options.
-pub fn run_case(case: &SwarmCase, seed: u64) -> SimReport {
+pub fn run_case(case: &SwarmCase, seed: u64, keep_trace: bool) -> SimReport {
     let options = SimOptions {
         heal_at_ms: Some(case.heal_at_ms),
         liveness_at_ms: Some(case.liveness_at_ms),
+        keep_trace,
         ..SimOptions::default()
     };
     Simulation::new(&case.scenario, seed, options).run()
