@@ -135,11 +135,30 @@ pub struct DrainArgs {
 
 #[derive(Debug, Args)]
 pub struct SimArgs {
+    /// A scenario file (DESIGN §8). Not with --swarm.
+    #[arg(required_unless_present = "swarm", conflicts_with = "swarm")]
     pub scenario: Option<PathBuf>,
+    /// Seed for the run (default: the scenario's `seed`).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Write one JSON line per transition and placement to this file (with --swarm: the last seed's).
     #[arg(long)]
     pub trace: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
+    /// Generate random clusters, jobs and faults, one case per seed.
+    #[arg(long)]
+    pub swarm: bool,
+    /// How many seeds the swarm runs.
+    #[arg(long, default_value_t = 100, requires = "swarm")]
+    pub seeds: u64,
+    /// First seed of the swarm.
+    #[arg(long, default_value_t = 0, requires = "swarm")]
+    pub start_seed: u64,
+    /// Run each seed twice and compare the hashes of the traces.
+    #[arg(long, requires = "swarm")]
+    pub check_determinism: bool,
+    /// Print each generated scenario (to replay or edit it as a file).
+    #[arg(long, requires = "swarm")]
+    pub print_scenario: bool,
 }

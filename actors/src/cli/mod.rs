@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod error;
+mod sim;
 
 use args::{Cli, Command};
 use clap::Parser;
@@ -28,6 +29,6 @@ fn dispatch(command: Command) -> Result<Outcome, CliError> {
         Command::Logs(_) => Err(CliError::NotBuilt("logs")),
         Command::Stop(_) => Err(CliError::NotBuilt("stop")),
         Command::Drain(_) => Err(CliError::NotBuilt("drain")),
-        Command::Sim(_) => Err(CliError::NotBuilt("sim")),
+        Command::Sim(args) => sim::run(args),
     }
 }

@@ -1,0 +1,80 @@
+//! `ftdrive sim`: run a scenario (or a swarm of generated ones) in the deterministic simulator.
+
+use super::args::{Output, SimArgs};
+use super::error::{CliError, Outcome};
+use ftdrive::sim::swarm::{self, SeedResult};
+use ftdrive::sim::{summary, Scenario, SimOptions, Simulation};
+use std::io::Write;
+use std::path::Path;
+
+pub fn run(args: SimArgs) -> Result<Outcome, CliError> {
+    if args.swarm {
+        return run_swarm(&args);
+    }
+    let path = args.scenario.as_deref().expect("clap requires a scenario without --swarm");
+    let scenario = read_scenario(path)?;
+    let seed = args.seed.unwrap_or(scenario.seed);
+    let options = SimOptions { keep_trace: args.trace.is_some(), ..SimOptions::default() };
+    let report = Simulation::new(&scenario, seed, options).run();
+    if let Some(trace) = &args.trace {
+        write_lines(trace, &report.trace)?;
+    }
+    match args.output {
+        Output::Json => {
+            println!("{}", serde_json::to_string_pretty(&summary::json(&report)).expect("summary serializes"))
+        }
+        Output::Text => print!("{}", summary::text(&report)),
+    }
+    Ok(if report.violations.is_empty() { Outcome::Done } else { Outcome::Failed })
+}
+
+fn read_scenario(path: &Path) -> Result<Scenario, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::BadInput(format!("cannot read scenario {}: {e}", path.display())))?;
+    Scenario::parse(&text).map_err(|e| CliError::BadInput(format!("{}: {e}", path.display())))
+}
+
+fn write_lines(path: &Path, lines: &[String]) -> Result<(), CliError> {
+    let mut text = lines.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    std::fs::write(path, text).map_err(|e| CliError::Failed(format!("cannot write trace {}: {e}", path.display())))
+}
+
+fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
+    let end = args
+        .start_seed
+        .checked_add(args.seeds)
+        .ok_or_else(|| CliError::BadInput("--start-seed + --seeds overflows".into()))?;
+    let mut failed = 0u64;
+    let mut steps = 0u64;
+    let stdout = std::io::stdout();
+    for seed in args.start_seed..end {
+        if args.print_scenario {
+            let case = swarm::generate(seed);
+            let text = serde_json::to_string_pretty(&case.scenario).expect("scenario serializes");
+            println!("{text}\n// heal_at_ms {} liveness_at_ms {}", case.heal_at_ms, case.liveness_at_ms);
+        }
+        let (result, trace) = swarm::run_seed_traced(seed, args.check_determinism, args.trace.is_some());
+        if let Some(path) = &args.trace {
+            write_lines(path, &trace)?;
+        }
+        steps += result.steps;
+        if !result.violations.is_empty() {
+            failed += 1;
+            report_failure(&mut stdout.lock(), &result, args.check_determinism);
+        }
+    }
+    println!("swarm: {} seeds from {}, {} failed, {} steps in all", args.seeds, args.start_seed, failed, steps);
+    Ok(if failed == 0 { Outcome::Done } else { Outcome::Failed })
+}
+
+fn report_failure(out: &mut dyn Write, result: &SeedResult, determinism: bool) {
+    let seed = result.seed;
+    for v in &result.violations {
+        let _ = writeln!(out, "seed {seed}: {} at step {} (t={} ms): {}", v.invariant, v.step, v.t_ms, v.detail);
+    }
+    let flag = if determinism { " --check-determinism" } else { "" };
+    let _ = writeln!(out, "  replay: ftdrive sim --swarm --seeds 1 --start-seed {seed}{flag} --print-scenario");
+}

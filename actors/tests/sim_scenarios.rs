@@ -1,0 +1,316 @@
+//! `ftdrive sim` on every file in `tests/scenarios/`: each must run without a violation and
+//! end as its behaviour says. A new scenario file needs an expectation here.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn scenarios_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/scenarios")
+}
+
+struct Run {
+    summary: Value,
+    trace: Vec<Value>,
+}
+
+/// Runs the real binary on a scenario, with a trace.
+fn sim(name: &str) -> Run {
+    let path = scenarios_dir().join(format!("{name}.json"));
+    let trace_file = std::env::temp_dir().join(format!("ftdrive-scenario-{name}-{}.jsonl", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .arg("sim")
+        .arg(&path)
+        .args(["--output", "json", "--trace"])
+        .arg(&trace_file)
+        .output()
+        .expect("ftdrive runs");
+    assert!(out.status.success(), "{name}: exit {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let summary: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
+    let text = std::fs::read_to_string(&trace_file).expect("trace written");
+    let _ = std::fs::remove_file(&trace_file);
+    let trace = text.lines().map(|l| serde_json::from_str(l).expect("trace lines are JSON")).collect();
+    assert_eq!(summary["violations"], Value::Array(vec![]), "{name}");
+    Run { summary, trace }
+}
+
+impl Run {
+    fn job(&self, id: &str) -> &Value {
+        self.summary["jobs"].as_array().unwrap().iter().find(|j| j["id"] == id).unwrap_or_else(|| panic!("no job {id}"))
+    }
+
+    fn state(&self, id: &str) -> &str {
+        self.job(id)["state"].as_str().unwrap()
+    }
+
+    fn actor(&self, job: &str, index: usize) -> &Value {
+        &self.job(job)["actors"][index]
+    }
+
+    /// (cause, budget) of every ledger entry of a job, in order.
+    fn ledger(&self, id: &str) -> Vec<(String, String)> {
+        self.job(id)["ledger"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["cause"].as_str().unwrap().to_string(), e["budget"].as_str().unwrap().to_string()))
+            .collect()
+    }
+
+    fn entry(&self, id: &str, cause: &str) -> &Value {
+        self.job(id)["ledger"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["cause"] == cause)
+            .unwrap_or_else(|| panic!("{id}: no {cause} entry"))
+    }
+
+    fn events(&self, event: &str) -> Vec<&Value> {
+        self.trace.iter().filter(|e| e["event"] == event).collect()
+    }
+}
+
+fn pair(cause: &str, budget: &str) -> (String, String) {
+    (cause.to_string(), budget.to_string())
+}
+
+/// Checks one scenario's outcome.
+type Expectation = fn(&Run);
+
+/// Every file has an expectation, and every expectation a file.
+const EXPECTED: &[(&str, Expectation)] = &[
+    ("replacement_before_pending_job", replacement_first),
+    ("replacement_beats_higher_priority", replacement_first),
+    ("strict_spread_waits_for_whole_gang", |r| {
+        assert_eq!((r.state("g"), r.job("g")["cycles"].as_u64()), ("SUCCEEDED", Some(1)));
+        let placed = r.events("placed");
+        assert_eq!(placed.len(), 3);
+        assert!(
+            placed.iter().all(|p| p["t_ms"] == placed[0]["t_ms"] && p["t_ms"].as_u64() >= Some(20_000)),
+            "all at once, after n3 joined"
+        );
+    }),
+    ("elastic_grows_when_a_node_joins", |r| {
+        assert_eq!((r.state("e"), r.job("e")["cycles"].as_u64()), ("SUCCEEDED", Some(2)));
+        assert_eq!(r.ledger("e")[0], pair("membership_change", "none"));
+        assert_eq!(r.job("e")["remaining"]["user"], 0);
+    }),
+    ("infeasible_bundle_reported", |r| {
+        assert_eq!(r.state("big"), "PENDING");
+        assert_eq!(r.job("big")["infeasible"], "infeasible: bundle needs gpu=8, largest node has gpu=4 (n1)");
+    }),
+    ("torchx_gang_start_and_clean_drain", |r| {
+        assert_eq!(r.state("t"), "SUCCEEDED");
+        assert!(r.job("t")["actors"].as_array().unwrap().iter().all(|a| a["state"] == "TASK_COMPLETED"));
+        assert_eq!(r.job("t")["placement_groups"][0]["state"], "REMOVED");
+        assert_eq!(r.ledger("t"), vec![pair("completed", "none"); 3]);
+    }),
+    ("torchx_late_actor_never_runs", |r| {
+        assert_eq!(r.state("t"), "SUCCEEDED");
+        assert_eq!(
+            (r.actor("t", 2)["attempt"].as_u64(), r.actor("t", 2)["state"].as_str()),
+            (Some(0), Some("STOPPED"))
+        );
+        assert!(r.events("released_unused").iter().any(|e| e["actor"] == "t/2"), "t/2 was placed late and released");
+    }),
+    ("torchx_non_rank0_failure_restarts_on_its_bundle", |r| {
+        assert_eq!(r.state("t"), "SUCCEEDED");
+        let attempts: Vec<u64> = (0..3).map(|i| r.actor("t", i)["attempt"].as_u64().unwrap()).collect();
+        assert_eq!(attempts, [1, 2, 1], "only rank 1 restarted");
+        let nodes: Vec<&Value> = r.job("t")["ledger"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["actor"] == "t/1")
+            .map(|e| &e["node"])
+            .collect();
+        assert_eq!(nodes.len(), 2);
+        assert_eq!(nodes[0], nodes[1], "restarted on its restored bundle");
+    }),
+    ("torchx_rank0_failure_recovers", |r| {
+        assert_eq!((r.state("t"), r.job("t")["cycles"].as_u64()), ("SUCCEEDED", Some(2)));
+        assert_eq!(r.entry("t", "node_lost")["actor"], "t/0");
+        let cycles = r.events("cycle_formed");
+        assert_ne!(cycles[0]["master_addr"], cycles[1]["master_addr"]);
+    }),
+    ("gang_rank0_node_lost_new_master", |r| {
+        assert_eq!((r.state("g"), r.job("g")["cycles"].as_u64()), ("SUCCEEDED", Some(2)));
+        let cycles = r.events("cycle_formed");
+        assert_eq!(
+            (cycles[0]["master_addr"].as_str(), cycles[1]["master_addr"].as_str()),
+            (Some("n1.sim"), Some("n4.sim"))
+        );
+        assert_eq!(cycles[1]["ranks"][0], "g/0", "actor 0 keeps rank 0 on its new node");
+    }),
+    ("hot_spare_promoted", |r| {
+        assert_eq!(r.state("s"), "SUCCEEDED");
+        let promoted = r.events("promoted");
+        assert_eq!((promoted[0]["spare"].as_str(), promoted[0]["replaces"].as_str()), (Some("s/2"), Some("s/1")));
+        assert_eq!(r.events("cycle_formed")[1]["ranks"], serde_json::json!(["s/0", "s/2"]));
+        assert_eq!(r.actor("s", 1)["state"], "TASK_COMPLETED");
+    }),
+    ("hot_spares_exit_gracefully_on_success", |r| {
+        assert_eq!(r.state("s"), "SUCCEEDED");
+        for spare in ["s/2", "s/3"] {
+            let transitions = r.events("transition");
+            let ends: Vec<&&Value> =
+                transitions.iter().filter(|t| t["actor"] == spare && t["to"] == "TASK_COMPLETED").collect();
+            assert_eq!(ends.len(), 1, "{spare} ended once");
+            assert_eq!(ends[0]["from"], "STANDBY", "{spare} ended gracefully from STANDBY");
+        }
+        assert_eq!(r.job("s")["placement_groups"][0]["state"], "REMOVED");
+    }),
+    ("spare_placed_after_success_is_released", |r| {
+        assert_eq!(r.state("s"), "SUCCEEDED");
+        assert!(r.events("released_unused").iter().any(|e| e["actor"] == "s/2"));
+        assert_eq!(r.actor("s", 2)["attempt"], 0, "never started");
+    }),
+    ("ledger_completed", |r| assert_eq!(r.ledger("l"), vec![pair("completed", "none")])),
+    ("ledger_non_retryable", |r| {
+        assert_eq!(r.state("l"), "FAILED");
+        assert_eq!(r.ledger("l"), vec![pair("non_retryable", "none")]);
+        assert_eq!(r.job("l")["remaining"]["user"], 5);
+    }),
+    ("ledger_user_error", |r| {
+        assert_eq!(r.state("l"), "SUCCEEDED");
+        assert_eq!(r.ledger("l")[0], pair("user_error", "user"));
+        assert_eq!(r.entry("l", "user_error")["remaining"]["user"], 0);
+    }),
+    ("ledger_user_error_signal", |r| {
+        assert_eq!(r.ledger("l")[0], pair("user_error", "user"));
+        assert_eq!(r.entry("l", "user_error")["signal"], 9);
+    }),
+    ("ledger_spawn_failed", |r| {
+        assert_eq!(r.state("l"), "FAILED");
+        assert_eq!(r.ledger("l"), vec![pair("spawn_failed", "none")]);
+        assert!(r.entry("l", "spawn_failed")["evidence"].as_str().unwrap().starts_with("could not start `python3`"));
+    }),
+    ("ledger_preempted_by_drain", |r| {
+        assert_eq!(r.state("l"), "SUCCEEDED");
+        assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
+    }),
+    ("ledger_preempted_node_lost", |r| {
+        assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
+        assert_eq!(r.entry("l", "preempted")["remaining"]["system"], 3);
+    }),
+    ("ledger_node_lost", |r| {
+        assert_eq!(r.ledger("l")[0], pair("node_lost", "system"));
+        assert_eq!(r.entry("l", "node_lost")["remaining"]["system"], 2);
+    }),
+    ("ledger_agent_crash_is_node_lost", |r| {
+        assert_eq!(r.ledger("l")[0], pair("node_lost", "system"));
+        assert!(r.entry("l", "node_lost")["evidence"].as_str().unwrap().contains("restarted"));
+    }),
+    ("ledger_collateral", |r| {
+        let ledger = r.ledger("l");
+        assert_eq!(ledger.iter().filter(|e| **e == pair("user_error", "user")).count(), 1);
+        assert_eq!(ledger.iter().filter(|e| **e == pair("collateral", "none")).count(), 2);
+        assert_eq!(r.state("l"), "SUCCEEDED");
+    }),
+    ("ledger_membership_change", |r| assert_eq!(r.ledger("l")[0], pair("membership_change", "none"))),
+    ("ledger_stopped", |r| {
+        assert_eq!(r.state("l"), "STOPPED");
+        assert_eq!(r.ledger("l"), vec![pair("stopped", "none"); 2]);
+        assert_eq!(r.job("l")["message"], "stopped by the user");
+    }),
+    ("ledger_budget_exhausted", |r| {
+        assert_eq!(r.state("l"), "FAILED");
+        let last = r.job("l")["ledger"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(
+            (last["cause"].as_str(), last["budget"].as_str(), last["remaining"]["user"].as_i64()),
+            (Some("user_error"), Some("user"), Some(0))
+        );
+        assert!(last["evidence"].as_str().unwrap().ends_with("the user budget is exhausted"));
+        assert!(r.job("l")["message"].as_str().unwrap().contains("user retry budget is exhausted"));
+    }),
+    ("ledger_single_budget", |r| {
+        assert_eq!(r.ledger("l")[0], pair("node_lost", "user"));
+        assert_eq!(
+            r.entry("l", "node_lost")["remaining"],
+            serde_json::json!({"user": 0, "system": 3, "preemption": -1})
+        );
+    }),
+    ("ledger_last_attempt_non_preemptible", |r| {
+        assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
+        assert_eq!(r.entry("l", "completed")["node"], "s1", "the last attempt ran on the non-preemptible node");
+    }),
+    ("lossy_network_still_converges", |r| {
+        assert_eq!((r.state("a"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
+        let stats = &r.summary["stats"];
+        assert!(stats["dropped"].as_u64() > Some(0) && stats["duplicated"].as_u64() > Some(0), "{stats}");
+    }),
+];
+
+fn replacement_first(r: &Run) {
+    assert_eq!((r.state("a"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
+    assert_eq!(r.entry("a", "node_lost")["budget"], "system");
+    let placed = r.events("placed");
+    let replacement =
+        placed.iter().position(|p| p["class"] == "replacement" && p["node"] == "n4").expect("a's bundle went to n4");
+    let b_first = placed.iter().position(|p| p["job"] == "b").expect("b was placed eventually");
+    assert!(replacement < b_first, "the replacement was placed before the pending job");
+    assert_eq!(placed[replacement]["job"], "a");
+}
+
+#[test]
+fn every_scenario_file_runs_and_ends_as_expected() {
+    let mut files: Vec<String> = std::fs::read_dir(scenarios_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let mut expected: Vec<&str> = EXPECTED.iter().map(|(n, _)| *n).collect();
+    expected.sort();
+    assert_eq!(files, expected, "every scenario file has an expectation and vice versa");
+    for (name, check) in EXPECTED {
+        check(&sim(name));
+    }
+}
+
+#[test]
+fn same_scenario_and_seed_give_byte_identical_traces_across_processes() {
+    let path = scenarios_dir().join("lossy_network_still_converges.json");
+    let run = |seed: &str, n: u32| {
+        let file = std::env::temp_dir().join(format!("ftdrive-det-{}-{seed}-{n}.jsonl", std::process::id()));
+        let status = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+            .arg("sim")
+            .arg(&path)
+            .args(["--seed", seed, "--trace"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(status.status.success());
+        let bytes = std::fs::read(&file).unwrap();
+        let _ = std::fs::remove_file(&file);
+        bytes
+    };
+    let first = run("9", 1);
+    assert!(first.len() > 10_000, "a substantial trace");
+    assert_eq!(first, run("9", 2), "two processes, same bytes");
+    assert_ne!(first, run("10", 3), "another seed, another run");
+}
+
+#[test]
+fn a_bad_scenario_is_refused_with_the_field_named() {
+    let file = std::env::temp_dir().join(format!("ftdrive-bad-{}.json", std::process::id()));
+    std::fs::write(&file, r#"{"nodes": [{"name": "n1", "resources": {"cpu": 1}}], "events": [{"at_ms": 5, "type": "node_crash", "node": "n7"}]}"#).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive")).arg("sim").arg(&file).output().unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("events[0].node") && stderr.contains("no node `n7`"), "{stderr}");
+}
+
+#[test]
+fn swarm_reports_and_exits_zero_when_clean() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["sim", "--swarm", "--seeds", "20", "--check-determinism"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("swarm: 20 seeds from 0, 0 failed"), "{stdout}");
+}

@@ -1,0 +1,45 @@
+//! The simulator's checkers catch a broken policy: with a test-only switch that lets pending
+//! gangs beat replacements, `replacement_first` fires; with the real policy it does not.
+
+#![allow(clippy::disallowed_methods)]
+
+use ftdrive::scheduler::PolicyFault;
+use ftdrive::sim::{Scenario, SimOptions, Simulation};
+use std::path::Path;
+
+fn scenario(name: &str) -> Scenario {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios").join(format!("{name}.json"));
+    Scenario::parse(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn run(name: &str, fault: PolicyFault) -> Vec<String> {
+    let s = scenario(name);
+    let options = SimOptions { policy_fault: fault, ..SimOptions::default() };
+    Simulation::new(&s, s.seed, options)
+        .run()
+        .violations
+        .into_iter()
+        .map(|v| format!("{}: {}", v.invariant, v.detail))
+        .collect()
+}
+
+#[test]
+fn pending_gang_beating_a_replacement_is_caught() {
+    for name in ["replacement_before_pending_job", "replacement_beats_higher_priority"] {
+        assert!(run(name, PolicyFault::None).is_empty(), "{name} is clean under the real policy");
+        let found = run(name, PolicyFault::GangsBeforeReplacements);
+        assert_eq!(found.len(), 1, "{name}: {found:?}");
+        assert!(found[0].starts_with("replacement_first: b/0 was placed on n4"), "{name}: {found:?}");
+    }
+}
+
+#[test]
+fn violations_carry_the_seed_step_and_time() {
+    let s = scenario("replacement_before_pending_job");
+    let options = SimOptions { policy_fault: PolicyFault::GangsBeforeReplacements, ..SimOptions::default() };
+    let report = Simulation::new(&s, 77, options).run();
+    assert_eq!(report.seed, 77);
+    let v = &report.violations[0];
+    assert!(v.step > 0 && v.t_ms >= 20_000, "{v:?}");
+    assert_eq!(report.end_ms, v.t_ms, "the run stopped at the violation");
+}
