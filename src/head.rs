@@ -332,6 +332,7 @@ impl Head {
 
     /// Marks a node DEAD and tells every driver that had a bundle there.
     fn lose_node(&mut self, now: Instant, ix: NodeIx, evidence: String) {
+        let silent_since = self.liveness.get(ix).map_or(now, |r| r.last_heard);
         let node = self.scheduler.node(ix);
         let (name, preemptible, draining) = (node.name.clone(), node.preemptible, node.state == NodeState::Draining);
         let evidence = match (preemptible, draining) {
@@ -348,7 +349,7 @@ impl Head {
             by_job.entry(seq).or_default().push(actor);
         }
         for (seq, actors) in by_job {
-            let loss = Loss { node: name.clone(), preemptible, draining, evidence: evidence.clone() };
+            let loss = Loss { node: name.clone(), preemptible, draining, silent_since, evidence: evidence.clone() };
             self.feed(now, seq, DriverInput::BundlesLost { actors, loss });
         }
     }
@@ -403,7 +404,7 @@ impl Head {
         self.scheduler.create_pg(seq, pg_spec(&spec, now));
         let seed = self.config.seed ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let name = spec.name.clone();
-        let driver = Driver::new(id.clone(), spec, now, seed);
+        let driver = Driver::new(id.clone(), spec, now, seed, self.config.node_timeout_ms);
         self.jobs.insert(id.clone(), JobSlot { seq, driver });
         self.by_seq.insert(seq, id.clone());
         self.drain_driver(seq);
@@ -592,7 +593,8 @@ impl Head {
                     .bundle
                     .node()
                     .map(|n| n.name.to_string())
-                    .or_else(|| a.run.as_ref().map(|r| r.node.to_string())),
+                    .or_else(|| a.run.as_ref().map(|r| r.node.to_string()))
+                    .or_else(|| d.ledger().iter().rev().find(|e| e.actor == a.name).map(|e| e.node.clone())),
                 rank: a.rank,
                 attempt: a.attempts,
                 role: a.role,

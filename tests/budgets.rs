@@ -232,3 +232,63 @@ fn last_attempt_with_only_preemptible_nodes_left_is_reported_infeasible() {
     assert_eq!(c.view(&job).infeasible, None);
     assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("s1"));
 }
+
+/// A rank exits 1 because its peer's machine died — before the head notices the machine is
+/// gone. The node loss is the cause; the exit charges nothing.
+#[test]
+fn a_peer_reacting_to_a_silent_node_loss_is_collateral() {
+    let mut s = spec("react", 3, 3);
+    s.retries.user = 1;
+    let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
+    c.advance(1_500);
+    let on_n2 = c.view(&job).actors.iter().position(|a| a.node.as_deref() == Some("n2")).unwrap() as u32;
+    let peer = (on_n2 + 1) % 3;
+    c.crash("n2");
+    c.advance(100);
+    c.exit_actor(&job, peer, ExitStatus::code(1));
+    assert_eq!(c.actor_state(&job, peer), ActorState::Failing, "undecided until n2's fate is known");
+    c.advance(5_000);
+    let view = c.view(&job);
+    let entry = |actor: u32| {
+        view.ledger.iter().find(|e| e.actor == format!("{job}/{actor}") && e.attempt == 1).unwrap().clone()
+    };
+    let (lost, reacted) = (entry(on_n2), entry(peer));
+    assert_eq!((lost.cause, lost.budget), (Cause::NodeLost, BudgetKind::System));
+    assert_eq!((reacted.cause, reacted.budget), (Cause::Collateral, BudgetKind::None));
+    assert!(reacted.evidence.contains("had gone silent first"), "{}", reacted.evidence);
+    assert_eq!((view.remaining.user, view.remaining.system), (1, 2));
+    c.advance(2_000);
+    c.join("n4", cpu(1));
+    c.advance(2_000);
+    c.finish(&job);
+    assert_eq!(c.view(&job).state, JobState::Succeeded);
+}
+
+/// The same exit with every peer's machine healthy is the user's error, decided as soon as
+/// the peers (stopped for the gang restart) have reported.
+#[test]
+fn a_crash_with_healthy_peers_is_charged_to_user_at_once() {
+    let mut s = spec("bug", 3, 3);
+    s.retries.user = 1;
+    let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
+    c.exit_rank(&job, 1, 1);
+    let view = c.view(&job);
+    let failed = view.ledger.iter().find(|e| e.cause == Cause::UserError).expect("decided without waiting");
+    assert_eq!((failed.budget, view.remaining.user), (BudgetKind::User, 0));
+}
+
+/// A node that dies after a rank's own crash does not excuse the crash.
+#[test]
+fn a_node_lost_after_the_crash_does_not_excuse_it() {
+    let mut s = spec("late", 2, 2);
+    s.retries.user = 2;
+    let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
+    c.advance(1_000);
+    c.exit_rank(&job, 0, 1);
+    c.advance(100);
+    c.crash("n2");
+    c.advance(5_000);
+    let user_errors =
+        c.view(&job).ledger.iter().filter(|e| (e.cause, e.budget) == (Cause::UserError, BudgetKind::User)).count();
+    assert_eq!(user_errors, 1);
+}

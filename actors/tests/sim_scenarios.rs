@@ -235,6 +235,28 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
         assert_eq!(r.entry("l", "completed")["node"], "s1", "the last attempt ran on the non-preemptible node");
     }),
+    ("ledger_peer_reacting_to_a_lost_node", |r| {
+        assert_eq!(r.state("l"), "SUCCEEDED");
+        let first: Vec<(String, String, String)> = r.job("l")["ledger"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["attempt"] == 1)
+            .map(|e| {
+                (
+                    e["actor"].as_str().unwrap().into(),
+                    e["cause"].as_str().unwrap().into(),
+                    e["budget"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        assert!(first.contains(&("l/1".into(), "node_lost".into(), "system".into())), "{first:?}");
+        assert!(
+            first.contains(&("l/2".into(), "collateral".into(), "none".into())),
+            "the exit reacted to n2's loss: {first:?}"
+        );
+        assert_eq!(r.job("l")["remaining"]["user"], 1, "no user budget spent");
+    }),
     ("lossy_network_still_converges", |r| {
         assert_eq!((r.state("a"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
         let stats = &r.summary["stats"];

@@ -111,8 +111,8 @@ impl Bundle {
 /// Why the driver asked a running attempt to stop; decides the cause when it ends.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StopReason {
-    /// Another rank failed and the gang restarts.
-    Collateral { because: String },
+    /// Another rank failed (at `at`) and the gang restarts.
+    Collateral { because: String, at: Instant },
     /// The job failed; its other ranks are stopped.
     JobFailed { because: String },
     /// The world grows from `from` to `to` ranks.

@@ -35,7 +35,7 @@ use crate::time::{earliest, Instant};
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 /// Job life cycle (DESIGN §2).
@@ -97,8 +97,30 @@ pub struct Loss {
     pub node: NodeId,
     pub preemptible: bool,
     pub draining: bool,
+    /// When the node was last heard from: its processes may have died any time after.
+    pub silent_since: Instant,
     /// "node n2 missed heartbeats for 3000 ms".
     pub evidence: String,
+}
+
+/// A rank lost with its node in some cycle, kept to attribute peers' failures to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct LossRecord {
+    cycle: u32,
+    actor: ActorIx,
+    node: NodeId,
+    silent_since: Instant,
+}
+
+/// A failure whose cause is not decided yet (the actor waits in FAILING): a rank that exits
+/// non-zero may only be reacting to a peer whose node died unnoticed so far.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct PendingFailure {
+    run: Run,
+    status: Option<ExitStatus>,
+    evidence: String,
+    at: Instant,
+    decide_by: Instant,
 }
 
 /// One bundle of this job reserved on a node.
@@ -262,6 +284,11 @@ pub struct Driver {
     restart_after: Option<Instant>,
     scale_up_at: Option<Instant>,
     placement_deadline: Option<Instant>,
+    /// How long a failure waits for a peer's node loss to explain it (the head's node timeout).
+    attribution_window_ms: u64,
+    pending: BTreeMap<ActorIx, PendingFailure>,
+    /// Ranks of the current cycle lost with their nodes.
+    losses: Vec<LossRecord>,
     rng: ChaCha8Rng,
     #[serde(skip)]
     effects: VecDeque<DriverEffect>,
@@ -270,7 +297,7 @@ pub struct Driver {
 impl Driver {
     /// Creates the job's every actor in SCHEDULING and asks for its bundles: the required
     /// gang now, spares and elastic bundles deferred by the scheduler until admission.
-    pub fn new(id: JobId, spec: JobSpec, now: Instant, seed: u64) -> Self {
+    pub fn new(id: JobId, spec: JobSpec, now: Instant, seed: u64, attribution_window_ms: u64) -> Self {
         let actors = (0..spec.actor_count())
             .map(|i| {
                 let active = i < spec.max_nodes;
@@ -298,6 +325,9 @@ impl Driver {
             avoiding_preemptible: false,
             restart_after: None,
             scale_up_at: None,
+            attribution_window_ms,
+            pending: BTreeMap::new(),
+            losses: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             effects: VecDeque::new(),
             spec,
@@ -375,7 +405,10 @@ impl Driver {
             return None;
         }
         let actor_timers = self.actors.iter().filter_map(|a| a.retry_after).min();
-        [self.placement_deadline, self.scale_up_at, self.restart_after, actor_timers].into_iter().fold(None, earliest)
+        let decisions = self.pending.values().map(|p| p.decide_by).min();
+        [self.placement_deadline, self.scale_up_at, self.restart_after, actor_timers, decisions]
+            .into_iter()
+            .fold(None, earliest)
     }
 
     // ---- read access -----------------------------------------------------------------------
@@ -476,6 +509,15 @@ impl Driver {
             assert!(actor.bundle.is_placed(), "{} lost a bundle it did not hold", actor.name);
             actor.bundle = Bundle::None;
             actor.lost_at = Some(now);
+            if let Some(run) = actor.run.as_ref().filter(|r| r.exited.is_none()) {
+                let record = LossRecord {
+                    cycle: run.cycle,
+                    actor: ix,
+                    node: loss.node.clone(),
+                    silent_since: loss.silent_since,
+                };
+                self.losses.push(record);
+            }
         }
         for &ix in actors {
             self.on_bundle_lost(now, ix, loss.clone());
@@ -486,8 +528,12 @@ impl Driver {
         match self.actors[ix as usize].state {
             ActorState::Standby => self.transition(ix, ActorState::Scheduling),
             ActorState::Running => self.run_lost_with_node(now, ix, loss),
-            ActorState::Scheduling | ActorState::Stopped | ActorState::TaskCompleted | ActorState::Failed => {}
-            ActorState::Failing => panic!("{} left in FAILING", self.actors[ix as usize].name),
+            // FAILING: its process has ended already; it only loses the bundle.
+            ActorState::Scheduling
+            | ActorState::Failing
+            | ActorState::Stopped
+            | ActorState::TaskCompleted
+            | ActorState::Failed => {}
         }
     }
 
@@ -498,10 +544,14 @@ impl Driver {
         }
         let key = self.key_of(ix);
         self.effects.push_back(DriverEffect::AttemptEnded { node: run.node.clone(), key });
+        let lost_cause =
+            if loss.draining || loss.preemptible || run.draining { Cause::Preempted } else { Cause::NodeLost };
         let (cause, evidence) = match &run.stop {
+            // Stopped because a peer failed — but this node went silent before that failure:
+            // the loss came first, and the peer was reacting to it.
+            Some(StopReason::Collateral { at, .. }) if loss.silent_since <= *at => (lost_cause, loss.evidence),
             Some(reason) => stop_cause(reason, &format!("; {} before the exit was reported", loss.evidence)),
-            None if loss.draining || loss.preemptible || run.draining => (Cause::Preempted, loss.evidence),
-            None => (Cause::NodeLost, loss.evidence),
+            None => (lost_cause, loss.evidence),
         };
         self.end_attempt(now, ix, cause, None, evidence);
     }
@@ -519,7 +569,7 @@ impl Driver {
                 self.actors[ix as usize].lost_at = Some(now);
                 self.transition(ix, ActorState::Scheduling);
             }
-            ActorState::Scheduling => {
+            ActorState::Scheduling | ActorState::Failing => {
                 self.drop_bundle(ix);
                 self.actors[ix as usize].lost_at = Some(now);
             }
@@ -618,6 +668,84 @@ impl Driver {
     /// Ends the live attempt of `ix`: ledger entry, charge, and the next state.
     fn end_attempt(&mut self, now: Instant, ix: ActorIx, cause: Cause, status: Option<ExitStatus>, evidence: String) {
         let run = self.actors[ix as usize].run.take().expect("ending a live attempt");
+        if cause == Cause::UserError && self.closing.is_none() {
+            return self.await_attribution(now, ix, run, status, evidence);
+        }
+        self.settle_attempt(now, ix, run, cause, status, evidence);
+    }
+
+    /// A non-zero exit waits in FAILING until every peer of its cycle has ended (they are
+    /// stopped now, in gang mode) or one node timeout has passed: if a peer's node went silent
+    /// before this exit, the exit was a reaction to that loss and charges nothing.
+    fn await_attribution(&mut self, now: Instant, ix: ActorIx, run: Run, status: Option<ExitStatus>, evidence: String) {
+        self.transition_failing(ix, &run);
+        let decide_by = now.plus_ms(self.attribution_window_ms);
+        let failed = PendingFailure { run, status, evidence, at: now, decide_by };
+        self.pending.insert(ix, failed);
+        if self.spec.restart == RestartMode::Gang {
+            let because = self.actors[ix as usize].name.clone();
+            self.stop_world(now, &because);
+        }
+    }
+
+    /// Decides every pending failure whose peers have all ended or whose window has passed.
+    fn decide_pending(&mut self, now: Instant, force: bool) {
+        let due: Vec<ActorIx> = self
+            .pending
+            .iter()
+            .filter(|(ix, p)| force || p.decide_by <= now || !self.peers_live(**ix, p.run.cycle))
+            .map(|(ix, _)| *ix)
+            .collect();
+        for ix in due {
+            // Deciding one may close the job, which decides the rest.
+            let Some(failed) = self.pending.remove(&ix) else { continue };
+            let root = self
+                .losses
+                .iter()
+                .find(|l| l.cycle == failed.run.cycle && l.actor != ix && l.silent_since <= failed.at);
+            let (cause, evidence) = match root {
+                Some(l) => {
+                    let peer = &self.actors[l.actor as usize].name;
+                    let silent = l.silent_since.as_ms();
+                    (
+                        Cause::Collateral,
+                        format!(
+                            "{}; {peer}'s node {} had gone silent first (last heard at {silent} ms)",
+                            failed.evidence, l.node
+                        ),
+                    )
+                }
+                None => (Cause::UserError, failed.evidence),
+            };
+            self.settle_attempt(now, ix, failed.run, cause, failed.status, evidence);
+        }
+    }
+
+    /// Does another rank of `cycle` still (possibly) run?
+    fn peers_live(&self, ix: ActorIx, cycle: u32) -> bool {
+        self.actors
+            .iter()
+            .enumerate()
+            .any(|(i, a)| i as ActorIx != ix && a.run.as_ref().is_some_and(|r| r.cycle == cycle && r.exited.is_none()))
+    }
+
+    fn transition_failing(&mut self, ix: ActorIx, run: &Run) {
+        // The transition event names the attempt that ended; put the run back for a moment.
+        self.actors[ix as usize].run = Some(run.clone());
+        self.transition(ix, ActorState::Failing);
+        self.actors[ix as usize].run = None;
+    }
+
+    /// Charges and records an ended attempt, then takes the actor to its next state.
+    fn settle_attempt(
+        &mut self,
+        now: Instant,
+        ix: ActorIx,
+        run: Run,
+        cause: Cause,
+        status: Option<ExitStatus>,
+        evidence: String,
+    ) {
         // Once the job is closing its outcome is decided: a failure is recorded as what it
         // was, but there is no retry left to pay for.
         let (charge, evidence) = match self.closing {
@@ -638,7 +766,9 @@ impl Driver {
             self.drop_bundle(ix);
             return;
         }
-        self.transition(ix, ActorState::Failing);
+        if self.actors[ix as usize].state != ActorState::Failing {
+            self.transition(ix, ActorState::Failing);
+        }
         if cause.is_fatal() || matches!(charge, Charge::Exhausted(_)) {
             self.transition(ix, ActorState::Failed);
             self.drop_bundle(ix);
@@ -766,7 +896,7 @@ impl Driver {
             if run.stop.is_some() {
                 continue;
             }
-            let reason = StopReason::Collateral { because: because.to_string() };
+            let reason = StopReason::Collateral { because: because.to_string(), at: now };
             if run.exited.is_some() {
                 let (cause, evidence) = stop_cause(&reason, "; it had exited 0");
                 let status = run.exited.map(|(s, _)| s);
@@ -831,6 +961,9 @@ impl Driver {
         self.message = message;
         (self.placement_deadline, self.scale_up_at, self.restart_after) = (None, None, None);
         self.event(JobEvent::Closing { reason });
+        // Undecided failures are recorded as what they were; with the outcome decided, they
+        // charge nothing.
+        self.decide_pending(now, true);
         for ix in 0..self.actors.len() as ActorIx {
             self.close_actor(now, ix, reason);
         }
@@ -882,6 +1015,7 @@ impl Driver {
         if self.state.is_terminal() {
             return;
         }
+        self.decide_pending(now, false);
         if self.closing.is_some() {
             return self.finish_if_released();
         }
@@ -965,7 +1099,7 @@ impl Driver {
     /// Gang mode: form the next cycle when nothing of the old one runs, the backoff has
     /// passed, and at least `min_nodes` active ranks have bundles.
     fn try_form_cycle(&mut self, now: Instant) {
-        let busy = self.actors.iter().any(|a| a.state == ActorState::Running);
+        let busy = self.actors.iter().any(|a| matches!(a.state, ActorState::Running | ActorState::Failing));
         if !self.admitted || busy || self.restart_after.is_some_and(|t| t > now) {
             return;
         }
@@ -975,6 +1109,7 @@ impl Driver {
         }
         let order = self.rank_order(&members);
         self.cycle += 1;
+        self.losses.clear();
         self.world = order.clone();
         let rank0 = self.actors[order[0] as usize].bundle.clone();
         let Bundle::Placed { node, port, .. } = rank0 else { unreachable!("members are placed") };
@@ -1182,7 +1317,7 @@ impl Driver {
 /// The cause and evidence of an attempt the driver asked to stop.
 fn stop_cause(reason: &StopReason, suffix: &str) -> (Cause, String) {
     let (cause, text) = match reason {
-        StopReason::Collateral { because } => {
+        StopReason::Collateral { because, .. } => {
             (Cause::Collateral, format!("stopped for a gang restart after {because} failed"))
         }
         StopReason::JobFailed { because } => (Cause::Collateral, format!("stopped because the job failed: {because}")),
