@@ -58,14 +58,26 @@ pub struct HeadUrl {
 pub struct HeadArgs {
     #[arg(long, default_value = "127.0.0.1:7380")]
     pub listen: String,
+    /// Job records and the API token (default: $FTDRIVE_STATE_DIR or ~/.ftdrive).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// How often agents heartbeat.
+    #[arg(long, default_value_t = 1_000)]
+    pub heartbeat_interval_ms: u64,
+    /// A node not heard from for this long is dead.
+    #[arg(long, default_value_t = 3_000)]
+    pub node_timeout_ms: u64,
+    /// How long a blocked queue item lets lower items backfill.
+    #[arg(long, default_value_t = 60_000)]
+    pub starvation_ms: u64,
 }
 
 #[derive(Debug, Args)]
 pub struct NodeArgs {
+    /// The head's URL (default: $FTDRIVE_HEAD).
     #[arg(long, env = "FTDRIVE_HEAD")]
     pub head: String,
+    /// Node name (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
     /// e.g. `cpu=8,gpu=0` (default: detected from this machine).
@@ -74,6 +86,18 @@ pub struct NodeArgs {
     /// e.g. `zone=a,preemptible=true`.
     #[arg(long)]
     pub labels: Option<String>,
+    /// Address other ranks reach this node at (default: the one that reaches the head).
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// Logs and the token file (default: $FTDRIVE_STATE_DIR or ~/.ftdrive).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Working directory of attempts whose spec sets no `cwd` (default: the current one).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// On SIGTERM, how long the head gets to move this node's work before the agent exits.
+    #[arg(long, default_value_t = 30_000)]
+    pub drain_deadline_ms: u64,
 }
 
 #[derive(Debug, Args)]
@@ -109,8 +133,13 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 pub struct LogsArgs {
     pub job: String,
+    /// `j1/2` or `2` (default: every actor that ran).
     #[arg(long)]
     pub actor: Option<String>,
+    /// Which attempt (default: the latest).
+    #[arg(long)]
+    pub attempt: Option<u32>,
+    /// Keep printing as the attempt writes, until it ends.
     #[arg(long)]
     pub follow: bool,
     #[command(flatten)]

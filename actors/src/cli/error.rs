@@ -9,9 +9,6 @@ pub enum CliError {
     /// The head could not be reached. Exit 4.
     #[error("{0}")]
     Unreachable(String),
-    /// The command exists but this build does not provide it yet. Exit 2.
-    #[error("`ftdrive {0}` is not available in this build yet")]
-    NotBuilt(&'static str),
     /// Anything else that stops the command. Exit 1.
     #[error("{0}")]
     Failed(String),
@@ -32,7 +29,7 @@ pub fn exit_code(result: &Result<Outcome, CliError>) -> i32 {
         Ok(Outcome::Succeeded | Outcome::Done) => 0,
         Ok(Outcome::Failed) => 1,
         Ok(Outcome::Stopped) => 3,
-        Err(CliError::BadInput(_) | CliError::NotBuilt(_)) => 2,
+        Err(CliError::BadInput(_)) => 2,
         Err(CliError::Unreachable(_)) => 4,
         Err(CliError::Failed(_)) => 1,
     }

@@ -2,8 +2,20 @@
 //! exit code in one place.
 
 pub mod args;
+mod client;
+mod drain;
 pub mod error;
+mod follow;
+mod head;
+mod local;
+mod logs;
+mod node;
+mod nodes;
+mod render;
 mod sim;
+mod status;
+mod stop;
+mod submit;
 
 use args::{Cli, Command};
 use clap::Parser;
@@ -11,6 +23,10 @@ use error::{exit_code, CliError, Outcome};
 
 /// Runs the command line and returns the process exit code.
 pub fn run() -> i32 {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("__attempt") {
+        crate::node::shim::run(&args[2..]);
+    }
     let cli = Cli::parse();
     let result = dispatch(cli.command);
     if let Err(err) = &result {
@@ -21,14 +37,31 @@ pub fn run() -> i32 {
 
 fn dispatch(command: Command) -> Result<Outcome, CliError> {
     match command {
-        Command::Head(_) => Err(CliError::NotBuilt("head")),
-        Command::Node(_) => Err(CliError::NotBuilt("node")),
-        Command::Submit(_) => Err(CliError::NotBuilt("submit")),
-        Command::Status(_) => Err(CliError::NotBuilt("status")),
-        Command::Nodes(_) => Err(CliError::NotBuilt("nodes")),
-        Command::Logs(_) => Err(CliError::NotBuilt("logs")),
-        Command::Stop(_) => Err(CliError::NotBuilt("stop")),
-        Command::Drain(_) => Err(CliError::NotBuilt("drain")),
+        Command::Head(args) => head::run(args),
+        Command::Node(args) => node::run(args),
+        Command::Submit(args) => submit::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Nodes(args) => nodes::run(args),
+        Command::Logs(args) => logs::run(args),
+        Command::Stop(args) => stop::run(args),
+        Command::Drain(args) => drain::run(args),
         Command::Sim(args) => sim::run(args),
     }
+}
+
+/// Runs async work on an actix system (the head and agents are actors).
+fn block_on<F: std::future::Future>(work: F) -> F::Output {
+    actix::System::new().block_on(work)
+}
+
+/// `--head`, or the error that says how to give one.
+fn head_url(head: Option<String>) -> Result<String, CliError> {
+    head.ok_or_else(|| CliError::BadInput("no head given: pass --head URL or set $FTDRIVE_HEAD".into()))
+}
+
+/// Logs for the daemons, to stderr; `$FTDRIVE_LOG` filters (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FTDRIVE_LOG").unwrap_or_else(|_| "info".into());
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
 }

@@ -1,0 +1,125 @@
+//! A small client for the head's HTTP API, mapping failures onto the command line's errors.
+
+use super::error::CliError;
+use crate::paths;
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub struct Client {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+/// A slice of an attempt's log.
+pub struct LogChunk {
+    pub bytes: bytes::Bytes,
+    pub attempt: u32,
+    pub node: String,
+    pub running: bool,
+    pub next_offset: u64,
+}
+
+impl Client {
+    pub fn new(base: &str, token: String) -> Client {
+        let base = if base.contains("://") { base.trim_end_matches('/').to_string() } else { format!("http://{base}") };
+        Client { base, token, http: reqwest::Client::new() }
+    }
+
+    /// For `--head URL` (or `$FTDRIVE_HEAD`), with the token from `$FTDRIVE_TOKEN` or the
+    /// token file in the default state dir.
+    pub fn connect(head: &str) -> Result<Client, CliError> {
+        let token = paths::client_token(&paths::default_state_dir()).map_err(CliError::Failed)?;
+        Ok(Client::new(head, token))
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, CliError> {
+        let response = request.bearer_auth(&self.token).send().await.map_err(|e| {
+            CliError::Unreachable(format!(
+                "cannot reach the head at {}: {e}\n  is `ftdrive head` running? pass --head URL or set $FTDRIVE_HEAD",
+                self.base
+            ))
+        })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let message = body["error"].as_str().map_or_else(|| format!("the head answered {status}"), str::to_string);
+        Err(match status {
+            reqwest::StatusCode::BAD_REQUEST => CliError::BadInput(message),
+            reqwest::StatusCode::UNAUTHORIZED => CliError::Failed(format!("the head refused the token: {message}")),
+            _ => CliError::Failed(message),
+        })
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
+        let response = self.send(self.http.get(format!("{}{path}", self.base))).await?;
+        response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
+    }
+
+    pub async fn post<T: DeserializeOwned>(&self, path: &str, body: Value) -> Result<T, CliError> {
+        let response = self.send(self.http.post(format!("{}{path}", self.base)).json(&body)).await?;
+        response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
+    }
+
+    /// An NDJSON stream, line by line.
+    pub async fn lines(
+        &self,
+        path: &str,
+    ) -> Result<impl futures_util::Stream<Item = Result<String, CliError>>, CliError> {
+        let response = self.send(self.http.get(format!("{}{path}", self.base))).await?;
+        let bytes = response.bytes_stream();
+        let lines = futures_util::stream::unfold((bytes, Vec::<u8>::new()), |(mut bytes, mut buffer)| async move {
+            loop {
+                if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    return Some((Ok(String::from_utf8_lossy(&line).trim_end().to_string()), (bytes, buffer)));
+                }
+                match bytes.next().await {
+                    Some(Ok(chunk)) => buffer.extend_from_slice(&chunk),
+                    Some(Err(e)) => {
+                        return Some((Err(CliError::Unreachable(format!("lost the head: {e}"))), (bytes, buffer)))
+                    }
+                    None => return None,
+                }
+            }
+        });
+        Ok(lines)
+    }
+
+    pub async fn log_chunk(
+        &self,
+        job: &str,
+        actor: u32,
+        attempt: Option<u32>,
+        offset: u64,
+    ) -> Result<LogChunk, CliError> {
+        let mut url = format!("{}/v1/jobs/{job}/logs?actor={actor}&offset={offset}", self.base);
+        if let Some(attempt) = attempt {
+            url.push_str(&format!("&attempt={attempt}"));
+        }
+        let response = self.send(self.http.get(url)).await?;
+        let header =
+            |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        let (attempt, node, running, next) = (
+            header("x-ftdrive-attempt"),
+            header("x-ftdrive-node"),
+            header("x-ftdrive-running"),
+            header("x-ftdrive-next-offset"),
+        );
+        let bytes = response.bytes().await.map_err(|e| CliError::Unreachable(format!("lost the head: {e}")))?;
+        Ok(LogChunk {
+            attempt: attempt.parse().unwrap_or(0),
+            node,
+            running: running == "true",
+            next_offset: next.parse().unwrap_or(offset + bytes.len() as u64),
+            bytes,
+        })
+    }
+}

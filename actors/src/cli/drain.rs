@@ -1,0 +1,16 @@
+//! `ftdrive drain NODE`: a preemption notice; the node's work moves elsewhere.
+
+use super::args::DrainArgs;
+use super::client::Client;
+use super::error::{CliError, Outcome};
+use serde_json::{json, Value};
+
+pub fn run(args: DrainArgs) -> Result<Outcome, CliError> {
+    let client = Client::connect(&super::head_url(args.head.head)?)?;
+    super::block_on(async move {
+        let _: Value =
+            client.post(&format!("/v1/nodes/{}/drain", args.node), json!({"deadline_ms": args.deadline_ms})).await?;
+        println!("draining {} (deadline {} ms)", args.node, args.deadline_ms);
+        Ok(Outcome::Done)
+    })
+}

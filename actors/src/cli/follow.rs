@@ -1,0 +1,95 @@
+//! Following a job: a live table of its actors when stdout is a terminal, one line per
+//! transition otherwise; then its outcome. Ctrl-C detaches (the job keeps running).
+
+use super::client::Client;
+use super::error::{CliError, Outcome};
+use super::render;
+use ftdrive::driver::JobState;
+use ftdrive::view::JobView;
+use futures_util::StreamExt;
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::io::{IsTerminal, Write};
+
+/// What Ctrl-C means while following.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum OnInterrupt {
+    /// Stop following; the job goes on.
+    Detach,
+    /// Stop the job and keep following it to its end (an embedded cluster cannot outlive us).
+    StopJob,
+}
+
+pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Result<Outcome, CliError> {
+    let live = std::io::stdout().is_terminal();
+    let mut lines = Box::pin(client.lines(&format!("/v1/jobs/{job}/events")).await?);
+    let mut view: Option<JobView> = None;
+    let mut recent: VecDeque<String> = VecDeque::new();
+    let mut interrupted = false;
+    loop {
+        tokio::select! {
+            line = lines.next() => {
+                let Some(line) = line else { break };
+                let event: Value = serde_json::from_str(&line?).map_err(|e| CliError::Failed(format!("unreadable event: {e}")))?;
+                if event["event"] == "snapshot" {
+                    view = serde_json::from_value(event["job"].clone()).ok();
+                } else if let Some(text) = render::event_line(&event) {
+                    if let Some(v) = view.as_mut() {
+                        render::apply(v, &event);
+                    }
+                    if live {
+                        recent.push_back(text);
+                        if recent.len() > 8 {
+                            recent.pop_front();
+                        }
+                    } else {
+                        println!("{text}");
+                    }
+                }
+                if live {
+                    if let Some(v) = &view {
+                        redraw(v, &recent);
+                    }
+                }
+            }
+            _ = tokio::signal::ctrl_c(), if !interrupted => {
+                interrupted = true;
+                match on_interrupt {
+                    OnInterrupt::Detach => {
+                        eprintln!("\ndetached from {job}; it keeps running.\n  follow: ftdrive status {job}\n  stop:   ftdrive stop {job}");
+                        return Ok(Outcome::Done);
+                    }
+                    OnInterrupt::StopJob => {
+                        eprintln!("\nstopping {job} (the local cluster ends with this command)…");
+                        let _: Value = client.post(&format!("/v1/jobs/{job}/stop"), Value::Null).await?;
+                    }
+                }
+            }
+        }
+    }
+    let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
+    print!("{}", render::job_summary(&view));
+    let _ = std::io::stdout().flush();
+    Ok(outcome(view.state))
+}
+
+pub fn outcome(state: JobState) -> Outcome {
+    match state {
+        JobState::Succeeded => Outcome::Succeeded,
+        JobState::Failed => Outcome::Failed,
+        JobState::Stopped => Outcome::Stopped,
+        JobState::Pending | JobState::Running => Outcome::Done,
+    }
+}
+
+fn redraw(view: &JobView, recent: &VecDeque<String>) {
+    let mut out = String::from("\x1b[H\x1b[2J");
+    out.push_str(&render::job_table(view));
+    out.push('\n');
+    for line in recent {
+        out.push_str(line);
+        out.push('\n');
+    }
+    print!("{out}");
+    let _ = std::io::stdout().flush();
+}

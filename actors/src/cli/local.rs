@@ -1,0 +1,133 @@
+//! The embedded local cluster: with no head configured, `submit` starts a head and
+//! `--local-nodes` agents in this process, on loopback, runs the job, and shuts them down.
+//! Each agent gets an equal share of this machine's CPUs and memory (at least one CPU).
+
+use super::args::SubmitArgs;
+use super::client::Client;
+use super::error::{CliError, Outcome};
+use super::follow::OnInterrupt;
+use super::submit::submit_and_follow;
+use crate::head::{self, ServeOptions};
+use crate::node::{self, detect, NodeOptions};
+use crate::paths;
+use ftdrive::spec::JobSpec;
+use ftdrive::view::NodeView;
+use ftdrive::{HeadConfig, Labels, NodeId, Resources};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Most agents an embedded cluster starts.
+const MAX_LOCAL_NODES: u32 = 64;
+
+pub async fn run(spec: JobSpec, args: &SubmitArgs) -> Result<Outcome, CliError> {
+    let nodes = args.local_nodes;
+    if nodes == 0 || nodes > MAX_LOCAL_NODES {
+        return Err(CliError::BadInput(format!("--local-nodes is {nodes}; use 1 to {MAX_LOCAL_NODES}")));
+    }
+    let dir =
+        run_dir().map_err(|e| CliError::Failed(format!("cannot create a directory for the local cluster: {e}")))?;
+    let job_number = next_job_number();
+    let cluster = LocalCluster::start(&dir, nodes, job_number)
+        .map_err(|e| CliError::Failed(format!("cannot start the local cluster: {e}")))?;
+    eprintln!(
+        "local cluster: head {} with {nodes} node(s); state and logs in {}",
+        cluster.client.base(),
+        dir.display()
+    );
+    let result = async {
+        cluster.wait_for_nodes(nodes).await?;
+        submit_and_follow(&cluster.client, spec, args, OnInterrupt::StopJob).await
+    }
+    .await;
+    cluster.shutdown().await;
+    result
+}
+
+/// Each local run gets the next job number (`j1`, `j2`, …), so that job ids — and whatever a
+/// program keys on them, such as checkpoint directories — do not repeat across runs.
+fn next_job_number() -> u64 {
+    let file = paths::default_state_dir().join("local").join("next-job-number");
+    let next = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(1u64);
+    if let Err(e) = paths::write_atomic(&file, (next + 1).to_string().as_bytes()) {
+        tracing::warn!("cannot record the next job number in {}: {e}", file.display());
+    }
+    next
+}
+
+/// Where this run keeps its state and logs: `<state-dir>/local/<unique>`, kept afterwards.
+fn run_dir() -> std::io::Result<PathBuf> {
+    let parent = paths::default_state_dir().join("local");
+    std::fs::create_dir_all(&parent)?;
+    let dir = tempfile::Builder::new().prefix("run-").tempdir_in(&parent)?;
+    Ok(dir.keep())
+}
+
+pub struct LocalCluster {
+    pub client: Client,
+    head: head::HeadServer,
+    nodes: Vec<node::NodeHandle>,
+}
+
+impl LocalCluster {
+    /// A head on 127.0.0.1 (a free port) and `count` agents that run commands in the current
+    /// directory.
+    pub fn start(dir: &Path, count: u32, first_job_number: u64) -> std::io::Result<LocalCluster> {
+        let token = paths::random_token()?;
+        let options = ServeOptions {
+            listen: "127.0.0.1:0".into(),
+            state_dir: dir.join("head"),
+            config: HeadConfig::default(),
+            token: token.clone(),
+            handle_signals: false,
+            first_job_number,
+        };
+        let (head, server) = head::serve(options)?;
+        actix::spawn(server);
+        let url = format!("http://{}", head.addr);
+        let work_dir = std::env::current_dir()?;
+        let share = machine_share(count);
+        let nodes = (1..=count)
+            .map(|i| {
+                node::start(NodeOptions {
+                    head_url: url.clone(),
+                    token: token.clone(),
+                    name: NodeId::new(&format!("local-{i}")),
+                    resources: share.clone(),
+                    labels: Labels::new(),
+                    addr: "127.0.0.1".into(),
+                    state_dir: dir.join(format!("local-{i}")),
+                    work_dir: work_dir.clone(),
+                    drain_deadline_ms: 5_000,
+                })
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(LocalCluster { client: Client::new(&url, token), head, nodes })
+    }
+
+    /// Waits (a bounded time) until every agent has registered.
+    pub async fn wait_for_nodes(&self, count: u32) -> Result<(), CliError> {
+        for _ in 0..200 {
+            let nodes: Vec<NodeView> = self.client.get("/v1/nodes").await?;
+            if nodes.len() >= count as usize {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(CliError::Failed("the local agents did not register within 10 s".into()))
+    }
+
+    /// Stops the agents (killing anything still running) and the head.
+    pub async fn shutdown(self) {
+        for node in self.nodes {
+            node.halt().await;
+        }
+        self.head.handle.stop(true).await;
+    }
+}
+
+fn machine_share(count: u32) -> Resources {
+    let all = detect::machine_resources();
+    let n = u64::from(count);
+    let cpu = (all.milli("cpu") / n / 1000).max(1);
+    Resources::units(&[("cpu", cpu)]).with_milli("memory_mb", all.milli("memory_mb") / n)
+}

@@ -1,0 +1,75 @@
+//! `ftdrive logs JOB [--actor A] [--attempt N] [--follow]`: an attempt's output (stdout and
+//! stderr together), fetched through the head from the agent that ran it.
+
+use super::args::LogsArgs;
+use super::client::Client;
+use super::error::{CliError, Outcome};
+use ftdrive::view::JobView;
+use std::io::Write;
+use std::time::Duration;
+
+const POLL_MS: u64 = 300;
+
+pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
+    let client = Client::connect(&super::head_url(args.head.head)?)?;
+    super::block_on(async move {
+        let view: JobView = client.get(&format!("/v1/jobs/{}", args.job)).await?;
+        let actors: Vec<u32> = match &args.actor {
+            Some(actor) => vec![actor_index(actor, &view)?],
+            None => view.actors.iter().enumerate().filter(|(_, a)| a.attempt > 0).map(|(i, _)| i as u32).collect(),
+        };
+        if actors.is_empty() {
+            return Err(CliError::Failed(format!("no actor of {} has started yet", view.id)));
+        }
+        let headers = actors.len() > 1;
+        for actor in actors {
+            print_attempt(&client, &view.id, actor, args.attempt, args.follow, headers).await?;
+        }
+        Ok(Outcome::Done)
+    })
+}
+
+/// `j1/2` or `2`.
+fn actor_index(actor: &str, view: &JobView) -> Result<u32, CliError> {
+    let index = actor.rsplit('/').next().and_then(|i| i.parse::<u32>().ok());
+    index.filter(|i| (*i as usize) < view.actors.len()).ok_or_else(|| {
+        CliError::BadInput(format!(
+            "--actor `{actor}`: {} has actors {}/0 to {}/{}",
+            view.id,
+            view.id,
+            view.id,
+            view.actors.len().saturating_sub(1)
+        ))
+    })
+}
+
+async fn print_attempt(
+    client: &Client,
+    job: &str,
+    actor: u32,
+    attempt: Option<u32>,
+    follow: bool,
+    header: bool,
+) -> Result<(), CliError> {
+    let mut offset = 0;
+    let mut printed_header = false;
+    loop {
+        let chunk = client.log_chunk(job, actor, attempt, offset).await?;
+        if header && !printed_header {
+            println!("==> {job}/{actor} attempt {} on {} <==", chunk.attempt, chunk.node);
+            printed_header = true;
+        }
+        let mut out = std::io::stdout();
+        let _ = out.write_all(&chunk.bytes);
+        let _ = out.flush();
+        let more = !chunk.bytes.is_empty();
+        offset = chunk.next_offset;
+        if more {
+            continue;
+        }
+        if !follow || !chunk.running {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}

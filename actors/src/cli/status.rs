@@ -1,0 +1,30 @@
+//! `ftdrive status [JOB]`: every job, or one job with its actors and attempt ledger.
+
+use super::args::{Output, StatusArgs};
+use super::client::Client;
+use super::error::{CliError, Outcome};
+use super::render;
+use ftdrive::view::JobView;
+
+pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
+    let client = Client::connect(&super::head_url(args.out.head.head)?)?;
+    super::block_on(async move {
+        match args.job {
+            Some(job) => {
+                let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
+                match args.out.output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&view).expect("views serialize")),
+                    Output::Text => print!("{}", render::job_summary(&view)),
+                }
+            }
+            None => {
+                let views: Vec<JobView> = client.get("/v1/jobs").await?;
+                match args.out.output {
+                    Output::Json => println!("{}", serde_json::to_string_pretty(&views).expect("views serialize")),
+                    Output::Text => print!("{}", render::jobs_table(&views)),
+                }
+            }
+        }
+        Ok(Outcome::Done)
+    })
+}

@@ -1,0 +1,16 @@
+//! `ftdrive stop JOB`: stop a job; its processes get SIGTERM, then SIGKILL after the grace.
+
+use super::args::JobArg;
+use super::client::Client;
+use super::error::{CliError, Outcome};
+use ftdrive::view::JobView;
+use serde_json::Value;
+
+pub fn run(args: JobArg) -> Result<Outcome, CliError> {
+    let client = Client::connect(&super::head_url(args.head.head)?)?;
+    super::block_on(async move {
+        let view: JobView = client.post(&format!("/v1/jobs/{}/stop", args.job), Value::Null).await?;
+        println!("stopping {} ({}); it is {}", view.id, view.name, view.state);
+        Ok(Outcome::Done)
+    })
+}

@@ -1,0 +1,54 @@
+//! `ftdrive submit`: validate the spec locally (bad input exits 2, and no job is created),
+//! submit it to the head — or to an embedded local cluster when no head is configured — and
+//! follow it to its outcome.
+
+use super::args::{Output, SubmitArgs};
+use super::client::Client;
+use super::error::{CliError, Outcome};
+use super::follow::{self, OnInterrupt};
+use super::local;
+use ftdrive::spec::{JobSpec, Overrides};
+use ftdrive::view::JobView;
+use serde_json::json;
+
+pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
+    let text = std::fs::read_to_string(&args.job)
+        .map_err(|e| CliError::BadInput(format!("cannot read job spec {}: {e}", args.job.display())))?;
+    let overrides = Overrides {
+        min_nodes: args.min_nodes,
+        max_nodes: args.max_nodes,
+        hot_spares: args.hot_spares,
+        priority: args.priority,
+    };
+    let spec =
+        JobSpec::parse(&text, &overrides).map_err(|e| CliError::BadInput(format!("{}: {e}", args.job.display())))?;
+    super::block_on(async move {
+        match &args.head.head {
+            Some(head) => submit_and_follow(&Client::connect(head)?, spec, &args, OnInterrupt::Detach).await,
+            None => local::run(spec, &args).await,
+        }
+    })
+}
+
+pub async fn submit_and_follow(
+    client: &Client,
+    spec: JobSpec,
+    args: &SubmitArgs,
+    on_interrupt: OnInterrupt,
+) -> Result<Outcome, CliError> {
+    let view: JobView = client.post("/v1/jobs", json!({ "spec": spec })).await?;
+    if args.no_wait {
+        match args.output {
+            Output::Json => println!("{}", serde_json::to_string_pretty(&view).expect("views serialize")),
+            Output::Text => println!("submitted {} ({}); follow with `ftdrive status {}`", view.id, view.name, view.id),
+        }
+        return Ok(Outcome::Done);
+    }
+    eprintln!("submitted {} ({}) to {}", view.id, view.name, client.base());
+    let outcome = follow::follow(client, &view.id, on_interrupt).await?;
+    if args.output == Output::Json {
+        let final_view: JobView = client.get(&format!("/v1/jobs/{}", view.id)).await?;
+        println!("{}", serde_json::to_string_pretty(&final_view).expect("views serialize"));
+    }
+    Ok(outcome)
+}

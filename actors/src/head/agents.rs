@@ -1,0 +1,62 @@
+//! Agent sessions: one WebSocket per connected agent, relaying JSON messages between it and
+//! the `HeadActor`. A session knows its node once the agent registers.
+
+use super::api::{ApiState, Authorized};
+use super::{AgentGone, FromAgent};
+use crate::wire::{AgentMsg, HeadMsg};
+use actix_web::{web, HttpRequest, HttpResponse};
+use actix_ws::Message;
+use futures_util::StreamExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
+
+pub(super) async fn channel(
+    _: Authorized,
+    req: HttpRequest,
+    body: web::Payload,
+    state: web::Data<ApiState>,
+) -> actix_web::Result<HttpResponse> {
+    let (response, mut session, mut incoming) = actix_ws::handle(&req, body)?;
+    let head = state.head.clone();
+    let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+    let (tx, mut outgoing) = tokio::sync::mpsc::unbounded_channel::<HeadMsg>();
+    actix_web::rt::spawn(async move {
+        let mut node = None;
+        loop {
+            tokio::select! {
+                msg = incoming.next() => match msg {
+                    Some(Ok(Message::Text(text))) => match serde_json::from_str::<AgentMsg>(&text) {
+                        Ok(msg) => {
+                            node.get_or_insert_with(|| msg.node().clone());
+                            head.do_send(FromAgent { session: id, tx: tx.clone(), msg });
+                        }
+                        Err(e) => {
+                            let refusal = HeadMsg::Refused { reason: format!("unreadable message: {e}"), register_again: false };
+                            let _ = tx.send(refusal);
+                        }
+                    },
+                    Some(Ok(Message::Ping(bytes))) => {
+                        if session.pong(&bytes).await.is_err() {
+                            break;
+                        }
+                    }
+                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+                    Some(Ok(_)) => {}
+                },
+                out = outgoing.recv() => match out {
+                    Some(msg) => {
+                        let text = serde_json::to_string(&msg).expect("head messages serialize");
+                        if session.text(text).await.is_err() {
+                            break;
+                        }
+                    }
+                    None => break,
+                },
+            }
+        }
+        head.do_send(AgentGone { session: id, node });
+        let _ = session.close(None).await;
+    });
+    Ok(response)
+}

@@ -1,0 +1,255 @@
+//! The head's HTTP API (JSON, bearer token on every request) and the server around it.
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /v1/jobs` `{"spec": {...}}` | submit; answers the new job |
+//! | `GET /v1/jobs`, `GET /v1/jobs/{id}` | job views (DESIGN §7 shapes) |
+//! | `POST /v1/jobs/{id}/stop` | stop a job |
+//! | `GET /v1/jobs/{id}/events`, `GET /v1/events` | NDJSON event stream (a job's ends with it) |
+//! | `GET /v1/jobs/{id}/logs?actor=&attempt=&offset=` | an attempt's log, fetched from its agent |
+//! | `GET /v1/nodes`, `POST /v1/nodes/{name}/drain` | nodes; a preemption notice |
+//! | `GET /v1/agent` | the agents' WebSocket channel |
+
+use super::{agents, ApiError, Drain, Follow, HeadActor, Jobs, LocateLog, Nodes, Stop, Submit};
+use crate::head::store::Store;
+use actix::prelude::*;
+use actix_web::{
+    dev::Payload, http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError,
+};
+use bytes::Bytes;
+use ftdrive::spec::{JobSpec, Overrides};
+use ftdrive::{HeadConfig, JobId, NodeId};
+use serde::Deserialize;
+use std::future::{ready, Ready};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub struct ServeOptions {
+    pub listen: String,
+    pub state_dir: PathBuf,
+    pub config: HeadConfig,
+    pub token: String,
+    /// Stop on SIGINT/SIGTERM (the daemon), or leave signals to the caller (embedded).
+    pub handle_signals: bool,
+    /// Generated job ids start at `j<n>` with n at least this (ids already on record are
+    /// skipped either way).
+    pub first_job_number: u64,
+}
+
+/// A running head: where it listens, its actor, and how to stop it.
+pub struct HeadServer {
+    pub addr: SocketAddr,
+    pub head: Addr<HeadActor>,
+    pub handle: actix_web::dev::ServerHandle,
+}
+
+pub(super) struct ApiState {
+    pub head: Addr<HeadActor>,
+    pub token: String,
+    pub http: reqwest::Client,
+}
+
+/// Starts the head: its actor and its HTTP server. The returned future runs the server until
+/// it is stopped (by a signal, or through `HeadServer::handle`).
+pub fn serve(options: ServeOptions) -> std::io::Result<(HeadServer, actix_web::dev::Server)> {
+    options.config.validate().map_err(std::io::Error::other)?;
+    let store = Store::open(&options.state_dir)?;
+    let head = HeadActor::new(options.config, store, options.first_job_number).start();
+    let state = web::Data::new(ApiState { head: head.clone(), token: options.token, http: reqwest::Client::new() });
+    let mut server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
+        .workers(2)
+        .shutdown_timeout(5)
+        .bind(&options.listen)?;
+    if !options.handle_signals {
+        server = server.disable_signals();
+    }
+    let addr = *server.addrs().first().ok_or_else(|| std::io::Error::other("the server bound no address"))?;
+    let running = server.run();
+    Ok((HeadServer { addr, head, handle: running.handle() }, running))
+}
+
+fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/jobs", web::post().to(submit))
+        .route("/v1/jobs", web::get().to(list_jobs))
+        .route("/v1/jobs/{id}", web::get().to(get_job))
+        .route("/v1/jobs/{id}/stop", web::post().to(stop_job))
+        .route("/v1/jobs/{id}/events", web::get().to(job_events))
+        .route("/v1/jobs/{id}/logs", web::get().to(job_logs))
+        .route("/v1/events", web::get().to(all_events))
+        .route("/v1/nodes", web::get().to(list_nodes))
+        .route("/v1/nodes/{name}/drain", web::post().to(drain_node))
+        .route("/v1/agent", web::get().to(agents::channel))
+        .default_service(web::to(|_: Authorized| async {
+            ApiError::NotFound("no such route; see `ftdrive --help`".into()).error_response()
+        }));
+}
+
+// ---- auth -----------------------------------------------------------------------------
+
+/// Present on a request that carries the head's bearer token. Without it: 401, and nothing
+/// else happens.
+pub(super) struct Authorized;
+
+impl FromRequest for Authorized {
+    type Error = actix_web::Error;
+    type Future = Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let state = req.app_data::<web::Data<ApiState>>().expect("API state is registered");
+        let given =
+            req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        ready(match given {
+            Some(token) if constant_time_eq(token.as_bytes(), state.token.as_bytes()) => Ok(Authorized),
+            _ => Err(actix_web::error::InternalError::from_response(
+                "unauthorized",
+                HttpResponse::Unauthorized().json(serde_json::json!({
+                    "error": "missing or wrong bearer token; set $FTDRIVE_TOKEN or use the token file in the head's state dir"
+                })),
+            )
+            .into()),
+        })
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Unavailable(_) => StatusCode::BAD_GATEWAY,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status_code()).json(serde_json::json!({"error": self.to_string()}))
+    }
+}
+
+fn mailbox(e: MailboxError) -> ApiError {
+    ApiError::Internal(format!("the head is shutting down ({e})"))
+}
+
+// ---- handlers ---------------------------------------------------------------------------
+
+async fn submit(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    body: web::Json<serde_json::Value>,
+) -> Result<HttpResponse, ApiError> {
+    let spec = body.get("spec").ok_or_else(|| ApiError::BadRequest("the request needs a `spec` object".into()))?;
+    let spec =
+        JobSpec::parse(&spec.to_string(), &Overrides::default()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let view = state.head.send(Submit { spec }).await.map_err(mailbox)??;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+async fn list_jobs(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    let views = state.head.send(Jobs { job: None }).await.map_err(mailbox)??;
+    Ok(HttpResponse::Ok().json(views))
+}
+
+async fn get_job(_: Authorized, state: web::Data<ApiState>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let mut views = state.head.send(Jobs { job: Some(JobId::from(id.into_inner())) }).await.map_err(mailbox)??;
+    Ok(HttpResponse::Ok().json(views.remove(0)))
+}
+
+async fn stop_job(_: Authorized, state: web::Data<ApiState>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let view = state.head.send(Stop { job: JobId::from(id.into_inner()) }).await.map_err(mailbox)??;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+async fn job_events(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    events(state, Some(JobId::from(id.into_inner()))).await
+}
+
+async fn all_events(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    events(state, None).await
+}
+
+/// NDJSON: a job's snapshot first (for one job), then one line per event.
+async fn events(state: web::Data<ApiState>, job: Option<JobId>) -> Result<HttpResponse, ApiError> {
+    let (snapshot, rx) = state.head.send(Follow { job }).await.map_err(mailbox)??;
+    let first =
+        snapshot.map(|view| Bytes::from(serde_json::json!({"event": "snapshot", "job": view}).to_string() + "\n"));
+    let stream = futures_util::stream::unfold((first, rx), |(first, mut rx)| async move {
+        if let Some(line) = first {
+            return Some((Ok::<Bytes, actix_web::Error>(line), (None, rx)));
+        }
+        rx.recv().await.map(|line| (Ok(line), (None, rx)))
+    });
+    Ok(HttpResponse::Ok().content_type("application/x-ndjson").streaming(stream))
+}
+
+async fn list_nodes(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(state.head.send(Nodes).await.map_err(mailbox)?))
+}
+
+#[derive(Deserialize)]
+struct DrainBody {
+    deadline_ms: u64,
+}
+
+async fn drain_node(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    name: web::Path<String>,
+    body: web::Json<DrainBody>,
+) -> Result<HttpResponse, ApiError> {
+    let node = NodeId::from(name.into_inner());
+    state.head.send(Drain { node: node.clone(), deadline_ms: body.deadline_ms }).await.map_err(mailbox)??;
+    Ok(HttpResponse::Ok().json(serde_json::json!({"node": node, "draining": true, "deadline_ms": body.deadline_ms})))
+}
+
+#[derive(Deserialize)]
+struct LogQuery {
+    actor: u32,
+    attempt: Option<u32>,
+    #[serde(default)]
+    offset: u64,
+}
+
+/// Fetches a slice of an attempt's log from the agent that ran it. Headers say which attempt,
+/// where the next read starts, and whether the attempt may still write.
+async fn job_logs(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    id: web::Path<String>,
+    query: web::Query<LogQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let job = JobId::from(id.into_inner());
+    let source =
+        state.head.send(LocateLog { job, actor: query.actor, attempt: query.attempt }).await.map_err(mailbox)??;
+    let unreachable =
+        |e: reqwest::Error| ApiError::Unavailable(format!("cannot reach the agent on {}: {e}", source.node));
+    let response = state
+        .http
+        .get(format!("{}?offset={}", source.url, query.offset))
+        .bearer_auth(&state.token)
+        .send()
+        .await
+        .map_err(unreachable)?;
+    let status = response.status();
+    let bytes = response.bytes().await.map_err(unreachable)?;
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Err(ApiError::NotFound(format!("node {} has no log for attempt {}", source.node, source.attempt)));
+    }
+    if !status.is_success() {
+        return Err(ApiError::Unavailable(format!("the agent on {} answered {status}", source.node)));
+    }
+    Ok(HttpResponse::Ok()
+        .insert_header(("x-ftdrive-attempt", source.attempt.to_string()))
+        .insert_header(("x-ftdrive-node", source.node.clone()))
+        .insert_header(("x-ftdrive-running", source.running.to_string()))
+        .insert_header(("x-ftdrive-next-offset", (query.offset + bytes.len() as u64).to_string()))
+        .content_type("text/plain; charset=utf-8")
+        .body(bytes))
+}

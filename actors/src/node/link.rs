@@ -1,0 +1,77 @@
+//! The agent's link to the head: a WebSocket that is re-established with backoff whenever it
+//! drops. Messages both ways go through the `NodeAgent` actor; this only carries them.
+
+use super::{FromHead, Linked, NodeAgent, Unlinked};
+use crate::wire::{AgentMsg, HeadMsg};
+use actix::Addr;
+use futures_util::{SinkExt, StreamExt};
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+const FIRST_BACKOFF_MS: u64 = 100;
+const MAX_BACKOFF_MS: u64 = 5_000;
+
+/// Keeps a link up until the agent actor stops.
+pub async fn maintain(agent: Addr<NodeAgent>, head_url: String, token: String) {
+    let ws_url = format!("{}/v1/agent", head_url.replacen("http://", "ws://", 1).replacen("https://", "wss://", 1));
+    let mut backoff = FIRST_BACKOFF_MS;
+    while agent.connected() {
+        match connect(&ws_url, &token).await {
+            Ok(socket) => {
+                backoff = FIRST_BACKOFF_MS;
+                carry(&agent, socket).await;
+                agent.do_send(Unlinked);
+            }
+            Err(e) => tracing::warn!("cannot reach the head at {head_url}: {e}; retrying in {backoff} ms"),
+        }
+        tokio::time::sleep(Duration::from_millis(backoff)).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF_MS);
+    }
+}
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect(url: &str, token: &str) -> Result<Socket, String> {
+    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    let bearer = format!("Bearer {token}").parse().map_err(|_| "the token is not a valid header value".to_string())?;
+    request.headers_mut().insert("authorization", bearer);
+    let (socket, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| e.to_string())?;
+    Ok(socket)
+}
+
+/// Relays until the socket closes or the agent lets go of the link.
+async fn carry(agent: &Addr<NodeAgent>, socket: Socket) {
+    let (mut sink, mut stream) = socket.split();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<AgentMsg>();
+    agent.do_send(Linked { tx });
+    loop {
+        tokio::select! {
+            incoming = stream.next() => match incoming {
+                Some(Ok(Message::Text(text))) => match serde_json::from_str::<HeadMsg>(text.as_str()) {
+                    Ok(msg) => agent.do_send(FromHead(msg)),
+                    Err(e) => tracing::warn!("unreadable message from the head: {e}"),
+                },
+                Some(Ok(Message::Ping(data))) => {
+                    if sink.send(Message::Pong(data)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+                Some(Ok(_)) => {}
+            },
+            outgoing = rx.recv() => match outgoing {
+                Some(msg) => {
+                    let text = serde_json::to_string(&msg).expect("agent messages serialize");
+                    if sink.send(Message::Text(text.into())).await.is_err() {
+                        return;
+                    }
+                }
+                None => {
+                    let _ = sink.send(Message::Close(None)).await;
+                    return;
+                }
+            },
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The agent's log server: each attempt's combined stdout and stderr, read from an offset so
+//! that a follower can poll for what is new. Same bearer token as the head.
+
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// Most bytes one read returns.
+const MAX_CHUNK: u64 = 1 << 20;
+
+/// Where an attempt's log lives under the agent's state directory.
+pub fn log_path(state_dir: &Path, job: &str, actor: u32, attempt: u32) -> Option<PathBuf> {
+    safe_component(job)
+        .then(|| state_dir.join("logs").join(job).join(actor.to_string()).join(format!("attempt-{attempt}.log")))
+}
+
+/// Job ids are checked by the head, but a path component from the network is checked again.
+fn safe_component(part: &str) -> bool {
+    !part.is_empty()
+        && part != "."
+        && part != ".."
+        && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+struct LogState {
+    dir: PathBuf,
+    token: String,
+}
+
+#[derive(serde::Deserialize)]
+struct Offset {
+    #[serde(default)]
+    offset: u64,
+}
+
+/// Starts the log server on `addr:0`; returns its base URL and the server to run.
+pub fn serve(addr: &str, state_dir: PathBuf, token: String) -> std::io::Result<(String, actix_web::dev::Server)> {
+    let state = web::Data::new(LogState { dir: state_dir, token });
+    let server = HttpServer::new(move || {
+        App::new().app_data(state.clone()).route("/v1/logs/{job}/{actor}/{attempt}", web::get().to(read_log))
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .bind((addr, 0))?;
+    let bound = *server.addrs().first().ok_or_else(|| std::io::Error::other("no address bound"))?;
+    Ok((format!("http://{bound}"), server.run()))
+}
+
+async fn read_log(
+    req: HttpRequest,
+    state: web::Data<LogState>,
+    path: web::Path<(String, u32, u32)>,
+    query: web::Query<Offset>,
+) -> HttpResponse {
+    let authorized =
+        req.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {}", state.token));
+    if !authorized {
+        return HttpResponse::Unauthorized().json(serde_json::json!({"error": "missing or wrong bearer token"}));
+    }
+    let (job, actor, attempt) = path.into_inner();
+    let Some(file) = log_path(&state.dir, &job, actor, attempt) else {
+        return HttpResponse::BadRequest().json(serde_json::json!({"error": "bad job id"}));
+    };
+    match read_from(&file, query.offset) {
+        Ok(bytes) => HttpResponse::Ok().content_type("text/plain; charset=utf-8").body(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            HttpResponse::NotFound().json(serde_json::json!({"error": format!("no log at {}", file.display())}))
+        }
+        Err(e) => HttpResponse::InternalServerError().json(serde_json::json!({"error": e.to_string()})),
+    }
+}
+
+fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
+    let mut file = std::fs::File::open(path)?;
+    file.seek(SeekFrom::Start(offset))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CHUNK).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_refuse_traversal() {
+        let dir = Path::new("/state");
+        assert_eq!(log_path(dir, "j1", 2, 3), Some(PathBuf::from("/state/logs/j1/2/attempt-3.log")));
+        assert_eq!(log_path(dir, "..", 0, 1), None);
+        assert_eq!(log_path(dir, "a/b", 0, 1), None);
+    }
+}
