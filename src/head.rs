@@ -18,7 +18,7 @@ mod attempts;
 mod liveness;
 
 use crate::config::HeadConfig;
-use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, JobEvent, Loss, NodeRef};
+use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, JobEvent, JobHistory, Loss, NodeRef};
 use crate::ids::{actor_name, JobId, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, ToAgent};
 use crate::resources::{Labels, Resources};
@@ -79,6 +79,12 @@ pub enum Input {
     Submit {
         id: Option<JobId>,
         spec: Box<JobSpec>,
+    },
+    /// A job accepted by an earlier run of the head, taken up again with its history.
+    Resume {
+        id: JobId,
+        spec: Box<JobSpec>,
+        history: Box<JobHistory>,
     },
     Stop {
         job: JobId,
@@ -210,7 +216,8 @@ impl Head {
                 self.process_ended(now, node, key, |key| DriverInput::SpawnFailed { key, message })?
             }
             Input::Drain { node, deadline_ms } => self.drain(now, node, deadline_ms)?,
-            Input::Submit { id, spec } => self.submit(now, id, *spec)?,
+            Input::Submit { id, spec } => self.submit(now, id, *spec, None)?,
+            Input::Resume { id, spec, history } => self.submit(now, Some(id), *spec, Some(*history))?,
             Input::Stop { job } => self.stop(now, job)?,
         };
         self.settle(now);
@@ -385,7 +392,13 @@ impl Head {
 
     // ---- jobs --------------------------------------------------------------------------------
 
-    fn submit(&mut self, now: Instant, id: Option<JobId>, spec: JobSpec) -> Result<Reply, Rejected> {
+    fn submit(
+        &mut self,
+        now: Instant,
+        id: Option<JobId>,
+        spec: JobSpec,
+        history: Option<JobHistory>,
+    ) -> Result<Reply, Rejected> {
         if self.jobs.len() >= self.config.max_jobs {
             return Err(Rejected::TooManyJobs(self.jobs.len()));
         }
@@ -404,7 +417,11 @@ impl Head {
         self.scheduler.create_pg(seq, pg_spec(&spec, now));
         let seed = self.config.seed ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let name = spec.name.clone();
-        let driver = Driver::new(id.clone(), spec, now, seed, self.config.node_timeout_ms);
+        let window = self.config.node_timeout_ms;
+        let driver = match history {
+            Some(history) => Driver::resume(id.clone(), spec, now, seed, window, history),
+            None => Driver::new(id.clone(), spec, now, seed, window),
+        };
         self.jobs.insert(id.clone(), JobSlot { seq, driver });
         self.by_seq.insert(seq, id.clone());
         self.drain_driver(seq);

@@ -224,3 +224,34 @@ fn selector_nobody_matches_is_infeasible() {
     let job = c.submit(s);
     assert_eq!(c.view(&job).infeasible.as_deref(), Some("infeasible: no node matches node_selector zone=b"));
 }
+
+/// A head that restarts takes an accepted job up again: new attempts are numbered on (so no
+/// message of the old run can pass for one of the new), the ledger and budgets are kept.
+#[test]
+fn a_resumed_job_numbers_attempts_on_and_keeps_its_ledger() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    let mut s = spec("durable", 1, 1);
+    s.retries.user = 2;
+    let job = c.submit(s.clone());
+    c.exit_rank(&job, 0, 1);
+    c.advance(1_000);
+    let before = c.view(&job);
+    assert_eq!((before.actors[0].attempt, before.cycles, before.remaining.user), (2, 2, 1));
+
+    let mut after = TestCluster::new(config());
+    after.join("n1", cpu(1));
+    let history = ftdrive::driver::JobHistory {
+        attempts: before.actors.iter().map(|a| a.attempt).collect(),
+        cycle: before.cycles,
+        ledger: before.ledger.clone(),
+        remaining: before.remaining,
+    };
+    after.input(ftdrive::head::Input::Resume { id: job.clone(), spec: Box::new(s), history: Box::new(history) });
+    let view = after.view(&job);
+    assert_eq!((view.actors[0].attempt, view.cycles), (3, 3), "attempt 3 in cycle 3");
+    assert_eq!(view.ledger, before.ledger);
+    assert_eq!(view.remaining.user, 1);
+    let running = after.running_of(&job).next().unwrap().clone();
+    assert_eq!((running.attempt, running.cycle), (3, 3));
+}

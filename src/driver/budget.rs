@@ -119,6 +119,11 @@ impl Budgets {
         }
     }
 
+    /// Budgets with what an earlier run left of them.
+    pub fn resume(policy: &RetryPolicy, remaining: Remaining) -> Self {
+        Budgets { remaining, single_budget: policy.single_budget }
+    }
+
     pub fn remaining(&self) -> Remaining {
         self.remaining
     }

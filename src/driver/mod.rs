@@ -248,6 +248,18 @@ pub enum JobEvent {
     },
 }
 
+/// What a job had been through before the head restarted: enough to go on without reusing an
+/// attempt number or forgetting a charge.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobHistory {
+    /// Attempts started so far, per actor.
+    pub attempts: Vec<u32>,
+    /// The last cycle formed.
+    pub cycle: u32,
+    pub ledger: Vec<LedgerEntry>,
+    pub remaining: Remaining,
+}
+
 /// The rendezvous of the current cycle.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Master {
@@ -333,6 +345,29 @@ impl Driver {
             spec,
         };
         driver.request_initial_bundles(now);
+        driver
+    }
+
+    /// A job accepted before the head restarted: it starts over from SCHEDULING, but its next
+    /// attempts and cycle number on from where it was, its ledger and budgets are kept.
+    /// Attempts that were running when the head stopped are not in the ledger: nobody saw how
+    /// they ended (their processes are stopped when their agents report them).
+    pub fn resume(
+        id: JobId,
+        spec: JobSpec,
+        now: Instant,
+        seed: u64,
+        attribution_window_ms: u64,
+        history: JobHistory,
+    ) -> Self {
+        let mut driver = Driver::new(id, spec, now, seed, attribution_window_ms);
+        for (actor, attempts) in driver.actors.iter_mut().zip(&history.attempts) {
+            actor.attempts = *attempts;
+        }
+        driver.cycle = history.cycle;
+        driver.charged_failures = history.ledger.iter().filter(|e| e.budget != BudgetKind::None).count() as u32;
+        driver.ledger = history.ledger;
+        driver.budgets = Budgets::resume(&driver.spec.retries, history.remaining);
         driver
     }
 

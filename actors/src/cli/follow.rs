@@ -32,7 +32,11 @@ pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Re
                 let Some(line) = line else { break };
                 let event: Value = serde_json::from_str(&line?).map_err(|e| CliError::Failed(format!("unreadable event: {e}")))?;
                 if event["event"] == "snapshot" {
+                    let first = view.is_none();
                     view = serde_json::from_value(event["job"].clone()).ok();
+                    if let (true, false, Some(v)) = (first, live, &view) {
+                        print!("{}", render::snapshot_lines(v));
+                    }
                 } else if let Some(text) = render::event_line(&event) {
                     if let Some(v) = view.as_mut() {
                         render::apply(v, &event);

@@ -80,6 +80,17 @@ pub fn apply(view: &mut JobView, e: &Value) {
     }
 }
 
+/// Where a job stands, a line per actor: the start of a follower's output.
+pub fn snapshot_lines(view: &JobView) -> String {
+    let mut out = format!("     now  job {} {} · cycle {}\n", view.id, view.state, view.cycles);
+    for a in &view.actors {
+        let node = a.node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default();
+        let rank = a.rank.map(|r| format!(" rank {r}")).unwrap_or_default();
+        let _ = writeln!(out, "     now  {} {}{node}{rank} (attempt {})", a.name, a.state, a.attempt);
+    }
+    out
+}
+
 pub fn job_table(view: &JobView) -> String {
     let mut out = format!("job {} ({}) {} · cycle {}\n", view.id, view.name, view.state, view.cycles);
     let _ = writeln!(out, "  {:<14} {:<15} {:<14} {:>4} {:>7}", "ACTOR", "STATE", "NODE", "RANK", "ATTEMPT");

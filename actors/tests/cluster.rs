@@ -1,0 +1,440 @@
+//! Real-cluster tests: a real `ftdrive head` and real `ftdrive node` processes on loopback,
+//! real jobs as real processes. Every wait is bounded; every process started is ended.
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    token: String,
+    url: String,
+    head: Child,
+    nodes: BTreeMap<String, Child>,
+    /// Put in every job's environment, so a test finds its own processes (and no other test's).
+    mark: String,
+}
+
+impl Cluster {
+    /// A head (fast failure detection) and agents with the given `cpu` counts.
+    fn start(nodes: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("http://127.0.0.1:{port}");
+        let token = format!("test-token-{port}");
+        let mark = format!("cluster-{port}-{}", std::process::id());
+        let head = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+            .args([
+                "head",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--heartbeat-interval-ms",
+                "200",
+                "--node-timeout-ms",
+                "1000",
+            ])
+            .arg("--state-dir")
+            .arg(dir.path().join("head"))
+            .env("FTDRIVE_TOKEN", &token)
+            .env("FTDRIVE_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut cluster = Cluster { dir, token, url, head, nodes: BTreeMap::new(), mark };
+        cluster.wait_until("the head answers", |c| c.try_ftdrive(&["nodes", "--output", "json"]).status.success());
+        for name in nodes {
+            cluster.add_node(name);
+        }
+        cluster.wait_until("every node registered", |c| c.nodes_json().as_array().unwrap().len() >= nodes.len());
+        cluster
+    }
+
+    fn add_node(&mut self, name: &str) {
+        let child = self
+            .command()
+            .args(["node", "--name", name, "--resources", "cpu=1", "--addr", "127.0.0.1"])
+            .arg("--state-dir")
+            .arg(self.dir.path().join(format!("agent-{name}")))
+            .arg("--work-dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.nodes.insert(name.to_string(), child);
+    }
+
+    fn kill_node(&mut self, name: &str) {
+        let mut child = self.nodes.remove(name).expect("a node of this cluster");
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ftdrive"));
+        cmd.env("FTDRIVE_TOKEN", &self.token)
+            .env("FTDRIVE_HEAD", &self.url)
+            .env("FTDRIVE_STATE_DIR", self.dir.path())
+            .env("FTDRIVE_LOG", "warn");
+        cmd
+    }
+
+    fn try_ftdrive(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().unwrap()
+    }
+
+    fn ftdrive(&self, args: &[&str]) -> String {
+        let out = self.try_ftdrive(args);
+        assert!(out.status.success(), "ftdrive {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Writes a job spec (with this test's mark in its environment) and returns its path.
+    fn spec(&self, name: &str, mut spec: Value) -> PathBuf {
+        spec["name"] = json!(name);
+        spec["env"] = json!({"FTDRIVE_TEST_MARK": self.mark});
+        let path = self.dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, spec.to_string()).unwrap();
+        path
+    }
+
+    fn submit_no_wait(&self, spec: &PathBuf) -> String {
+        let out = self.ftdrive(&["submit", "--no-wait", "--output", "json", spec.to_str().unwrap()]);
+        serde_json::from_str::<Value>(&out).unwrap()["id"].as_str().unwrap().to_string()
+    }
+
+    fn job(&self, id: &str) -> Value {
+        serde_json::from_str(&self.ftdrive(&["status", id, "--output", "json"])).unwrap()
+    }
+
+    fn nodes_json(&self) -> Value {
+        serde_json::from_str(&self.ftdrive(&["nodes", "--output", "json"])).unwrap()
+    }
+
+    fn wait_until(&self, what: &str, done: impl Fn(&Cluster) -> bool) {
+        let start = Instant::now();
+        while !done(self) {
+            assert!(start.elapsed() < WAIT, "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_for_job(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let job = self.job(id);
+            if done(&job) {
+                return job;
+            }
+            assert!(start.elapsed() < WAIT, "timed out waiting until {what}: {job:#}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Pids of this test's job processes, optionally only those started on `node`.
+    fn processes(&self, node: Option<&str>) -> Vec<u32> {
+        let mark = format!("FTDRIVE_TEST_MARK={}", self.mark);
+        let on = node.map(|n| format!("FTDRIVE_NODE={n}"));
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+            let vars: Vec<String> = env.split(|b| *b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
+            if vars.contains(&mark) && on.as_ref().is_none_or(|n| vars.contains(n)) && !is_zombie(pid) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_or(true, |s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for child in self.nodes.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = self.head.kill();
+        let _ = self.head.wait();
+        // The agents' supervisors take their process groups down with them.
+        let start = Instant::now();
+        while !self.processes(None).is_empty() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn actor_on_rank(job: &Value, rank: u64) -> (String, String) {
+    let actor = job["actors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["rank"] == rank && a["state"] == "RUNNING")
+        .expect("a running rank");
+    (actor["name"].as_str().unwrap().to_string(), actor["node"].as_str().unwrap().to_string())
+}
+
+fn running(job: &Value, count: usize) -> bool {
+    job["actors"].as_array().unwrap().iter().filter(|a| a["state"] == "RUNNING").count() == count
+}
+
+/// Long in its first cycle, short afterwards: the job ends soon once it recovered.
+const LONG_THEN_SHORT: &str = r#"if [ "$FTDRIVE_CYCLE" = 1 ]; then sleep 60; else sleep 1; fi"#;
+
+#[test]
+fn a_three_node_job_succeeds_and_its_logs_are_served() {
+    let c = Cluster::start(&["n1", "n2", "n3"]);
+    let spec = c.spec("hello", json!({"command": ["sh", "-c", "echo \"rank $RANK of $WORLD_SIZE on $FTDRIVE_NODE\"; sleep 0.5"], "min_nodes": 3, "max_nodes": 3}));
+    let out = c.try_ftdrive(&["submit", spec.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let job = c.job("j1");
+    assert_eq!(job["state"], "SUCCEEDED");
+    assert!(job["ledger"].as_array().unwrap().iter().all(|e| e["cause"] == "completed"));
+    let log = c.ftdrive(&["logs", "j1", "--actor", "j1/0"]);
+    assert!(log.contains("rank 0 of 3 on n"), "{log}");
+}
+
+#[test]
+fn killing_an_agent_mid_job_recovers_on_another_node() {
+    let mut c = Cluster::start(&["n1", "n2", "n3", "n4"]);
+    let spec = c.spec(
+        "recover",
+        json!({"command": ["sh", "-c", LONG_THEN_SHORT], "min_nodes": 3, "max_nodes": 3, "retries": {"user": 0}}),
+    );
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "three ranks run", |j| running(j, 3));
+    let (actor, victim) = actor_on_rank(&job, 1);
+    c.kill_node(&victim);
+    let job = c.wait_for_job(&id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
+    let lost =
+        job["ledger"].as_array().unwrap().iter().find(|e| e["actor"] == actor.as_str() && e["attempt"] == 1).unwrap();
+    assert_eq!((lost["cause"].as_str(), lost["budget"].as_str()), (Some("node_lost"), Some("system")), "{job:#}");
+    assert_eq!(job["remaining"]["user"], 0, "no user retry was spent");
+    let moved = job["actors"].as_array().unwrap().iter().find(|a| a["name"] == actor.as_str()).unwrap();
+    assert_ne!(moved["node"].as_str(), Some(victim.as_str()));
+    assert!(c.processes(Some(&victim)).is_empty(), "the killed agent's processes are gone");
+}
+
+#[test]
+fn a_pending_job_waits_until_the_replacement_is_placed() {
+    let mut c = Cluster::start(&["n1", "n2", "n3"]);
+    let first = c.spec("first", json!({"command": ["sh", "-c", LONG_THEN_SHORT], "min_nodes": 3, "max_nodes": 3}));
+    let a = c.submit_no_wait(&first);
+    let job = c.wait_for_job(&a, "the first job runs", |j| running(j, 3));
+    let second =
+        c.spec("second", json!({"command": ["sh", "-c", "sleep 0.5"], "min_nodes": 1, "max_nodes": 1, "priority": 10}));
+    let b = c.submit_no_wait(&second);
+    let (_, victim) = actor_on_rank(&job, 1);
+    c.kill_node(&victim);
+    c.wait_for_job(&a, "the loss is seen", |j| {
+        j["ledger"].as_array().unwrap().iter().any(|e| e["cause"] == "node_lost")
+    });
+    assert_eq!(c.job(&b)["state"], "PENDING");
+    c.add_node("n4");
+    c.wait_for_job(&a, "the first job re-forms on n4", |j| j["cycles"] == 2 && running(j, 3));
+    assert_eq!(c.job(&b)["state"], "PENDING", "the replacement went first, whatever the priority");
+    c.wait_for_job(&a, "the first job succeeds", |j| j["state"] == "SUCCEEDED");
+    c.wait_for_job(&b, "the second job runs after it", |j| j["state"] == "SUCCEEDED");
+}
+
+#[test]
+fn draining_a_node_preempts_its_actor() {
+    let c = Cluster::start(&["n1", "n2"]);
+    let spec = c.spec(
+        "drained",
+        json!({"command": ["sh", "-c", LONG_THEN_SHORT], "min_nodes": 1, "max_nodes": 1, "stop_grace_ms": 1000}),
+    );
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let (_, node) = actor_on_rank(&job, 0);
+    c.ftdrive(&["drain", &node, "--deadline-ms", "20000"]);
+    let job = c.wait_for_job(&id, "it succeeds elsewhere", |j| j["state"] == "SUCCEEDED");
+    let first = &job["ledger"][0];
+    assert_eq!((first["cause"].as_str(), first["budget"].as_str()), (Some("preempted"), Some("preemption")), "{job:#}");
+    assert_ne!(job["actors"][0]["node"].as_str(), Some(node.as_str()));
+    let drained = c.nodes_json().as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).unwrap().clone();
+    assert_eq!(drained["state"], "DRAINING");
+}
+
+#[test]
+fn stop_ends_the_job_and_every_process_and_submit_exits_3() {
+    let c = Cluster::start(&["n1", "n2"]);
+    let spec = c.spec(
+        "stopped",
+        json!({"command": ["sh", "-c", "sleep 600"], "min_nodes": 2, "max_nodes": 2, "stop_grace_ms": 2000}),
+    );
+    let follower = c.command().arg("submit").arg(&spec).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    c.wait_until("the job runs", |c| {
+        c.try_ftdrive(&["status", "j1", "--output", "json"]).status.success() && running(&c.job("j1"), 2)
+    });
+    assert!(c.processes(None).len() >= 2, "both ranks have processes");
+    c.ftdrive(&["stop", "j1"]);
+    let out = follower.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "submit exits 3 for STOPPED: {}", String::from_utf8_lossy(&out.stderr));
+    let job = c.job("j1");
+    assert_eq!(job["state"], "STOPPED");
+    assert!(job["ledger"].as_array().unwrap().iter().all(|e| e["cause"] == "stopped"));
+    assert!(c.processes(None).is_empty(), "no process of the job remains");
+}
+
+#[test]
+fn a_user_error_with_no_budget_fails_and_submit_exits_1() {
+    let c = Cluster::start(&["n1"]);
+    let spec = c.spec("broken", json!({"command": ["sh", "-c", "echo oops >&2; exit 1"], "min_nodes": 1, "max_nodes": 1, "retries": {"user": 0}}));
+    let out = c.try_ftdrive(&["submit", spec.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let job = c.job("j1");
+    assert_eq!(job["state"], "FAILED");
+    assert_eq!(
+        (job["ledger"][0]["cause"].as_str(), job["ledger"][0]["budget"].as_str()),
+        (Some("user_error"), Some("user"))
+    );
+    assert!(c.ftdrive(&["logs", "j1"]).contains("oops"));
+}
+
+#[test]
+fn a_malformed_spec_exits_2_naming_the_field_and_creates_no_job() {
+    let c = Cluster::start(&["n1"]);
+    for (spec, field) in [
+        (json!({"command": ["true"], "min_nodes": 0, "max_nodes": 1}), "min_nodes"),
+        (json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1, "colour": "red"}), "colour"),
+        (json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1, "bundle": {"cpu": -1}}), "bundle"),
+    ] {
+        let path = c.spec("bad", spec);
+        let out = c.try_ftdrive(&["submit", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&format!("`{field}`")), "{stderr}");
+    }
+    assert_eq!(c.ftdrive(&["status", "--output", "json"]).trim(), "[]");
+}
+
+/// A raw HTTP request, to see exactly what the head answers.
+fn http(url: &str, method: &str, path: &str, auth: Option<&str>, body: &str) -> String {
+    let host = url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(host).unwrap();
+    let auth = auth.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+#[test]
+fn requests_without_the_token_get_401_and_change_nothing() {
+    let c = Cluster::start(&["n1"]);
+    let body = json!({"spec": {"name": "sneaky", "command": ["true"], "min_nodes": 1, "max_nodes": 1}}).to_string();
+    for auth in [None, Some("wrong-token")] {
+        for (method, path) in
+            [("POST", "/v1/jobs"), ("GET", "/v1/jobs"), ("POST", "/v1/nodes/n1/drain"), ("GET", "/v1/agent")]
+        {
+            let response = http(&c.url, method, path, auth, &body);
+            assert!(response.starts_with("HTTP/1.1 401"), "{method} {path} with {auth:?}: {response}");
+        }
+    }
+    assert_eq!(c.ftdrive(&["status", "--output", "json"]).trim(), "[]", "no job was created");
+    assert_eq!(c.nodes_json()[0]["state"], "ALIVE", "no node was drained");
+    let out = c.command().env("FTDRIVE_TOKEN", "wrong").args(["status"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("token"));
+}
+
+#[test]
+fn killing_an_agent_leaves_no_orphan_process() {
+    let mut c = Cluster::start(&["n1"]);
+    // A shell with a background grandchild: both must die with the agent.
+    let spec =
+        c.spec("orphans", json!({"command": ["sh", "-c", "sleep 300 & sleep 300"], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    c.wait_until("the shell and both sleeps run", |c| c.processes(Some("n1")).len() >= 3);
+    c.kill_node("n1");
+    c.wait_until("nothing of the job remains", |c| c.processes(None).is_empty());
+}
+
+#[test]
+fn logs_follow_a_running_attempt_and_show_a_finished_one() {
+    let c = Cluster::start(&["n1"]);
+    let spec = c.spec("chatty", json!({"command": ["sh", "-c", "for i in 1 2 3 4 5 6; do echo line $i; sleep 0.3; done"], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let followed = c.ftdrive(&["logs", &id, "--follow"]);
+    let expected: String = (1..=6).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(followed, expected, "followed until the attempt ended");
+    c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
+    assert_eq!(c.ftdrive(&["logs", &id, "--actor", "0", "--attempt", "1"]), expected);
+}
+
+#[test]
+fn an_agent_stopped_with_sigterm_drains_its_work_as_preempted() {
+    let mut c = Cluster::start(&["n1", "n2"]);
+    let spec = c.spec(
+        "moved",
+        json!({"command": ["sh", "-c", LONG_THEN_SHORT], "min_nodes": 1, "max_nodes": 1, "stop_grace_ms": 1000}),
+    );
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let (_, node) = actor_on_rank(&job, 0);
+    let mut agent = c.nodes.remove(&node).unwrap();
+    // SAFETY: signalling a child process we started.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    let status = agent.wait().unwrap();
+    assert!(status.success(), "the agent exits cleanly after draining: {status:?}");
+    let job = c.wait_for_job(&id, "it succeeds on the other node", |j| j["state"] == "SUCCEEDED");
+    assert_eq!(
+        (job["ledger"][0]["cause"].as_str(), job["ledger"][0]["budget"].as_str()),
+        (Some("preempted"), Some("preemption")),
+        "{job:#}"
+    );
+}
+
+/// The README's first command: the demo on an embedded local cluster, nothing set up.
+#[test]
+fn the_readme_command_runs_the_demo_to_success() {
+    let state = tempfile::tempdir().unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["submit", "examples/jobs/ring.json"])
+        .current_dir(repo)
+        .env("FTDRIVE_STATE_DIR", state.path())
+        .env("TMPDIR", state.path())
+        .env_remove("FTDRIVE_HEAD")
+        .env_remove("FTDRIVE_TOKEN")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("job j1 (ring-allreduce) SUCCEEDED"), "{stdout}");
+    let logs: Vec<PathBuf> =
+        walk(&state.path().join("local")).into_iter().filter(|p| p.ends_with("attempt-1.log")).collect();
+    let rank0 =
+        logs.iter().map(|p| std::fs::read_to_string(p).unwrap()).find(|l| l.contains("done:")).expect("rank 0's log");
+    assert!(rank0.contains("done: steps=30 total=2790.0 world=3"), "{rank0}");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
