@@ -29,23 +29,7 @@ impl Cluster {
         let url = format!("http://127.0.0.1:{port}");
         let token = format!("test-token-{port}");
         let mark = format!("cluster-{port}-{}", std::process::id());
-        let head = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
-            .args([
-                "head",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--heartbeat-interval-ms",
-                "200",
-                "--node-timeout-ms",
-                "1000",
-            ])
-            .arg("--state-dir")
-            .arg(dir.path().join("head"))
-            .env("FTDRIVE_TOKEN", &token)
-            .env("FTDRIVE_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
+        let head = spawn_head(dir.path(), port, &token);
         let mut cluster = Cluster { dir, token, url, head, nodes: BTreeMap::new(), mark };
         cluster.wait_until("the head answers", |c| c.try_ftdrive(&["nodes", "--output", "json"]).status.success());
         for name in nodes {
@@ -103,7 +87,7 @@ impl Cluster {
         path
     }
 
-    fn submit_no_wait(&self, spec: &PathBuf) -> String {
+    fn submit_no_wait(&self, spec: &std::path::Path) -> String {
         let out = self.ftdrive(&["submit", "--no-wait", "--output", "json", spec.to_str().unwrap()]);
         serde_json::from_str::<Value>(&out).unwrap()["id"].as_str().unwrap().to_string()
     }
@@ -151,6 +135,30 @@ impl Cluster {
         }
         pids
     }
+}
+
+fn spawn_head(dir: &std::path::Path, port: u16, token: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args([
+            "head",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--heartbeat-interval-ms",
+            "200",
+            "--node-timeout-ms",
+            "1000",
+        ])
+        .arg("--state-dir")
+        .arg(dir.join("head"))
+        .env("FTDRIVE_TOKEN", token)
+        .env("FTDRIVE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':').next().unwrap().parse().unwrap()
 }
 
 fn is_zombie(pid: u32) -> bool {
@@ -437,4 +445,83 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[test]
+fn the_head_stops_cleanly_on_sigterm() {
+    let mut c = Cluster::start(&["n1"]);
+    // SAFETY: signalling a child process we started.
+    unsafe { libc::kill(c.head.id() as i32, libc::SIGTERM) };
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = c.head.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < WAIT, "the head did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+}
+
+/// The head is killed outright while a job runs; restarted on the same state dir, it runs the
+/// accepted job again, its agents reconnect, and the processes of the old run are stopped.
+#[test]
+fn an_accepted_job_survives_a_head_crash() {
+    let mut c = Cluster::start(&["n1", "n2"]);
+    let marker = c.dir.path().join("runs");
+    let script = format!("echo $FTDRIVE_ATTEMPT >> {}/$RANK; sleep 2", marker.display());
+    std::fs::create_dir_all(&marker).unwrap();
+    let spec = c.spec("durable", json!({"command": ["sh", "-c", script], "min_nodes": 2, "max_nodes": 2}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it runs", |j| running(j, 2));
+    c.head.kill().unwrap();
+    c.head.wait().unwrap();
+    c.head = spawn_head(c.dir.path(), port_of(&c.url), &c.token);
+    c.wait_until("the agents reconnect", |c| {
+        c.try_ftdrive(&["nodes", "--output", "json"]).status.success() && c.nodes_json().as_array().unwrap().len() == 2
+    });
+    let job = c.wait_for_job(&id, "the job runs to the end again", |j| j["state"] == "SUCCEEDED");
+    assert_eq!(job["name"], "durable");
+    for rank in ["0", "1"] {
+        let runs = std::fs::read_to_string(marker.join(rank)).unwrap();
+        assert!(runs.lines().count() >= 2, "rank {rank} ran before and after the crash: {runs:?}");
+    }
+    c.wait_until("no process of the first run lingers", |c| c.processes(None).is_empty());
+}
+
+#[test]
+fn an_agent_started_before_its_head_connects_when_the_head_comes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let token = format!("early-{port}");
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["node", "--head", &format!("127.0.0.1:{port}"), "--name", "early", "--resources", "cpu=1"])
+        .arg("--state-dir")
+        .arg(dir.path())
+        .env("FTDRIVE_TOKEN", &token)
+        .env("FTDRIVE_LOG", "error")
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let mut head = spawn_head(dir.path(), port, &token);
+    let nodes = || {
+        Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+            .args(["nodes", "--output", "json", "--head", &format!("127.0.0.1:{port}")])
+            .env("FTDRIVE_TOKEN", &token)
+            .output()
+            .unwrap()
+    };
+    let start = Instant::now();
+    loop {
+        let out = nodes();
+        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("early") {
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "the agent never registered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for child in [&mut agent, &mut head] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }

@@ -11,6 +11,7 @@ pub use api::{serve, HeadServer, ServeOptions};
 use crate::wire::{AgentMsg, HeadMsg};
 use actix::prelude::*;
 use bytes::Bytes;
+use ftdrive::driver::JobHistory;
 use ftdrive::head::{Effect, Event, Head, Input, Rejected, Reply};
 use ftdrive::sim::trace;
 use ftdrive::spec::JobSpec;
@@ -89,8 +90,15 @@ impl HeadActor {
             if record.view.state.is_terminal() {
                 actor.archive.insert(id, record);
             } else {
-                tracing::info!("job {id} was accepted before a restart; running it again");
-                let input = Input::Submit { id: Some(id.clone()), spec: Box::new(record.spec) };
+                tracing::info!("job {id} was accepted before a restart; taking it up again");
+                let view = &record.view;
+                let history = JobHistory {
+                    attempts: view.actors.iter().map(|a| a.attempt).collect(),
+                    cycle: view.cycles,
+                    ledger: view.ledger.clone(),
+                    remaining: view.remaining,
+                };
+                let input = Input::Resume { id: id.clone(), spec: Box::new(record.spec), history: Box::new(history) };
                 if let Err(e) = actor.head.handle(Instant::ZERO, input) {
                     tracing::error!("could not resume job {id}: {e}");
                 }
