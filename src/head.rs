@@ -327,7 +327,6 @@ impl Head {
         }
         let deadline = now.plus_ms(deadline_ms);
         self.scheduler.drain_node(ix);
-        self.liveness.get_mut(ix).expect("record").drain_deadline = Some(deadline);
         let evidence = format!("preemption notice, deadline in {deadline_ms} ms");
         self.notify(Event::NodeState { node, state: NodeState::Draining, evidence });
         let bundles: Vec<(PgId, u32)> = self.scheduler.node(ix).bundles.iter().copied().collect();

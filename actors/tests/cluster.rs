@@ -525,3 +525,30 @@ fn an_agent_started_before_its_head_connects_when_the_head_comes() {
         let _ = child.wait();
     }
 }
+
+#[test]
+fn ctrl_c_detaches_and_says_how_to_follow_or_stop() {
+    use std::io::BufRead;
+    let c = Cluster::start(&["n1"]);
+    let spec = c.spec("detach", json!({"command": ["sleep", "600"], "min_nodes": 1, "max_nodes": 1}));
+    let mut follower =
+        c.command().arg("submit").arg(&spec).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stdout = std::io::BufReader::new(follower.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("now  job j1") {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "the follower printed where the job stands");
+    }
+    // SAFETY: signalling a child process we started.
+    unsafe { libc::kill(follower.id() as i32, libc::SIGINT) };
+    let out = follower.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("detached from j1")
+            && stderr.contains("ftdrive stop j1")
+            && stderr.contains("ftdrive status j1"),
+        "{stderr}"
+    );
+    assert_eq!(c.job("j1")["state"], "RUNNING", "the job keeps running");
+}

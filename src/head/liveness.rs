@@ -20,7 +20,6 @@ pub struct NodeRecord {
     pub last_heard: Instant,
     pub deadline: Instant,
     pub alive: bool,
-    pub drain_deadline: Option<Instant>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -37,15 +36,8 @@ impl Liveness {
             self.records.resize(slot + 1, None);
         }
         let deadline = now.plus_ms(timeout_ms);
-        self.records[slot] = Some(NodeRecord {
-            addr,
-            incarnation,
-            last_seq: 0,
-            last_heard: now,
-            deadline,
-            alive: true,
-            drain_deadline: None,
-        });
+        self.records[slot] =
+            Some(NodeRecord { addr, incarnation, last_seq: 0, last_heard: now, deadline, alive: true });
         self.expiries.push_back((deadline, ix));
     }
 
