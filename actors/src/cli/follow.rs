@@ -10,6 +10,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
+use tokio::signal::unix::{signal, SignalKind};
 
 /// What Ctrl-C means while following.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -21,6 +22,9 @@ pub enum OnInterrupt {
 }
 
 pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Result<Outcome, CliError> {
+    // Registered before anything is printed: whoever sees our output may press Ctrl-C at once.
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| CliError::Failed(format!("cannot watch for Ctrl-C: {e}")))?;
     let live = std::io::stdout().is_terminal();
     let mut lines = Box::pin(client.lines(&format!("/v1/jobs/{job}/events")).await?);
     let mut view: Option<JobView> = None;
@@ -56,7 +60,7 @@ pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Re
                     }
                 }
             }
-            _ = tokio::signal::ctrl_c(), if !interrupted => {
+            _ = interrupt.recv(), if !interrupted => {
                 interrupted = true;
                 match on_interrupt {
                     OnInterrupt::Detach => {
