@@ -19,11 +19,6 @@ macro_rules! name_type {
             pub fn as_str(&self) -> &str {
                 &self.0
             }
-
-            /// Equal names; decided without reading the text when both share one allocation.
-            pub fn same_as(&self, other: &$name) -> bool {
-                Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
-            }
         }
 
         impl fmt::Display for $name {
