@@ -5,7 +5,7 @@
 //!     20 ms to place every replacement.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use ftdrive::scheduler::{PgSpec, QueueClass, SchedEvent, Scheduler, SchedulerConfig};
+use ftdrive::scheduler::{Need, PgSpec, SchedEvent, Scheduler, SchedulerConfig};
 use ftdrive::spec::Strategy;
 use ftdrive::{Instant, Labels, NodeId, Resources};
 use std::time::Duration;
@@ -72,7 +72,7 @@ fn lose_one_percent_and_replace(s: &mut Scheduler) -> usize {
         lost.extend(s.kill_node(ix));
     }
     for &(pg, bundle) in &lost {
-        s.request(pg, bundle, QueueClass::Replacement, now);
+        s.request(pg, bundle, Need::Restore { lost_at: now });
     }
     s.schedule(now);
     let replaced = placed(s);

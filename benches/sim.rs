@@ -29,8 +29,8 @@ fn cluster(nodes: usize, jobs: usize, hours_ms: u64, churn_every_ms: u64) -> Sce
             let mut spec = JobSpec::minimal(&format!("train{i}"), &["python3", "train.py"], min, min + (i % 3) as u32);
             spec.hot_spares = (i % 2) as u32;
             spec.restart = if i % 4 == 0 { RestartMode::Actor } else { RestartMode::Gang };
-            spec.retries.user = 3;
-            spec.retries.system = 10;
+            spec.retries.user = ftdrive::driver::Budget::Left(3);
+            spec.retries.system = ftdrive::driver::Budget::Left(10);
             spec.bundle = Resources::units(&[("cpu", 4)]);
             let submit_at_ms = (i as u64 * hours_ms) / (jobs as u64 + 1);
             JobDef {

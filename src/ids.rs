@@ -162,15 +162,105 @@ impl<'de> Deserialize<'de> for NodeId {
 /// Index of a command actor inside its job: actor `i` is bound to bundle `i`.
 pub type ActorIx = u32;
 
-/// The printed name of a command actor: `<job>/<index>`.
-pub fn actor_name(job: &JobId, actor: ActorIx) -> String {
-    format!("{job}/{actor}")
+/// A command actor: its job and its index, printed (and written in JSON) as `<job>/<index>`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ActorId {
+    pub job: JobId,
+    pub index: ActorIx,
 }
 
-/// Splits `<job>/<index>` back into its parts.
-pub fn parse_actor_name(name: &str) -> Option<(JobId, ActorIx)> {
-    let (job, index) = name.rsplit_once('/')?;
-    Some((JobId::new(job), index.parse().ok()?))
+impl ActorId {
+    pub fn new(job: JobId, index: ActorIx) -> Self {
+        ActorId { job, index }
+    }
+
+    /// Reads `<job>/<index>` back.
+    pub fn parse(name: &str) -> Option<ActorId> {
+        let (job, index) = name.rsplit_once('/')?;
+        (!job.is_empty()).then_some(())?;
+        Some(ActorId { job: JobId::new(job), index: index.parse().ok()? })
+    }
+}
+
+impl fmt::Display for ActorId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.job, self.index)
+    }
+}
+
+impl PartialEq<str> for ActorId {
+    fn eq(&self, other: &str) -> bool {
+        other.rsplit_once('/').is_some_and(|(job, index)| {
+            job == self.job.as_str() && index.parse::<ActorIx>().is_ok_and(|i| i == self.index)
+        })
+    }
+}
+
+impl PartialEq<String> for ActorId {
+    fn eq(&self, other: &String) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<&str> for ActorId {
+    fn eq(&self, other: &&str) -> bool {
+        self == *other
+    }
+}
+
+impl Serialize for ActorId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ActorId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        ActorId::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not an actor name such as `j1/0`")))
+    }
+}
+
+/// Hands out job ids `j1`, `j2`, …, skipping every id seen so far: an id is never given twice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobIdMint {
+    next: u64,
+}
+
+impl Default for JobIdMint {
+    fn default() -> Self {
+        JobIdMint { next: 1 }
+    }
+}
+
+impl JobIdMint {
+    /// Starts at `j<first>` (an embedded cluster keeps numbering across runs).
+    pub fn starting_at(first: u64) -> Self {
+        JobIdMint { next: first.max(1) }
+    }
+
+    /// The next unused id; `taken` says whether an id is in use already.
+    pub fn mint(&mut self, taken: impl Fn(&JobId) -> bool) -> JobId {
+        loop {
+            let id = JobId::new(&format!("j{}", self.next));
+            self.next += 1;
+            if !taken(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// An id chosen elsewhere (a scenario, an earlier run): later ids go past it.
+    pub fn note(&mut self, id: &JobId) {
+        if let Some(n) = id.as_str().strip_prefix('j').and_then(|n| n.parse::<u64>().ok()) {
+            self.next = self.next.max(n.saturating_add(1));
+        }
+    }
+
+    pub fn next_number(&self) -> u64 {
+        self.next
+    }
 }
 
 #[cfg(test)]
@@ -191,11 +281,25 @@ mod tests {
     }
 
     #[test]
-    fn actor_names_round_trip() {
-        let job = JobId::new("j7");
-        assert_eq!(actor_name(&job, 3), "j7/3");
-        assert_eq!(parse_actor_name("j7/3"), Some((job, 3)));
-        assert_eq!(parse_actor_name("j7"), None);
-        assert_eq!(parse_actor_name("j7/x"), None);
+    fn actor_ids_round_trip_as_text() {
+        let id = ActorId::new(JobId::new("j7"), 3);
+        assert_eq!(id.to_string(), "j7/3");
+        assert_eq!(ActorId::parse("j7/3"), Some(id.clone()));
+        assert_eq!(serde_json::to_string(&id).unwrap(), "\"j7/3\"");
+        assert_eq!(serde_json::from_str::<ActorId>("\"j7/3\"").unwrap(), id);
+        assert!(id == "j7/3" && id != "j7/4" && id != "j8/3");
+        for bad in ["j7", "j7/x", "/3"] {
+            assert_eq!(ActorId::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn minted_ids_skip_taken_and_noted_ones() {
+        let mut mint = JobIdMint::default();
+        assert_eq!(mint.mint(|_| false), JobId::new("j1"));
+        mint.note(&JobId::new("j5"));
+        mint.note(&JobId::new("custom"));
+        assert_eq!(mint.mint(|id| id.as_str() == "j6"), JobId::new("j7"));
+        assert_eq!(JobIdMint::starting_at(40).mint(|_| false), JobId::new("j40"));
     }
 }

@@ -7,6 +7,7 @@
 //! order. The daemon (`ftdrive-actors`) and the simulator drive the very same code.
 
 pub mod config;
+pub mod event;
 pub mod ids;
 pub mod protocol;
 pub mod resources;
@@ -15,7 +16,8 @@ pub mod spec;
 pub mod time;
 
 pub use config::HeadConfig;
-pub use ids::{ActorIx, JobId, NodeId};
+pub use event::Event;
+pub use ids::{ActorId, ActorIx, JobId, NodeId};
 pub use resources::{Labels, Resources};
 pub use spec::JobSpec;
 pub use time::Instant;
@@ -23,5 +25,5 @@ pub mod driver;
 pub mod head;
 pub mod view;
 
-pub use head::{Effect, Event, Head, Input, Rejected, Reply};
+pub use head::{Effect, Head, Input, Rejected, Reply};
 pub mod sim;

@@ -1,6 +1,7 @@
 //! The job spec (`job.json`, DESIGN §4): parsing, defaults, command-line overrides and
 //! validation. Every error names the field and says how to fix it.
 
+use crate::driver::Budget;
 use crate::resources::{Labels, Resources};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -59,12 +60,12 @@ impl Default for Backoff {
     }
 }
 
-/// Retry budgets (DESIGN §6). `-1` means unlimited.
+/// Retry budgets (DESIGN §6), written as counts with `-1` for unlimited.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetryPolicy {
-    pub user: i64,
-    pub system: i64,
-    pub preemption: i64,
+    pub user: Budget,
+    pub system: Budget,
+    pub preemption: Budget,
     pub single_budget: bool,
     pub non_retryable_exit_codes: Vec<i32>,
     pub backoff_ms: Backoff,
@@ -73,9 +74,9 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
-            user: 0,
-            system: 3,
-            preemption: -1,
+            user: Budget::Left(0),
+            system: Budget::Left(3),
+            preemption: Budget::Unlimited,
             single_budget: false,
             non_retryable_exit_codes: Vec::new(),
             backoff_ms: Backoff::default(),
@@ -279,9 +280,9 @@ impl TryFrom<RawJobSpec> for JobSpec {
 impl RawRetries {
     fn validate(self) -> Result<RetryPolicy, SpecError> {
         let defaults = RetryPolicy::default();
-        let user = check_budget("retries.user", self.user.unwrap_or(defaults.user))?;
-        let system = check_budget("retries.system", self.system.unwrap_or(defaults.system))?;
-        let preemption = check_budget("retries.preemption", self.preemption.unwrap_or(defaults.preemption))?;
+        let user = check_budget("retries.user", self.user, defaults.user)?;
+        let system = check_budget("retries.system", self.system, defaults.system)?;
+        let preemption = check_budget("retries.preemption", self.preemption, defaults.preemption)?;
         let codes = self.non_retryable_exit_codes.unwrap_or_default();
         if let Some(bad) = codes.iter().find(|c| !(1..=255).contains(*c)) {
             return Err(SpecError::new(
@@ -385,14 +386,15 @@ fn check_range(field: &str, value: i64, low: i64, high: i64) -> Result<(), SpecE
     Ok(())
 }
 
-fn check_budget(field: &str, value: i64) -> Result<i64, SpecError> {
+fn check_budget(field: &str, value: Option<i64>, default: Budget) -> Result<Budget, SpecError> {
+    let Some(value) = value else { return Ok(default) };
     if value < -1 {
         return Err(SpecError::new(field, format!("is {value}; use a count >= 0, or -1 for unlimited")));
     }
     if value > MAX_BUDGET {
         return Err(SpecError::new(field, format!("is {value}; use at most {MAX_BUDGET}, or -1 for unlimited")));
     }
-    Ok(value)
+    Ok(Budget::from_i64(value).expect("-1..=MAX_BUDGET is a budget"))
 }
 
 fn check_delay(field: &str, ms: u64) -> Result<u64, SpecError> {

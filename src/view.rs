@@ -1,9 +1,11 @@
 //! JSON views shared by `ftdrive status`, `ftdrive nodes` and the simulator's summary
-//! (DESIGN §7, §8). Field names here are a contract: tests and users read them.
+//! (DESIGN §7, §8), and how they are built from the core's state. Field names here are a
+//! contract: tests and users read them.
 
-use crate::driver::{ActorState, JobState, LedgerEntry, Remaining, Role};
+use crate::driver::{ActorState, Driver, JobState, LedgerEntry, Remaining, Role};
+use crate::ids::ActorId;
 use crate::resources::{Labels, Resources};
-use crate::scheduler::{NodeState, PgState};
+use crate::scheduler::{BundleState, NodeIx, NodeState, PgId, PgState, Scheduler};
 use crate::spec::Strategy;
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +32,7 @@ pub struct JobView {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActorView {
-    pub name: String,
+    pub name: ActorId,
     pub state: ActorState,
     pub node: Option<String>,
     pub rank: Option<u32>,
@@ -76,4 +78,78 @@ pub struct NodeView {
     pub labels: Labels,
     pub allocated: Resources,
     pub addr: String,
+}
+
+/// A job as its driver and the scheduler see it.
+pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId) -> JobView {
+    let actors = d
+        .actors()
+        .iter()
+        .map(|a| ActorView {
+            name: a.name.clone(),
+            state: a.state,
+            node: a
+                .bundle
+                .node()
+                .map(|n| n.name.to_string())
+                .or_else(|| a.run.as_ref().map(|r| r.node.to_string()))
+                .or_else(|| d.ledger().iter().rev().find(|e| e.actor == a.name).map(|e| e.node.clone())),
+            rank: a.rank,
+            attempt: a.attempts,
+            role: a.role,
+        })
+        .collect();
+    JobView {
+        id: d.id().to_string(),
+        name: d.spec().name.clone(),
+        state: d.state(),
+        cycles: d.cycle(),
+        min_nodes: d.spec().min_nodes,
+        max_nodes: d.spec().max_nodes,
+        submit_ms: d.submitted().as_ms(),
+        message: d.message().map(str::to_string),
+        infeasible: d.infeasible().map(str::to_string),
+        remaining: d.remaining(),
+        actors,
+        ledger: d.ledger().to_vec(),
+        placement_groups: vec![pg_view(d, scheduler, pg)],
+    }
+}
+
+fn pg_view(d: &Driver, scheduler: &Scheduler, id: PgId) -> PgView {
+    let spec = d.spec();
+    let pg = scheduler.pg(id);
+    let bundles = (0..spec.actor_count())
+        .map(|index| {
+            let (status, node) = match pg.map(|pg| (pg.bundles[index as usize], pg.lost.contains(&index))) {
+                Some((BundleState::Placed { node, .. }, _)) => {
+                    (BundleStatus::Placed, Some(scheduler.node(node).name.to_string()))
+                }
+                Some((_, true)) => (BundleStatus::Lost, None),
+                Some((BundleState::Idle, false)) | None => (BundleStatus::Idle, None),
+                Some(_) => (BundleStatus::Pending, None),
+            };
+            BundleView { index, status, node }
+        })
+        .collect();
+    PgView {
+        id: format!("{}/pg", d.id()),
+        state: pg.map_or(PgState::Removed, |pg| pg.state()),
+        strategy: spec.strategy,
+        bundle: spec.bundle.clone(),
+        bundles,
+    }
+}
+
+/// One node as the scheduler sees it; `addr` is where its agent said peers reach it.
+pub fn node_view(scheduler: &Scheduler, ix: NodeIx, addr: String) -> NodeView {
+    let node = scheduler.node(ix);
+    NodeView {
+        name: node.name.to_string(),
+        state: node.state,
+        resources: node.resources.clone(),
+        labels: node.labels.clone(),
+        allocated: scheduler.allocated(ix),
+        addr,
+    }
 }

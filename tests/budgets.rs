@@ -2,6 +2,7 @@
 
 mod support;
 
+use ftdrive::driver::Budget;
 use ftdrive::driver::{ActorState, BudgetKind, Cause, JobState, LedgerEntry};
 use ftdrive::protocol::ExitStatus;
 use ftdrive::spec::JobSpec;
@@ -29,19 +30,19 @@ fn last_failure(c: &TestCluster, job: &ftdrive::JobId) -> LedgerEntry {
 #[test]
 fn exit_1_is_a_user_error_charged_to_user() {
     let mut s = spec("u", 1, 1);
-    s.retries.user = 2;
+    s.retries.user = Budget::from_i64(2).unwrap();
     let (mut c, job) = one_job(&["n1"], s);
     c.exit_rank(&job, 0, 1);
     let e = last_failure(&c, &job);
     assert_eq!((e.cause, e.budget, e.exit_code), (Cause::UserError, BudgetKind::User, Some(1)));
-    assert_eq!(e.remaining.user, 1);
+    assert_eq!(e.remaining.user.as_i64(), 1);
     assert!(e.evidence.contains("exited with code 1"), "{}", e.evidence);
 }
 
 #[test]
 fn signal_the_agent_did_not_send_is_a_user_error() {
     let mut s = spec("u", 1, 1);
-    s.retries.user = 1;
+    s.retries.user = Budget::from_i64(1).unwrap();
     let (mut c, job) = one_job(&["n1"], s);
     c.exit_actor(&job, 0, ExitStatus::signal(9, false));
     let e = last_failure(&c, &job);
@@ -70,8 +71,8 @@ fn preemptible_node_lost_is_preempted() {
     let e = last_failure(&c, &job);
     assert_eq!((e.cause, e.budget), (Cause::Preempted, BudgetKind::Preemption));
     assert!(e.evidence.contains("preemptible=true"), "{}", e.evidence);
-    assert_eq!(e.remaining.preemption, -1);
-    assert_eq!(e.remaining.system, 3, "the system budget was not touched");
+    assert_eq!(e.remaining.preemption.as_i64(), -1);
+    assert_eq!(e.remaining.system.as_i64(), 3, "the system budget was not touched");
 }
 
 #[test]
@@ -80,7 +81,7 @@ fn other_node_lost_is_node_lost_charged_to_system() {
     c.crash("n1");
     c.advance(5_000);
     let e = last_failure(&c, &job);
-    assert_eq!((e.cause, e.budget, e.remaining.system), (Cause::NodeLost, BudgetKind::System, 2));
+    assert_eq!((e.cause, e.budget, e.remaining.system.as_i64()), (Cause::NodeLost, BudgetKind::System, 2));
 }
 
 #[test]
@@ -95,7 +96,7 @@ fn agent_restart_is_node_lost() {
 #[test]
 fn non_retryable_exit_code_fails_the_job_at_once() {
     let mut s = spec("nr", 1, 1);
-    s.retries.user = 5;
+    s.retries.user = Budget::from_i64(5).unwrap();
     s.retries.non_retryable_exit_codes = vec![2];
     let (mut c, job) = one_job(&["n1"], s);
     c.exit_rank(&job, 0, 2);
@@ -103,7 +104,7 @@ fn non_retryable_exit_code_fails_the_job_at_once() {
     assert_eq!(view.state, JobState::Failed);
     let e = &view.ledger[0];
     assert_eq!((e.cause, e.budget), (Cause::NonRetryable, BudgetKind::None));
-    assert_eq!(view.remaining.user, 5, "nothing charged");
+    assert_eq!(view.remaining.user.as_i64(), 5, "nothing charged");
     assert_eq!(view.actors[0].state, ActorState::Failed);
 }
 
@@ -114,7 +115,7 @@ fn exhausted_budget_fails_the_job_and_the_ledger_names_it() {
     let view = c.view(&job);
     assert_eq!(view.state, JobState::Failed);
     let e = &view.ledger[0];
-    assert_eq!((e.cause, e.budget, e.remaining.user), (Cause::UserError, BudgetKind::User, 0));
+    assert_eq!((e.cause, e.budget, e.remaining.user.as_i64()), (Cause::UserError, BudgetKind::User, 0));
     assert!(e.evidence.contains("the user budget is exhausted"), "{}", e.evidence);
     assert!(view.message.as_deref().unwrap().contains("user retry budget is exhausted"), "{:?}", view.message);
 }
@@ -122,13 +123,16 @@ fn exhausted_budget_fails_the_job_and_the_ledger_names_it() {
 #[test]
 fn single_budget_charges_user_for_everything() {
     let mut s = spec("sb", 1, 1);
-    s.retries.user = 1;
+    s.retries.user = Budget::from_i64(1).unwrap();
     s.retries.single_budget = true;
     let (mut c, job) = one_job(&["n1", "n2"], s);
     c.crash("n1");
     c.advance(5_000);
     let e = last_failure(&c, &job);
-    assert_eq!((e.cause, e.budget, e.remaining.user, e.remaining.system), (Cause::NodeLost, BudgetKind::User, 0, 3));
+    assert_eq!(
+        (e.cause, e.budget, e.remaining.user.as_i64(), e.remaining.system.as_i64()),
+        (Cause::NodeLost, BudgetKind::User, 0, 3)
+    );
 }
 
 #[test]
@@ -138,21 +142,21 @@ fn last_attempt_runs_off_preemptible_nodes() {
     c.join_labelled("p2", cpu(1), preemptible());
     c.join("s1", cpu(1));
     let mut s = spec("lanp", 1, 1);
-    s.retries.preemption = 1;
+    s.retries.preemption = Budget::from_i64(1).unwrap();
     s.last_attempt_non_preemptible = true;
     let job = c.submit(s);
     assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("p1"));
     c.crash("p1");
     c.advance(5_000);
     let e = last_failure(&c, &job);
-    assert_eq!((e.cause, e.remaining.preemption), (Cause::Preempted, 0));
+    assert_eq!((e.cause, e.remaining.preemption.as_i64()), (Cause::Preempted, 0));
     assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("s1"), "p2 was free but preemptible");
 }
 
 #[test]
 fn gang_restart_charges_only_the_failed_rank() {
     let mut s = spec("col", 3, 3);
-    s.retries.user = 3;
+    s.retries.user = Budget::from_i64(3).unwrap();
     let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
     c.exit_rank(&job, 1, 1);
     c.advance(1_000);
@@ -160,7 +164,7 @@ fn gang_restart_charges_only_the_failed_rank() {
     let causes: Vec<(Cause, BudgetKind)> = view.ledger.iter().map(|e| (e.cause, e.budget)).collect();
     assert_eq!(causes.iter().filter(|c| c.0 == Cause::UserError).count(), 1);
     assert_eq!(causes.iter().filter(|c| **c == (Cause::Collateral, BudgetKind::None)).count(), 2);
-    assert_eq!(view.remaining.user, 2);
+    assert_eq!(view.remaining.user.as_i64(), 2);
     assert_eq!(view.cycles, 2);
     c.finish(&job);
     assert_eq!(c.view(&job).state, JobState::Succeeded);
@@ -219,7 +223,7 @@ fn last_attempt_with_only_preemptible_nodes_left_is_reported_infeasible() {
     let mut c = TestCluster::new(config());
     c.join_labelled("p1", cpu(1), preemptible());
     let mut s = spec("only-preemptible", 1, 1);
-    s.retries.preemption = 1;
+    s.retries.preemption = Budget::from_i64(1).unwrap();
     s.last_attempt_non_preemptible = true;
     let job = c.submit(s);
     c.crash("p1");
@@ -238,7 +242,7 @@ fn last_attempt_with_only_preemptible_nodes_left_is_reported_infeasible() {
 #[test]
 fn a_peer_reacting_to_a_silent_node_loss_is_collateral() {
     let mut s = spec("react", 3, 3);
-    s.retries.user = 1;
+    s.retries.user = Budget::from_i64(1).unwrap();
     let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
     c.advance(1_500);
     let on_n2 = c.view(&job).actors.iter().position(|a| a.node.as_deref() == Some("n2")).unwrap() as u32;
@@ -256,7 +260,7 @@ fn a_peer_reacting_to_a_silent_node_loss_is_collateral() {
     assert_eq!((lost.cause, lost.budget), (Cause::NodeLost, BudgetKind::System));
     assert_eq!((reacted.cause, reacted.budget), (Cause::Collateral, BudgetKind::None));
     assert!(reacted.evidence.contains("had gone silent first"), "{}", reacted.evidence);
-    assert_eq!((view.remaining.user, view.remaining.system), (1, 2));
+    assert_eq!((view.remaining.user.as_i64(), view.remaining.system.as_i64()), (1, 2));
     c.advance(2_000);
     c.join("n4", cpu(1));
     c.advance(2_000);
@@ -269,19 +273,19 @@ fn a_peer_reacting_to_a_silent_node_loss_is_collateral() {
 #[test]
 fn a_crash_with_healthy_peers_is_charged_to_user_at_once() {
     let mut s = spec("bug", 3, 3);
-    s.retries.user = 1;
+    s.retries.user = Budget::from_i64(1).unwrap();
     let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
     c.exit_rank(&job, 1, 1);
     let view = c.view(&job);
     let failed = view.ledger.iter().find(|e| e.cause == Cause::UserError).expect("decided without waiting");
-    assert_eq!((failed.budget, view.remaining.user), (BudgetKind::User, 0));
+    assert_eq!((failed.budget, view.remaining.user.as_i64()), (BudgetKind::User, 0));
 }
 
 /// A node that dies after a rank's own crash does not excuse the crash.
 #[test]
 fn a_node_lost_after_the_crash_does_not_excuse_it() {
     let mut s = spec("late", 2, 2);
-    s.retries.user = 2;
+    s.retries.user = Budget::from_i64(2).unwrap();
     let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
     c.advance(1_000);
     c.exit_rank(&job, 0, 1);

@@ -4,6 +4,7 @@
 
 mod support;
 
+use ftdrive::driver::Budget;
 use ftdrive::driver::JobState;
 use ftdrive::protocol::ExitStatus;
 use ftdrive::spec::RestartMode;
@@ -46,8 +47,8 @@ fn random_run(seed: u64, steps: usize) -> (Vec<String>, TestCluster) {
                 s.hot_spares = pick(&mut rng, 2) as u32;
                 s.restart = if pick(&mut rng, 2) == 0 { RestartMode::Gang } else { RestartMode::Actor };
                 s.priority = pick(&mut rng, 3) as i32 - 1;
-                s.retries.user = pick(&mut rng, 3) as i64;
-                s.retries.preemption = 2;
+                s.retries.user = Budget::Left(pick(&mut rng, 3) as u32);
+                s.retries.preemption = Budget::from_i64(2).unwrap();
                 jobs.push(c.submit(s));
             }
             5 | 6 => {

@@ -2,7 +2,8 @@
 
 mod support;
 
-use ftdrive::driver::{ActorState, BudgetKind, Cause, JobEvent, JobState};
+use ftdrive::driver::{ActorState, Budget, BudgetKind, Cause, JobState};
+use ftdrive::event::JobEvent;
 use ftdrive::protocol::ExitStatus;
 use ftdrive::spec::RestartMode;
 use ftdrive::{Labels, Resources};
@@ -45,7 +46,7 @@ fn replacement_beats_pending_job(b_priority: i32) {
     let entry = view.ledger.iter().find(|e| e.actor == actor).expect("ledger entry for the lost attempt");
     assert_eq!((entry.cause, entry.budget), (Cause::NodeLost, BudgetKind::System));
     assert!(entry.evidence.contains("n2 missed heartbeats"), "{}", entry.evidence);
-    assert_eq!(entry.remaining.system, 2);
+    assert_eq!(entry.remaining.system.as_i64(), 2);
 }
 
 #[test]
@@ -97,7 +98,10 @@ fn elastic_job_grows_with_a_membership_change_that_charges_nothing() {
     assert_eq!(cycles[1].2, vec![format!("{job}/0"), format!("{job}/1")], "survivor keeps rank 0, newcomer appends");
     let entry = &view.ledger[0];
     assert_eq!((entry.cause, entry.budget, entry.cycle), (Cause::MembershipChange, BudgetKind::None, 1));
-    assert_eq!(view.remaining, ftdrive::driver::Remaining { user: 0, system: 3, preemption: -1 });
+    assert_eq!(
+        view.remaining,
+        ftdrive::driver::Remaining { user: Budget::Left(0), system: Budget::Left(3), preemption: Budget::Unlimited }
+    );
 }
 
 #[test]
@@ -153,7 +157,7 @@ fn hot_spare_takes_the_failed_rank_and_ends_gracefully() {
     let mut c = three_node_cluster();
     let mut s = spec("hs", 2, 2);
     s.hot_spares = 1;
-    s.retries.user = 1;
+    s.retries.user = Budget::from_i64(1).unwrap();
     let job = c.submit(s);
     assert_eq!(c.actor_state(&job, 2), Standby);
     let failed_at = c.mark();
@@ -183,7 +187,7 @@ fn exit_of_an_old_attempt_changes_nothing() {
     let mut c = TestCluster::new(config());
     c.join("n1", cpu(1));
     let mut s = spec("stale", 1, 1);
-    s.retries.user = 2;
+    s.retries.user = Budget::from_i64(2).unwrap();
     let job = c.submit(s);
     let first = c.running_of(&job).next().unwrap().clone();
     c.exit_rank(&job, 0, 1);
@@ -232,12 +236,12 @@ fn a_resumed_job_numbers_attempts_on_and_keeps_its_ledger() {
     let mut c = TestCluster::new(config());
     c.join("n1", cpu(1));
     let mut s = spec("durable", 1, 1);
-    s.retries.user = 2;
+    s.retries.user = Budget::from_i64(2).unwrap();
     let job = c.submit(s.clone());
     c.exit_rank(&job, 0, 1);
     c.advance(1_000);
     let before = c.view(&job);
-    assert_eq!((before.actors[0].attempt, before.cycles, before.remaining.user), (2, 2, 1));
+    assert_eq!((before.actors[0].attempt, before.cycles, before.remaining.user.as_i64()), (2, 2, 1));
 
     let mut after = TestCluster::new(config());
     after.join("n1", cpu(1));
@@ -251,7 +255,7 @@ fn a_resumed_job_numbers_attempts_on_and_keeps_its_ledger() {
     let view = after.view(&job);
     assert_eq!((view.actors[0].attempt, view.cycles), (3, 3), "attempt 3 in cycle 3");
     assert_eq!(view.ledger, before.ledger);
-    assert_eq!(view.remaining.user, 1);
+    assert_eq!(view.remaining.user.as_i64(), 1);
     let running = after.running_of(&job).next().unwrap().clone();
     assert_eq!((running.attempt, running.cycle), (3, 3));
 }

@@ -42,7 +42,7 @@ pub enum AgentMsg {
         message: String,
     },
     /// A preemption notice: this machine goes away within `deadline_ms`.
-    Drain {
+    PreemptionNotice {
         node: NodeId,
         deadline_ms: u64,
     },
@@ -56,7 +56,7 @@ impl AgentMsg {
             | AgentMsg::Started { node, .. }
             | AgentMsg::Exited { node, .. }
             | AgentMsg::SpawnFailed { node, .. }
-            | AgentMsg::Drain { node, .. } => node,
+            | AgentMsg::PreemptionNotice { node, .. } => node,
         }
     }
 
@@ -72,7 +72,7 @@ impl AgentMsg {
             AgentMsg::Started { node, key } => Input::ProcessStarted { node, key },
             AgentMsg::Exited { node, key, status } => Input::ProcessExited { node, key, status },
             AgentMsg::SpawnFailed { node, key, message } => Input::SpawnFailed { node, key, message },
-            AgentMsg::Drain { node, deadline_ms } => Input::Drain { node, deadline_ms },
+            AgentMsg::PreemptionNotice { node, deadline_ms } => Input::PreemptionNotice { node, deadline_ms },
         }
     }
 }

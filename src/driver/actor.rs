@@ -1,9 +1,9 @@
 //! The command-actor state machine (DESIGN §2): an explicit enum, the table of legal
 //! transitions, and the per-actor record the driver keeps.
 
-use crate::ids::NodeId;
+use crate::ids::{ActorId, NodeId};
 use crate::protocol::ExitStatus;
-use crate::scheduler::QueueClass;
+use crate::scheduler::Need;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -86,7 +86,7 @@ pub struct NodeRef {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Bundle {
     None,
-    Requested { class: QueueClass },
+    Requested { need: Need },
     Placed { node: NodeRef, port: u16, draining: bool },
 }
 
@@ -112,7 +112,7 @@ impl Bundle {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StopReason {
     /// Another rank failed (at `at`) and the gang restarts.
-    Collateral { because: String, at: Instant },
+    Collateral { because: ActorId, at: Instant },
     /// The job failed; its other ranks are stopped.
     JobFailed { because: String },
     /// The world grows from `from` to `to` ranks.
@@ -143,7 +143,7 @@ pub struct Run {
 /// One command actor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Actor {
-    pub name: String,
+    pub name: ActorId,
     pub state: ActorState,
     pub role: Role,
     pub bundle: Bundle,
@@ -152,8 +152,6 @@ pub struct Actor {
     pub run: Option<Run>,
     /// When it last lost its bundle (orders replacements, FIFO).
     pub lost_at: Option<Instant>,
-    /// Actor mode: no restart before this.
-    pub retry_after: Option<Instant>,
     /// Never to start: placed while the job was terminating, so released.
     pub parked: bool,
     /// Actor mode: the rank this actor holds.
@@ -163,7 +161,7 @@ pub struct Actor {
 }
 
 impl Actor {
-    pub fn new(name: String, role: Role, slot: Option<u32>) -> Self {
+    pub fn new(name: ActorId, role: Role, slot: Option<u32>) -> Self {
         Actor {
             name,
             state: ActorState::Scheduling,
@@ -172,7 +170,6 @@ impl Actor {
             attempts: 0,
             run: None,
             lost_at: None,
-            retry_after: None,
             parked: false,
             slot,
             rank: None,

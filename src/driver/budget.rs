@@ -1,57 +1,62 @@
-//! Failure causes, the three retry budgets, the cause table of DESIGN §6, and backoff.
+//! The three retry budgets of DESIGN §6, what charging one failure does to them, and backoff.
+//! Which cause is charged to which budget is the cause table's business (`classify.rs`).
 
 use crate::spec::{Backoff, RetryPolicy};
 use rand_chacha::rand_core::Rng;
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
-/// Why an attempt ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Cause {
-    Completed,
-    NonRetryable,
-    UserError,
-    SpawnFailed,
-    Preempted,
-    NodeLost,
-    Collateral,
-    MembershipChange,
-    Stopped,
+/// One retry budget: retries left, or no limit. Job specs and JSON write it as a count, with
+/// `-1` for unlimited; nothing else in ftdrive spells unlimited as a number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Budget {
+    Unlimited,
+    Left(u32),
 }
 
-impl Cause {
-    /// The budget this cause is charged to by default (DESIGN §6).
-    pub fn default_budget(self) -> BudgetKind {
+impl Budget {
+    /// The JSON and job-spec spelling: a count, or `-1` for unlimited.
+    pub fn as_i64(self) -> i64 {
         match self {
-            Cause::UserError => BudgetKind::User,
-            Cause::Preempted => BudgetKind::Preemption,
-            Cause::NodeLost => BudgetKind::System,
-            Cause::Completed
-            | Cause::NonRetryable
-            | Cause::SpawnFailed
-            | Cause::Collateral
-            | Cause::MembershipChange
-            | Cause::Stopped => BudgetKind::None,
+            Budget::Unlimited => -1,
+            Budget::Left(n) => i64::from(n),
         }
     }
 
-    /// Causes that fail the job at once, whatever the budgets say.
-    pub fn is_fatal(self) -> bool {
-        matches!(self, Cause::NonRetryable | Cause::SpawnFailed)
+    /// Reads the JSON spelling; `None` below -1 or beyond `u32`.
+    pub fn from_i64(n: i64) -> Option<Budget> {
+        match n {
+            -1 => Some(Budget::Unlimited),
+            n => u32::try_from(n).ok().map(Budget::Left),
+        }
     }
 
-    /// Causes where the actor itself failed (as opposed to being stopped by the driver).
-    pub fn is_failure(self) -> bool {
-        matches!(self, Cause::UserError | Cause::Preempted | Cause::NodeLost | Cause::NonRetryable | Cause::SpawnFailed)
+    pub fn is_exhausted(self) -> bool {
+        self == Budget::Left(0)
     }
 }
 
-impl fmt::Display for Cause {
+impl fmt::Display for Budget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = serde_json::to_value(self).expect("cause serializes");
-        f.write_str(text.as_str().expect("cause is a string"))
+        match self {
+            Budget::Unlimited => f.write_str("unlimited"),
+            Budget::Left(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl Serialize for Budget {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_i64(self.as_i64())
+    }
+}
+
+impl<'de> Deserialize<'de> for Budget {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let n = i64::deserialize(deserializer)?;
+        Budget::from_i64(n)
+            .ok_or_else(|| serde::de::Error::custom(format!("budget {n}: use a count >= 0, or -1 for unlimited")))
     }
 }
 
@@ -76,12 +81,33 @@ impl fmt::Display for BudgetKind {
     }
 }
 
-/// What is left of each budget; `-1` means unlimited.
+/// What is left of each budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Remaining {
-    pub user: i64,
-    pub system: i64,
-    pub preemption: i64,
+    pub user: Budget,
+    pub system: Budget,
+    pub preemption: Budget,
+}
+
+impl Remaining {
+    /// What `kind` has left; `None` for `BudgetKind::None`, which is no budget.
+    pub fn get(&self, kind: BudgetKind) -> Option<Budget> {
+        match kind {
+            BudgetKind::User => Some(self.user),
+            BudgetKind::System => Some(self.system),
+            BudgetKind::Preemption => Some(self.preemption),
+            BudgetKind::None => None,
+        }
+    }
+
+    fn get_mut(&mut self, kind: BudgetKind) -> Option<&mut Budget> {
+        match kind {
+            BudgetKind::User => Some(&mut self.user),
+            BudgetKind::System => Some(&mut self.system),
+            BudgetKind::Preemption => Some(&mut self.preemption),
+            BudgetKind::None => None,
+        }
+    }
 }
 
 /// The outcome of charging one failure.
@@ -108,63 +134,38 @@ impl Charge {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Budgets {
     remaining: Remaining,
-    single_budget: bool,
 }
 
 impl Budgets {
     pub fn new(policy: &RetryPolicy) -> Self {
-        Budgets {
-            remaining: Remaining { user: policy.user, system: policy.system, preemption: policy.preemption },
-            single_budget: policy.single_budget,
-        }
+        Budgets { remaining: Remaining { user: policy.user, system: policy.system, preemption: policy.preemption } }
     }
 
     /// Budgets with what an earlier run left of them.
-    pub fn resume(policy: &RetryPolicy, remaining: Remaining) -> Self {
-        Budgets { remaining, single_budget: policy.single_budget }
+    pub fn resume(remaining: Remaining) -> Self {
+        Budgets { remaining }
     }
 
     pub fn remaining(&self) -> Remaining {
         self.remaining
     }
 
-    /// The budget `cause` is charged to under this job's policy.
-    pub fn budget_for(&self, cause: Cause) -> BudgetKind {
-        match cause.default_budget() {
-            BudgetKind::None => BudgetKind::None,
-            _ if self.single_budget => BudgetKind::User,
-            kind => kind,
-        }
-    }
-
-    /// Charges one failure of `cause`. A budget at 0 is not decremented: it is exhausted.
-    pub fn charge(&mut self, cause: Cause) -> Charge {
-        let kind = self.budget_for(cause);
-        let slot = match kind {
-            BudgetKind::None => return Charge::Free,
-            BudgetKind::User => &mut self.remaining.user,
-            BudgetKind::System => &mut self.remaining.system,
-            BudgetKind::Preemption => &mut self.remaining.preemption,
-        };
+    /// Takes one retry from `kind`. A budget at 0 is not decremented: it is exhausted.
+    pub fn charge(&mut self, kind: BudgetKind) -> Charge {
+        let Some(slot) = self.remaining.get_mut(kind) else { return Charge::Free };
         match *slot {
-            -1 => Charge::Charged(kind),
-            0 => Charge::Exhausted(kind),
-            n => {
-                assert!(n > 0, "budget {kind} went below zero ({n})");
-                *slot = n - 1;
+            Budget::Unlimited => Charge::Charged(kind),
+            Budget::Left(0) => Charge::Exhausted(kind),
+            Budget::Left(n) => {
+                *slot = Budget::Left(n - 1);
                 Charge::Charged(kind)
             }
         }
     }
 
-    /// How many retries `kind` has left (`-1` unlimited).
-    pub fn left(&self, kind: BudgetKind) -> i64 {
-        match kind {
-            BudgetKind::User => self.remaining.user,
-            BudgetKind::System => self.remaining.system,
-            BudgetKind::Preemption => self.remaining.preemption,
-            BudgetKind::None => -1,
-        }
+    /// What `kind` has left (`None` has no limit).
+    pub fn left(&self, kind: BudgetKind) -> Budget {
+        self.remaining.get(kind).unwrap_or(Budget::Unlimited)
     }
 }
 
@@ -185,50 +186,33 @@ mod tests {
     use super::*;
     use rand_chacha::rand_core::SeedableRng;
 
-    fn policy(user: i64, system: i64, preemption: i64, single: bool) -> RetryPolicy {
-        RetryPolicy { user, system, preemption, single_budget: single, ..RetryPolicy::default() }
-    }
-
-    #[test]
-    fn cause_table() {
-        let b = Budgets::new(&RetryPolicy::default());
-        assert_eq!(b.budget_for(Cause::UserError), BudgetKind::User);
-        assert_eq!(b.budget_for(Cause::Preempted), BudgetKind::Preemption);
-        assert_eq!(b.budget_for(Cause::NodeLost), BudgetKind::System);
-        for free in [
-            Cause::Completed,
-            Cause::Collateral,
-            Cause::MembershipChange,
-            Cause::Stopped,
-            Cause::NonRetryable,
-            Cause::SpawnFailed,
-        ] {
-            assert_eq!(b.budget_for(free), BudgetKind::None, "{free}");
-        }
+    fn policy(user: Budget, system: Budget, preemption: Budget) -> RetryPolicy {
+        RetryPolicy { user, system, preemption, ..RetryPolicy::default() }
     }
 
     #[test]
     fn charging_counts_down_then_exhausts() {
-        let mut b = Budgets::new(&policy(1, 0, -1, false));
-        assert_eq!(b.charge(Cause::UserError), Charge::Charged(BudgetKind::User));
-        assert_eq!(b.remaining().user, 0);
-        assert_eq!(b.charge(Cause::UserError), Charge::Exhausted(BudgetKind::User));
-        assert_eq!(b.remaining().user, 0, "never below zero");
-        assert_eq!(b.charge(Cause::NodeLost), Charge::Exhausted(BudgetKind::System));
+        let mut b = Budgets::new(&policy(Budget::Left(1), Budget::Left(0), Budget::Unlimited));
+        assert_eq!(b.charge(BudgetKind::User), Charge::Charged(BudgetKind::User));
+        assert_eq!(b.remaining().user, Budget::Left(0));
+        assert_eq!(b.charge(BudgetKind::User), Charge::Exhausted(BudgetKind::User));
+        assert_eq!(b.remaining().user, Budget::Left(0), "never below zero");
+        assert_eq!(b.charge(BudgetKind::System), Charge::Exhausted(BudgetKind::System));
         for _ in 0..100 {
-            assert_eq!(b.charge(Cause::Preempted), Charge::Charged(BudgetKind::Preemption));
+            assert_eq!(b.charge(BudgetKind::Preemption), Charge::Charged(BudgetKind::Preemption));
         }
-        assert_eq!(b.remaining().preemption, -1);
-        assert_eq!(b.charge(Cause::Collateral), Charge::Free);
+        assert_eq!(b.remaining().preemption, Budget::Unlimited);
+        assert_eq!(b.charge(BudgetKind::None), Charge::Free);
     }
 
     #[test]
-    fn single_budget_charges_user() {
-        let mut b = Budgets::new(&policy(2, 5, 5, true));
-        assert_eq!(b.charge(Cause::NodeLost), Charge::Charged(BudgetKind::User));
-        assert_eq!(b.charge(Cause::Preempted), Charge::Charged(BudgetKind::User));
-        assert_eq!(b.charge(Cause::Preempted), Charge::Exhausted(BudgetKind::User));
-        assert_eq!(b.remaining(), Remaining { user: 0, system: 5, preemption: 5 });
+    fn budgets_are_written_as_counts_with_minus_one_for_unlimited() {
+        let r = Remaining { user: Budget::Left(2), system: Budget::Left(0), preemption: Budget::Unlimited };
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(text, r#"{"user":2,"system":0,"preemption":-1}"#);
+        assert_eq!(serde_json::from_str::<Remaining>(&text).unwrap(), r);
+        assert!(serde_json::from_str::<Budget>("-2").unwrap_err().to_string().contains("-1 for unlimited"));
+        assert_eq!((Budget::Unlimited.to_string(), Budget::Left(3).to_string()), ("unlimited".into(), "3".into()));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The environment contract of DESIGN §4: what every command actor process is started with,
 //! so that a program written for torchrun runs unchanged. Computed here; runtimes only apply it.
 
-use crate::ids::{JobId, NodeId};
+use super::Budget;
+use crate::ids::{ActorId, JobId, NodeId};
 use crate::spec::JobSpec;
 use std::collections::BTreeMap;
 
@@ -9,7 +10,7 @@ use std::collections::BTreeMap;
 pub struct Placement<'a> {
     pub job: &'a JobId,
     pub spec: &'a JobSpec,
-    pub actor_name: &'a str,
+    pub actor: &'a ActorId,
     pub attempt: u32,
     pub cycle: u32,
     pub rank: u32,
@@ -23,7 +24,10 @@ pub struct Placement<'a> {
 /// would break rendezvous).
 pub fn contract(p: &Placement) -> BTreeMap<String, String> {
     let mut env = p.spec.env.clone();
-    let max_restarts = if p.spec.retries.user < 0 { i64::from(i32::MAX) } else { p.spec.retries.user };
+    let max_restarts = match p.spec.retries.user {
+        Budget::Unlimited => i32::MAX as u32,
+        Budget::Left(n) => n,
+    };
     let pairs = [
         ("RANK", p.rank.to_string()),
         ("WORLD_SIZE", p.world_size.to_string()),
@@ -37,7 +41,7 @@ pub fn contract(p: &Placement) -> BTreeMap<String, String> {
         ("TORCHELASTIC_MAX_RESTARTS", max_restarts.to_string()),
         ("TORCHX_RANK0_HOST", p.master_addr.to_string()),
         ("FTDRIVE_JOB_ID", p.job.to_string()),
-        ("FTDRIVE_ACTOR", p.actor_name.to_string()),
+        ("FTDRIVE_ACTOR", p.actor.to_string()),
         ("FTDRIVE_ATTEMPT", p.attempt.to_string()),
         ("FTDRIVE_CYCLE", p.cycle.to_string()),
         ("FTDRIVE_NODE", p.node.to_string()),
@@ -63,7 +67,7 @@ mod tests {
         let env = contract(&Placement {
             job: &job,
             spec: &spec,
-            actor_name: "j1/2",
+            actor: &ActorId::new(job.clone(), 2),
             attempt: 3,
             cycle: 2,
             rank: 1,

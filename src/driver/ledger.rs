@@ -1,12 +1,14 @@
 //! The attempt ledger: one entry per ended attempt, saying why it ended and what it cost.
 
-use super::budget::{BudgetKind, Cause, Remaining};
+use super::budget::{BudgetKind, Remaining};
+use super::classify::Cause;
+use crate::ids::ActorId;
 use serde::{Deserialize, Serialize};
 
 /// One ended attempt (DESIGN §6). `remaining` is every budget after this entry's charge.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LedgerEntry {
-    pub actor: String,
+    pub actor: ActorId,
     pub rank: Option<u32>,
     pub attempt: u32,
     pub cycle: u32,

@@ -1,24 +1,81 @@
-//! Feasibility: the static filters a node must pass for a placement group (alive, selector,
-//! preemptible avoidance, `pack_by` label), holds that keep lower items off capacity a waiting
-//! item could use, and the reason an unplaceable request is infeasible.
+//! Feasibility: the filters a node must pass to hold a bundle of a placement group, as one
+//! list of named checks. Placement (`usable`), lifting an infeasible verdict when a node joins
+//! (`node_makes_feasible`) and the infeasibility message (`infeasible_reason`, which names the
+//! first filter no node passes) all read the same list.
 
 use super::cluster::{Cluster, Node, NodeIx, NodeState};
 use super::pg::PlacementGroup;
-use super::PgId;
 use crate::resources::{format_milli, Resources};
 use crate::spec::Strategy;
-use std::collections::BTreeMap;
 
-/// Does `node` pass the placement group's static filters?
-pub fn usable(node: &Node, pg: &PlacementGroup) -> bool {
-    node.state == NodeState::Alive
-        && selector_matches(node, pg)
-        && !(pg.avoid_preemptible && node.preemptible)
-        && pg.pack_by.as_ref().is_none_or(|key| node.labels.contains_key(key))
+/// One named check of a node against a placement group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Filter {
+    /// Every `node_selector` label matches.
+    NodeSelector,
+    /// The node has the `pack_by` label.
+    PackByLabel,
+    /// Not a preemptible node, once `last_attempt_non_preemptible` keeps the job off them.
+    NotPreemptible,
+    /// Empty, it could hold a bundle (STRICT_PACK: the whole required gang).
+    FitsWhenEmpty,
 }
 
-fn selector_matches(node: &Node, pg: &PlacementGroup) -> bool {
-    pg.selector.iter().all(|(k, v)| node.labels.get(k) == Some(v))
+/// Filters that do not depend on capacity, checked for every candidate at placement time.
+pub const STATIC_FILTERS: [Filter; 3] = [Filter::NodeSelector, Filter::PackByLabel, Filter::NotPreemptible];
+/// Every filter, in the order an infeasibility is reported.
+pub const FILTERS: [Filter; 4] =
+    [Filter::NodeSelector, Filter::PackByLabel, Filter::NotPreemptible, Filter::FitsWhenEmpty];
+
+impl Filter {
+    pub fn name(self) -> &'static str {
+        match self {
+            Filter::NodeSelector => "node_selector",
+            Filter::PackByLabel => "pack_by",
+            Filter::NotPreemptible => "not_preemptible",
+            Filter::FitsWhenEmpty => "fits_when_empty",
+        }
+    }
+
+    pub fn passes(self, node: &Node, pg: &PlacementGroup) -> bool {
+        match self {
+            Filter::NodeSelector => pg.selector.iter().all(|(k, v)| node.labels.get(k) == Some(v)),
+            Filter::PackByLabel => pg.pack_by.as_ref().is_none_or(|key| node.labels.contains_key(key)),
+            Filter::NotPreemptible => !(pg.avoid_preemptible && node.preemptible),
+            Filter::FitsWhenEmpty => node.could_ever_hold(&pg.demand, bundles_per_node(pg)),
+        }
+    }
+
+    /// Why no node is left once this filter has removed every candidate (`survivors` are the
+    /// nodes that passed the filters before it).
+    fn rejection(self, pg: &PlacementGroup, survivors: &[&Node]) -> String {
+        match self {
+            Filter::NodeSelector => format!("infeasible: no node matches node_selector {}", labels_text(pg)),
+            Filter::PackByLabel => {
+                let key = pg.pack_by.as_deref().unwrap_or_default();
+                format!("infeasible: no matching node has the label `{key}` that pack_by needs")
+            }
+            Filter::NotPreemptible => {
+                "infeasible: last_attempt_non_preemptible keeps the job off preemptible nodes, and no other node matches"
+                    .to_string()
+            }
+            Filter::FitsWhenEmpty => shortfall(survivors, &pg.bundle.times(bundles_per_node(pg))),
+        }
+    }
+}
+
+/// How many bundles one node must hold: the whole required gang for STRICT_PACK, else one.
+fn bundles_per_node(pg: &PlacementGroup) -> u64 {
+    if pg.strategy == Strategy::StrictPack {
+        u64::from(pg.required)
+    } else {
+        1
+    }
+}
+
+/// Does `node` pass the group's static filters, and is it ALIVE?
+pub fn usable(node: &Node, pg: &PlacementGroup) -> bool {
+    node.state == NodeState::Alive && STATIC_FILTERS.iter().all(|f| f.passes(node, pg))
 }
 
 /// Could `pg` put one of its bundles on `node` right now?
@@ -27,46 +84,27 @@ pub fn could_use_now(node: &Node, ix: NodeIx, pg: &PlacementGroup) -> bool {
     usable(node, pg) && !spread_conflict && node.room_for(&pg.demand, 1) == 1
 }
 
+/// Could `node` (a new arrival) ever hold `pg`'s bundle? Lifts an infeasible verdict without
+/// re-scanning every node.
+pub fn node_makes_feasible(node: &Node, pg: &PlacementGroup) -> bool {
+    FILTERS.iter().all(|f| f.passes(node, pg))
+}
+
 /// Why no node, alive or ever seen, could hold one bundle of `pg` — or `None` if some could.
-/// For STRICT_PACK the whole required gang must fit on one node.
+/// The reason names the first filter that leaves no node.
 pub fn infeasible_reason(cluster: &Cluster, pg: &PlacementGroup) -> Option<String> {
-    let per_node = if pg.strategy == Strategy::StrictPack { u64::from(pg.required) } else { 1 };
     if cluster.is_empty() {
         return Some("infeasible: no node has joined the cluster yet".to_string());
     }
-    let matching: Vec<&Node> = cluster.all().map(|(_, n)| n).filter(|n| selector_matches(n, pg)).collect();
-    if matching.is_empty() {
-        return Some(format!("infeasible: no node matches node_selector {}", labels_text(pg)));
+    let mut survivors: Vec<&Node> = cluster.all().map(|(_, n)| n).collect();
+    for filter in FILTERS {
+        let passed: Vec<&Node> = survivors.iter().copied().filter(|n| filter.passes(n, pg)).collect();
+        if passed.is_empty() {
+            return Some(filter.rejection(pg, &survivors));
+        }
+        survivors = passed;
     }
-    let matching: Vec<&Node> = match &pg.pack_by {
-        Some(key) => matching.into_iter().filter(|n| n.labels.contains_key(key)).collect(),
-        None => matching,
-    };
-    if matching.is_empty() {
-        let key = pg.pack_by.as_deref().unwrap_or_default();
-        return Some(format!("infeasible: no matching node has the label `{key}` that pack_by needs"));
-    }
-    let matching: Vec<&Node> = matching.into_iter().filter(|n| !(pg.avoid_preemptible && n.preemptible)).collect();
-    if matching.is_empty() {
-        return Some(
-            "infeasible: last_attempt_non_preemptible keeps the job off preemptible nodes, and no other node matches"
-                .to_string(),
-        );
-    }
-    if matching.iter().any(|n| n.could_ever_hold(&pg.demand, per_node)) {
-        return None;
-    }
-    Some(shortfall(&matching, &pg.bundle.times(per_node)))
-}
-
-/// Is `node` (a new arrival) able to hold `pg`'s bundle? Used to lift an infeasible verdict
-/// without re-scanning every node.
-pub fn node_makes_feasible(node: &Node, pg: &PlacementGroup) -> bool {
-    let per_node = if pg.strategy == Strategy::StrictPack { u64::from(pg.required) } else { 1 };
-    selector_matches(node, pg)
-        && !(pg.avoid_preemptible && node.preemptible)
-        && pg.pack_by.as_ref().is_none_or(|key| node.labels.contains_key(key))
-        && node.could_ever_hold(&pg.demand, per_node)
+    None
 }
 
 /// Names the first resource no single node has enough of, with the largest node's amount.
@@ -91,39 +129,4 @@ fn shortfall(matching: &[&Node], need: &Resources) -> String {
 fn labels_text(pg: &PlacementGroup) -> String {
     let parts: Vec<String> = pg.selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
     parts.join(",")
-}
-
-/// Placement groups whose waiting items lower items must not take capacity from.
-#[derive(Default)]
-pub struct Holds {
-    groups: Vec<PgId>,
-}
-
-impl Holds {
-    /// Adds a blocked group unless an equivalent one (same demand and filters) is held already.
-    pub fn add(&mut self, id: PgId, pgs: &BTreeMap<PgId, PlacementGroup>) {
-        let pg = &pgs[&id];
-        let same = |h: &PgId| {
-            let h = &pgs[h];
-            h.demand == pg.demand
-                && h.selector == pg.selector
-                && h.avoid_preemptible == pg.avoid_preemptible
-                && h.pack_by == pg.pack_by
-                && h.strategy == pg.strategy
-                && h.on_nodes.is_empty()
-                && pg.on_nodes.is_empty()
-        };
-        if !self.groups.iter().any(same) {
-            self.groups.push(id);
-        }
-    }
-
-    /// Is `node` capacity some held group could use now?
-    pub fn held(&self, node: &Node, ix: NodeIx, pgs: &BTreeMap<PgId, PlacementGroup>) -> bool {
-        self.groups.iter().any(|id| could_use_now(node, ix, &pgs[id]))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
-    }
 }

@@ -27,13 +27,16 @@
 mod cluster;
 mod feasibility;
 mod pg;
+pub mod policy;
 mod queue;
 mod select;
 #[cfg(test)]
 mod tests;
 
 pub use cluster::{Node, NodeIx, NodeState, ResourceTable};
+pub use feasibility::{Filter, FILTERS};
 pub use pg::{BundleState, PgSpec, PgState, PlacementGroup};
+pub use policy::Need;
 pub use queue::{QueueClass, QueueKey, GANG};
 
 use crate::ids::NodeId;
@@ -41,7 +44,7 @@ use crate::resources::{Labels, Resources};
 use crate::spec::Strategy;
 use crate::time::Instant;
 use cluster::{Cluster, Demand};
-use feasibility::Holds;
+use policy::Holds;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 
@@ -225,11 +228,13 @@ impl Scheduler {
         self.dirty = true;
     }
 
-    /// Queues one bundle in `class` (not the gang class), or moves it there if already queued.
-    /// Before the group is admitted the request is deferred until its gang is placed.
-    pub fn request(&mut self, id: PgId, bundle: u32, class: QueueClass, since: Instant) {
-        assert_ne!(class, QueueClass::PendingGang, "gang bundles are requested with request_gang");
+    /// Queues one bundle for `need` (not admission: the gang is requested whole), or moves it
+    /// to its new class if already queued. Before the group is admitted the request is
+    /// deferred until its gang is placed.
+    pub fn request(&mut self, id: PgId, bundle: u32, need: Need) {
+        assert_ne!(need, Need::Admission, "gang bundles are requested with request_gang");
         let pg = self.pgs.get_mut(&id).expect("known group");
+        let (class, since) = (policy::class_of(need), policy::waiting_since(need, pg.submit));
         let slot = &mut pg.bundles[bundle as usize];
         match *slot {
             BundleState::Idle | BundleState::Deferred { .. } => {}
@@ -337,7 +342,7 @@ impl Scheduler {
         self.passes += 1;
         let mut holds = Holds::default();
         let mut failed_shapes: BTreeSet<Shape> = BTreeSet::new();
-        for class in self.class_order() {
+        for class in policy::class_order(self.fault) {
             let mut cursor = None;
             // Re-read the queue after each item: an admission queues its deferred spares and
             // elastic bundles (classes 3 and 4) during this very pass.
@@ -345,14 +350,6 @@ impl Scheduler {
                 cursor = Some(key);
                 self.try_place(key, now, &mut holds, &mut failed_shapes);
             }
-        }
-    }
-
-    fn class_order(&self) -> [QueueClass; 4] {
-        use QueueClass::*;
-        match self.fault {
-            PolicyFault::None => [Replacement, PendingGang, Spare, Elastic],
-            PolicyFault::GangsBeforeReplacements => [PendingGang, Replacement, Spare, Elastic],
         }
     }
 
@@ -388,9 +385,7 @@ impl Scheduler {
                 if let Some(shape) = shape {
                     failed.insert(shape);
                 }
-                let protected =
-                    key.class == QueueClass::Replacement || now.ms_since(key.since) >= self.config.starvation_ms;
-                if protected {
+                if policy::is_protected(&key, now, self.config.starvation_ms) {
                     holds.add(key.pg, &self.pgs);
                 }
             }

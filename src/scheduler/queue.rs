@@ -1,11 +1,5 @@
-//! The scheduling queue: four classes, highest first (DESIGN §3), each in a fixed order.
-//!
-//! | class | what | order within the class |
-//! |---|---|---|
-//! | 1 Replacement | bundles a RUNNING job lost and needs to stay at `min_nodes` | loss time (FIFO) |
-//! | 2 PendingGang | the required bundles of a PENDING job, as one item | priority, then submit time |
-//! | 3 Spare | hot-spare bundles of admitted jobs | priority, then submit time |
-//! | 4 Elastic | bundles `min..max` of admitted jobs | priority, then submit time |
+//! The scheduling queue: items ordered by class, then (where the policy says so) priority, then
+//! waiting time. Which need goes to which class, and in what order, is `policy.rs`.
 //!
 //! An item keeps its key while it waits: a failed attempt does not move it to the back.
 
@@ -39,7 +33,7 @@ pub struct QueueKey {
 
 impl QueueKey {
     pub fn new(class: QueueClass, priority: i32, since: Instant, pg: PgId, bundle: u32) -> Self {
-        let neg_priority = if class == QueueClass::Replacement { 0 } else { -i64::from(priority) };
+        let neg_priority = if super::policy::orders_by_priority(class) { -i64::from(priority) } else { 0 };
         QueueKey { class, neg_priority, since, pg, bundle }
     }
 

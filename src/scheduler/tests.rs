@@ -87,7 +87,7 @@ fn a_waiting_replacement_keeps_its_place_and_nothing_spins() {
     s.request_gang(1);
     pass(&mut s, 0);
     assert_eq!(s.kill_node(a), vec![(1, 0)]);
-    s.request(1, 0, QueueClass::Replacement, t(50));
+    s.request(1, 0, Need::Restore { lost_at: t(50) });
     pass(&mut s, 50);
     let key = *s.queue().next().unwrap();
     let passes = s.passes();
@@ -159,7 +159,7 @@ fn pack_by_picks_the_fullest_domain_that_fits_and_replaces_within_it() {
     assert_eq!(nodes_of(&pass(&mut s, 0), 2), ["a1", "a2"]);
     let a1 = s.node_ix(&NodeId::new("a1")).unwrap();
     s.kill_node(a1);
-    s.request(2, 0, QueueClass::Replacement, t(5));
+    s.request(2, 0, Need::Restore { lost_at: t(5) });
     assert_eq!(pass(&mut s, 5), vec![(2, 0, "a3".into())], "same rack, not c1");
 }
 
@@ -187,8 +187,8 @@ fn elastic_and_spare_requests_wait_for_admission() {
     let mut s = sched();
     join(&mut s, "a", 1, &[]);
     s.create_pg(1, pg(3, 1, Strategy::StrictSpread, 0));
-    s.request(1, 1, QueueClass::Elastic, t(0));
-    s.request(1, 2, QueueClass::Spare, t(0));
+    s.request(1, 1, Need::Growth);
+    s.request(1, 2, Need::Spare);
     assert!(pass(&mut s, 0).is_empty(), "nothing before the gang is asked for");
     s.request_gang(1);
     join(&mut s, "b", 1, &[]);
@@ -210,7 +210,7 @@ fn a_broken_policy_switch_lets_a_gang_beat_a_replacement() {
     s.request_gang(1);
     pass(&mut s, 0);
     s.kill_node(a);
-    s.request(1, 0, QueueClass::Replacement, t(1));
+    s.request(1, 0, Need::Restore { lost_at: t(1) });
     s.create_pg(2, pg(1, 1, Strategy::StrictSpread, 1));
     s.request_gang(2);
     join(&mut s, "b", 1, &[]);
@@ -241,9 +241,9 @@ fn strict_pack_group_that_lost_everything_returns_to_a_node_that_holds_the_gang(
     assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["big", "big"]);
     s.kill_node(big);
     join(&mut s, "a-small", 1, &[]);
-    s.request(1, 0, QueueClass::Replacement, t(1));
+    s.request(1, 0, Need::Restore { lost_at: t(1) });
     assert!(pass(&mut s, 1).is_empty(), "a-small could take one bundle but never both");
     join(&mut s, "big", 2, &[]);
-    s.request(1, 1, QueueClass::Replacement, t(2));
+    s.request(1, 1, Need::Restore { lost_at: t(2) });
     assert_eq!(nodes_of(&pass(&mut s, 2), 1), ["big", "big"]);
 }

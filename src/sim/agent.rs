@@ -132,7 +132,7 @@ impl SimAgent {
             .map(|(key, status)| Input::ProcessExited { node: self.name.clone(), key: key.clone(), status: *status })
             .collect();
         if let Some(until) = self.draining_until {
-            out.push(Input::Drain { node: self.name.clone(), deadline_ms: until.ms_since(now) });
+            out.push(Input::PreemptionNotice { node: self.name.clone(), deadline_ms: until.ms_since(now) });
         }
         out
     }

@@ -14,9 +14,10 @@
 //! | `released_when_terminal` | a terminal job holds no bundle |
 //! | `liveness` | once faults stop, every job ends (checked at the end of a healed phase) |
 
-use crate::driver::{ActorState, BudgetKind, Cause, JobEvent, JobState, LedgerEntry, Remaining};
-use crate::head::{Event, Head, WaitingBundle};
-use crate::ids::{parse_actor_name, JobId, NodeId};
+use crate::driver::{ActorState, Budget, BudgetKind, Cause, JobState, LedgerEntry, Remaining};
+use crate::event::{Event, JobEvent};
+use crate::head::{Head, WaitingBundle};
+use crate::ids::{ActorId, JobId, NodeId};
 use crate::protocol::AttemptKey;
 use crate::resources::{is_preemptible, Labels, Resources};
 use crate::scheduler::{NodeState, QueueClass};
@@ -287,7 +288,7 @@ impl Checker {
         }
     }
 
-    fn transition(&mut self, actor: &str, from: ActorState, to: ActorState) {
+    fn transition(&mut self, actor: &ActorId, from: ActorState, to: ActorState) {
         let key = actor_key(actor);
         let known = self.actor_states.get(&key).copied().unwrap_or(ActorState::Scheduling);
         if known != from {
@@ -349,9 +350,9 @@ impl Checker {
         let mut exhausted = false;
         if let Some(left) = slot {
             match *left {
-                -1 => {}
-                0 => exhausted = true,
-                n => *left = n - 1,
+                Budget::Unlimited => {}
+                Budget::Left(0) => exhausted = true,
+                Budget::Left(n) => *left = Budget::Left(n - 1),
             }
         }
         let expected_remaining = *remaining;
@@ -430,8 +431,8 @@ impl Checker {
     }
 }
 
-fn actor_key(name: &str) -> ActorKey {
-    parse_actor_name(name).expect("events name actors as <job>/<index>")
+fn actor_key(actor: &ActorId) -> ActorKey {
+    (actor.job.clone(), actor.index)
 }
 
 /// DESIGN §2, re-stated for the checker.

@@ -25,7 +25,8 @@ pub mod trace;
 pub use check::{Checker, Violation};
 pub use scenario::{Fault, FaultEvent, JobDef, NetworkSpec, NodeDef, Scenario, ScenarioError};
 
-use crate::head::{Effect, Event, Head, Input, Rejected};
+use crate::event::Event;
+use crate::head::{Effect, Head, Input, Rejected};
 use crate::ids::{JobId, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, ToAgent};
 use crate::scheduler::PolicyFault;
@@ -445,7 +446,7 @@ impl Simulation {
         agent.drain_until(self.now.plus_ms(deadline_ms));
         let incarnation = agent.incarnation;
         self.push(self.now.plus_ms(deadline_ms), SimEvent::DrainDeadline { node: ix, incarnation });
-        self.send_to_head(ix, Input::Drain { node: node.clone(), deadline_ms });
+        self.send_to_head(ix, Input::PreemptionNotice { node: node.clone(), deadline_ms });
     }
 
     fn kill_rank(&mut self, job: &JobId, rank: u32, status: ExitStatus) {

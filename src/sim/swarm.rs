@@ -4,6 +4,7 @@
 use super::scenario::{Fault, FaultEvent, JobDef, NetworkSpec, NodeDef, Scenario};
 use super::{SimOptions, SimReport, Simulation, Violation};
 use crate::config::HeadConfig;
+use crate::driver::Budget;
 use crate::ids::{JobId, NodeId};
 use crate::resources::{is_preemptible, Labels, Resources};
 use crate::spec::{JobSpec, RestartMode, Strategy};
@@ -118,9 +119,9 @@ fn gen_job(g: &mut Gen, i: u64, nodes: &[NodeDef]) -> JobDef {
     spec.hot_spares = g.below(2) as u32;
     spec.restart = if g.chance(60) { RestartMode::Gang } else { RestartMode::Actor };
     spec.priority = g.range(0, 2) as i32 - 1;
-    spec.retries.user = g.range(0, 3) as i64;
-    spec.retries.system = g.range(1, 5) as i64;
-    spec.retries.preemption = if g.chance(50) { -1 } else { g.range(0, 3) as i64 };
+    spec.retries.user = Budget::Left(g.range(0, 3) as u32);
+    spec.retries.system = Budget::Left(g.range(1, 5) as u32);
+    spec.retries.preemption = if g.chance(50) { Budget::Unlimited } else { Budget::Left(g.range(0, 3) as u32) };
     spec.retries.single_budget = g.chance(10);
     if g.chance(20) {
         spec.retries.non_retryable_exit_codes = vec![3];

@@ -2,9 +2,8 @@
 //! ledger entries, node states), stamped with simulated time. Keys are sorted, so the same run
 //! prints the same bytes in any process; a running hash lets two runs be compared cheaply.
 
-use crate::head::Event;
+use crate::event::{Event, EventLine};
 use crate::time::Instant;
-use serde_json::{Map, Value};
 
 /// FNV-1a, 64 bit: stable, dependency-free, good enough to compare traces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,26 +24,9 @@ impl TraceHash {
     }
 }
 
-/// One trace line for `event` at `now`: the event's fields, `t_ms`, and for job events the
-/// job id beside the job event's own fields.
+/// One trace line for `event` at `now` (see [`EventLine`]).
 pub fn line(now: Instant, event: &Event) -> String {
-    let mut object = match event {
-        Event::Job { job, detail } => {
-            let mut map = as_object(serde_json::to_value(detail).expect("job events serialize"));
-            map.insert("job".into(), Value::String(job.to_string()));
-            map
-        }
-        other => as_object(serde_json::to_value(other).expect("events serialize")),
-    };
-    object.insert("t_ms".into(), Value::from(now.as_ms()));
-    Value::Object(object).to_string()
-}
-
-fn as_object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        other => panic!("events serialize as objects, got {other}"),
-    }
+    EventLine::new(now, event.clone()).to_json()
 }
 
 #[derive(Clone, Debug, Default)]
@@ -64,20 +46,5 @@ impl Trace {
         if self.keep {
             self.lines.push(text);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::scheduler::NodeState;
-
-    #[test]
-    fn lines_are_flat_sorted_json() {
-        let event = Event::NodeState { node: "n1".into(), state: NodeState::Dead, evidence: "gone".into() };
-        assert_eq!(
-            line(Instant::from_ms(5), &event),
-            r#"{"event":"node_state","evidence":"gone","node":"n1","state":"DEAD","t_ms":5}"#
-        );
     }
 }

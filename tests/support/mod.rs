@@ -4,8 +4,9 @@
 
 #![allow(dead_code)]
 
-use ftdrive::driver::{ActorState, JobEvent};
-use ftdrive::head::{Effect, Event, Head, Input, Reply};
+use ftdrive::driver::ActorState;
+use ftdrive::event::{Event, JobEvent};
+use ftdrive::head::{Effect, Head, Input, Reply};
 use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent};
 use ftdrive::view::JobView;
 use ftdrive::{HeadConfig, Instant, JobId, JobSpec, Labels, NodeId, Resources};
@@ -83,7 +84,7 @@ impl TestCluster {
     }
 
     pub fn drain(&mut self, node: &str, deadline_ms: u64) {
-        self.input(Input::Drain { node: NodeId::new(node), deadline_ms });
+        self.input(Input::PreemptionNotice { node: NodeId::new(node), deadline_ms });
     }
 
     pub fn input(&mut self, input: Input) -> Reply {
@@ -245,7 +246,7 @@ impl TestCluster {
         self.effects[mark..]
             .iter()
             .filter_map(|(_, e)| match e {
-                Effect::Notify(Event::Placed { actor, node, .. }) => Some((actor.clone(), node.to_string())),
+                Effect::Notify(Event::Placed { actor, node, .. }) => Some((actor.to_string(), node.to_string())),
                 _ => None,
             })
             .collect()
@@ -255,7 +256,7 @@ impl TestCluster {
         self.job_events()
             .filter_map(|e| match e {
                 JobEvent::CycleFormed { cycle, master_addr, ranks, .. } => {
-                    Some((*cycle, master_addr.clone(), ranks.clone()))
+                    Some((*cycle, master_addr.clone(), ranks.iter().map(|r| r.to_string()).collect()))
                 }
                 _ => None,
             })

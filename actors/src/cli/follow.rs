@@ -5,6 +5,7 @@ use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::render;
 use ftdrive::driver::JobState;
+use ftdrive::event::StreamLine;
 use ftdrive::view::JobView;
 use futures_util::StreamExt;
 use serde_json::Value;
@@ -34,24 +35,21 @@ pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Re
         tokio::select! {
             line = lines.next() => {
                 let Some(line) = line else { break };
-                let event: Value = serde_json::from_str(&line?).map_err(|e| CliError::Failed(format!("unreadable event: {e}")))?;
-                if event["event"] == "snapshot" {
-                    let first = view.is_none();
-                    view = serde_json::from_value(event["job"].clone()).ok();
-                    if let (true, false, Some(v)) = (first, live, &view) {
-                        print!("{}", render::snapshot_lines(v));
-                    }
-                } else if let Some(text) = render::event_line(&event) {
-                    if let Some(v) = view.as_mut() {
-                        render::apply(v, &event);
-                    }
-                    if live {
-                        recent.push_back(text);
-                        if recent.len() > 8 {
-                            recent.pop_front();
+                let line = StreamLine::parse(&line?).map_err(|e| CliError::Failed(format!("unreadable event: {e}")))?;
+                match line {
+                    StreamLine::Snapshot(snapshot) => {
+                        if view.is_none() && !live {
+                            print!("{}", render::snapshot_lines(&snapshot));
                         }
-                    } else {
-                        println!("{text}");
+                        view = Some(*snapshot);
+                    }
+                    StreamLine::Event(line) => {
+                        if let Some(v) = view.as_mut() {
+                            render::apply(v, &line.event);
+                        }
+                        if let Some(text) = render::event_line(&line, 0) {
+                            show(live, &mut recent, text);
+                        }
                     }
                 }
                 if live {
@@ -87,6 +85,18 @@ pub fn outcome(state: JobState) -> Outcome {
         JobState::Failed => Outcome::Failed,
         JobState::Stopped => Outcome::Stopped,
         JobState::Pending | JobState::Running => Outcome::Done,
+    }
+}
+
+/// An event line: kept for the live table's tail, or printed.
+fn show(live: bool, recent: &mut VecDeque<String>, text: String) {
+    if live {
+        recent.push_back(text);
+        if recent.len() > 8 {
+            recent.pop_front();
+        }
+    } else {
+        println!("{text}");
     }
 }
 

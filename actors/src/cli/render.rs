@@ -1,82 +1,67 @@
 //! Text for people: job and node tables, event lines, the ledger.
 
 use ftdrive::driver::ActorState;
+use ftdrive::event::{Event, EventLine, JobEvent};
 use ftdrive::view::{JobView, NodeView};
-use serde_json::Value;
+use ftdrive::JobId;
 use std::fmt::Write;
 
-/// One line for an event, or `None` for events not worth a line.
-pub fn event_line(e: &Value) -> Option<String> {
-    let t = e["t_ms"].as_u64().unwrap_or(0) as f64 / 1000.0;
-    let s = |k: &str| e[k].as_str().unwrap_or("-").to_string();
-    let text = match e["event"].as_str()? {
-        "transition" => {
-            let place = e["node"].as_str().map(|n| format!(" on {n}")).unwrap_or_default();
-            let rank = e["rank"].as_u64().map(|r| format!(" rank {r}")).unwrap_or_default();
-            format!(
-                "{} {} → {}{place}{rank} (attempt {}, cycle {})",
-                s("actor"),
-                s("from"),
-                s("to"),
-                e["attempt"],
-                e["cycle"]
-            )
-        }
-        "cycle_formed" => format!(
-            "cycle {} formed: {} rank(s), rendezvous {}:{}",
-            e["cycle"],
-            e["world_size"],
-            s("master_addr"),
-            e["master_port"]
-        ),
-        "job_state" => format!(
-            "job {} {}{}",
-            s("job"),
-            s("to"),
-            e["message"].as_str().map(|m| format!(": {m}")).unwrap_or_default()
-        ),
-        "ledger" => {
-            let l = &e["entry"];
-            format!(
-                "{} attempt {} ended: {} → {} budget — {}",
-                l["actor"].as_str().unwrap_or("-"),
-                l["attempt"],
-                l["cause"].as_str().unwrap_or("-"),
-                l["budget"].as_str().unwrap_or("-"),
-                l["evidence"].as_str().unwrap_or("-")
-            )
-        }
-        "promoted" => format!("spare {} takes the rank of {}", s("spare"), s("replaces")),
-        "feasibility" => match e["infeasible"].as_str() {
-            Some(why) => why.to_string(),
-            None => "the job is feasible again".to_string(),
-        },
-        "node_state" => format!("node {} {}: {}", s("node"), s("state"), s("evidence")),
-        _ => return None,
+/// One line for an event, or `None` for events not worth a line. Times are shown relative to
+/// `origin_ms` (when the follower started).
+pub fn event_line(line: &EventLine, origin_ms: u64) -> Option<String> {
+    let t = line.t_ms.saturating_sub(origin_ms) as f64 / 1000.0;
+    let text = match &line.event {
+        Event::Job { job, detail } => job_event_text(job, detail)?,
+        Event::NodeState { node, state, evidence } => format!("node {node} {}: {evidence}", state_text(state)),
+        Event::JobSubmitted { .. } | Event::Placed { .. } | Event::Released { .. } => return None,
     };
     Some(format!("{t:>8.1}s  {text}"))
 }
 
+fn job_event_text(job: &JobId, detail: &JobEvent) -> Option<String> {
+    Some(match detail {
+        JobEvent::Transition { actor, from, to, attempt, cycle, rank, node } => {
+            let place = node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default();
+            let rank = rank.map(|r| format!(" rank {r}")).unwrap_or_default();
+            format!("{actor} {from} → {to}{place}{rank} (attempt {attempt}, cycle {cycle})")
+        }
+        JobEvent::CycleFormed { cycle, world_size, master_addr, master_port, .. } => {
+            format!("cycle {cycle} formed: {world_size} rank(s), rendezvous {master_addr}:{master_port}")
+        }
+        JobEvent::JobState { to, message, .. } => {
+            format!("job {job} {to}{}", message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())
+        }
+        JobEvent::Ledger { entry: l } => {
+            format!("{} attempt {} ended: {} → {} budget — {}", l.actor, l.attempt, l.cause, l.budget, l.evidence)
+        }
+        JobEvent::Promoted { spare, replaces } => format!("spare {spare} takes the rank of {replaces}"),
+        JobEvent::Feasibility { infeasible } => match infeasible {
+            Some(why) => why.clone(),
+            None => "the job is feasible again".to_string(),
+        },
+        JobEvent::Closing { .. } | JobEvent::Stale { .. } | JobEvent::ReleasedUnused { .. } => return None,
+    })
+}
+
+fn state_text<T: serde::Serialize>(state: &T) -> String {
+    serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
 /// Updates a followed view from an event (actor states and nodes), so the table stays live.
-pub fn apply(view: &mut JobView, e: &Value) {
-    if e["event"] == "transition" {
-        let name = e["actor"].as_str().unwrap_or_default();
-        if let Some(actor) = view.actors.iter_mut().find(|a| a.name == name) {
-            if let Ok(state) = serde_json::from_value::<ActorState>(e["to"].clone()) {
-                actor.state = state;
+pub fn apply(view: &mut JobView, event: &Event) {
+    let Event::Job { detail, .. } = event else { return };
+    match detail {
+        JobEvent::Transition { actor, to, attempt, rank, node, .. } => {
+            if let Some(a) = view.actors.iter_mut().find(|a| a.name == *actor) {
+                a.state = *to;
+                a.node = node.as_ref().map(|n| n.to_string()).or(a.node.take());
+                a.rank = rank.or(a.rank);
+                a.attempt = *attempt;
             }
-            actor.node = e["node"].as_str().map(str::to_string).or(actor.node.take());
-            actor.rank = e["rank"].as_u64().map(|r| r as u32).or(actor.rank);
-            actor.attempt = e["attempt"].as_u64().unwrap_or(actor.attempt as u64) as u32;
         }
-    }
-    if e["event"] == "job_state" {
-        if let Ok(state) = serde_json::from_value(e["to"].clone()) {
-            view.state = state;
-        }
-    }
-    if e["event"] == "cycle_formed" {
-        view.cycles = e["cycle"].as_u64().unwrap_or(view.cycles as u64) as u32;
+        JobEvent::JobState { to, .. } => view.state = *to,
+        JobEvent::CycleFormed { cycle, .. } => view.cycles = *cycle,
+        _ => {}
     }
 }
 
@@ -97,7 +82,15 @@ pub fn job_table(view: &JobView) -> String {
     for a in &view.actors {
         let rank = a.rank.map_or("-".to_string(), |r| r.to_string());
         let node = a.node.as_deref().unwrap_or("-");
-        let _ = writeln!(out, "  {:<14} {:<15} {:<14} {:>4} {:>7}", a.name, a.state.to_string(), node, rank, a.attempt);
+        let _ = writeln!(
+            out,
+            "  {:<14} {:<15} {:<14} {:>4} {:>7}",
+            a.name.to_string(),
+            a.state.to_string(),
+            node,
+            rank,
+            a.attempt
+        );
     }
     out
 }
@@ -114,13 +107,7 @@ pub fn job_summary(view: &JobView) -> String {
 
 pub fn ledger(view: &JobView) -> String {
     let r = &view.remaining;
-    let budget = |n: i64| if n < 0 { "unlimited".to_string() } else { n.to_string() };
-    let mut out = format!(
-        "  budgets left: user {}, system {}, preemption {}\n",
-        budget(r.user),
-        budget(r.system),
-        budget(r.preemption)
-    );
+    let mut out = format!("  budgets left: user {}, system {}, preemption {}\n", r.user, r.system, r.preemption);
     if view.ledger.is_empty() {
         return out;
     }
@@ -130,11 +117,12 @@ pub fn ledger(view: &JobView) -> String {
         "ACTOR", "ATT", "CYCLE", "NODE", "CAUSE", "BUDGET", "LEFT u/s/p"
     );
     for e in &view.ledger {
-        let left = format!("{}/{}/{}", e.remaining.user, e.remaining.system, e.remaining.preemption);
+        let r = &e.remaining;
+        let left = format!("{}/{}/{}", r.user.as_i64(), r.system.as_i64(), r.preemption.as_i64());
         let _ = writeln!(
             out,
             "  {:<12} {:>4} {:>5} {:<10} {:<18} {:<11} {:<22} {}",
-            e.actor,
+            e.actor.to_string(),
             e.attempt,
             e.cycle,
             e.node,
@@ -171,7 +159,7 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
         format!("{:<14} {:<9} {:<16} {:<28} {:<28} LABELS\n", "NAME", "STATE", "ADDR", "RESOURCES", "ALLOCATED");
     for n in nodes {
         let labels: Vec<String> = n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let state = serde_json::to_value(n.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let state = state_text(&n.state);
         let _ = writeln!(
             out,
             "{:<14} {:<9} {:<16} {:<28} {:<28} {}",

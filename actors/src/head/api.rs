@@ -17,6 +17,7 @@ use actix_web::{
     dev::Payload, http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError,
 };
 use bytes::Bytes;
+use ftdrive::event::StreamLine;
 use ftdrive::spec::{JobSpec, Overrides};
 use ftdrive::{HeadConfig, JobId, NodeId};
 use serde::Deserialize;
@@ -178,8 +179,7 @@ async fn all_events(_: Authorized, state: web::Data<ApiState>) -> Result<HttpRes
 /// NDJSON: a job's snapshot first (for one job), then one line per event.
 async fn events(state: web::Data<ApiState>, job: Option<JobId>) -> Result<HttpResponse, ApiError> {
     let (snapshot, rx) = state.head.send(Follow { job }).await.map_err(mailbox)??;
-    let first =
-        snapshot.map(|view| Bytes::from(serde_json::json!({"event": "snapshot", "job": view}).to_string() + "\n"));
+    let first = snapshot.map(|view| Bytes::from(StreamLine::Snapshot(Box::new(view)).to_json() + "\n"));
     let stream = futures_util::stream::unfold((first, rx), |(first, mut rx)| async move {
         if let Some(line) = first {
             return Some((Ok::<Bytes, actix_web::Error>(line), (None, rx)));

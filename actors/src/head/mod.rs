@@ -12,8 +12,8 @@ use crate::wire::{AgentMsg, HeadMsg};
 use actix::prelude::*;
 use bytes::Bytes;
 use ftdrive::driver::JobHistory;
-use ftdrive::head::{Effect, Event, Head, Input, Rejected, Reply};
-use ftdrive::sim::trace;
+use ftdrive::event::{Event, EventLine, JobEvent, StreamLine};
+use ftdrive::head::{Effect, Head, Input, Rejected, Reply};
 use ftdrive::spec::JobSpec;
 use ftdrive::view::{JobView, NodeView};
 use ftdrive::{HeadConfig, Instant, JobId, NodeId};
@@ -64,7 +64,6 @@ pub struct HeadActor {
     store: Store,
     /// Jobs finished before this head started, as they were recorded.
     archive: BTreeMap<JobId, JobRecord>,
-    next_job: u64,
     timer: Option<(Instant, SpawnHandle)>,
 }
 
@@ -73,20 +72,21 @@ impl HeadActor {
     /// were accepted but had not finished run again under their ids.
     pub fn new(config: HeadConfig, store: Store, first_job_number: u64) -> HeadActor {
         let records = store.load_all();
+        let mut head = Head::new(config);
+        head.start_job_ids_at(first_job_number);
         let mut actor = HeadActor {
-            head: Head::new(config),
+            head,
             epoch: std::time::Instant::now(),
             sessions: BTreeMap::new(),
             log_urls: BTreeMap::new(),
             followers: Vec::new(),
             store,
             archive: BTreeMap::new(),
-            next_job: first_job_number.max(1),
             timer: None,
         };
         for record in records {
             let id = JobId::new(&record.view.id);
-            actor.note_job_id(&id);
+            actor.head.note_job_id(&id);
             if record.view.state.is_terminal() {
                 actor.archive.insert(id, record);
             } else {
@@ -109,23 +109,6 @@ impl HeadActor {
 
     fn now(&self) -> Instant {
         Instant::from_ms(self.epoch.elapsed().as_millis() as u64)
-    }
-
-    /// Keeps generated ids (`j<n>`) clear of ids already used, finished ones included.
-    fn note_job_id(&mut self, id: &JobId) {
-        if let Some(n) = id.as_str().strip_prefix('j').and_then(|n| n.parse::<u64>().ok()) {
-            self.next_job = self.next_job.max(n + 1);
-        }
-    }
-
-    fn fresh_job_id(&mut self) -> JobId {
-        loop {
-            let id = JobId::new(&format!("j{}", self.next_job));
-            self.next_job += 1;
-            if self.head.job_view(&id).is_none() && !self.archive.contains_key(&id) {
-                return id;
-            }
-        }
     }
 
     fn input(&mut self, input: Input, ctx: &mut Context<Self>) -> Result<Reply, Rejected> {
@@ -152,23 +135,19 @@ impl HeadActor {
 
     fn notify(&mut self, event: Event) {
         log_event(&event);
-        let line = Bytes::from(trace::line(self.now(), &event) + "\n");
-        let job = match &event {
-            Event::Job { job, .. }
-            | Event::Placed { job, .. }
-            | Event::Released { job, .. }
-            | Event::JobSubmitted { job, .. } => Some(job.clone()),
-            Event::NodeState { .. } => None,
+        let job = event.job().cloned();
+        let ended = match &event {
+            Event::Job { job, detail: JobEvent::JobState { to, .. } } if to.is_terminal() => Some(job.clone()),
+            _ => None,
         };
+        let line = Bytes::from(StreamLine::Event(EventLine::new(self.now(), event)).to_json() + "\n");
         self.followers.retain(|f| match (&f.job, &job) {
             (None, _) => f.tx.send(line.clone()).is_ok(),
             (Some(want), Some(got)) if want == got => f.tx.send(line.clone()).is_ok(),
             _ => !f.tx.is_closed(),
         });
-        if let Event::Job { job, detail: ftdrive::driver::JobEvent::JobState { to, .. } } = &event {
-            if to.is_terminal() {
-                self.end_followers(job);
-            }
+        if let Some(job) = ended {
+            self.end_followers(&job);
         }
     }
 
@@ -228,12 +207,10 @@ impl Actor for HeadActor {
 }
 
 fn snapshot_line(view: &JobView) -> Bytes {
-    let value = serde_json::json!({"event": "snapshot", "job": view});
-    Bytes::from(value.to_string() + "\n")
+    Bytes::from(StreamLine::Snapshot(Box::new(view.clone())).to_json() + "\n")
 }
 
 fn log_event(event: &Event) {
-    use ftdrive::driver::JobEvent;
     match event {
         Event::NodeState { node, state, evidence } => tracing::info!("node {node} {state:?}: {evidence}"),
         Event::Job { job, detail: JobEvent::JobState { to, message, .. } } => {
@@ -265,8 +242,9 @@ pub struct Submit {
 impl Handler<Submit> for HeadActor {
     type Result = Result<JobView, ApiError>;
     fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) -> Self::Result {
-        let id = self.fresh_job_id();
-        self.input(Input::Submit { id: Some(id.clone()), spec: Box::new(msg.spec) }, ctx)?;
+        let Reply::Submitted(id) = self.input(Input::Submit { id: None, spec: Box::new(msg.spec) }, ctx)? else {
+            unreachable!("a submission is answered with its id")
+        };
         Ok(self.head.job_view(&id).expect("just submitted"))
     }
 }
@@ -298,7 +276,7 @@ pub struct Drain {
 impl Handler<Drain> for HeadActor {
     type Result = Result<(), ApiError>;
     fn handle(&mut self, msg: Drain, ctx: &mut Context<Self>) -> Self::Result {
-        self.input(Input::Drain { node: msg.node, deadline_ms: msg.deadline_ms }, ctx)?;
+        self.input(Input::PreemptionNotice { node: msg.node, deadline_ms: msg.deadline_ms }, ctx)?;
         Ok(())
     }
 }

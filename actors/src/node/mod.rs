@@ -115,7 +115,7 @@ impl NodeAgent {
         }
         if let Some((deadline_ms, since, _)) = &self.draining {
             let left = deadline_ms.saturating_sub(since.elapsed().as_millis() as u64);
-            self.send(AgentMsg::Drain { node: self.opts.name.clone(), deadline_ms: left });
+            self.send(AgentMsg::PreemptionNotice { node: self.opts.name.clone(), deadline_ms: left });
         }
         self.maybe_done_draining(ctx);
     }
@@ -254,7 +254,7 @@ impl NodeAgent {
     fn begin_drain(&mut self, deadline_ms: u64, done: tokio::sync::oneshot::Sender<()>, ctx: &mut Context<Self>) {
         tracing::info!("draining: telling the head and stopping {} process(es)", self.procs.len());
         self.draining = Some((deadline_ms, std::time::Instant::now(), done));
-        self.send(AgentMsg::Drain { node: self.opts.name.clone(), deadline_ms });
+        self.send(AgentMsg::PreemptionNotice { node: self.opts.name.clone(), deadline_ms });
         let keys: Vec<(AttemptKey, u64)> =
             self.procs.iter().map(|(k, p)| (k.clone(), p.grace_ms.min(deadline_ms))).collect();
         for (key, grace_ms) in keys {

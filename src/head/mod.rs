@@ -4,11 +4,11 @@
 //! feed it inputs and carry out its effects; neither holds any policy of its own.
 //!
 //! ```text
-//!   Input ──► membership / liveness ──┐
-//!         ──► drivers ◄───────────────┤  BundleLost, Draining, Exited, ...
-//!                │ DriverEffect        │
-//!                ▼                     │
-//!            scheduler ── Placed ──────┘  (repeat until nothing changes: "settle")
+//!   Input ──► membership.rs (register, heartbeats, drains, losses) ──┐
+//!         ──► drivers ◄──────────────────────────────────────────────┤  BundlesLost, Draining, Exited, ...
+//!                │ DriverEffect                                       │
+//!                ▼                                                    │
+//!            scheduler ── Placed ─────────────────────────────────────┘  (repeat until nothing changes: "settle")
 //!                │
 //!                ▼
 //!   Effect: Send (to an agent) · Notify (events) · Persist (a job's durable state changed)
@@ -16,18 +16,20 @@
 
 mod attempts;
 mod liveness;
+mod membership;
 
 use crate::config::HeadConfig;
-use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, JobEvent, JobHistory, Loss, NodeRef};
-use crate::ids::{actor_name, JobId, NodeId};
+use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, JobHistory, NodeRef};
+use crate::event::{Event, JobEvent};
+use crate::ids::{ActorId, JobId, JobIdMint, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, ToAgent};
 use crate::resources::{Labels, Resources};
 use crate::scheduler::{
-    BundleState, NodeIx, NodeState, PgId, PgSpec, PolicyFault, QueueClass, SchedEvent, Scheduler, SchedulerConfig,
+    BundleState, NodeIx, PgId, PgSpec, PolicyFault, QueueClass, SchedEvent, Scheduler, SchedulerConfig,
 };
 use crate::spec::JobSpec;
 use crate::time::{earliest, Instant};
-use crate::view::{ActorView, BundleStatus, BundleView, JobView, NodeView, PgView};
+use crate::view::{self, JobView, NodeView};
 use attempts::AttemptIndex;
 use liveness::Liveness;
 use serde::{Deserialize, Serialize};
@@ -49,7 +51,7 @@ pub enum Input {
         labels: Labels,
         addr: String,
     },
-    /// `running`: the attempts the agent has processes for.
+    /// `running`: the attempts the agent has processes for; `seq` orders one agent's heartbeats.
     Heartbeat {
         node: NodeId,
         incarnation: u64,
@@ -71,11 +73,11 @@ pub enum Input {
         message: String,
     },
     /// A preemption notice: the node goes away within `deadline_ms`.
-    Drain {
+    PreemptionNotice {
         node: NodeId,
         deadline_ms: u64,
     },
-    /// A job submission; `id` is chosen by the head when absent.
+    /// A job submission; `id` is minted by the head when absent.
     Submit {
         id: Option<JobId>,
         spec: Box<JobSpec>,
@@ -128,17 +130,6 @@ pub enum Effect {
     Persist { job: JobId },
 }
 
-/// Events for followers and traces.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum Event {
-    JobSubmitted { job: JobId, name: String },
-    Job { job: JobId, detail: JobEvent },
-    Placed { job: JobId, actor: String, node: NodeId, class: QueueClass },
-    Released { job: JobId, actor: String, node: NodeId },
-    NodeState { node: NodeId, state: NodeState, evidence: String },
-}
-
 /// A bundle waiting for re-placement, as the simulator's checkers see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WaitingBundle {
@@ -147,8 +138,9 @@ pub struct WaitingBundle {
     pub avoid_preemptible: bool,
 }
 
+/// A job: its driver and its placement group's id in the scheduler.
 struct JobSlot {
-    seq: PgId,
+    pg: PgId,
     driver: Driver,
 }
 
@@ -157,11 +149,12 @@ pub struct Head {
     config: HeadConfig,
     scheduler: Scheduler,
     jobs: BTreeMap<JobId, JobSlot>,
-    by_seq: BTreeMap<PgId, JobId>,
-    next_seq: PgId,
+    by_pg: BTreeMap<PgId, JobId>,
+    next_pg: PgId,
+    job_ids: JobIdMint,
     liveness: Liveness,
     attempts: AttemptIndex,
-    /// Driver timers: (deadline, job seq), and each job's current entry.
+    /// Driver timers: (deadline, job's group), and each job's current entry.
     timers: BTreeSet<(Instant, PgId)>,
     timer_of: BTreeMap<PgId, Instant>,
     effects: VecDeque<Effect>,
@@ -179,8 +172,9 @@ impl Head {
             config,
             scheduler,
             jobs: BTreeMap::new(),
-            by_seq: BTreeMap::new(),
-            next_seq: 1,
+            by_pg: BTreeMap::new(),
+            next_pg: 1,
+            job_ids: JobIdMint::default(),
             liveness: Liveness::default(),
             attempts: AttemptIndex::default(),
             timers: BTreeSet::new(),
@@ -191,6 +185,16 @@ impl Head {
 
     pub fn config(&self) -> &HeadConfig {
         &self.config
+    }
+
+    /// Minted job ids start at `j<first>` (an embedded cluster numbers on across runs).
+    pub fn start_job_ids_at(&mut self, first: u64) {
+        self.job_ids = JobIdMint::starting_at(first);
+    }
+
+    /// An id used before (a finished job kept elsewhere): never minted again.
+    pub fn note_job_id(&mut self, id: &JobId) {
+        self.job_ids.note(id);
     }
 
     /// Test-only switch: run a deliberately wrong scheduling policy.
@@ -215,7 +219,7 @@ impl Head {
             Input::SpawnFailed { node, key, message } => {
                 self.process_ended(now, node, key, |key| DriverInput::SpawnFailed { key, message })?
             }
-            Input::Drain { node, deadline_ms } => self.drain(now, node, deadline_ms)?,
+            Input::PreemptionNotice { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms)?,
             Input::Submit { id, spec } => self.submit(now, id, *spec, None)?,
             Input::Resume { id, spec, history } => self.submit(now, Some(id), *spec, Some(*history))?,
             Input::Stop { job } => self.stop(now, job)?,
@@ -225,17 +229,13 @@ impl Head {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
-        for ix in self.liveness.pop_expired(now) {
-            let heard = self.liveness.get(ix).expect("expired node has a record").last_heard;
-            let name = self.scheduler.node(ix).name.clone();
-            self.lose_node(now, ix, format!("node {name} missed heartbeats for {} ms", now.ms_since(heard)));
-        }
+        self.expire_silent_nodes(now);
         let due: Vec<(Instant, PgId)> = self.timers.range(..=(now, PgId::MAX)).copied().collect();
-        for (at, seq) in due {
-            self.timers.remove(&(at, seq));
-            self.timer_of.remove(&seq);
-            self.driver_mut(seq).handle_timeout(now);
-            self.drain_driver(seq);
+        for (at, pg) in due {
+            self.timers.remove(&(at, pg));
+            self.timer_of.remove(&pg);
+            self.driver_mut(pg).handle_timeout(now);
+            self.flush_driver(pg);
         }
         self.settle(now);
     }
@@ -248,125 +248,13 @@ impl Head {
         earliest(self.liveness.next_expiry(), self.timers.first().map(|(t, _)| *t))
     }
 
-    // ---- membership ------------------------------------------------------------------------
-
-    fn register(
-        &mut self,
-        now: Instant,
-        node: NodeId,
-        incarnation: u64,
-        resources: Resources,
-        labels: Labels,
-        addr: String,
-    ) -> Result<Reply, Rejected> {
-        check_name(node.as_str())?;
-        let known = self.scheduler.node_ix(&node);
-        if known.is_none() && self.scheduler.node_count() >= self.config.max_nodes {
-            return Err(Rejected::TooManyNodes(self.scheduler.node_count()));
-        }
-        if let Some(ix) = known {
-            let record = self.liveness.get(ix).expect("known node has a record");
-            if record.alive && record.incarnation == incarnation {
-                // The same agent reconnecting: nothing was lost.
-                self.liveness.get_mut(ix).expect("record").addr = addr;
-                self.liveness.heard(ix, now, self.config.node_timeout_ms);
-                return Ok(Reply::Done);
-            }
-            if record.alive {
-                self.lose_node(now, ix, format!("the agent on {node} restarted; its processes were lost"));
-            }
-        }
-        let ix = self.scheduler.add_node(node.clone(), resources, labels);
-        self.liveness.register(ix, addr, incarnation, now, self.config.node_timeout_ms);
-        self.notify(Event::NodeState { node, state: NodeState::Alive, evidence: "registered".into() });
-        Ok(Reply::Done)
-    }
-
-    fn heartbeat(
-        &mut self,
-        now: Instant,
-        node: NodeId,
-        incarnation: u64,
-        seq: u64,
-        running: &[AttemptKey],
-    ) -> Result<Reply, Rejected> {
-        let ix = self.alive_node(&node, incarnation)?;
-        let record = self.liveness.get_mut(ix).expect("alive node has a record");
-        if seq <= record.last_seq {
-            return Ok(Reply::Done); // duplicated or overtaken by a newer heartbeat
-        }
-        record.last_seq = seq;
-        self.liveness.heard(ix, now, self.config.node_timeout_ms);
-        let grace = |key: &AttemptKey| self.jobs.get(&key.job).map_or(10_000, |j| j.driver.spec().stop_grace_ms);
-        for msg in self.attempts.reconcile(ix, running, &grace) {
-            self.effects.push_back(Effect::Send { node: node.clone(), msg });
-        }
-        Ok(Reply::Done)
-    }
-
-    /// The node's index if it is registered, alive, and this is its current agent.
-    fn alive_node(&self, node: &NodeId, incarnation: u64) -> Result<NodeIx, Rejected> {
-        let ix = self.scheduler.node_ix(node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
-        let record = self.liveness.get(ix).expect("known node has a record");
-        if !record.alive {
-            return Err(Rejected::UnknownNode(node.clone()));
-        }
-        if record.incarnation != incarnation {
-            return Err(Rejected::StaleIncarnation(node.clone()));
-        }
-        Ok(ix)
-    }
-
-    fn drain(&mut self, now: Instant, node: NodeId, deadline_ms: u64) -> Result<Reply, Rejected> {
-        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
-        if self.scheduler.node(ix).state != NodeState::Alive {
-            return match self.scheduler.node(ix).state {
-                NodeState::Draining => Ok(Reply::Done),
-                _ => Err(Rejected::UnknownNode(node)),
-            };
-        }
-        let deadline = now.plus_ms(deadline_ms);
-        self.scheduler.drain_node(ix);
-        let evidence = format!("preemption notice, deadline in {deadline_ms} ms");
-        self.notify(Event::NodeState { node, state: NodeState::Draining, evidence });
-        let bundles: Vec<(PgId, u32)> = self.scheduler.node(ix).bundles.iter().copied().collect();
-        for (seq, actor) in bundles {
-            self.feed(now, seq, DriverInput::Draining { actor, deadline });
-        }
-        Ok(Reply::Done)
-    }
-
-    /// Marks a node DEAD and tells every driver that had a bundle there.
-    fn lose_node(&mut self, now: Instant, ix: NodeIx, evidence: String) {
-        let silent_since = self.liveness.get(ix).map_or(now, |r| r.last_heard);
-        let node = self.scheduler.node(ix);
-        let (name, preemptible, draining) = (node.name.clone(), node.preemptible, node.state == NodeState::Draining);
-        let evidence = match (preemptible, draining) {
-            (_, true) => format!("{evidence} (it was draining after a preemption notice)"),
-            (true, false) => format!("{evidence} (it is labelled preemptible=true)"),
-            (false, false) => evidence,
-        };
-        self.liveness.mark_dead(ix);
-        self.attempts.node_lost(ix);
-        let lost = self.scheduler.kill_node(ix);
-        self.notify(Event::NodeState { node: name.clone(), state: NodeState::Dead, evidence: evidence.clone() });
-        let mut by_job: BTreeMap<PgId, Vec<u32>> = BTreeMap::new();
-        for (seq, actor) in lost {
-            by_job.entry(seq).or_default().push(actor);
-        }
-        for (seq, actors) in by_job {
-            let loss = Loss { node: name.clone(), preemptible, draining, silent_since, evidence: evidence.clone() };
-            self.feed(now, seq, DriverInput::BundlesLost { actors, loss });
-        }
-    }
-
     // ---- processes -------------------------------------------------------------------------
 
     fn process_started(&mut self, now: Instant, node: NodeId, key: AttemptKey) -> Result<Reply, Rejected> {
         let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
         self.attempts.acked(ix, &key);
-        if let Some(seq) = self.jobs.get(&key.job).map(|j| j.seq) {
-            self.feed(now, seq, DriverInput::Started { key });
+        if let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) {
+            self.feed(now, pg, DriverInput::Started { key });
         }
         Ok(Reply::Done)
     }
@@ -383,8 +271,8 @@ impl Head {
         let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
         self.effects.push_back(Effect::Send { node, msg: ToAgent::AckExit { key: key.clone() } });
         self.attempts.ended(ix, &key);
-        if let Some(seq) = self.jobs.get(&key.job).map(|j| j.seq) {
-            self.feed(now, seq, input(key));
+        if let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) {
+            self.feed(now, pg, input(key));
         }
         Ok(Reply::Done)
     }
@@ -407,38 +295,32 @@ impl Head {
                 if self.jobs.contains_key(&id) {
                     return Err(Rejected::DuplicateJob(id));
                 }
+                self.job_ids.note(&id);
                 id
             }
-            None => self.fresh_job_id(),
+            None => self.job_ids.mint(|id| self.jobs.contains_key(id)),
         };
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.scheduler.create_pg(seq, pg_spec(&spec, now));
-        let seed = self.config.seed ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let pg = self.next_pg;
+        self.next_pg += 1;
+        self.scheduler.create_pg(pg, pg_spec(&spec, now));
+        let seed = self.config.seed ^ pg.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let name = spec.name.clone();
         let window = self.config.node_timeout_ms;
         let driver = match history {
             Some(history) => Driver::resume(id.clone(), spec, now, seed, window, history),
             None => Driver::new(id.clone(), spec, now, seed, window),
         };
-        self.jobs.insert(id.clone(), JobSlot { seq, driver });
-        self.by_seq.insert(seq, id.clone());
-        self.drain_driver(seq);
+        self.jobs.insert(id.clone(), JobSlot { pg, driver });
+        self.by_pg.insert(pg, id.clone());
+        self.flush_driver(pg);
         self.notify(Event::JobSubmitted { job: id.clone(), name });
         self.effects.push_back(Effect::Persist { job: id.clone() });
         Ok(Reply::Submitted(id))
     }
 
-    fn fresh_job_id(&self) -> JobId {
-        (self.next_seq..)
-            .map(|n| JobId::new(&format!("j{n}")))
-            .find(|id| !self.jobs.contains_key(id))
-            .expect("some id is free")
-    }
-
     fn stop(&mut self, now: Instant, job: JobId) -> Result<Reply, Rejected> {
-        let seq = self.jobs.get(&job).map(|j| j.seq).ok_or(Rejected::UnknownJob(job))?;
-        self.feed(now, seq, DriverInput::Stop);
+        let pg = self.jobs.get(&job).map(|j| j.pg).ok_or(Rejected::UnknownJob(job))?;
+        self.feed(now, pg, DriverInput::Stop);
         Ok(Reply::Done)
     }
 
@@ -458,37 +340,38 @@ impl Head {
 
     /// One input to one driver, its effects applied at once: the scheduler and the driver
     /// never disagree between two inputs.
-    fn feed(&mut self, now: Instant, seq: PgId, input: DriverInput) {
-        self.driver_mut(seq).handle(now, input);
-        self.drain_driver(seq);
+    fn feed(&mut self, now: Instant, pg: PgId, input: DriverInput) {
+        self.driver_mut(pg).handle(now, input);
+        self.flush_driver(pg);
     }
 
-    fn drain_driver(&mut self, seq: PgId) {
-        while let Some(effect) = self.driver_mut(seq).poll_effect() {
-            self.apply(seq, effect);
+    /// Applies a driver's pending effects and re-arms its timer.
+    fn flush_driver(&mut self, pg: PgId) {
+        while let Some(effect) = self.driver_mut(pg).poll_effect() {
+            self.apply(pg, effect);
         }
-        let wanted = self.jobs[&self.by_seq[&seq]].driver.poll_timeout();
-        if let Some(old) = self.timer_of.remove(&seq) {
-            self.timers.remove(&(old, seq));
+        let wanted = self.jobs[&self.by_pg[&pg]].driver.poll_timeout();
+        if let Some(old) = self.timer_of.remove(&pg) {
+            self.timers.remove(&(old, pg));
         }
         if let Some(at) = wanted {
-            self.timers.insert((at, seq));
-            self.timer_of.insert(seq, at);
+            self.timers.insert((at, pg));
+            self.timer_of.insert(pg, at);
         }
     }
 
-    fn apply(&mut self, seq: PgId, effect: DriverEffect) {
-        let job = self.by_seq[&seq].clone();
+    fn apply(&mut self, pg: PgId, effect: DriverEffect) {
+        let job = self.by_pg[&pg].clone();
         match effect {
-            DriverEffect::RequestGang => self.scheduler.request_gang(seq),
-            DriverEffect::Request { actor, class, since } => self.scheduler.request(seq, actor, class, since),
-            DriverEffect::Cancel { actor } => self.scheduler.cancel(seq, actor),
+            DriverEffect::RequestGang => self.scheduler.request_gang(pg),
+            DriverEffect::Request { actor, need } => self.scheduler.request(pg, actor, need),
+            DriverEffect::Cancel { actor } => self.scheduler.cancel(pg, actor),
             DriverEffect::Release { actor } => {
-                let node = self.bundle_node(seq, actor);
-                self.scheduler.release(seq, actor);
-                self.notify(Event::Released { actor: actor_name(&job, actor), job, node });
+                let node = self.bundle_node(pg, actor);
+                self.scheduler.release(pg, actor);
+                self.notify(Event::Released { actor: ActorId::new(job.clone(), actor), job, node });
             }
-            DriverEffect::AvoidPreemptible => self.scheduler.avoid_preemptible(seq),
+            DriverEffect::AvoidPreemptible => self.scheduler.avoid_preemptible(pg),
             DriverEffect::Start { node, spec } => {
                 let ix = self.scheduler.node_ix(&node).expect("starting on a known node");
                 self.attempts.started(ix, spec.clone());
@@ -514,7 +397,7 @@ impl Head {
                 }
             }
             DriverEffect::Finished => {
-                self.scheduler.remove_pg(seq);
+                self.scheduler.remove_pg(pg);
                 self.effects.push_back(Effect::Persist { job });
             }
         }
@@ -527,22 +410,22 @@ impl Head {
             match event {
                 SchedEvent::Placed(p) => {
                     let node = self.node_ref(p.pg, p.node);
-                    let job = self.by_seq[&p.pg].clone();
-                    let actor = actor_name(&job, p.bundle);
+                    let job = self.by_pg[&p.pg].clone();
+                    let actor = ActorId::new(job.clone(), p.bundle);
                     self.notify(Event::Placed { actor, job, node: node.name.clone(), class: p.class });
                     batches.entry(p.pg).or_default().push(BundlePlaced { actor: p.bundle, node, port: p.port });
                 }
                 SchedEvent::Feasibility { pg, infeasible } => self.feed(now, pg, DriverInput::Feasibility(infeasible)),
             }
         }
-        for (seq, batch) in batches {
-            self.feed(now, seq, DriverInput::Placed(batch));
+        for (pg, batch) in batches {
+            self.feed(now, pg, DriverInput::Placed(batch));
         }
     }
 
-    fn node_ref(&self, seq: PgId, ix: NodeIx) -> NodeRef {
+    fn node_ref(&self, pg: PgId, ix: NodeIx) -> NodeRef {
         let node = self.scheduler.node(ix);
-        let pack_by = self.scheduler.pg(seq).and_then(|pg| pg.pack_by.as_ref());
+        let pack_by = self.scheduler.pg(pg).and_then(|pg| pg.pack_by.as_ref());
         NodeRef {
             name: node.name.clone(),
             addr: self.liveness.get(ix).map_or_else(|| node.name.to_string(), |r| r.addr.clone()),
@@ -551,16 +434,16 @@ impl Head {
         }
     }
 
-    fn bundle_node(&self, seq: PgId, bundle: u32) -> NodeId {
-        match self.scheduler.pg(seq).map(|pg| pg.bundles[bundle as usize]) {
+    fn bundle_node(&self, pg: PgId, bundle: u32) -> NodeId {
+        match self.scheduler.pg(pg).map(|pg| pg.bundles[bundle as usize]) {
             Some(BundleState::Placed { node, .. }) => self.scheduler.node(node).name.clone(),
-            other => panic!("bundle {bundle} of job seq {seq} is {other:?}, not placed"),
+            other => panic!("bundle {bundle} of group {pg} is {other:?}, not placed"),
         }
     }
 
-    fn driver_mut(&mut self, seq: PgId) -> &mut Driver {
-        let id = &self.by_seq[&seq];
-        &mut self.jobs.get_mut(id).expect("job of a known seq").driver
+    fn driver_mut(&mut self, pg: PgId) -> &mut Driver {
+        let id = &self.by_pg[&pg];
+        &mut self.jobs.get_mut(id).expect("job of a known group").driver
     }
 
     fn notify(&mut self, event: Event) {
@@ -579,7 +462,7 @@ impl Head {
 
     /// Every job's driver, in submission order.
     pub fn drivers(&self) -> impl Iterator<Item = &Driver> {
-        self.by_seq.values().map(|id| &self.jobs[id].driver)
+        self.by_pg.values().map(|id| &self.jobs[id].driver)
     }
 
     /// The durable record of a job, for `Effect::Persist`.
@@ -589,74 +472,18 @@ impl Head {
 
     pub fn job_view(&self, job: &JobId) -> Option<JobView> {
         let slot = self.jobs.get(job)?;
-        Some(self.view_of(slot))
+        Some(view::job_view(&slot.driver, &self.scheduler, slot.pg))
     }
 
     /// Every job, in submission order.
     pub fn job_views(&self) -> Vec<JobView> {
-        self.by_seq.values().map(|id| self.view_of(&self.jobs[id])).collect()
+        self.by_pg.values().map(|id| self.job_view(id).expect("a job of by_pg")).collect()
     }
 
-    fn view_of(&self, slot: &JobSlot) -> JobView {
-        let d = &slot.driver;
-        let actors = d
-            .actors()
-            .iter()
-            .map(|a| ActorView {
-                name: a.name.clone(),
-                state: a.state,
-                node: a
-                    .bundle
-                    .node()
-                    .map(|n| n.name.to_string())
-                    .or_else(|| a.run.as_ref().map(|r| r.node.to_string()))
-                    .or_else(|| d.ledger().iter().rev().find(|e| e.actor == a.name).map(|e| e.node.clone())),
-                rank: a.rank,
-                attempt: a.attempts,
-                role: a.role,
-            })
-            .collect();
-        JobView {
-            id: d.id().to_string(),
-            name: d.spec().name.clone(),
-            state: d.state(),
-            cycles: d.cycle(),
-            min_nodes: d.spec().min_nodes,
-            max_nodes: d.spec().max_nodes,
-            submit_ms: d.submitted().as_ms(),
-            message: d.message().map(str::to_string),
-            infeasible: d.infeasible().map(str::to_string),
-            remaining: d.remaining(),
-            actors,
-            ledger: d.ledger().to_vec(),
-            placement_groups: vec![self.pg_view(slot)],
-        }
-    }
-
-    fn pg_view(&self, slot: &JobSlot) -> PgView {
-        let spec = slot.driver.spec();
-        let pg = self.scheduler.pg(slot.seq);
-        let count = spec.actor_count();
-        let bundles = (0..count)
-            .map(|index| {
-                let (status, node) = match pg.map(|pg| (pg.bundles[index as usize], pg.lost.contains(&index))) {
-                    Some((BundleState::Placed { node, .. }, _)) => {
-                        (BundleStatus::Placed, Some(self.scheduler.node(node).name.to_string()))
-                    }
-                    Some((_, true)) => (BundleStatus::Lost, None),
-                    Some((BundleState::Idle, false)) | None => (BundleStatus::Idle, None),
-                    Some(_) => (BundleStatus::Pending, None),
-                };
-                BundleView { index, status, node }
-            })
-            .collect();
-        PgView {
-            id: format!("{}/pg", slot.driver.id()),
-            state: pg.map_or(crate::scheduler::PgState::Removed, |pg| pg.state()),
-            strategy: spec.strategy,
-            bundle: spec.bundle.clone(),
-            bundles,
-        }
+    /// Every node ever seen, by name.
+    pub fn node_views(&self) -> Vec<NodeView> {
+        let addr = |ix: NodeIx| self.liveness.get(ix).map_or_else(String::new, |r| r.addr.clone());
+        self.scheduler.nodes().map(|(ix, _)| view::node_view(&self.scheduler, ix, addr(ix))).collect()
     }
 
     /// Bundles waiting in the replacement class, in queue order.
@@ -665,7 +492,7 @@ impl Head {
             .queue()
             .take_while(|k| k.class == QueueClass::Replacement)
             .map(|k| WaitingBundle {
-                job: self.by_seq[&k.pg].clone(),
+                job: self.by_pg[&k.pg].clone(),
                 actor: k.bundle,
                 avoid_preemptible: self.scheduler.pg(k.pg).is_some_and(|pg| pg.avoid_preemptible),
             })
@@ -674,22 +501,7 @@ impl Head {
 
     /// Does the scheduler still hold or queue anything for this job?
     pub fn holds_anything(&self, job: &JobId) -> bool {
-        self.jobs.get(job).is_some_and(|slot| self.scheduler.pg(slot.seq).is_some())
-    }
-
-    /// Every node ever seen, by name.
-    pub fn node_views(&self) -> Vec<NodeView> {
-        self.scheduler
-            .nodes()
-            .map(|(ix, node)| NodeView {
-                name: node.name.to_string(),
-                state: node.state,
-                resources: node.resources.clone(),
-                labels: node.labels.clone(),
-                allocated: self.scheduler.allocated(ix),
-                addr: self.liveness.get(ix).map_or_else(String::new, |r| r.addr.clone()),
-            })
-            .collect()
+        self.jobs.get(job).is_some_and(|slot| self.scheduler.pg(slot.pg).is_some())
     }
 
     // ---- checks ------------------------------------------------------------------------------
@@ -700,7 +512,7 @@ impl Head {
         self.scheduler.check_invariants();
         for slot in self.jobs.values() {
             let d = &slot.driver;
-            let pg = self.scheduler.pg(slot.seq);
+            let pg = self.scheduler.pg(slot.pg);
             assert_eq!(
                 pg.is_none(),
                 d.state().is_terminal(),

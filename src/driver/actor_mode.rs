@@ -1,0 +1,105 @@
+//! Actor mode (torchx semantics): each rank starts on its own bundle and restarts alone,
+//! keeping its rank; the rendezvous is rank 0's node, and the cycle advances when rank 0
+//! moves. After the first rank completes the job is terminating: nothing new starts, and it
+//! succeeds once every started rank has exited 0.
+
+use super::{Bundle, CloseReason, Driver, JobState, Master, Mode, Role, Timer};
+use crate::ids::{ActorId, ActorIx};
+use crate::time::Instant;
+
+pub(super) struct ActorMode;
+
+impl Mode for ActorMode {
+    fn make_progress(&self, d: &mut Driver, now: Instant) {
+        d.start_ready_actors(now);
+        if d.terminating && d.all_started_completed() {
+            d.close(now, CloseReason::Succeeded, None);
+            d.finish_if_released();
+        }
+    }
+
+    fn success_waits_for_peers(&self) -> bool {
+        false
+    }
+
+    fn on_failure_noticed(&self, _: &mut Driver, _: Instant, _: ActorIx) {}
+
+    fn restart_after(&self, d: &mut Driver, now: Instant, failed: ActorIx, promoted: Option<ActorIx>, delay_ms: u64) {
+        let rank_holder = promoted.unwrap_or(failed);
+        d.timers.set(Timer::ActorBackoff(rank_holder), now.plus_ms(delay_ms));
+    }
+
+    fn on_completed(&self, d: &mut Driver) {
+        d.terminating = true;
+    }
+
+    fn ranks(&self, d: &Driver) -> (Vec<ActorId>, u32) {
+        let mut slots: Vec<(u32, &ActorId)> = d.actors.iter().filter_map(|a| a.slot.map(|s| (s, &a.name))).collect();
+        slots.sort();
+        (slots.into_iter().map(|(_, n)| n.clone()).collect(), d.spec.max_nodes)
+    }
+
+    fn grows_by_restart(&self) -> bool {
+        false
+    }
+
+    fn rank0_first(&self) -> bool {
+        true
+    }
+}
+
+impl Driver {
+    /// Each placed rank starts on its own (after its backoff), with the rendezvous at rank 0's
+    /// node.
+    fn start_ready_actors(&mut self, now: Instant) {
+        if !self.admitted || !self.update_actor_mode_master() {
+            return;
+        }
+        let ready: Vec<ActorIx> = self
+            .startable()
+            .filter(|ix| {
+                let never_started = self.actors[*ix as usize].attempts == 0;
+                let backing_off = self.timers.pending_at(Timer::ActorBackoff(*ix), now);
+                let parked_for_good = self.terminating && never_started;
+                !(backing_off || parked_for_good)
+            })
+            .collect();
+        for ix in ready {
+            let rank = self.actors[ix as usize].slot.expect("active actors hold a rank");
+            self.start(now, ix, rank, self.spec.max_nodes);
+            self.set_job_state(JobState::Running);
+        }
+    }
+
+    /// Returns whether a master is known; moves it (a new cycle) when rank 0 changed node.
+    fn update_actor_mode_master(&mut self) -> bool {
+        if self.terminating {
+            // Rank 0 may be an actor that will never start now; the rendezvous stays put.
+            return self.master.is_some();
+        }
+        let Some(rank0) = self.actors.iter().find(|a| a.slot == Some(0) && a.role == Role::Active) else {
+            return false;
+        };
+        let Bundle::Placed { node, port, .. } = &rank0.bundle else {
+            // Rank 0 finished (or runs on a node being lost): the rendezvous stays where it
+            // is. Only a rank 0 waiting for a new bundle makes the others wait.
+            return self.master.is_some() && (rank0.run.is_some() || rank0.state.is_terminal());
+        };
+        let moved = self.master.as_ref().is_none_or(|m| m.node != node.name || m.port != *port);
+        if moved {
+            self.master = Some(Master { node: node.name.clone(), addr: node.addr.clone(), port: *port });
+            self.cycle += 1;
+            self.announce_cycle();
+        }
+        true
+    }
+
+    /// Every rank that started has completed. A failed actor swapped out for a spare no longer
+    /// holds a rank and does not count.
+    fn all_started_completed(&self) -> bool {
+        self.actors
+            .iter()
+            .filter(|a| a.attempts > 0 && a.role == Role::Active)
+            .all(|a| a.state == super::ActorState::TaskCompleted)
+    }
+}

@@ -1,0 +1,318 @@
+//! How an attempt ended, and what that means (DESIGN §6): the cause table, and the one entry
+//! point, [`classify`], from an attempt's end to its verdict — cause, evidence, and the budget
+//! it is charged to. Nothing else in ftdrive decides a cause.
+//!
+//! Adding a cause is one variant of [`Cause`], one row of [`CAUSES`], one arm in [`classify`]
+//! (or in [`stop_verdict`] for a new reason to stop), and one scenario file; the recipe is in
+//! `docs/structure.md`.
+
+use super::actor::{Run, StopReason};
+use super::budget::{Budget, BudgetKind, Charge};
+use super::{CloseReason, Loss};
+use crate::ids::{ActorId, NodeId};
+use crate::protocol::ExitStatus;
+use crate::spec::RetryPolicy;
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Why an attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    Completed,
+    NonRetryable,
+    UserError,
+    SpawnFailed,
+    Preempted,
+    NodeLost,
+    Collateral,
+    MembershipChange,
+    Stopped,
+}
+
+/// One row of the cause table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CauseRow {
+    pub cause: Cause,
+    /// The budget it is charged to (before `single_budget`).
+    pub budget: BudgetKind,
+    /// Fails the job at once, whatever the budgets say.
+    pub fails_job: bool,
+    /// The actor itself failed (a restart follows), rather than being stopped by the driver.
+    pub actor_failed: bool,
+}
+
+const fn row(cause: Cause, budget: BudgetKind, fails_job: bool, actor_failed: bool) -> CauseRow {
+    CauseRow { cause, budget, fails_job, actor_failed }
+}
+
+/// DESIGN §6, in the order of [`Cause`]'s variants.
+pub const CAUSES: [CauseRow; 9] = [
+    row(Cause::Completed, BudgetKind::None, false, false),
+    row(Cause::NonRetryable, BudgetKind::None, true, true),
+    row(Cause::UserError, BudgetKind::User, false, true),
+    row(Cause::SpawnFailed, BudgetKind::None, true, true),
+    row(Cause::Preempted, BudgetKind::Preemption, false, true),
+    row(Cause::NodeLost, BudgetKind::System, false, true),
+    row(Cause::Collateral, BudgetKind::None, false, false),
+    row(Cause::MembershipChange, BudgetKind::None, false, false),
+    row(Cause::Stopped, BudgetKind::None, false, false),
+];
+
+impl Cause {
+    pub fn row(self) -> &'static CauseRow {
+        let row = &CAUSES[self as usize];
+        debug_assert_eq!(row.cause, self, "CAUSES is in the order of Cause");
+        row
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = serde_json::to_value(self).expect("cause serializes");
+        f.write_str(text.as_str().expect("cause is a string"))
+    }
+}
+
+/// A peer of the same cycle lost with a node that went silent — perhaps what a crash reacted to.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerLoss<'a> {
+    pub peer: &'a ActorId,
+    pub node: &'a NodeId,
+    pub silent_since: Instant,
+}
+
+/// How an attempt came to its end, as the driver observed it.
+#[derive(Clone, Copy, Debug)]
+pub enum Ending<'a> {
+    /// The agent reported how the process ended. A non-zero exit is first classified with
+    /// `reacting_to: None`; if it waited in FAILING for its peers, it is classified again with
+    /// the peer loss that came first, if any.
+    Exited { status: ExitStatus, reacting_to: Option<PeerLoss<'a>> },
+    /// The process could not be started.
+    SpawnFailed { message: &'a str },
+    /// Its node was lost before an exit was reported.
+    NodeLost(&'a Loss),
+    /// It had exited 0 and waited for its peers; the driver ended it for this reason.
+    EndedAfterSuccess(&'a StopReason),
+    /// Every rank of its cycle exited 0.
+    GangSucceeded,
+}
+
+/// What an attempt's end means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub cause: Cause,
+    /// A sentence saying what was observed.
+    pub evidence: String,
+    /// The budget to charge (`None`: free).
+    pub budget: BudgetKind,
+}
+
+/// What `classify` needs to know about the job.
+pub struct JobContext<'a> {
+    pub policy: &'a RetryPolicy,
+    /// The program (`command[0]`), named when it cannot start.
+    pub program: &'a str,
+    /// Once the job is closing its outcome is decided: nothing is charged any more.
+    pub closing: Option<CloseReason>,
+}
+
+/// The one entry point: from an attempt's end to its verdict.
+pub fn classify(job: &JobContext, run: &Run, ending: Ending) -> Verdict {
+    let (cause, evidence) = match ending {
+        Ending::Exited { status, reacting_to } => exited(job.policy, run, status, reacting_to),
+        Ending::SpawnFailed { message } => {
+            (Cause::SpawnFailed, format!("could not start `{}`: {message}", job.program))
+        }
+        Ending::NodeLost(loss) => lost_with_node(run, loss),
+        Ending::EndedAfterSuccess(reason) => stop_verdict(reason, "; it had exited 0"),
+        Ending::GangSucceeded => (Cause::Completed, "process exited with code 0".into()),
+    };
+    charge_to(job, cause, evidence)
+}
+
+/// The budget a cause costs this job, with the evidence saying so when it costs nothing.
+fn charge_to(job: &JobContext, cause: Cause, evidence: String) -> Verdict {
+    let table = cause.row().budget;
+    match job.closing {
+        Some(reason) if table != BudgetKind::None => Verdict {
+            cause,
+            evidence: format!("{evidence}; not charged: the job was already closing ({reason})"),
+            budget: BudgetKind::None,
+        },
+        _ if table != BudgetKind::None && job.policy.single_budget => {
+            Verdict { cause, evidence, budget: BudgetKind::User }
+        }
+        _ => Verdict { cause, evidence, budget: table },
+    }
+}
+
+fn exited(policy: &RetryPolicy, run: &Run, status: ExitStatus, reacting_to: Option<PeerLoss>) -> (Cause, String) {
+    if let Some(reason) = &run.stop {
+        return stop_verdict(reason, "");
+    }
+    let node = &run.node;
+    if status.success() {
+        return (Cause::Completed, "process exited with code 0".into());
+    }
+    if let Some(code) = status.code.filter(|c| policy.non_retryable_exit_codes.contains(c)) {
+        return (Cause::NonRetryable, format!("process exited with code {code}, listed in non_retryable_exit_codes"));
+    }
+    if run.draining {
+        return (Cause::Preempted, format!("node {node} received a preemption notice and the process {status}"));
+    }
+    if status.signalled_by_agent {
+        return (
+            Cause::NodeLost,
+            format!("the agent on {node} ended the process unasked (it {status}): the agent shut down"),
+        );
+    }
+    let evidence = format!("process {status} on {node}");
+    match reacting_to {
+        Some(root) => (
+            Cause::Collateral,
+            format!(
+                "{evidence}; {}'s node {} had gone silent first (last heard at {} ms)",
+                root.peer,
+                root.node,
+                root.silent_since.as_ms()
+            ),
+        ),
+        None => (Cause::UserError, evidence),
+    }
+}
+
+fn lost_with_node(run: &Run, loss: &Loss) -> (Cause, String) {
+    let lost_cause = if loss.draining || loss.preemptible || run.draining { Cause::Preempted } else { Cause::NodeLost };
+    match &run.stop {
+        // Stopped because a peer failed — but this node went silent before that failure: the
+        // loss came first, and the peer was reacting to it.
+        Some(StopReason::Collateral { at, .. }) if loss.silent_since <= *at => (lost_cause, loss.evidence.clone()),
+        Some(reason) => stop_verdict(reason, &format!("; {} before the exit was reported", loss.evidence)),
+        None => (lost_cause, loss.evidence.clone()),
+    }
+}
+
+/// The cause and evidence of an attempt the driver asked to stop.
+fn stop_verdict(reason: &StopReason, suffix: &str) -> (Cause, String) {
+    let (cause, text) = match reason {
+        StopReason::Collateral { because, .. } => {
+            (Cause::Collateral, format!("stopped for a gang restart after {because} failed"))
+        }
+        StopReason::JobFailed { because } => (Cause::Collateral, format!("stopped because the job failed: {because}")),
+        StopReason::MembershipChange { from, to } => {
+            (Cause::MembershipChange, format!("stopped to grow the world from {from} to {to} ranks"))
+        }
+        StopReason::Drain { node, deadline_ms } => (
+            Cause::Preempted,
+            format!("node {node} received a preemption notice (deadline in {deadline_ms} ms); the process was stopped"),
+        ),
+        StopReason::User => (Cause::Stopped, "stopped by the user".to_string()),
+    };
+    (cause, format!("{text}{suffix}"))
+}
+
+/// Why the job failed because of one actor's attempt.
+pub fn fatal_message(actor: &ActorId, cause: Cause, charge: Charge) -> String {
+    match charge {
+        Charge::Exhausted(kind) => format!("{actor} failed ({cause}) and the {kind} retry budget is exhausted"),
+        _ => format!("{actor} failed ({cause}), which is never retried"),
+    }
+}
+
+/// Whether a failure charged to `kind` has left that budget at 0.
+pub fn left_at_zero(left: Budget) -> bool {
+    left.is_exhausted()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::RetryPolicy;
+
+    fn run() -> Run {
+        Run {
+            attempt: 1,
+            cycle: 1,
+            rank: 0,
+            node: NodeId::new("n1"),
+            started: Instant::ZERO,
+            acked: true,
+            stop: None,
+            exited: None,
+            draining: false,
+        }
+    }
+
+    fn job(policy: &RetryPolicy, closing: Option<CloseReason>) -> JobContext<'_> {
+        JobContext { policy, program: "train", closing }
+    }
+
+    #[test]
+    fn the_table_is_in_variant_order_and_matches_the_design() {
+        for (i, row) in CAUSES.iter().enumerate() {
+            assert_eq!(row.cause as usize, i, "{:?}", row.cause);
+        }
+        let charged: Vec<(Cause, BudgetKind)> =
+            CAUSES.iter().filter(|r| r.budget != BudgetKind::None).map(|r| (r.cause, r.budget)).collect();
+        assert_eq!(
+            charged,
+            [
+                (Cause::UserError, BudgetKind::User),
+                (Cause::Preempted, BudgetKind::Preemption),
+                (Cause::NodeLost, BudgetKind::System)
+            ]
+        );
+        let fatal: Vec<Cause> = CAUSES.iter().filter(|r| r.fails_job).map(|r| r.cause).collect();
+        assert_eq!(fatal, [Cause::NonRetryable, Cause::SpawnFailed]);
+    }
+
+    #[test]
+    fn exits_are_classified_by_the_design_table() {
+        let mut policy = RetryPolicy { non_retryable_exit_codes: vec![2], ..RetryPolicy::default() };
+        let verdict = |policy: &RetryPolicy, run: &Run, status| {
+            let v = classify(&job(policy, None), run, Ending::Exited { status, reacting_to: None });
+            (v.cause, v.budget)
+        };
+        let r = run();
+        assert_eq!(verdict(&policy, &r, ExitStatus::code(0)), (Cause::Completed, BudgetKind::None));
+        assert_eq!(verdict(&policy, &r, ExitStatus::code(2)), (Cause::NonRetryable, BudgetKind::None));
+        assert_eq!(verdict(&policy, &r, ExitStatus::code(1)), (Cause::UserError, BudgetKind::User));
+        assert_eq!(verdict(&policy, &r, ExitStatus::signal(9, false)), (Cause::UserError, BudgetKind::User));
+        assert_eq!(verdict(&policy, &r, ExitStatus::signal(15, true)), (Cause::NodeLost, BudgetKind::System));
+        let draining = Run { draining: true, ..run() };
+        assert_eq!(verdict(&policy, &draining, ExitStatus::code(1)), (Cause::Preempted, BudgetKind::Preemption));
+        let stopped = Run { stop: Some(StopReason::User), ..run() };
+        assert_eq!(verdict(&policy, &stopped, ExitStatus::signal(15, true)), (Cause::Stopped, BudgetKind::None));
+        policy.single_budget = true;
+        assert_eq!(verdict(&policy, &r, ExitStatus::signal(15, true)), (Cause::NodeLost, BudgetKind::User));
+    }
+
+    #[test]
+    fn a_closing_job_charges_nothing_and_says_so() {
+        let policy = RetryPolicy::default();
+        let v = classify(
+            &job(&policy, Some(CloseReason::Failed)),
+            &run(),
+            Ending::Exited { status: ExitStatus::code(1), reacting_to: None },
+        );
+        assert_eq!((v.cause, v.budget), (Cause::UserError, BudgetKind::None));
+        assert!(v.evidence.ends_with("not charged: the job was already closing (failed)"), "{}", v.evidence);
+    }
+
+    #[test]
+    fn a_crash_after_a_peer_went_silent_is_collateral() {
+        let policy = RetryPolicy::default();
+        let (peer, node) = (ActorId::new(crate::JobId::new("j1"), 2), NodeId::new("n2"));
+        let root = PeerLoss { peer: &peer, node: &node, silent_since: Instant::from_ms(700) };
+        let status = ExitStatus::code(1);
+        let v = classify(&job(&policy, None), &run(), Ending::Exited { status, reacting_to: Some(root) });
+        assert_eq!((v.cause, v.budget), (Cause::Collateral, BudgetKind::None));
+        assert_eq!(
+            v.evidence,
+            "process exited with code 1 on n1; j1/2's node n2 had gone silent first (last heard at 700 ms)"
+        );
+    }
+}

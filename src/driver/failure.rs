@@ -1,0 +1,206 @@
+//! How an attempt's end is settled: its verdict (from `classify.rs`), the wait in FAILING
+//! while a non-zero exit may still be explained by a peer's node loss, the charge, the ledger
+//! entry, and what the actor does next — retry (with a spare promoted), fail the job, or rest.
+
+use super::budget::backoff_ms;
+use super::classify::{classify, fatal_message, Ending, JobContext, PeerLoss, Verdict};
+use super::{ActorState, BudgetKind, Bundle, Cause, Charge, CloseReason, Driver, DriverEffect, LedgerEntry};
+use super::{PendingFailure, Role, Run, Timer};
+use crate::event::JobEvent;
+use crate::ids::ActorIx;
+use crate::protocol::ExitStatus;
+use crate::time::Instant;
+
+impl Driver {
+    pub(super) fn job_context(&self) -> JobContext<'_> {
+        JobContext { policy: &self.spec.retries, program: &self.spec.command[0], closing: self.closing }
+    }
+
+    /// Ends the live attempt of `ix` as `ending` says: ledger entry, charge, next state.
+    pub(super) fn end_attempt(&mut self, now: Instant, ix: ActorIx, ending: Ending) {
+        let run = self.actors[ix as usize].run.take().expect("ending a live attempt");
+        let verdict = classify(&self.job_context(), &run, ending);
+        let status = match ending {
+            Ending::Exited { status, .. } => Some(status),
+            Ending::EndedAfterSuccess(_) | Ending::GangSucceeded => run.exited.map(|(s, _)| s),
+            Ending::SpawnFailed { .. } | Ending::NodeLost(_) => None,
+        };
+        match (verdict.cause, status) {
+            (Cause::UserError, Some(status)) if self.closing.is_none() => self.await_attribution(now, ix, run, status),
+            _ => self.settle_attempt(now, ix, run, verdict, status),
+        }
+    }
+
+    /// A non-zero exit waits in FAILING until every peer of its cycle has ended (in gang mode
+    /// they are stopped now) or one node timeout has passed: if a peer's node went silent
+    /// before this exit, the exit was a reaction to that loss and charges nothing.
+    fn await_attribution(&mut self, now: Instant, ix: ActorIx, run: Run, status: ExitStatus) {
+        self.transition_failing(ix, &run);
+        self.timers.set(Timer::Attribution(ix), now.plus_ms(self.attribution_window_ms));
+        self.pending.insert(ix, PendingFailure { run, status, at: now });
+        self.mode().on_failure_noticed(self, now, ix);
+    }
+
+    /// Decides every pending failure whose peers have all ended or whose window has passed.
+    pub(super) fn decide_pending(&mut self, now: Instant, force: bool) {
+        let due: Vec<ActorIx> = self
+            .pending
+            .iter()
+            .filter(|(ix, p)| {
+                let window_over = self.timers.get(Timer::Attribution(**ix)).is_none_or(|t| t <= now);
+                force || window_over || !self.peers_live(**ix, p.run.cycle)
+            })
+            .map(|(ix, _)| *ix)
+            .collect();
+        for ix in due {
+            // Deciding one may close the job, which decides the rest.
+            let Some(failed) = self.pending.remove(&ix) else { continue };
+            self.timers.stop(Timer::Attribution(ix));
+            let verdict = self.attribute(ix, &failed);
+            self.settle_attempt(now, ix, failed.run, verdict, Some(failed.status));
+        }
+    }
+
+    /// The verdict on a failure that waited: a reaction to a peer's earlier node loss, or not.
+    fn attribute(&self, ix: ActorIx, failed: &PendingFailure) -> Verdict {
+        let root = self
+            .losses
+            .iter()
+            .find(|l| l.cycle == failed.run.cycle && l.actor != ix && l.silent_since <= failed.at)
+            .map(|l| PeerLoss {
+                peer: &self.actors[l.actor as usize].name,
+                node: &l.node,
+                silent_since: l.silent_since,
+            });
+        classify(&self.job_context(), &failed.run, Ending::Exited { status: failed.status, reacting_to: root })
+    }
+
+    /// Does another rank of `cycle` still (possibly) run?
+    fn peers_live(&self, ix: ActorIx, cycle: u32) -> bool {
+        self.actors
+            .iter()
+            .enumerate()
+            .any(|(i, a)| i as ActorIx != ix && a.run.as_ref().is_some_and(|r| r.cycle == cycle && r.exited.is_none()))
+    }
+
+    fn transition_failing(&mut self, ix: ActorIx, run: &Run) {
+        // The transition event names the attempt that ended; put the run back for a moment.
+        self.actors[ix as usize].run = Some(run.clone());
+        self.transition(ix, ActorState::Failing);
+        self.actors[ix as usize].run = None;
+    }
+
+    /// Charges and records an ended attempt, then takes the actor to its next state.
+    fn settle_attempt(&mut self, now: Instant, ix: ActorIx, run: Run, verdict: Verdict, status: Option<ExitStatus>) {
+        let charge = self.budgets.charge(verdict.budget);
+        let cause = verdict.cause;
+        self.record(ix, &run, now, verdict, status, charge);
+        if cause == Cause::Completed {
+            self.transition(ix, ActorState::TaskCompleted);
+            self.drop_bundle(ix);
+            return self.mode().on_completed(self);
+        }
+        if self.closing.is_some() {
+            self.transition(ix, ActorState::Stopped);
+            return self.drop_bundle(ix);
+        }
+        if self.actors[ix as usize].state != ActorState::Failing {
+            self.transition(ix, ActorState::Failing);
+        }
+        if cause.row().fails_job || matches!(charge, Charge::Exhausted(_)) {
+            self.transition(ix, ActorState::Failed);
+            self.drop_bundle(ix);
+            let why = fatal_message(&self.actors[ix as usize].name, cause, charge);
+            return self.close(now, CloseReason::Failed, Some(why));
+        }
+        if let Charge::Charged(kind) = charge {
+            self.charged_failures += 1;
+            self.maybe_avoid_preemptible(kind);
+        }
+        if matches!(self.actors[ix as usize].bundle, Bundle::Placed { draining: true, .. }) {
+            self.drop_bundle(ix);
+            self.actors[ix as usize].lost_at = Some(now);
+        }
+        if cause.row().actor_failed {
+            self.on_rank_failed(now, ix);
+        } else {
+            self.transition(ix, ActorState::Scheduling);
+        }
+    }
+
+    fn record(&mut self, ix: ActorIx, run: &Run, now: Instant, v: Verdict, status: Option<ExitStatus>, charge: Charge) {
+        let evidence = match charge {
+            Charge::Exhausted(kind) => format!("{}; the {kind} budget is exhausted", v.evidence),
+            _ => v.evidence,
+        };
+        let entry = LedgerEntry {
+            actor: self.actors[ix as usize].name.clone(),
+            rank: Some(run.rank),
+            attempt: run.attempt,
+            cycle: run.cycle,
+            node: run.node.to_string(),
+            start_ms: run.started.as_ms(),
+            end_ms: run.exited.map_or(now, |(_, t)| t).as_ms(),
+            exit_code: status.and_then(|s| s.code),
+            signal: status.and_then(|s| s.signal),
+            cause: v.cause,
+            evidence,
+            budget: charge.budget(),
+            remaining: self.budgets.remaining(),
+        };
+        self.ledger.push(entry.clone());
+        self.event(JobEvent::Ledger { entry });
+    }
+
+    /// `last_attempt_non_preemptible`: once a preemption or system charge leaves that budget
+    /// at 0, the job's last allowed attempt must run where it will not be taken away.
+    fn maybe_avoid_preemptible(&mut self, kind: BudgetKind) {
+        let relevant = matches!(kind, BudgetKind::Preemption | BudgetKind::System);
+        if self.spec.last_attempt_non_preemptible
+            && relevant
+            && self.budgets.left(kind).is_exhausted()
+            && !self.avoiding_preemptible
+        {
+            self.avoiding_preemptible = true;
+            self.effects.push_back(DriverEffect::AvoidPreemptible);
+        }
+    }
+
+    /// A rank failed and will be retried: the mode restarts it (or the gang) after backoff,
+    /// with a spare taking its place when one is standing by.
+    fn on_rank_failed(&mut self, now: Instant, ix: ActorIx) {
+        let delay_ms = backoff_ms(&self.spec.retries.backoff_ms, self.charged_failures, &mut self.rng);
+        let promoted = self.promote_spare(ix);
+        self.mode().restart_after(self, now, ix, promoted, delay_ms);
+        self.transition(ix, ActorState::Scheduling);
+        let actor = &self.actors[ix as usize];
+        if actor.role == Role::Spare && actor.bundle.is_usable() {
+            self.transition(ix, ActorState::Standby);
+        }
+    }
+
+    /// Swaps the first standing-by spare into `failed`'s rank. Returns the spare.
+    fn promote_spare(&mut self, failed: ActorIx) -> Option<ActorIx> {
+        if self.terminating {
+            return None;
+        }
+        let spare = self
+            .actors
+            .iter()
+            .position(|a| a.role == Role::Spare && a.state == ActorState::Standby && a.bundle.is_usable())?
+            as ActorIx;
+        let slot = self.actors[failed as usize].slot.take();
+        self.actors[failed as usize].role = Role::Spare;
+        let promoted = &mut self.actors[spare as usize];
+        promoted.role = Role::Active;
+        promoted.slot = slot;
+        if let Some(pos) = self.world.iter().position(|w| *w == failed) {
+            self.world[pos] = spare;
+        }
+        self.transition(spare, ActorState::Scheduling);
+        let (spare_name, failed_name) =
+            (self.actors[spare as usize].name.clone(), self.actors[failed as usize].name.clone());
+        self.event(JobEvent::Promoted { spare: spare_name, replaces: failed_name });
+        Some(spare)
+    }
+}

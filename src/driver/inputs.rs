@@ -1,0 +1,161 @@
+//! The driver's inputs, one handler each: placements, losses, preemption notices, and what
+//! agents report about attempts. Each takes one actor one transition at a time; `reconcile`
+//! runs after every input.
+
+use super::classify::Ending;
+use super::{ActorState, Bundle, BundlePlaced, Driver, DriverEffect, LossRecord, Role, StopReason};
+use super::{Loss, Timer};
+use crate::ids::ActorIx;
+use crate::protocol::{AttemptKey, ExitStatus};
+use crate::time::Instant;
+
+impl Driver {
+    pub(super) fn on_placed(&mut self, now: Instant, placed: BundlePlaced) {
+        let ix = placed.actor;
+        let actor = &mut self.actors[ix as usize];
+        let expected = matches!(actor.bundle, Bundle::Requested { .. });
+        actor.bundle = Bundle::Placed { node: placed.node, port: placed.port, draining: false };
+        if !expected || self.closing.is_some() || actor.state.is_terminal() {
+            self.release_unused(ix);
+            return;
+        }
+        if self.terminating && (actor.role == Role::Spare || actor.attempts == 0) {
+            self.actors[ix as usize].parked = true;
+            self.release_unused(ix);
+            return;
+        }
+        if actor.role == Role::Spare && actor.state == ActorState::Scheduling {
+            self.transition(ix, ActorState::Standby);
+        }
+        if !self.admitted && (0..self.spec.min_nodes).all(|i| self.actors[i as usize].bundle.is_placed()) {
+            self.admitted = true;
+        }
+        self.note_possible_growth(now, ix);
+    }
+
+    /// A newly placed active actor outside the running world grows it after
+    /// `scale_up_delay_ms` (where growth restarts the world), so that joins arriving close
+    /// together make one restart.
+    fn note_possible_growth(&mut self, now: Instant, ix: ActorIx) {
+        let actor = &self.actors[ix as usize];
+        let cycle_running = self.world.iter().any(|w| self.actors[*w as usize].state == ActorState::Running);
+        if self.mode().grows_by_restart()
+            && actor.role == Role::Active
+            && actor.state == ActorState::Scheduling
+            && cycle_running
+            && !self.timers.is_set(Timer::ScaleUp)
+        {
+            self.timers.set(Timer::ScaleUp, now.plus_ms(self.spec.scale_up_delay_ms));
+        }
+    }
+
+    /// All of them first lose their bundles, then each reacts: a reaction (say, closing the
+    /// job) must not try to release a bundle that is already gone.
+    pub(super) fn on_bundles_lost(&mut self, now: Instant, actors: &[ActorIx], loss: Loss) {
+        for &ix in actors {
+            let actor = &mut self.actors[ix as usize];
+            assert!(actor.bundle.is_placed(), "{} lost a bundle it did not hold", actor.name);
+            actor.bundle = Bundle::None;
+            actor.lost_at = Some(now);
+            if let Some(run) = actor.run.as_ref().filter(|r| r.exited.is_none()) {
+                let record = LossRecord {
+                    cycle: run.cycle,
+                    actor: ix,
+                    node: loss.node.clone(),
+                    silent_since: loss.silent_since,
+                };
+                self.losses.push(record);
+            }
+        }
+        for &ix in actors {
+            self.on_bundle_lost(now, ix, &loss);
+        }
+    }
+
+    fn on_bundle_lost(&mut self, now: Instant, ix: ActorIx, loss: &Loss) {
+        match self.actors[ix as usize].state {
+            ActorState::Standby => self.transition(ix, ActorState::Scheduling),
+            ActorState::Running => self.run_lost_with_node(now, ix, loss),
+            // FAILING: its process has ended already; it only loses the bundle.
+            ActorState::Scheduling
+            | ActorState::Failing
+            | ActorState::Stopped
+            | ActorState::TaskCompleted
+            | ActorState::Failed => {}
+        }
+    }
+
+    fn run_lost_with_node(&mut self, now: Instant, ix: ActorIx, loss: &Loss) {
+        let run = self.actors[ix as usize].run.as_ref().expect("a running actor has a run");
+        if run.exited.is_some() {
+            return; // finished its work already; it only loses the bundle
+        }
+        let key = self.key_of(ix);
+        self.effects.push_back(DriverEffect::AttemptEnded { node: run.node.clone(), key });
+        self.end_attempt(now, ix, Ending::NodeLost(loss));
+    }
+
+    pub(super) fn on_draining(&mut self, now: Instant, ix: ActorIx, deadline: Instant) {
+        let actor = &mut self.actors[ix as usize];
+        let Bundle::Placed { draining, node, .. } = &mut actor.bundle else {
+            return;
+        };
+        *draining = true;
+        let node = node.name.clone();
+        match actor.state {
+            ActorState::Standby => {
+                self.drop_bundle(ix);
+                self.actors[ix as usize].lost_at = Some(now);
+                self.transition(ix, ActorState::Scheduling);
+            }
+            ActorState::Scheduling | ActorState::Failing => {
+                self.drop_bundle(ix);
+                self.actors[ix as usize].lost_at = Some(now);
+            }
+            ActorState::Running => {
+                let run = actor.run.as_mut().expect("a running actor has a run");
+                run.draining = true;
+                if run.stop.is_none() && run.exited.is_none() {
+                    let deadline_ms = deadline.ms_since(now);
+                    let grace = self.spec.stop_grace_ms.min(deadline_ms);
+                    self.stop_run(ix, StopReason::Drain { node, deadline_ms }, grace);
+                }
+            }
+            other => panic!("{} held a bundle while {other}", actor.name),
+        }
+    }
+
+    pub(super) fn on_started(&mut self, key: AttemptKey) {
+        match self.current_run(&key) {
+            Some(run) => run.acked = true,
+            None => self.stale(key, "start confirmation"),
+        }
+    }
+
+    pub(super) fn on_exited(&mut self, now: Instant, key: AttemptKey, status: ExitStatus) {
+        let waits = self.mode().success_waits_for_peers() && self.closing.is_none();
+        let Some(run) = self.current_run(&key) else {
+            return self.stale(key, "exit report");
+        };
+        let node = run.node.clone();
+        if waits && status.success() && run.stop.is_none() {
+            run.exited = Some((status, now));
+            self.effects.push_back(DriverEffect::AttemptEnded { node, key });
+            if self.world_exited_ok() {
+                self.complete_gang(now);
+            }
+            return;
+        }
+        self.effects.push_back(DriverEffect::AttemptEnded { node, key: key.clone() });
+        self.end_attempt(now, key.actor, Ending::Exited { status, reacting_to: None });
+    }
+
+    pub(super) fn on_spawn_failed(&mut self, now: Instant, key: AttemptKey, message: String) {
+        let Some(run) = self.current_run(&key) else {
+            return self.stale(key, "spawn failure");
+        };
+        let node = run.node.clone();
+        self.effects.push_back(DriverEffect::AttemptEnded { node, key: key.clone() });
+        self.end_attempt(now, key.actor, Ending::SpawnFailed { message: &message });
+    }
+}

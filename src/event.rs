@@ -1,0 +1,227 @@
+//! Events: what the head tells followers, traces and checkers, as types from end to end. The
+//! core emits [`Event`]s; a trace line and a line of the runtime's NDJSON stream are both an
+//! [`EventLine`] (the event and its time, one flat JSON object with sorted keys); a client
+//! reads the stream back as [`StreamLine`]s. Field names here are a contract.
+
+use crate::driver::{ActorState, CloseReason, JobState, LedgerEntry};
+use crate::ids::{ActorId, JobId, NodeId};
+use crate::protocol::AttemptKey;
+use crate::scheduler::{NodeState, QueueClass};
+use crate::time::Instant;
+use crate::view::JobView;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+/// Events for followers and traces.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    JobSubmitted {
+        job: JobId,
+        name: String,
+    },
+    /// Something happened inside one job; written flat, with `job` beside the detail's fields.
+    Job {
+        job: JobId,
+        detail: JobEvent,
+    },
+    Placed {
+        job: JobId,
+        actor: ActorId,
+        node: NodeId,
+        class: QueueClass,
+    },
+    Released {
+        job: JobId,
+        actor: ActorId,
+        node: NodeId,
+    },
+    NodeState {
+        node: NodeId,
+        state: NodeState,
+        evidence: String,
+    },
+}
+
+/// The `event` tags of [`Event`]'s own variants; every other tag is a [`JobEvent`]'s.
+const OWN_TAGS: [&str; 4] = ["job_submitted", "placed", "released", "node_state"];
+
+impl Event {
+    /// The job the event is about, if any.
+    pub fn job(&self) -> Option<&JobId> {
+        match self {
+            Event::JobSubmitted { job, .. }
+            | Event::Job { job, .. }
+            | Event::Placed { job, .. }
+            | Event::Released { job, .. } => Some(job),
+            Event::NodeState { .. } => None,
+        }
+    }
+}
+
+/// Things worth telling a follower of a job, and worth a line in a trace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum JobEvent {
+    Transition {
+        actor: ActorId,
+        from: ActorState,
+        to: ActorState,
+        attempt: u32,
+        cycle: u32,
+        rank: Option<u32>,
+        node: Option<NodeId>,
+    },
+    CycleFormed {
+        cycle: u32,
+        world_size: u32,
+        master_addr: String,
+        master_port: u16,
+        /// Actors in rank order.
+        ranks: Vec<ActorId>,
+    },
+    Ledger {
+        entry: LedgerEntry,
+    },
+    JobState {
+        from: JobState,
+        to: JobState,
+        message: Option<String>,
+    },
+    Promoted {
+        spare: ActorId,
+        replaces: ActorId,
+    },
+    Closing {
+        reason: CloseReason,
+    },
+    /// A message about an older attempt or cycle, ignored.
+    Stale {
+        key: AttemptKey,
+        what: String,
+    },
+    Feasibility {
+        infeasible: Option<String>,
+    },
+    /// Placed while the job could no longer use it (terminating or closed): released at once.
+    ReleasedUnused {
+        actor: ActorId,
+    },
+}
+
+/// One event at one time: a line of a trace, or of the head's event stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventLine {
+    pub t_ms: u64,
+    pub event: Event,
+}
+
+impl EventLine {
+    pub fn new(now: Instant, event: Event) -> Self {
+        EventLine { t_ms: now.as_ms(), event }
+    }
+
+    /// The line's text: one JSON object, keys sorted, so that equal runs print equal bytes.
+    pub fn to_json(&self) -> String {
+        Value::Object(self.to_map()).to_string()
+    }
+
+    fn to_map(&self) -> Map<String, Value> {
+        let mut map = match &self.event {
+            Event::Job { job, detail } => {
+                let mut map = as_object(serde_json::to_value(detail).expect("job events serialize"));
+                map.insert("job".into(), Value::String(job.to_string()));
+                map
+            }
+            other => as_object(serde_json::to_value(other).expect("events serialize")),
+        };
+        map.insert("t_ms".into(), Value::from(self.t_ms));
+        map
+    }
+
+    fn from_map(mut map: Map<String, Value>) -> Result<Self, String> {
+        let t_ms = map.remove("t_ms").and_then(|t| t.as_u64()).ok_or("an event line needs `t_ms`")?;
+        let tag = map.get("event").and_then(Value::as_str).ok_or("an event line needs `event`")?;
+        let event = if OWN_TAGS.contains(&tag) {
+            serde_json::from_value(Value::Object(map)).map_err(|e| e.to_string())?
+        } else {
+            let job = map.remove("job").ok_or("a job event line needs `job`")?;
+            let job: JobId = serde_json::from_value(job).map_err(|e| e.to_string())?;
+            let detail = serde_json::from_value(Value::Object(map)).map_err(|e| e.to_string())?;
+            Event::Job { job, detail }
+        };
+        Ok(EventLine { t_ms, event })
+    }
+}
+
+fn as_object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        other => panic!("events serialize as objects, got {other}"),
+    }
+}
+
+impl Serialize for EventLine {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_map().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for EventLine {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        EventLine::from_map(Map::deserialize(deserializer)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A line of the head's NDJSON event stream: where a job stands, or an event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamLine {
+    /// `{"event": "snapshot", "job": {...}}`: the job as `status JOB --output json` shows it.
+    Snapshot(Box<JobView>),
+    Event(EventLine),
+}
+
+impl StreamLine {
+    pub fn to_json(&self) -> String {
+        match self {
+            StreamLine::Snapshot(job) => serde_json::json!({"event": "snapshot", "job": job}).to_string(),
+            StreamLine::Event(line) => line.to_json(),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<StreamLine, String> {
+        let mut map: Map<String, Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if map.get("event").and_then(Value::as_str) == Some("snapshot") {
+            let job = map.remove("job").ok_or("a snapshot needs `job`")?;
+            return serde_json::from_value(job).map(|j| StreamLine::Snapshot(Box::new(j))).map_err(|e| e.to_string());
+        }
+        EventLine::from_map(map).map(StreamLine::Event)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_flat_sorted_json_and_read_back() {
+        let line = EventLine::new(
+            Instant::from_ms(5),
+            Event::NodeState { node: "n1".into(), state: NodeState::Dead, evidence: "gone".into() },
+        );
+        let text = line.to_json();
+        assert_eq!(text, r#"{"event":"node_state","evidence":"gone","node":"n1","state":"DEAD","t_ms":5}"#);
+        assert_eq!(serde_json::from_str::<EventLine>(&text).unwrap(), line);
+    }
+
+    #[test]
+    fn job_events_carry_the_job_beside_their_fields() {
+        let job = JobId::new("j1");
+        let detail = JobEvent::Promoted { spare: ActorId::new(job.clone(), 3), replaces: ActorId::new(job.clone(), 1) };
+        let line = EventLine::new(Instant::from_ms(9), Event::Job { job, detail });
+        let text = line.to_json();
+        assert_eq!(text, r#"{"event":"promoted","job":"j1","replaces":"j1/1","spare":"j1/3","t_ms":9}"#);
+        assert_eq!(StreamLine::parse(&text).unwrap(), StreamLine::Event(line));
+        assert!(StreamLine::parse(r#"{"event":"meteor","job":"j1","t_ms":1}"#).is_err());
+    }
+}

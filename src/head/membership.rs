@@ -1,0 +1,141 @@
+//! Membership: agents registering (and re-registering after a reconnect or a restart),
+//! heartbeats and the reconciliation they carry, preemption notices, and declaring a node
+//! DEAD — with the drivers told which of their bundles went with it.
+
+use super::{check_name, Effect, Head, Rejected, Reply};
+use crate::driver::{DriverInput, Loss};
+use crate::event::Event;
+use crate::ids::NodeId;
+use crate::protocol::AttemptKey;
+use crate::resources::{Labels, Resources};
+use crate::scheduler::{NodeIx, NodeState, PgId};
+use crate::time::Instant;
+use std::collections::BTreeMap;
+
+impl Head {
+    pub(super) fn register(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        incarnation: u64,
+        resources: Resources,
+        labels: Labels,
+        addr: String,
+    ) -> Result<Reply, Rejected> {
+        check_name(node.as_str())?;
+        let known = self.scheduler.node_ix(&node);
+        if known.is_none() && self.scheduler.node_count() >= self.config.max_nodes {
+            return Err(Rejected::TooManyNodes(self.scheduler.node_count()));
+        }
+        if let Some(ix) = known {
+            let record = self.liveness.get(ix).expect("known node has a record");
+            if record.alive && record.incarnation == incarnation {
+                // The same agent reconnecting: nothing was lost.
+                self.liveness.get_mut(ix).expect("record").addr = addr;
+                self.liveness.heard(ix, now, self.config.node_timeout_ms);
+                return Ok(Reply::Done);
+            }
+            if record.alive {
+                self.lose_node(now, ix, format!("the agent on {node} restarted; its processes were lost"));
+            }
+        }
+        let ix = self.scheduler.add_node(node.clone(), resources, labels);
+        self.liveness.register(ix, addr, incarnation, now, self.config.node_timeout_ms);
+        self.notify(Event::NodeState { node, state: NodeState::Alive, evidence: "registered".into() });
+        Ok(Reply::Done)
+    }
+
+    pub(super) fn heartbeat(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        incarnation: u64,
+        seq: u64,
+        running: &[AttemptKey],
+    ) -> Result<Reply, Rejected> {
+        let ix = self.alive_node(&node, incarnation)?;
+        let record = self.liveness.get_mut(ix).expect("alive node has a record");
+        if seq <= record.last_seq {
+            return Ok(Reply::Done); // duplicated or overtaken by a newer heartbeat
+        }
+        record.last_seq = seq;
+        self.liveness.heard(ix, now, self.config.node_timeout_ms);
+        let grace = |key: &AttemptKey| self.jobs.get(&key.job).map_or(10_000, |j| j.driver.spec().stop_grace_ms);
+        for msg in self.attempts.reconcile(ix, running, &grace) {
+            self.effects.push_back(Effect::Send { node: node.clone(), msg });
+        }
+        Ok(Reply::Done)
+    }
+
+    /// The node's index if it is registered, alive, and this is its current agent.
+    fn alive_node(&self, node: &NodeId, incarnation: u64) -> Result<NodeIx, Rejected> {
+        let ix = self.scheduler.node_ix(node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        let record = self.liveness.get(ix).expect("known node has a record");
+        if !record.alive {
+            return Err(Rejected::UnknownNode(node.clone()));
+        }
+        if record.incarnation != incarnation {
+            return Err(Rejected::StaleIncarnation(node.clone()));
+        }
+        Ok(ix)
+    }
+
+    /// The node goes away within `deadline_ms`: nothing new is placed there, and the drivers
+    /// move what runs there.
+    pub(super) fn preemption_notice(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        deadline_ms: u64,
+    ) -> Result<Reply, Rejected> {
+        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        if self.scheduler.node(ix).state != NodeState::Alive {
+            return match self.scheduler.node(ix).state {
+                NodeState::Draining => Ok(Reply::Done),
+                _ => Err(Rejected::UnknownNode(node)),
+            };
+        }
+        let deadline = now.plus_ms(deadline_ms);
+        self.scheduler.drain_node(ix);
+        let evidence = format!("preemption notice, deadline in {deadline_ms} ms");
+        self.notify(Event::NodeState { node, state: NodeState::Draining, evidence });
+        let bundles: Vec<(PgId, u32)> = self.scheduler.node(ix).bundles.iter().copied().collect();
+        for (pg, actor) in bundles {
+            self.feed(now, pg, DriverInput::Draining { actor, deadline });
+        }
+        Ok(Reply::Done)
+    }
+
+    /// Declares DEAD every node not heard from within the node timeout.
+    pub(super) fn expire_silent_nodes(&mut self, now: Instant) {
+        for ix in self.liveness.pop_expired(now) {
+            let heard = self.liveness.get(ix).expect("expired node has a record").last_heard;
+            let name = self.scheduler.node(ix).name.clone();
+            self.lose_node(now, ix, format!("node {name} missed heartbeats for {} ms", now.ms_since(heard)));
+        }
+    }
+
+    /// Marks a node DEAD and tells every driver that had a bundle there.
+    fn lose_node(&mut self, now: Instant, ix: NodeIx, evidence: String) {
+        let silent_since = self.liveness.get(ix).map_or(now, |r| r.last_heard);
+        let node = self.scheduler.node(ix);
+        let (name, preemptible, draining) = (node.name.clone(), node.preemptible, node.state == NodeState::Draining);
+        let evidence = match (preemptible, draining) {
+            (_, true) => format!("{evidence} (it was draining after a preemption notice)"),
+            (true, false) => format!("{evidence} (it is labelled preemptible=true)"),
+            (false, false) => evidence,
+        };
+        self.liveness.mark_dead(ix);
+        self.attempts.node_lost(ix);
+        let lost = self.scheduler.kill_node(ix);
+        self.notify(Event::NodeState { node: name.clone(), state: NodeState::Dead, evidence: evidence.clone() });
+        let mut by_job: BTreeMap<PgId, Vec<u32>> = BTreeMap::new();
+        for (pg, actor) in lost {
+            by_job.entry(pg).or_default().push(actor);
+        }
+        for (pg, actors) in by_job {
+            let loss = Loss { node: name.clone(), preemptible, draining, silent_since, evidence: evidence.clone() };
+            self.feed(now, pg, DriverInput::BundlesLost { actors, loss });
+        }
+    }
+}

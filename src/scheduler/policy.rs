@@ -1,0 +1,127 @@
+//! Scheduling policy (DESIGN §3), in one place. Drivers say what they need a bundle for
+//! ([`Need`]); this module decides everything that follows from it:
+//!
+//! | need | class | order within the class |
+//! |---|---|---|
+//! | `Restore` a lost bundle a running job needs to stay at `min_nodes` | 1 Replacement | loss time (FIFO), whatever the priority |
+//! | `Admission`: the required gang of a pending job | 2 PendingGang | priority, then submit time |
+//! | `Spare` | 3 Spare | priority, then submit time |
+//! | `Growth` towards `max_nodes` | 4 Elastic | priority, then submit time |
+//!
+//! Classes are offered capacity in that order ([`class_order`]). Backfill with aging: an item
+//! that cannot be placed lets lower items use capacity unless it is *protected* — a replacement
+//! always, anything else once it has waited `starvation_ms` ([`is_protected`]); a protected
+//! item holds every node it could use now ([`Holds`]).
+//!
+//! A new queue rule belongs here; the recipe is in `docs/structure.md`.
+
+use super::cluster::{Node, NodeIx};
+use super::feasibility::could_use_now;
+use super::pg::PlacementGroup;
+use super::queue::{QueueClass, QueueKey};
+use super::{PgId, PolicyFault};
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What a job needs one bundle for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Need {
+    /// A member of the required gang of a job not yet admitted (requested as one item).
+    Admission,
+    /// A bundle a running job lost and needs to stay at `min_nodes`.
+    Restore { lost_at: Instant },
+    /// A hot spare.
+    Spare,
+    /// A bundle between `min_nodes` and `max_nodes`.
+    Growth,
+}
+
+/// The queue class a need is served from.
+pub fn class_of(need: Need) -> QueueClass {
+    match need {
+        Need::Restore { .. } => QueueClass::Replacement,
+        Need::Admission => QueueClass::PendingGang,
+        Need::Spare => QueueClass::Spare,
+        Need::Growth => QueueClass::Elastic,
+    }
+}
+
+/// Where a need waits in its class: since its loss for a restoration, else since submission.
+pub fn waiting_since(need: Need, submitted: Instant) -> Instant {
+    match need {
+        Need::Restore { lost_at } => lost_at,
+        Need::Admission | Need::Spare | Need::Growth => submitted,
+    }
+}
+
+/// Does a job's priority order items of `class`? Replacements are FIFO whatever the priority:
+/// a running gang is admitted already.
+pub fn orders_by_priority(class: QueueClass) -> bool {
+    class != QueueClass::Replacement
+}
+
+/// The order in which classes are offered capacity, highest first.
+pub fn class_order(fault: PolicyFault) -> [QueueClass; 4] {
+    use QueueClass::*;
+    match fault {
+        PolicyFault::GangsBeforeReplacements => [PendingGang, Replacement, Spare, Elastic],
+        PolicyFault::None => [Replacement, PendingGang, Spare, Elastic],
+    }
+}
+
+/// A blocked item that lower items may not take capacity from.
+pub fn is_protected(key: &QueueKey, now: Instant, starvation_ms: u64) -> bool {
+    key.class == QueueClass::Replacement || now.ms_since(key.since) >= starvation_ms
+}
+
+/// Placement groups whose blocked, protected items lower items must not take capacity from.
+#[derive(Default)]
+pub struct Holds {
+    groups: Vec<PgId>,
+}
+
+impl Holds {
+    /// Adds a blocked group unless an equivalent one (same demand and filters) is held already.
+    pub fn add(&mut self, id: PgId, pgs: &BTreeMap<PgId, PlacementGroup>) {
+        let pg = &pgs[&id];
+        let same = |h: &PgId| {
+            let h = &pgs[h];
+            h.demand == pg.demand
+                && h.selector == pg.selector
+                && h.avoid_preemptible == pg.avoid_preemptible
+                && h.pack_by == pg.pack_by
+                && h.strategy == pg.strategy
+                && h.on_nodes.is_empty()
+                && pg.on_nodes.is_empty()
+        };
+        if !self.groups.iter().any(same) {
+            self.groups.push(id);
+        }
+    }
+
+    /// Is `node` capacity some held group could use now?
+    pub fn held(&self, node: &Node, ix: NodeIx, pgs: &BTreeMap<PgId, PlacementGroup>) -> bool {
+        self.groups.iter().any(|id| could_use_now(node, ix, &pgs[id]))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needs_map_to_classes_and_replacements_ignore_priority() {
+        let t = Instant::from_ms(7);
+        assert_eq!(class_of(Need::Restore { lost_at: t }), QueueClass::Replacement);
+        assert_eq!(waiting_since(Need::Restore { lost_at: t }, Instant::ZERO), t);
+        assert_eq!(waiting_since(Need::Growth, Instant::from_ms(3)), Instant::from_ms(3));
+        assert!(!orders_by_priority(QueueClass::Replacement) && orders_by_priority(QueueClass::Spare));
+        assert_eq!(class_order(PolicyFault::None)[0], QueueClass::Replacement);
+    }
+}
