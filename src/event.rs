@@ -123,20 +123,11 @@ impl EventLine {
 
     /// The line's text: one JSON object, keys sorted, so that equal runs print equal bytes.
     pub fn to_json(&self) -> String {
-        Value::Object(self.to_map()).to_string()
+        line_json(self.t_ms, &self.event)
     }
 
     fn to_map(&self) -> Map<String, Value> {
-        let mut map = match &self.event {
-            Event::Job { job, detail } => {
-                let mut map = as_object(serde_json::to_value(detail).expect("job events serialize"));
-                map.insert("job".into(), Value::String(job.to_string()));
-                map
-            }
-            other => as_object(serde_json::to_value(other).expect("events serialize")),
-        };
-        map.insert("t_ms".into(), Value::from(self.t_ms));
-        map
+        line_map(self.t_ms, &self.event)
     }
 
     fn from_map(mut map: Map<String, Value>) -> Result<Self, String> {
@@ -152,6 +143,24 @@ impl EventLine {
         };
         Ok(EventLine { t_ms, event })
     }
+}
+
+/// The text of the line `event` at `t_ms` makes, without building the line.
+pub fn line_json(t_ms: u64, event: &Event) -> String {
+    Value::Object(line_map(t_ms, event)).to_string()
+}
+
+fn line_map(t_ms: u64, event: &Event) -> Map<String, Value> {
+    let mut map = match event {
+        Event::Job { job, detail } => {
+            let mut map = as_object(serde_json::to_value(detail).expect("job events serialize"));
+            map.insert("job".into(), Value::String(job.to_string()));
+            map
+        }
+        other => as_object(serde_json::to_value(other).expect("events serialize")),
+    };
+    map.insert("t_ms".into(), Value::from(t_ms));
+    map
 }
 
 fn as_object(value: Value) -> Map<String, Value> {

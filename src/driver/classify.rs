@@ -7,7 +7,7 @@
 //! `docs/structure.md`.
 
 use super::actor::{Run, StopReason};
-use super::budget::{Budget, BudgetKind, Charge};
+use super::budget::{BudgetKind, Charge};
 use super::{CloseReason, Loss};
 use crate::ids::{ActorId, NodeId};
 use crate::protocol::ExitStatus;
@@ -220,11 +220,6 @@ pub fn fatal_message(actor: &ActorId, cause: Cause, charge: Charge) -> String {
         Charge::Exhausted(kind) => format!("{actor} failed ({cause}) and the {kind} retry budget is exhausted"),
         _ => format!("{actor} failed ({cause}), which is never retried"),
     }
-}
-
-/// Whether a failure charged to `kind` has left that budget at 0.
-pub fn left_at_zero(left: Budget) -> bool {
-    left.is_exhausted()
 }
 
 #[cfg(test)]

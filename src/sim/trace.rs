@@ -2,7 +2,7 @@
 //! ledger entries, node states), stamped with simulated time. Keys are sorted, so the same run
 //! prints the same bytes in any process; a running hash lets two runs be compared cheaply.
 
-use crate::event::{Event, EventLine};
+use crate::event::{line_json, Event};
 use crate::time::Instant;
 
 /// FNV-1a, 64 bit: stable, dependency-free, good enough to compare traces.
@@ -24,11 +24,6 @@ impl TraceHash {
     }
 }
 
-/// One trace line for `event` at `now` (see [`EventLine`]).
-pub fn line(now: Instant, event: &Event) -> String {
-    EventLine::new(now, event.clone()).to_json()
-}
-
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
     /// Keep the lines (for `--trace`), or only hash them.
@@ -40,7 +35,7 @@ pub struct Trace {
 
 impl Trace {
     pub fn record(&mut self, now: Instant, event: &Event) {
-        let text = line(now, event);
+        let text = line_json(now.as_ms(), event);
         self.hash.add(&text);
         self.count += 1;
         if self.keep {
