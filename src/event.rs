@@ -41,10 +41,16 @@ pub enum Event {
         state: NodeState,
         evidence: String,
     },
+    /// A node's agent restarted: it re-attached to `reattached` attempts; `lost` were gone.
+    AgentRestarted {
+        node: NodeId,
+        reattached: u32,
+        lost: u32,
+    },
 }
 
 /// The `event` tags of [`Event`]'s own variants; every other tag is a [`JobEvent`]'s.
-const OWN_TAGS: [&str; 4] = ["job_submitted", "placed", "released", "node_state"];
+const OWN_TAGS: [&str; 5] = ["job_submitted", "placed", "released", "node_state", "agent_restarted"];
 
 impl Event {
     /// The job the event is about, if any.
@@ -54,7 +60,7 @@ impl Event {
             | Event::Job { job, .. }
             | Event::Placed { job, .. }
             | Event::Released { job, .. } => Some(job),
-            Event::NodeState { .. } => None,
+            Event::NodeState { .. } | Event::AgentRestarted { .. } => None,
         }
     }
 }

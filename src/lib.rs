@@ -6,6 +6,7 @@
 //! time is a value passed in, randomness comes from a seed, and every map iterates in a fixed
 //! order. The daemon (`ftdrive-actors`) and the simulator drive the very same code.
 
+pub mod agent;
 pub mod config;
 pub mod event;
 pub mod ids;

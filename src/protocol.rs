@@ -1,7 +1,9 @@
 //! Messages between the head and node agents, as data. The runtime carries them over a
-//! socket and the simulator over its simulated network; both use these types.
+//! socket and the simulator over its simulated network; both use these types, and both run
+//! the same agent protocol (`agent.rs`) and head (`head/`) on them.
 
-use crate::ids::{ActorIx, JobId};
+use crate::ids::{ActorIx, JobId, NodeId};
+use crate::resources::{Labels, Resources};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -80,6 +82,16 @@ impl fmt::Display for ExitStatus {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToAgent {
+    /// The registration was accepted; heartbeat this often. A node not heard from for
+    /// `node_timeout_ms` is declared dead (an agent's supervisors wait as long for it).
+    Welcome {
+        heartbeat_interval_ms: u64,
+        #[serde(default)]
+        node_timeout_ms: u64,
+    },
+    /// A message was refused. `register_again`: the head does not know this agent (declared
+    /// dead, or the registration was lost) and it should register again.
+    Refused { reason: String, register_again: bool },
     /// Start this attempt unless it is already running or finished (the head may resend).
     Start(StartSpec),
     /// Stop this attempt: SIGTERM, then SIGKILL after `grace_ms`. An attempt the agent never
@@ -90,10 +102,84 @@ pub enum ToAgent {
 }
 
 impl ToAgent {
-    pub fn key(&self) -> &AttemptKey {
+    /// The attempt this message is about, if any.
+    pub fn key(&self) -> Option<&AttemptKey> {
         match self {
-            ToAgent::Start(spec) => &spec.key,
-            ToAgent::Stop { key, .. } | ToAgent::AckExit { key } => key,
+            ToAgent::Start(spec) => Some(&spec.key),
+            ToAgent::Stop { key, .. } | ToAgent::AckExit { key } => Some(key),
+            ToAgent::Welcome { .. } | ToAgent::Refused { .. } => None,
+        }
+    }
+}
+
+/// Agent → head: everything an agent may say. The runtime carries it over a WebSocket, the
+/// simulator over its simulated network; nothing else an agent sends is accepted (it cannot,
+/// say, submit or stop a job).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToHead {
+    /// The agent (re)connects. `running`: the attempts it has processes for (re-attached ones
+    /// included); `ended`: attempts whose end it has not had acknowledged — their reports
+    /// follow this message.
+    Register {
+        node: NodeId,
+        incarnation: u64,
+        resources: Resources,
+        labels: Labels,
+        /// Where other ranks reach this node (`MASTER_ADDR`).
+        addr: String,
+        /// Base URL of this agent's log server (the runtime's; the core ignores it).
+        #[serde(default)]
+        log_url: String,
+        #[serde(default)]
+        running: Vec<AttemptKey>,
+        #[serde(default)]
+        ended: Vec<AttemptKey>,
+    },
+    Heartbeat {
+        node: NodeId,
+        incarnation: u64,
+        seq: u64,
+        running: Vec<AttemptKey>,
+    },
+    Started {
+        node: NodeId,
+        key: AttemptKey,
+    },
+    Exited {
+        node: NodeId,
+        key: AttemptKey,
+        status: ExitStatus,
+    },
+    SpawnFailed {
+        node: NodeId,
+        key: AttemptKey,
+        message: String,
+    },
+    /// This machine goes away within `deadline_ms`.
+    PreemptionNotice {
+        node: NodeId,
+        deadline_ms: u64,
+    },
+}
+
+impl ToHead {
+    pub fn node(&self) -> &NodeId {
+        match self {
+            ToHead::Register { node, .. }
+            | ToHead::Heartbeat { node, .. }
+            | ToHead::Started { node, .. }
+            | ToHead::Exited { node, .. }
+            | ToHead::SpawnFailed { node, .. }
+            | ToHead::PreemptionNotice { node, .. } => node,
+        }
+    }
+
+    /// The attempt this message reports on, if it reports on one.
+    pub fn attempt(&self) -> Option<&AttemptKey> {
+        match self {
+            ToHead::Started { key, .. } | ToHead::Exited { key, .. } | ToHead::SpawnFailed { key, .. } => Some(key),
+            _ => None,
         }
     }
 }

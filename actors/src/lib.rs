@@ -5,4 +5,3 @@ pub mod cli;
 pub mod head;
 pub mod node;
 pub mod paths;
-pub mod wire;

@@ -1,5 +1,6 @@
-//! Where things live on disk, and the API token: the head writes a fresh token into its state
-//! directory (mode 0600) unless `$FTDRIVE_TOKEN` is set; clients read the same places.
+//! Where things live on disk, and the API token: the head creates a token in its state
+//! directory once (mode 0600) and reuses it at every start, unless `$FTDRIVE_TOKEN` is set;
+//! clients and agents read the same places.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -18,15 +19,86 @@ pub fn token_file(state_dir: &Path) -> PathBuf {
     state_dir.join("token")
 }
 
-/// The token a head uses: `$FTDRIVE_TOKEN`, or a new random one written to `<state_dir>/token`.
+/// The token a head uses: `$FTDRIVE_TOKEN`, else the one in `<state_dir>/token` — created on
+/// the first start and the same at every start after, so that agents and clients keep working
+/// across a head restart.
 pub fn head_token(state_dir: &Path) -> std::io::Result<String> {
     if let Some(token) = std::env::var("FTDRIVE_TOKEN").ok().filter(|t| !t.is_empty()) {
         return Ok(token);
     }
+    stored_token(state_dir)
+}
+
+/// The token in `<state_dir>/token`, created if there is none.
+pub fn stored_token(state_dir: &Path) -> std::io::Result<String> {
+    private_dir(state_dir)?;
+    let file = token_file(state_dir);
+    match std::fs::read_to_string(&file) {
+        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_string()),
+        Ok(_) => {
+            return Err(std::io::Error::other(format!(
+                "{} is empty; remove it to have a new token made",
+                file.display()
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let token = random_token()?;
-    std::fs::create_dir_all(state_dir)?;
-    write_private(&token_file(state_dir), token.as_bytes())?;
+    create_private(&file, token.as_bytes())?;
     Ok(token)
+}
+
+/// A state directory only its owner can enter.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Creates a file only its owner can read; refuses to replace one, or to follow a link.
+pub fn create_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// A secret: given (in the environment), or read from a file at every use, so that a file
+/// re-created meanwhile is picked up.
+#[derive(Clone, Debug)]
+pub enum Credential {
+    Given(String),
+    File(PathBuf),
+}
+
+impl Credential {
+    /// `$var` when set, else `file`.
+    pub fn from_env_or_file(var: &str, file: PathBuf) -> Credential {
+        match std::env::var(var).ok().filter(|t| !t.is_empty()) {
+            Some(token) => Credential::Given(token),
+            None => Credential::File(file),
+        }
+    }
+
+    pub fn read(&self) -> Result<String, String> {
+        match self {
+            Credential::Given(token) => Ok(token.clone()),
+            Credential::File(file) => std::fs::read_to_string(file).map(|t| t.trim().to_string()).map_err(|e| {
+                format!(
+                    "cannot read the credential file {} ({e}); the head creates it at its first start",
+                    file.display()
+                )
+            }),
+        }
+    }
 }
 
 /// The token a client presents: `$FTDRIVE_TOKEN`, or the head's token file.
@@ -79,6 +151,17 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_head_token_is_made_once_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let first = stored_token(&state).unwrap();
+        assert_eq!(stored_token(&state).unwrap(), first, "the same token at the next start");
+        let mode = std::fs::metadata(&state).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        assert!(create_private(&token_file(&state), b"x").is_err(), "never replaced");
+    }
 
     #[test]
     fn token_file_is_private() {

@@ -158,4 +158,13 @@ impl Driver {
         self.effects.push_back(DriverEffect::AttemptEnded { node, key: key.clone() });
         self.end_attempt(now, key.actor, Ending::SpawnFailed { message: &message });
     }
+
+    pub(super) fn on_attempt_lost(&mut self, now: Instant, key: AttemptKey, loss: &Loss) {
+        let Some(run) = self.current_run(&key) else {
+            return self.stale(key, "attempt loss");
+        };
+        let node = run.node.clone();
+        self.effects.push_back(DriverEffect::AttemptEnded { node, key: key.clone() });
+        self.end_attempt(now, key.actor, Ending::NodeLost(loss));
+    }
 }

@@ -169,6 +169,11 @@ pub enum DriverInput {
         key: AttemptKey,
         message: String,
     },
+    /// The attempt's process is gone though its node lives on (its agent restarted without it).
+    AttemptLost {
+        key: AttemptKey,
+        loss: Loss,
+    },
     /// The job's bundle became infeasible (with the reason) or feasible again.
     Feasibility(Option<String>),
     /// The user stops the job.
@@ -373,6 +378,7 @@ impl Driver {
             DriverInput::Started { key } => self.on_started(key),
             DriverInput::Exited { key, status } => self.on_exited(now, key, status),
             DriverInput::SpawnFailed { key, message } => self.on_spawn_failed(now, key, message),
+            DriverInput::AttemptLost { key, loss } => self.on_attempt_lost(now, key, &loss),
             DriverInput::Feasibility(infeasible) => {
                 self.infeasible = infeasible.clone();
                 self.event(JobEvent::Feasibility { infeasible });

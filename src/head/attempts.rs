@@ -47,6 +47,16 @@ impl AttemptIndex {
         }
     }
 
+    /// Attempts on `node` whose start was confirmed but that a restarted agent neither runs
+    /// (`running`) nor owes an end report for (`ended`).
+    pub fn missing(&self, node: NodeIx, running: &[AttemptKey], ended: &[AttemptKey]) -> Vec<AttemptKey> {
+        let Some(live) = self.by_node.get(&node) else { return Vec::new() };
+        live.iter()
+            .filter(|(key, a)| a.acked && !running.contains(key) && !ended.contains(key))
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
     /// The node is gone, and its processes with it.
     pub fn node_lost(&mut self, node: NodeIx) {
         self.by_node.remove(&node);

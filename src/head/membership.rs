@@ -2,26 +2,18 @@
 //! heartbeats and the reconciliation they carry, preemption notices, and declaring a node
 //! DEAD — with the drivers told which of their bundles went with it.
 
-use super::{check_name, Effect, Head, Rejected, Reply};
+use super::{check_name, Effect, Head, Registration, Rejected, Reply};
 use crate::driver::{DriverInput, Loss};
 use crate::event::Event;
 use crate::ids::NodeId;
 use crate::protocol::AttemptKey;
-use crate::resources::{Labels, Resources};
 use crate::scheduler::{NodeIx, NodeState, PgId};
 use crate::time::Instant;
 use std::collections::BTreeMap;
 
 impl Head {
-    pub(super) fn register(
-        &mut self,
-        now: Instant,
-        node: NodeId,
-        incarnation: u64,
-        resources: Resources,
-        labels: Labels,
-        addr: String,
-    ) -> Result<Reply, Rejected> {
+    pub(super) fn register(&mut self, now: Instant, agent: Registration) -> Result<Reply, Rejected> {
+        let node = agent.node.clone();
         check_name(node.as_str())?;
         let known = self.scheduler.node_ix(&node);
         if known.is_none() && self.scheduler.node_count() >= self.config.max_nodes {
@@ -29,20 +21,53 @@ impl Head {
         }
         if let Some(ix) = known {
             let record = self.liveness.get(ix).expect("known node has a record");
-            if record.alive && record.incarnation == incarnation {
+            if record.alive && record.incarnation == agent.incarnation {
                 // The same agent reconnecting: nothing was lost.
-                self.liveness.get_mut(ix).expect("record").addr = addr;
+                self.liveness.get_mut(ix).expect("record").addr = agent.addr;
                 self.liveness.heard(ix, now, self.config.node_timeout_ms);
+                return Ok(Reply::Done);
+            }
+            // A restarted agent that found attempts to re-attach to keeps the node's work; one
+            // that found nothing is a fresh machine (a reboot, say): what ran there is lost.
+            let reattached = !agent.running.is_empty() || !agent.ended.is_empty();
+            if record.alive && reattached && self.offers_the_same(ix, &agent) {
+                self.readopt(now, ix, agent);
                 return Ok(Reply::Done);
             }
             if record.alive {
                 self.lose_node(now, ix, format!("the agent on {node} restarted; its processes were lost"));
             }
         }
-        let ix = self.scheduler.add_node(node.clone(), resources, labels);
-        self.liveness.register(ix, addr, incarnation, now, self.config.node_timeout_ms);
+        let ix = self.scheduler.add_node(node.clone(), agent.resources, agent.labels);
+        self.liveness.register(ix, agent.addr, agent.incarnation, now, self.config.node_timeout_ms);
         self.notify(Event::NodeState { node, state: NodeState::Alive, evidence: "registered".into() });
         Ok(Reply::Done)
+    }
+
+    fn offers_the_same(&self, ix: NodeIx, agent: &Registration) -> bool {
+        let node = self.scheduler.node(ix);
+        node.resources == agent.resources && node.labels == agent.labels
+    }
+
+    /// A restarted agent on a live node: its supervisors kept the attempts it lists running, and
+    /// it owes the ends of those it lists ended. Every other attempt the head has seen start
+    /// there is gone with the old agent. The node keeps its bundles.
+    fn readopt(&mut self, now: Instant, ix: NodeIx, agent: Registration) {
+        self.liveness.register(ix, agent.addr, agent.incarnation, now, self.config.node_timeout_ms);
+        let gone = self.attempts.missing(ix, &agent.running, &agent.ended);
+        self.notify(Event::AgentRestarted {
+            node: agent.node.clone(),
+            reattached: agent.running.len() as u32,
+            lost: gone.len() as u32,
+        });
+        let draining = self.scheduler.node(ix).state == NodeState::Draining;
+        for key in gone {
+            self.attempts.ended(ix, &key);
+            let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) else { continue };
+            let evidence = format!("the agent on {} restarted without {key}: its process was gone", agent.node);
+            let loss = Loss { node: agent.node.clone(), preemptible: false, draining, silent_since: now, evidence };
+            self.feed(now, pg, DriverInput::AttemptLost { key, loss });
+        }
     }
 
     pub(super) fn heartbeat(

@@ -22,7 +22,7 @@ use crate::config::HeadConfig;
 use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, JobHistory, NodeRef};
 use crate::event::{Event, JobEvent};
 use crate::ids::{ActorId, JobId, JobIdMint, NodeId};
-use crate::protocol::{AttemptKey, ExitStatus, ToAgent};
+use crate::protocol::{AttemptKey, ExitStatus, ToAgent, ToHead};
 use crate::resources::{Labels, Resources};
 use crate::scheduler::{
     BundleState, NodeIx, PgId, PgSpec, PolicyFault, QueueClass, SchedEvent, Scheduler, SchedulerConfig,
@@ -44,12 +44,15 @@ const MAX_NAME_LEN: usize = 253;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Input {
     /// An agent (re)connects. A new `incarnation` for a known node means its agent restarted.
+    /// `running`: attempts with live processes there; `ended`: attempts whose end reports follow.
     Register {
         node: NodeId,
         incarnation: u64,
         resources: Resources,
         labels: Labels,
         addr: String,
+        running: Vec<AttemptKey>,
+        ended: Vec<AttemptKey>,
     },
     /// `running`: the attempts the agent has processes for; `seq` orders one agent's heartbeats.
     Heartbeat {
@@ -93,6 +96,23 @@ pub enum Input {
     },
 }
 
+impl From<ToHead> for Input {
+    fn from(msg: ToHead) -> Input {
+        match msg {
+            ToHead::Register { node, incarnation, resources, labels, addr, running, ended, .. } => {
+                Input::Register { node, incarnation, resources, labels, addr, running, ended }
+            }
+            ToHead::Heartbeat { node, incarnation, seq, running } => {
+                Input::Heartbeat { node, incarnation, seq, running }
+            }
+            ToHead::Started { node, key } => Input::ProcessStarted { node, key },
+            ToHead::Exited { node, key, status } => Input::ProcessExited { node, key, status },
+            ToHead::SpawnFailed { node, key, message } => Input::SpawnFailed { node, key, message },
+            ToHead::PreemptionNotice { node, deadline_ms } => Input::PreemptionNotice { node, deadline_ms },
+        }
+    }
+}
+
 /// What an accepted input answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
@@ -128,6 +148,17 @@ pub enum Effect {
     Notify(Event),
     /// This job's durable state changed; write `Head::job_record` out.
     Persist { job: JobId },
+}
+
+/// An agent's registration, as `membership.rs` takes it.
+struct Registration {
+    node: NodeId,
+    incarnation: u64,
+    resources: Resources,
+    labels: Labels,
+    addr: String,
+    running: Vec<AttemptKey>,
+    ended: Vec<AttemptKey>,
 }
 
 /// A bundle waiting for re-placement, as the simulator's checkers see it.
@@ -206,8 +237,8 @@ impl Head {
 
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<Reply, Rejected> {
         let reply = match input {
-            Input::Register { node, incarnation, resources, labels, addr } => {
-                self.register(now, node, incarnation, resources, labels, addr)?
+            Input::Register { node, incarnation, resources, labels, addr, running, ended } => {
+                self.register(now, Registration { node, incarnation, resources, labels, addr, running, ended })?
             }
             Input::Heartbeat { node, incarnation, seq, running } => {
                 self.heartbeat(now, node, incarnation, seq, &running)?

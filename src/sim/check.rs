@@ -146,7 +146,7 @@ impl Checker {
                 }
                 Event::Released { actor, .. } => self.released(&actor_key(actor)),
                 Event::Job { job, detail } => self.job_event(job, detail, head),
-                Event::JobSubmitted { .. } => {}
+                Event::JobSubmitted { .. } | Event::AgentRestarted { .. } => {}
             }
         }
         self.check_whole_gangs(first_placements);

@@ -25,14 +25,15 @@ pub mod trace;
 pub use check::{Checker, Violation};
 pub use scenario::{Fault, FaultEvent, JobDef, NetworkSpec, NodeDef, Scenario, ScenarioError};
 
+use crate::agent::{AgentEffect, AgentInput, Recovered};
 use crate::event::Event;
 use crate::head::{Effect, Head, Input, Rejected};
 use crate::ids::{JobId, NodeId};
-use crate::protocol::{AttemptKey, ExitStatus, ToAgent};
+use crate::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent, ToHead};
 use crate::scheduler::PolicyFault;
 use crate::time::{earliest, Instant};
 use crate::view::JobView;
-use agent::{SimAgent, StopOutcome};
+use agent::{SimAgent, SimProcess};
 use network::Network;
 use queue::{Entry, EventQueue, PeriodicTimers};
 use rand_chacha::rand_core::{Rng, SeedableRng};
@@ -109,11 +110,29 @@ pub struct SimReport {
 enum SimEvent {
     Fault(Box<Fault>),
     Submit(JobId),
-    ToHead { node: u32, input: Box<Input> },
-    ToAgent { node: u32, msg: Box<ToAgent> },
-    Rejected { node: u32, incarnation: u64 },
-    ProcessEnd { node: u32, incarnation: u64, key: AttemptKey, status: ExitStatus },
-    DrainDeadline { node: u32, incarnation: u64 },
+    ToHead {
+        node: u32,
+        msg: Box<ToHead>,
+    },
+    ToAgent {
+        node: u32,
+        msg: Box<ToAgent>,
+    },
+    Rejected {
+        node: u32,
+        incarnation: u64,
+    },
+    /// Machine events carry the machine's boot: they end with it, but outlive an agent restart.
+    ProcessEnd {
+        node: u32,
+        boot: u64,
+        key: AttemptKey,
+        status: ExitStatus,
+    },
+    DrainDeadline {
+        node: u32,
+        boot: u64,
+    },
     Heal,
 }
 
@@ -310,21 +329,21 @@ impl Simulation {
         match event {
             SimEvent::Fault(fault) => self.fault(*fault),
             SimEvent::Submit(job) => self.submit(&job),
-            SimEvent::ToHead { node, input } => self.deliver_to_head(node, *input),
+            SimEvent::ToHead { node, msg } => self.deliver_to_head(node, *msg),
             SimEvent::ToAgent { node, msg } => self.deliver_to_agent(node, *msg),
             SimEvent::Rejected { node, incarnation } => {
                 if self.is_current(node, incarnation) {
-                    let register = self.agents[node as usize].register();
-                    self.send_to_head(node, register);
+                    let refusal = ToAgent::Refused { reason: "unknown node".into(), register_again: true };
+                    self.agent_input(node, AgentInput::FromHead(refusal));
                 }
             }
-            SimEvent::ProcessEnd { node, incarnation, key, status } => {
-                if self.is_current(node, incarnation) {
+            SimEvent::ProcessEnd { node, boot, key, status } => {
+                if self.is_current_boot(node, boot) {
                     self.end_process(node, &key, status);
                 }
             }
-            SimEvent::DrainDeadline { node, incarnation } => {
-                if self.is_current(node, incarnation) {
+            SimEvent::DrainDeadline { node, boot } => {
+                if self.is_current_boot(node, boot) {
                     self.crash(node);
                     if self.healed {
                         self.boot(node);
@@ -347,8 +366,7 @@ impl Simulation {
             Fault::AgentRestart { node } => {
                 let ix = self.agent_of[&node];
                 if self.agents[ix as usize].up {
-                    self.crash(ix);
-                    self.boot(ix);
+                    self.restart_agent(ix);
                 }
             }
             Fault::NodeDrain { node, deadline_ms } => self.drain(&node, deadline_ms),
@@ -398,8 +416,13 @@ impl Simulation {
         self.boot(ix);
     }
 
+    /// The machine (re)starts its agent with nothing running.
     fn boot(&mut self, ix: u32) {
-        let register = self.agents[ix as usize].boot();
+        let machine = &mut self.agents[ix as usize];
+        machine.die();
+        machine.boot += 1;
+        let finished = machine.finished();
+        machine.start_agent(Recovered { finished, ..Recovered::default() });
         let agent = &self.agents[ix as usize];
         if let Some(checker) = self.checker.as_mut() {
             checker.node_booted(&agent.name, &agent.resources, &agent.labels);
@@ -411,7 +434,16 @@ impl Simulation {
             self.next_seq += 1;
             self.heartbeats.insert(self.now.plus_ms(phase), self.next_seq, ix);
         }
-        self.send_to_head(ix, register);
+        self.agent_input(ix, AgentInput::LinkUp);
+    }
+
+    /// The agent process restarts; the machine, its processes (under their supervisors) and
+    /// its records of owed reports stay. The new agent re-attaches and registers.
+    fn restart_agent(&mut self, ix: u32) {
+        let machine = &mut self.agents[ix as usize];
+        let recovered = machine.agent.recoverable();
+        machine.start_agent(recovered);
+        self.agent_input(ix, AgentInput::LinkUp);
     }
 
     /// When an agent's first heartbeat goes out. The scenario's nodes spread evenly over one
@@ -427,26 +459,25 @@ impl Simulation {
     }
 
     fn crash(&mut self, ix: u32) {
-        let agent = &mut self.agents[ix as usize];
+        let machine = &mut self.agents[ix as usize];
         if let Some(checker) = self.checker.as_mut() {
-            for key in agent.processes.keys() {
-                checker.process_ended(&agent.name, key);
+            for key in machine.processes.keys() {
+                checker.process_ended(&machine.name, key);
             }
         }
-        agent.die();
+        machine.die();
     }
 
     fn drain(&mut self, node: &NodeId, deadline_ms: u64) {
         let ix = self.agent_of[node];
-        let agent = &mut self.agents[ix as usize];
-        if !agent.up || agent.draining_until.is_some() {
+        let machine = &self.agents[ix as usize];
+        if !machine.up || machine.agent.has_preemption_notice() {
             self.stats.faults_without_target += 1;
             return;
         }
-        agent.drain_until(self.now.plus_ms(deadline_ms));
-        let incarnation = agent.incarnation;
-        self.push(self.now.plus_ms(deadline_ms), SimEvent::DrainDeadline { node: ix, incarnation });
-        self.send_to_head(ix, Input::PreemptionNotice { node: node.clone(), deadline_ms });
+        let boot = machine.boot;
+        self.push(self.now.plus_ms(deadline_ms), SimEvent::DrainDeadline { node: ix, boot });
+        self.agent_input(ix, AgentInput::PreemptionNotice { deadline_ms });
     }
 
     fn kill_rank(&mut self, job: &JobId, rank: u32, status: ExitStatus) {
@@ -476,6 +507,11 @@ impl Simulation {
         agent.up && agent.incarnation == incarnation
     }
 
+    fn is_current_boot(&self, ix: u32, boot: u64) -> bool {
+        let machine = &self.agents[ix as usize];
+        machine.up && machine.boot == boot
+    }
+
     /// An agent's heartbeat timer fires. A dead agent's timer stops; a booted one restarts it.
     fn heartbeat(&mut self, ix: u32) {
         if !self.agents[ix as usize].up {
@@ -484,13 +520,7 @@ impl Simulation {
         }
         self.stats.heartbeats += 1;
         let now = self.now;
-        let beat = self.agents[ix as usize].heartbeat();
-        self.send_to_head(ix, beat);
-        if self.agents[ix as usize].has_unacknowledged() {
-            for input in self.agents[ix as usize].unacknowledged(now) {
-                self.send_to_head(ix, input);
-            }
-        }
+        self.agent_input(ix, AgentInput::Heartbeat);
         let interval = self.head.config().heartbeat_interval_ms;
         self.next_seq += 1;
         let seq = self.next_seq;
@@ -498,37 +528,45 @@ impl Simulation {
     }
 
     fn deliver_to_agent(&mut self, ix: u32, msg: ToAgent) {
-        if !self.agents[ix as usize].up {
+        if self.agents[ix as usize].up {
+            self.agent_input(ix, AgentInput::FromHead(msg));
+        }
+    }
+
+    /// One input to a machine's agent, and its effects carried out by the machine.
+    fn agent_input(&mut self, ix: u32, input: AgentInput) {
+        self.agents[ix as usize].agent.handle(self.now, input);
+        while let Some(effect) = self.agents[ix as usize].agent.poll_effect() {
+            match effect {
+                AgentEffect::Send(msg) => self.send_to_head(ix, msg),
+                AgentEffect::Spawn(spec) => self.spawn(ix, spec),
+                AgentEffect::Stop { key, grace_ms } => self.signal_stop(ix, key, grace_ms),
+                AgentEffect::Forget { .. } | AgentEffect::HeartbeatEvery { .. } | AgentEffect::ShutDown => {}
+            }
+        }
+    }
+
+    fn spawn(&mut self, ix: u32, spec: StartSpec) {
+        let key = spec.key;
+        if let Some(message) = self.jobs.get(&key.job).and_then(|j| j.spawn_error.clone()) {
+            return self.agents[ix as usize].agent.handle(self.now, AgentInput::SpawnFailed { key, message });
+        }
+        let rank = spec.env.get("RANK").and_then(|r| r.parse().ok()).unwrap_or(0);
+        self.agents[ix as usize].processes.insert(key.clone(), SimProcess { rank, started: self.now });
+        self.process_started(ix, &key);
+        self.agents[ix as usize].agent.handle(self.now, AgentInput::Spawned { key });
+    }
+
+    /// A stopped process takes up to MAX_TERM_MS to honour SIGTERM; past the grace it is killed.
+    fn signal_stop(&mut self, ix: u32, key: AttemptKey, grace_ms: u64) {
+        if !self.agents[ix as usize].processes.contains_key(&key) {
             return;
         }
-        match msg {
-            ToAgent::Start(spec) => {
-                if let Some(message) = self.jobs.get(&spec.key.job).and_then(|j| j.spawn_error.clone()) {
-                    let node = self.agents[ix as usize].name.clone();
-                    return self.send_to_head(ix, Input::SpawnFailed { node, key: spec.key, message });
-                }
-                let is_new = !self.agents[ix as usize].processes.contains_key(&spec.key);
-                let Some(confirm) = self.agents[ix as usize].start(self.now, &spec) else { return };
-                if is_new {
-                    self.process_started(ix, &spec.key);
-                }
-                self.send_to_head(ix, confirm);
-            }
-            ToAgent::Stop { key, grace_ms } => match self.agents[ix as usize].stop(&key) {
-                StopOutcome::Stopping => {
-                    // A process takes up to MAX_TERM_MS to honour SIGTERM; past the grace it is
-                    // killed.
-                    let term_ms = self.process_rng.next_u64() % (MAX_TERM_MS + 1);
-                    let (after, signal) = if term_ms <= grace_ms { (term_ms, 15) } else { (grace_ms, 9) };
-                    let incarnation = self.agents[ix as usize].incarnation;
-                    let status = ExitStatus::signal(signal, true);
-                    self.push(self.now.plus_ms(after), SimEvent::ProcessEnd { node: ix, incarnation, key, status });
-                }
-                StopOutcome::Report(report) => self.send_to_head(ix, report),
-                StopOutcome::Nothing => {}
-            },
-            ToAgent::AckExit { key } => self.agents[ix as usize].ack_exit(&key),
-        }
+        let term_ms = self.process_rng.next_u64() % (MAX_TERM_MS + 1);
+        let (after, signal) = if term_ms <= grace_ms { (term_ms, 15) } else { (grace_ms, 9) };
+        let boot = self.agents[ix as usize].boot;
+        let status = ExitStatus::signal(signal, true);
+        self.push(self.now.plus_ms(after), SimEvent::ProcessEnd { node: ix, boot, key, status });
     }
 
     fn process_started(&mut self, ix: u32, key: &AttemptKey) {
@@ -538,33 +576,30 @@ impl Simulation {
             checker.process_started(&agent.name, key);
         }
         let run_ms = self.jobs.get(&key.job).map_or(60_000, |j| j.run_ms);
-        let event = SimEvent::ProcessEnd {
-            node: ix,
-            incarnation: agent.incarnation,
-            key: key.clone(),
-            status: ExitStatus::code(0),
-        };
+        let event = SimEvent::ProcessEnd { node: ix, boot: agent.boot, key: key.clone(), status: ExitStatus::code(0) };
         self.push(self.now.plus_ms(run_ms), event);
     }
 
     fn end_process(&mut self, ix: u32, key: &AttemptKey, status: ExitStatus) {
-        let agent = &mut self.agents[ix as usize];
-        let Some(report) = agent.end(key, status) else { return };
-        if let Some(checker) = self.checker.as_mut() {
-            checker.process_ended(&agent.name, key);
+        let machine = &mut self.agents[ix as usize];
+        if machine.processes.remove(key).is_none() {
+            return;
         }
-        self.send_to_head(ix, report);
+        if let Some(checker) = self.checker.as_mut() {
+            checker.process_ended(&machine.name, key);
+        }
+        self.agent_input(ix, AgentInput::Exited { key: key.clone(), status });
     }
 
     // ---- network -----------------------------------------------------------------------------
 
-    fn send_to_head(&mut self, from: u32, input: Input) {
+    fn send_to_head(&mut self, from: u32, msg: ToHead) {
         let fate = self.network.fate();
         if let Some(delay) = fate.second {
-            self.push(self.now.plus_ms(delay), SimEvent::ToHead { node: from, input: Box::new(input.clone()) });
+            self.push(self.now.plus_ms(delay), SimEvent::ToHead { node: from, msg: Box::new(msg.clone()) });
         }
         if let Some(delay) = fate.first {
-            self.push(self.now.plus_ms(delay), SimEvent::ToHead { node: from, input: Box::new(input) });
+            self.push(self.now.plus_ms(delay), SimEvent::ToHead { node: from, msg: Box::new(msg) });
         }
     }
 
@@ -584,12 +619,12 @@ impl Simulation {
     /// travels back and the agent registers again. It keeps its processes: once registered,
     /// its heartbeats list them and the head stops those it no longer expects. (Killing them
     /// on a refusal would race with a registration that already succeeded.)
-    fn deliver_to_head(&mut self, from: u32, input: Input) {
-        let incarnation = match &input {
-            Input::Heartbeat { incarnation, .. } => Some(*incarnation),
+    fn deliver_to_head(&mut self, from: u32, msg: ToHead) {
+        let incarnation = match &msg {
+            ToHead::Heartbeat { incarnation, .. } => Some(*incarnation),
             _ => None,
         };
-        match self.head.handle(self.now, input) {
+        match self.head.handle(self.now, Input::from(msg)) {
             Ok(_) | Err(Rejected::StaleIncarnation(_)) => {}
             Err(Rejected::UnknownNode(_)) => {
                 if let Some(incarnation) = incarnation {

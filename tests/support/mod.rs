@@ -1,20 +1,22 @@
-//! A synchronous test cluster for the head: agents that register, heartbeat, run "processes"
-//! as table entries and report exits at once. It makes inputs explicit and readable; the
-//! seeded simulator with a lossy network lives in `ftdrive::sim`.
+//! A synchronous test cluster for the head: machines running the real agent protocol
+//! (`ftdrive::agent`), whose "processes" are table entries that start at once and stop at
+//! once. It makes inputs explicit and readable; the seeded simulator with a lossy network
+//! lives in `ftdrive::sim`.
 
 #![allow(dead_code)]
 
+use ftdrive::agent::{Agent as AgentProtocol, AgentEffect, AgentIdentity, AgentInput, Recovered};
 use ftdrive::driver::ActorState;
 use ftdrive::event::{Event, JobEvent};
 use ftdrive::head::{Effect, Head, Input, Reply};
-use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent};
+use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent, ToHead};
 use ftdrive::view::JobView;
 use ftdrive::{HeadConfig, Instant, JobId, JobSpec, Labels, NodeId, Resources};
 use std::collections::BTreeMap;
 
+/// A machine: the agent protocol and the processes it runs.
 pub struct Agent {
-    pub incarnation: u64,
-    pub seq: u64,
+    pub protocol: AgentProtocol,
     pub heartbeating: bool,
     pub running: BTreeMap<AttemptKey, StartSpec>,
 }
@@ -60,16 +62,19 @@ impl TestCluster {
     }
 
     pub fn join_labelled(&mut self, name: &str, resources: Resources, labels: Labels) {
-        let incarnation = self.agents.get(name).map_or(1, |a| a.incarnation + 1);
-        self.agents.insert(name.into(), Agent { incarnation, seq: 0, heartbeating: true, running: BTreeMap::new() });
-        let input = Input::Register {
-            node: NodeId::new(name),
-            incarnation,
+        let incarnation = self.agents.get(name).map_or(1, |a| a.protocol.incarnation() + 1);
+        let number = self.agents.len() + usize::from(!self.agents.contains_key(name));
+        let identity = AgentIdentity {
+            name: NodeId::new(name),
             resources,
             labels,
-            addr: format!("10.0.0.{}", self.agents.len()),
+            addr: format!("10.0.0.{number}"),
+            log_url: String::new(),
         };
-        self.input(input);
+        let protocol = AgentProtocol::new(identity, incarnation, Recovered::default());
+        self.agents.insert(name.into(), Agent { protocol, heartbeating: true, running: BTreeMap::new() });
+        self.agent_input(name, AgentInput::LinkUp);
+        self.pump();
     }
 
     pub fn submit(&mut self, spec: JobSpec) -> JobId {
@@ -123,7 +128,8 @@ impl TestCluster {
         });
         let (node, key) = found.unwrap_or_else(|| panic!("no matching process of {job} runs"));
         self.agents.get_mut(&node).unwrap().running.remove(&key);
-        self.input(Input::ProcessExited { node: NodeId::new(&node), key, status });
+        self.agent_input(&node, AgentInput::Exited { key, status });
+        self.pump();
     }
 
     pub fn running_of<'a>(&'a self, job: &'a JobId) -> impl Iterator<Item = &'a AttemptKey> + 'a {
@@ -162,16 +168,39 @@ impl TestCluster {
     fn heartbeats(&mut self) {
         let names: Vec<String> = self.agents.iter().filter(|(_, a)| a.heartbeating).map(|(n, _)| n.clone()).collect();
         for name in names {
-            let agent = self.agents.get_mut(&name).unwrap();
-            agent.seq += 1;
-            let input = Input::Heartbeat {
-                node: NodeId::new(&name),
-                incarnation: agent.incarnation,
-                seq: agent.seq,
-                running: agent.running.keys().cloned().collect(),
-            };
-            self.input(input);
+            self.agent_input(&name, AgentInput::Heartbeat);
+            self.pump();
         }
+    }
+
+    /// One input to a machine's agent protocol; its effects are carried out at once: a spawn
+    /// runs, a stop ends the process with SIGTERM, and what it sends reaches the head.
+    fn agent_input(&mut self, node: &str, input: AgentInput) {
+        let now = self.now;
+        let agent = self.agents.get_mut(node).expect("known node");
+        agent.protocol.handle(now, input);
+        while let Some(effect) = self.agents.get_mut(node).unwrap().protocol.poll_effect() {
+            let agent = self.agents.get_mut(node).unwrap();
+            match effect {
+                AgentEffect::Send(msg) => self.deliver_to_head(msg),
+                AgentEffect::Spawn(spec) => {
+                    let key = spec.key.clone();
+                    agent.running.insert(key.clone(), spec);
+                    agent.protocol.handle(now, AgentInput::Spawned { key });
+                }
+                AgentEffect::Stop { key, .. } => {
+                    if agent.running.remove(&key).is_some() {
+                        agent.protocol.handle(now, AgentInput::Exited { key, status: ExitStatus::signal(15, false) });
+                    }
+                }
+                AgentEffect::Forget { .. } | AgentEffect::HeartbeatEvery { .. } | AgentEffect::ShutDown => {}
+            }
+        }
+    }
+
+    fn deliver_to_head(&mut self, msg: ToHead) {
+        let what = format!("{msg:?}");
+        self.head.handle(self.now, Input::from(msg)).unwrap_or_else(|e| panic!("head refused {what}: {e}"));
     }
 
     /// Carries out the head's effects at once: starts are confirmed, stops end the process
@@ -188,27 +217,11 @@ impl TestCluster {
     }
 
     fn deliver(&mut self, node: &str, msg: ToAgent) {
-        let agent = self.agents.get_mut(node).expect("message to a known node");
+        let agent = self.agents.get(node).expect("message to a known node");
         if !agent.heartbeating {
             return; // crashed: messages vanish
         }
-        match msg {
-            ToAgent::Start(spec) => {
-                let key = spec.key.clone();
-                if agent.running.insert(key.clone(), spec).is_none() {
-                    let reply = self.head.handle(self.now, Input::ProcessStarted { node: NodeId::new(node), key });
-                    reply.expect("start confirmation accepted");
-                }
-            }
-            ToAgent::Stop { key, .. } => {
-                if agent.running.remove(&key).is_some() {
-                    let input =
-                        Input::ProcessExited { node: NodeId::new(node), key, status: ExitStatus::signal(15, true) };
-                    self.head.handle(self.now, input).expect("exit accepted");
-                }
-            }
-            ToAgent::AckExit { .. } => {}
-        }
+        self.agent_input(node, AgentInput::FromHead(msg));
     }
 
     pub fn view(&self, job: &JobId) -> JobView {

@@ -98,6 +98,10 @@ pub struct NodeArgs {
     /// On SIGTERM, how long the head gets to move this node's work before the agent exits.
     #[arg(long, default_value_t = 30_000)]
     pub drain_deadline_ms: u64,
+    /// How long attempts outlive this agent waiting for it to restart (default: the head's
+    /// node timeout).
+    #[arg(long)]
+    pub reattach_grace_ms: Option<u64>,
 }
 
 #[derive(Debug, Args)]

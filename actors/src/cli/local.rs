@@ -28,6 +28,7 @@ pub async fn run(spec: JobSpec, args: &SubmitArgs) -> Result<Outcome, CliError> 
         run_dir().map_err(|e| CliError::Failed(format!("cannot create a directory for the local cluster: {e}")))?;
     let job_number = next_job_number();
     let cluster = LocalCluster::start(&dir, nodes, job_number)
+        .await
         .map_err(|e| CliError::Failed(format!("cannot start the local cluster: {e}")))?;
     eprintln!(
         "local cluster: head {} with {nodes} node(s); state and logs in {}",
@@ -71,7 +72,7 @@ pub struct LocalCluster {
 impl LocalCluster {
     /// A head on 127.0.0.1 (a free port) and `count` agents that run commands in the current
     /// directory.
-    pub fn start(dir: &Path, count: u32, first_job_number: u64) -> std::io::Result<LocalCluster> {
+    pub async fn start(dir: &Path, count: u32, first_job_number: u64) -> std::io::Result<LocalCluster> {
         let token = paths::random_token()?;
         let options = ServeOptions {
             listen: "127.0.0.1:0".into(),
@@ -86,21 +87,22 @@ impl LocalCluster {
         let url = format!("http://{}", head.addr);
         let work_dir = std::env::current_dir()?;
         let share = machine_share(count);
-        let nodes = (1..=count)
-            .map(|i| {
-                node::start(NodeOptions {
-                    head_url: url.clone(),
-                    token: token.clone(),
-                    name: NodeId::new(&format!("local-{i}")),
-                    resources: share.clone(),
-                    labels: Labels::new(),
-                    addr: "127.0.0.1".into(),
-                    state_dir: dir.join(format!("local-{i}")),
-                    work_dir: work_dir.clone(),
-                    drain_deadline_ms: 5_000,
-                })
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
+        let mut nodes = Vec::new();
+        for i in 1..=count {
+            let options = NodeOptions {
+                head_url: url.clone(),
+                credential: paths::Credential::Given(token.clone()),
+                name: NodeId::new(&format!("local-{i}")),
+                resources: share.clone(),
+                labels: Labels::new(),
+                addr: "127.0.0.1".into(),
+                state_dir: dir.join(format!("local-{i}")),
+                work_dir: work_dir.clone(),
+                drain_deadline_ms: 5_000,
+                reattach_grace_ms: None,
+            };
+            nodes.push(node::start(options).await?);
+        }
         Ok(LocalCluster { client: Client::new(&url, token), head, nodes })
     }
 

@@ -25,7 +25,7 @@ use error::{exit_code, CliError, Outcome};
 pub fn run() -> i32 {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("__attempt") {
-        crate::node::shim::run(&args[2..]);
+        crate::node::supervisor::run(&args[2..]);
     }
     let cli = Cli::parse();
     let result = dispatch(cli.command);

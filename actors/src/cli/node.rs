@@ -1,4 +1,7 @@
-//! `ftdrive node`: a node agent, until SIGTERM (drain, then exit) or SIGINT.
+//! `ftdrive node`: a node agent, until a signal says how to end:
+//! SIGTERM shuts down (a preemption notice, work moved, then exit); SIGINT kills every attempt
+//! and exits; SIGUSR2 exits and leaves the attempts to their supervisors, for an agent started
+//! again (same name and state dir) within the re-attach grace to take back — an upgrade.
 
 use super::args::NodeArgs;
 use super::error::{CliError, Outcome};
@@ -11,7 +14,8 @@ use tokio::signal::unix::{signal, SignalKind};
 pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     super::init_logging();
     let state_dir = args.state_dir.clone().unwrap_or_else(paths::default_state_dir);
-    let token = paths::client_token(&state_dir).map_err(CliError::Failed)?;
+    let credential = paths::Credential::from_env_or_file("FTDRIVE_TOKEN", paths::token_file(&state_dir));
+    credential.read().map_err(CliError::Failed)?;
     let resources = match &args.resources {
         Some(text) => Resources::parse_pairs(text).map_err(|e| CliError::BadInput(format!("--resources: {e}")))?,
         None => detect::machine_resources(),
@@ -23,7 +27,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     let options = NodeOptions {
         addr: args.addr.clone().unwrap_or_else(|| detect::address_towards(&head_url)),
         head_url,
-        token,
+        credential,
         name: NodeId::new(&name),
         resources,
         labels,
@@ -34,17 +38,20 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
             .map_or_else(std::env::current_dir, Ok)
             .map_err(|e| CliError::Failed(e.to_string()))?,
         drain_deadline_ms: args.drain_deadline_ms,
+        reattach_grace_ms: args.reattach_grace_ms,
     };
     super::block_on(async move {
+        let watch = |kind| signal(kind).map_err(|e| CliError::Failed(format!("cannot watch for signals: {e}")));
+        let (mut term, mut detach) = (watch(SignalKind::terminate())?, watch(SignalKind::user_defined2())?);
         let handle =
-            node::start(options.clone()).map_err(|e| CliError::Failed(format!("cannot start the agent: {e}")))?;
+            node::start(options.clone()).await.map_err(|e| CliError::Failed(format!("cannot start the agent: {e}")))?;
         tracing::info!("node {} ({}) reporting to {}", options.name, options.resources, options.head_url);
-        let mut term = signal(SignalKind::terminate()).map_err(|e| CliError::Failed(e.to_string()))?;
         tokio::select! {
             _ = term.recv() => {
-                tracing::info!("SIGTERM: draining (deadline {} ms)", options.drain_deadline_ms);
+                tracing::info!("SIGTERM: shutting down (deadline {} ms)", options.drain_deadline_ms);
                 handle.drain_and_stop(options.drain_deadline_ms).await;
             }
+            _ = detach.recv() => tracing::info!("SIGUSR2: exiting; attempts wait for the next agent"),
             _ = tokio::signal::ctrl_c() => handle.halt().await,
         }
         Ok(Outcome::Done)

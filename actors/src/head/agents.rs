@@ -3,9 +3,9 @@
 
 use super::api::{ApiState, Authorized};
 use super::{AgentGone, FromAgent};
-use crate::wire::{AgentMsg, HeadMsg};
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::Message;
+use ftdrive::protocol::{ToAgent, ToHead};
 use futures_util::StreamExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -20,19 +20,19 @@ pub(super) async fn channel(
     let (response, mut session, mut incoming) = actix_ws::handle(&req, body)?;
     let head = state.head.clone();
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
-    let (tx, mut outgoing) = tokio::sync::mpsc::unbounded_channel::<HeadMsg>();
+    let (tx, mut outgoing) = tokio::sync::mpsc::unbounded_channel::<ToAgent>();
     actix_web::rt::spawn(async move {
         let mut node = None;
         loop {
             tokio::select! {
                 msg = incoming.next() => match msg {
-                    Some(Ok(Message::Text(text))) => match serde_json::from_str::<AgentMsg>(&text) {
+                    Some(Ok(Message::Text(text))) => match serde_json::from_str::<ToHead>(&text) {
                         Ok(msg) => {
                             node.get_or_insert_with(|| msg.node().clone());
                             head.do_send(FromAgent { session: id, tx: tx.clone(), msg });
                         }
                         Err(e) => {
-                            let refusal = HeadMsg::Refused { reason: format!("unreadable message: {e}"), register_again: false };
+                            let refusal = ToAgent::Refused { reason: format!("unreadable message: {e}"), register_again: false };
                             let _ = tx.send(refusal);
                         }
                     },

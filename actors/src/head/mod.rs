@@ -8,12 +8,12 @@ mod store;
 
 pub use api::{serve, HeadServer, ServeOptions};
 
-use crate::wire::{AgentMsg, HeadMsg};
 use actix::prelude::*;
 use bytes::Bytes;
 use ftdrive::driver::JobHistory;
 use ftdrive::event::{Event, EventLine, JobEvent, StreamLine};
 use ftdrive::head::{Effect, Head, Input, Rejected, Reply};
+use ftdrive::protocol::{ToAgent, ToHead};
 use ftdrive::spec::JobSpec;
 use ftdrive::view::{JobView, NodeView};
 use ftdrive::{HeadConfig, Instant, JobId, NodeId};
@@ -46,7 +46,7 @@ impl From<Rejected> for ApiError {
 
 struct Session {
     id: u64,
-    tx: UnboundedSender<HeadMsg>,
+    tx: UnboundedSender<ToAgent>,
 }
 
 /// Someone following events: all of them, or one job's (ends when the job ends).
@@ -123,7 +123,7 @@ impl HeadActor {
             match effect {
                 Effect::Send { node, msg } => {
                     if let Some(session) = self.sessions.get(&node) {
-                        let _ = session.tx.send(HeadMsg::Do { msg });
+                        let _ = session.tx.send(msg);
                     }
                 }
                 Effect::Notify(event) => self.notify(event),
@@ -403,28 +403,32 @@ impl Handler<LocateLog> for HeadActor {
 #[rtype(result = "()")]
 pub struct FromAgent {
     pub session: u64,
-    pub tx: UnboundedSender<HeadMsg>,
-    pub msg: AgentMsg,
+    pub tx: UnboundedSender<ToAgent>,
+    pub msg: ToHead,
 }
 
 impl Handler<FromAgent> for HeadActor {
     type Result = ();
     fn handle(&mut self, msg: FromAgent, ctx: &mut Context<Self>) {
         let node = msg.msg.node().clone();
-        let register = matches!(msg.msg, AgentMsg::Register { .. });
-        if let AgentMsg::Register { log_url, .. } = &msg.msg {
+        let register = matches!(msg.msg, ToHead::Register { .. });
+        if let ToHead::Register { log_url, .. } = &msg.msg {
             self.sessions.insert(node.clone(), Session { id: msg.session, tx: msg.tx.clone() });
             self.log_urls.insert(node.clone(), log_url.clone());
         }
-        match self.input(msg.msg.into_input(), ctx) {
+        match self.input(Input::from(msg.msg), ctx) {
             Ok(_) if register => {
-                let interval = self.head.config().heartbeat_interval_ms;
-                let _ = msg.tx.send(HeadMsg::Welcome { heartbeat_interval_ms: interval });
+                let config = self.head.config();
+                let welcome = ToAgent::Welcome {
+                    heartbeat_interval_ms: config.heartbeat_interval_ms,
+                    node_timeout_ms: config.node_timeout_ms,
+                };
+                let _ = msg.tx.send(welcome);
             }
             Ok(_) => {}
             Err(e) => {
                 let register_again = matches!(e, Rejected::UnknownNode(_));
-                let _ = msg.tx.send(HeadMsg::Refused { reason: e.to_string(), register_again });
+                let _ = msg.tx.send(ToAgent::Refused { reason: e.to_string(), register_again });
             }
         }
     }

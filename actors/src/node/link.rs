@@ -1,38 +1,51 @@
-//! The agent's link to the head: a WebSocket that is re-established with backoff whenever it
-//! drops. Messages both ways go through the `NodeAgent` actor; this only carries them.
+//! The agent's link to the head: a WebSocket re-established whenever it drops, with a backoff
+//! that never exceeds the heartbeat interval (after a head restart, agents must be back within
+//! its recovery window). The credential is read again before every attempt, so a rotated or
+//! re-created token file is picked up. Messages both ways go through `NodeAgent`.
 
 use super::{FromHead, Linked, NodeAgent, Unlinked};
-use crate::wire::{AgentMsg, HeadMsg};
+use crate::paths::Credential;
 use actix::Addr;
+use ftdrive::protocol::{ToAgent, ToHead};
 use futures_util::{SinkExt, StreamExt};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
-const FIRST_BACKOFF_MS: u64 = 100;
-const MAX_BACKOFF_MS: u64 = 5_000;
+const FIRST_BACKOFF_MS: u64 = 50;
+/// A failure is logged at most this often (the link retries much faster).
+const LOG_EVERY_MS: u64 = 10_000;
 
 /// Keeps a link up until the agent actor stops.
-pub async fn maintain(agent: Addr<NodeAgent>, head_url: String, token: String) {
+pub async fn maintain(agent: Addr<NodeAgent>, head_url: String, credential: Credential, heartbeat_ms: Arc<AtomicU64>) {
     let ws_url = format!("{}/v1/agent", head_url.replacen("http://", "ws://", 1).replacen("https://", "wss://", 1));
     let mut backoff = FIRST_BACKOFF_MS;
+    let mut last_logged: Option<std::time::Instant> = None;
     while agent.connected() {
-        match connect(&ws_url, &token).await {
+        match connect(&ws_url, &credential).await {
             Ok(socket) => {
                 backoff = FIRST_BACKOFF_MS;
+                last_logged = None;
                 carry(&agent, socket).await;
                 agent.do_send(Unlinked);
             }
-            Err(e) => tracing::warn!("cannot reach the head at {head_url}: {e}; retrying in {backoff} ms"),
+            Err(e) if last_logged.is_none_or(|t| t.elapsed() >= Duration::from_millis(LOG_EVERY_MS)) => {
+                tracing::warn!("cannot reach the head at {head_url}: {e}; retrying");
+                last_logged = Some(std::time::Instant::now());
+            }
+            Err(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(backoff)).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF_MS);
+        backoff = (backoff * 2).min(heartbeat_ms.load(Ordering::Relaxed).max(FIRST_BACKOFF_MS));
     }
 }
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn connect(url: &str, token: &str) -> Result<Socket, String> {
+async fn connect(url: &str, credential: &Credential) -> Result<Socket, String> {
+    let token = credential.read()?;
     let mut request = url.into_client_request().map_err(|e| e.to_string())?;
     let bearer = format!("Bearer {token}").parse().map_err(|_| "the token is not a valid header value".to_string())?;
     request.headers_mut().insert("authorization", bearer);
@@ -43,12 +56,12 @@ async fn connect(url: &str, token: &str) -> Result<Socket, String> {
 /// Relays until the socket closes or the agent lets go of the link.
 async fn carry(agent: &Addr<NodeAgent>, socket: Socket) {
     let (mut sink, mut stream) = socket.split();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<AgentMsg>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ToHead>();
     agent.do_send(Linked { tx });
     loop {
         tokio::select! {
             incoming = stream.next() => match incoming {
-                Some(Ok(Message::Text(text))) => match serde_json::from_str::<HeadMsg>(text.as_str()) {
+                Some(Ok(Message::Text(text))) => match serde_json::from_str::<ToAgent>(text.as_str()) {
                     Ok(msg) => agent.do_send(FromHead(msg)),
                     Err(e) => tracing::warn!("unreadable message from the head: {e}"),
                 },

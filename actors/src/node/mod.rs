@@ -1,282 +1,248 @@
-//! The node agent: registers with the head, heartbeats, runs each command actor's attempt as a
-//! real process in its own process group, stops it (SIGTERM, then SIGKILL after the grace),
-//! reports how it ended until the head acknowledges, and serves its logs. On SIGTERM it drains:
-//! a preemption notice to the head, its processes stopped, then it exits.
+//! The node agent: `NodeAgent` owns the core agent protocol (`ftdrive::agent::Agent`), feeds it
+//! what happens — the link to the head, the head's messages, its heartbeat timer, what
+//! supervisors report — and carries out its effects: messages to the head, supervisors
+//! launched and stopped, records forgotten. It holds no protocol logic of its own.
+//!
+//! Each attempt runs under a supervisor (`supervisor.rs`) that outlives the agent for the
+//! re-attach grace, so that a restarted agent (same name, same state dir) finds its attempts
+//! again (`attempt.rs`) and nothing is lost. On SIGTERM the agent shuts down: a preemption
+//! notice to the head, its processes stopped, then it exits.
 
+mod attempt;
 pub mod detect;
 mod link;
 pub mod logs;
-mod process;
-pub mod shim;
+pub mod supervisor;
 
-use crate::wire::{AgentMsg, HeadMsg};
+use crate::paths::Credential;
 use actix::prelude::*;
-use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent};
-use ftdrive::{Labels, NodeId, Resources};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use attempt::{Command, Report};
+use ftdrive::agent::{Agent, AgentEffect, AgentIdentity, AgentInput, Recovered};
+use ftdrive::protocol::{AttemptKey, StartSpec, ToAgent, ToHead};
+use ftdrive::{Instant, Labels, NodeId, Resources};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Most finished attempts remembered (so that a start re-sent after the exit is ignored).
-const MAX_REMEMBERED: usize = 4_096;
-/// Heartbeat interval until the head says otherwise.
-const DEFAULT_HEARTBEAT_MS: u64 = 1_000;
+/// Until the head's welcome says otherwise, supervisors wait this long for a restarted agent.
+const DEFAULT_REATTACH_GRACE_MS: u64 = 3_000;
 
 #[derive(Clone, Debug)]
 pub struct NodeOptions {
     /// `http://host:port` of the head.
     pub head_url: String,
-    pub token: String,
+    /// The agent's credential, read again whenever the link is re-established.
+    pub credential: Credential,
     pub name: NodeId,
     pub resources: Resources,
     pub labels: Labels,
     /// The address other ranks reach this node at (`MASTER_ADDR` when it holds rank 0).
     pub addr: String,
-    /// Logs live under `<state_dir>/logs`.
+    /// Logs under `<state_dir>/logs`, attempt records under `<state_dir>/attempts`.
     pub state_dir: PathBuf,
     /// The working directory of attempts whose spec sets no `cwd`.
     pub work_dir: PathBuf,
-    /// How long a drain (SIGTERM) gives the head before this agent exits anyway.
+    /// How long a shutdown (SIGTERM) gives the head before this agent exits anyway.
     pub drain_deadline_ms: u64,
+    /// How long supervisors wait for a restarted agent (default: the head's node timeout).
+    pub reattach_grace_ms: Option<u64>,
 }
 
-struct Proc {
-    pgid: i32,
-    grace_ms: u64,
-    /// The agent signalled it (a stop, or the agent draining).
-    signalled: bool,
-    kill_timer: Option<SpawnHandle>,
-    spawn_error: Option<String>,
+/// How the agent reaches one attempt's supervisor.
+enum Supervision {
+    /// Being launched; a stop asked for meanwhile is delivered once it is up.
+    Launching {
+        pending: Option<Command>,
+    },
+    Attached {
+        commands: UnboundedSender<Command>,
+        pgid: Option<i32>,
+    },
 }
 
 pub struct NodeAgent {
     opts: NodeOptions,
-    log_url: String,
-    incarnation: u64,
-    seq: u64,
-    heartbeat_ms: u64,
+    protocol: Agent,
+    epoch: std::time::Instant,
+    link: Option<UnboundedSender<ToHead>>,
     heartbeat: Option<SpawnHandle>,
-    link: Option<UnboundedSender<AgentMsg>>,
-    procs: BTreeMap<AttemptKey, Proc>,
-    finished: BTreeSet<AttemptKey>,
-    finished_order: VecDeque<AttemptKey>,
-    /// Exit reports the head has not acknowledged; re-sent with every heartbeat.
-    unacked: BTreeMap<AttemptKey, AgentMsg>,
-    draining: Option<(u64, std::time::Instant, tokio::sync::oneshot::Sender<()>)>,
+    /// The heartbeat interval, shared with the link (its reconnect backoff stays below it).
+    heartbeat_ms: Arc<AtomicU64>,
+    supervisors: BTreeMap<AttemptKey, Supervision>,
+    reports: UnboundedSender<(AttemptKey, Report)>,
+    head_node_timeout_ms: Option<u64>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    timer: Option<SpawnHandle>,
 }
 
 impl NodeAgent {
-    pub fn new(opts: NodeOptions, log_url: String) -> NodeAgent {
-        NodeAgent {
-            opts,
+    fn new(
+        opts: NodeOptions,
+        log_url: String,
+        recovered: Recovered,
+        attached: Vec<(AttemptKey, UnboundedSender<Command>)>,
+        reports: UnboundedSender<(AttemptKey, Report)>,
+    ) -> NodeAgent {
+        let identity = AgentIdentity {
+            name: opts.name.clone(),
+            resources: opts.resources.clone(),
+            labels: opts.labels.clone(),
+            addr: opts.addr.clone(),
             log_url,
-            incarnation: crate::paths::random_u64(),
-            seq: 0,
-            heartbeat_ms: DEFAULT_HEARTBEAT_MS,
-            heartbeat: None,
+        };
+        let supervisors =
+            attached.into_iter().map(|(key, commands)| (key, Supervision::Attached { commands, pgid: None })).collect();
+        NodeAgent {
+            protocol: Agent::new(identity, crate::paths::random_u64(), recovered),
+            opts,
+            epoch: std::time::Instant::now(),
             link: None,
-            procs: BTreeMap::new(),
-            finished: BTreeSet::new(),
-            finished_order: VecDeque::new(),
-            unacked: BTreeMap::new(),
-            draining: None,
+            heartbeat: None,
+            heartbeat_ms: Arc::new(AtomicU64::new(ftdrive::agent::DEFAULT_HEARTBEAT_MS)),
+            supervisors,
+            reports,
+            head_node_timeout_ms: None,
+            shutdown: None,
+            timer: None,
         }
     }
 
-    fn send(&self, msg: AgentMsg) {
-        if let Some(link) = &self.link {
-            let _ = link.send(msg);
-        }
+    fn now(&self) -> Instant {
+        Instant::from_ms(self.epoch.elapsed().as_millis() as u64)
     }
 
-    fn register(&self) {
-        self.send(AgentMsg::Register {
-            node: self.opts.name.clone(),
-            incarnation: self.incarnation,
-            resources: self.opts.resources.clone(),
-            labels: self.opts.labels.clone(),
-            addr: self.opts.addr.clone(),
-            log_url: self.log_url.clone(),
-        });
+    /// One input to the protocol, and its effects carried out.
+    fn input(&mut self, input: AgentInput, ctx: &mut Context<Self>) {
+        let now = self.now();
+        self.protocol.handle(now, input);
+        self.carry_out(ctx);
     }
 
-    fn heartbeat(&mut self, ctx: &mut Context<Self>) {
-        self.seq += 1;
-        let running = self.procs.keys().cloned().collect();
-        self.send(AgentMsg::Heartbeat {
-            node: self.opts.name.clone(),
-            incarnation: self.incarnation,
-            seq: self.seq,
-            running,
-        });
-        for report in self.unacked.values() {
-            self.send(report.clone());
+    fn carry_out(&mut self, ctx: &mut Context<Self>) {
+        while let Some(effect) = self.protocol.poll_effect() {
+            match effect {
+                AgentEffect::Send(msg) => {
+                    if let Some(link) = &self.link {
+                        let _ = link.send(msg);
+                    }
+                }
+                AgentEffect::Spawn(spec) => self.launch(spec, ctx),
+                AgentEffect::Stop { key, grace_ms } => self.command(&key, Command::Stop { grace_ms }),
+                AgentEffect::Forget { key } => {
+                    self.supervisors.remove(&key);
+                    attempt::forget(&self.opts.state_dir, &key);
+                }
+                AgentEffect::HeartbeatEvery { interval_ms } => self.set_heartbeat(interval_ms, ctx),
+                AgentEffect::ShutDown => {
+                    if let Some(done) = self.shutdown.take() {
+                        let _ = done.send(());
+                    }
+                }
+            }
         }
-        if let Some((deadline_ms, since, _)) = &self.draining {
-            let left = deadline_ms.saturating_sub(since.elapsed().as_millis() as u64);
-            self.send(AgentMsg::PreemptionNotice { node: self.opts.name.clone(), deadline_ms: left });
+        self.arm_timer(ctx);
+    }
+
+    fn arm_timer(&mut self, ctx: &mut Context<Self>) {
+        if let Some(handle) = self.timer.take() {
+            ctx.cancel_future(handle);
         }
-        self.maybe_done_draining(ctx);
+        if let Some(at) = self.protocol.poll_timeout() {
+            let delay = Duration::from_millis(at.ms_since(self.now()));
+            self.timer = Some(ctx.run_later(delay, |act, ctx| {
+                act.timer = None;
+                let now = act.now();
+                act.protocol.handle_timeout(now);
+                act.carry_out(ctx);
+            }));
+        }
     }
 
     fn set_heartbeat(&mut self, interval_ms: u64, ctx: &mut Context<Self>) {
-        if self.heartbeat.is_some() && interval_ms == self.heartbeat_ms {
-            return;
-        }
         if let Some(handle) = self.heartbeat.take() {
             ctx.cancel_future(handle);
         }
-        self.heartbeat_ms = interval_ms.max(10);
-        self.heartbeat =
-            Some(ctx.run_interval(Duration::from_millis(self.heartbeat_ms), |act, ctx| act.heartbeat(ctx)));
+        self.heartbeat_ms.store(interval_ms, Ordering::Relaxed);
+        let every = Duration::from_millis(interval_ms);
+        self.heartbeat = Some(ctx.run_interval(every, |act, ctx| act.input(AgentInput::Heartbeat, ctx)));
     }
 
-    // ---- attempts ------------------------------------------------------------------------
+    // ---- supervisors -----------------------------------------------------------------------
 
-    fn start(&mut self, spec: StartSpec, ctx: &mut Context<Self>) {
+    fn launch(&mut self, spec: StartSpec, ctx: &mut Context<Self>) {
         let key = spec.key.clone();
-        if self.procs.contains_key(&key) {
-            return self.send(AgentMsg::Started { node: self.opts.name.clone(), key });
-        }
-        if self.finished.contains(&key) {
-            return; // ran already; its exit report is on its way
-        }
-        if self.draining.is_some() {
-            return self.report_never_started(key);
-        }
         let Some(log) = logs::log_path(&self.opts.state_dir, key.job.as_str(), key.actor, key.attempt) else {
-            return self.report(
-                key.clone(),
-                AgentMsg::SpawnFailed { node: self.opts.name.clone(), key, message: "bad job id".into() },
-            );
+            return self.input(AgentInput::SpawnFailed { key, message: "bad job id".into() }, ctx);
         };
+        self.supervisors.insert(key.clone(), Supervision::Launching { pending: None });
         let cwd = spec.cwd.as_ref().map_or_else(|| self.opts.work_dir.clone(), PathBuf::from);
-        let extra = [("FTDRIVE_ADVERTISE_ADDR", self.opts.addr.clone())];
-        match process::launch(&spec, &log, &cwd, &extra) {
-            Ok(launched) => self.watch(key, launched, spec.stop_grace_ms, ctx),
-            Err(message) => {
-                self.remember(key.clone());
-                self.report(key.clone(), AgentMsg::SpawnFailed { node: self.opts.name.clone(), key, message });
-            }
-        }
+        let grace_ms = self.opts.reattach_grace_ms.or(self.head_node_timeout_ms).unwrap_or(DEFAULT_REATTACH_GRACE_MS);
+        let (state_dir, reports, addr) = (self.opts.state_dir.clone(), self.reports.clone(), self.opts.addr.clone());
+        let launching = async move {
+            let extra = [("FTDRIVE_ADVERTISE_ADDR", addr)];
+            attempt::launch(&spec, &state_dir, &log, &cwd, &extra, grace_ms, reports).await
+        };
+        ctx.spawn(launching.into_actor(self).map(move |result, act, ctx| act.launched(key, result, ctx)));
     }
 
-    /// Follows a launched attempt: whether its command started, and when it ends.
-    fn watch(&mut self, key: AttemptKey, launched: process::Launched, grace_ms: u64, ctx: &mut Context<Self>) {
-        let (pgid, mut child, status) = launched.into_parts();
-        self.procs.insert(key.clone(), Proc { pgid, grace_ms, signalled: false, kill_timer: None, spawn_error: None });
-        let started_key = key.clone();
-        ctx.spawn(
-            process::Launched::started(status)
-                .into_actor(self)
-                .map(move |result, act, _| act.on_started(started_key, result)),
-        );
-        ctx.spawn(
-            async move { child.wait().await }
-                .into_actor(self)
-                .map(move |status, act, ctx| act.on_exit(key, status, ctx)),
-        );
-    }
-
-    fn on_started(&mut self, key: AttemptKey, result: Result<(), String>) {
-        let Some(proc) = self.procs.get_mut(&key) else { return };
+    fn launched(&mut self, key: AttemptKey, result: Result<UnboundedSender<Command>, String>, ctx: &mut Context<Self>) {
         match result {
-            Ok(()) => self.send(AgentMsg::Started { node: self.opts.name.clone(), key }),
-            Err(message) => proc.spawn_error = Some(message),
-        }
-    }
-
-    fn on_exit(&mut self, key: AttemptKey, status: std::io::Result<std::process::ExitStatus>, ctx: &mut Context<Self>) {
-        let Some(proc) = self.procs.remove(&key) else { return };
-        if let Some(handle) = proc.kill_timer {
-            ctx.cancel_future(handle);
-        }
-        self.remember(key.clone());
-        let node = self.opts.name.clone();
-        let report = match (proc.spawn_error, status) {
-            (Some(message), _) => AgentMsg::SpawnFailed { node, key: key.clone(), message },
-            (None, Ok(status)) => {
-                AgentMsg::Exited { node, key: key.clone(), status: process::exit_status(status, proc.signalled) }
+            Ok(commands) => {
+                let pending = match self.supervisors.remove(&key) {
+                    Some(Supervision::Launching { pending }) => pending,
+                    _ => None,
+                };
+                if let Some(command) = pending {
+                    let _ = commands.send(command);
+                }
+                self.supervisors.insert(key, Supervision::Attached { commands, pgid: None });
             }
-            (None, Err(e)) => {
-                AgentMsg::SpawnFailed { node, key: key.clone(), message: format!("lost track of the process: {e}") }
+            Err(message) => {
+                self.supervisors.remove(&key);
+                self.input(AgentInput::SpawnFailed { key, message }, ctx);
             }
-        };
-        self.report(key, report);
-        self.maybe_done_draining(ctx);
+        }
     }
 
-    /// SIGTERM to the attempt's group now, SIGKILL after the grace.
-    fn stop(&mut self, key: &AttemptKey, grace_ms: u64, ctx: &mut Context<Self>) {
-        let Some(proc) = self.procs.get_mut(key) else {
-            if !self.finished.contains(key) {
-                self.report_never_started(key.clone());
+    fn command(&mut self, key: &AttemptKey, command: Command) {
+        match self.supervisors.get_mut(key) {
+            Some(Supervision::Attached { commands, .. }) => {
+                let _ = commands.send(command);
             }
-            return;
-        };
-        if proc.signalled {
-            return;
-        }
-        proc.signalled = true;
-        let pgid = proc.pgid;
-        process::signal_group(pgid, libc::SIGTERM);
-        proc.kill_timer = Some(
-            ctx.run_later(Duration::from_millis(grace_ms), move |_, _| process::signal_group(pgid, libc::SIGKILL)),
-        );
-    }
-
-    fn report_never_started(&mut self, key: AttemptKey) {
-        self.remember(key.clone());
-        let msg =
-            AgentMsg::Exited { node: self.opts.name.clone(), key: key.clone(), status: ExitStatus::never_started() };
-        self.report(key, msg);
-    }
-
-    /// Sends a report now and again with every heartbeat until the head acknowledges it.
-    fn report(&mut self, key: AttemptKey, msg: AgentMsg) {
-        self.send(msg.clone());
-        self.unacked.insert(key, msg);
-    }
-
-    fn remember(&mut self, key: AttemptKey) {
-        if self.finished.insert(key.clone()) {
-            self.finished_order.push_back(key);
-        }
-        while self.finished_order.len() > MAX_REMEMBERED {
-            let old = self.finished_order.pop_front().expect("non-empty");
-            self.finished.remove(&old);
+            Some(Supervision::Launching { pending }) => *pending = Some(command),
+            None => {}
         }
     }
 
-    // ---- draining ------------------------------------------------------------------------
-
-    fn begin_drain(&mut self, deadline_ms: u64, done: tokio::sync::oneshot::Sender<()>, ctx: &mut Context<Self>) {
-        tracing::info!("draining: telling the head and stopping {} process(es)", self.procs.len());
-        self.draining = Some((deadline_ms, std::time::Instant::now(), done));
-        self.send(AgentMsg::PreemptionNotice { node: self.opts.name.clone(), deadline_ms });
-        let keys: Vec<(AttemptKey, u64)> =
-            self.procs.iter().map(|(k, p)| (k.clone(), p.grace_ms.min(deadline_ms))).collect();
-        for (key, grace_ms) in keys {
-            self.stop(&key, grace_ms, ctx);
-        }
-        self.maybe_done_draining(ctx);
-    }
-
-    /// Drained once no process runs and the head has every report — or the deadline passed.
-    fn maybe_done_draining(&mut self, _: &mut Context<Self>) {
-        let Some((deadline_ms, since, _)) = &self.draining else { return };
-        let reported = self.procs.is_empty() && (self.unacked.is_empty() || self.link.is_none());
-        if reported || since.elapsed().as_millis() as u64 >= *deadline_ms {
-            let (_, _, done) = self.draining.take().expect("draining");
-            let _ = done.send(());
+    fn supervised(&mut self, key: AttemptKey, report: Report, ctx: &mut Context<Self>) {
+        match report {
+            Report::Started { pgid } => {
+                if let Some(Supervision::Attached { pgid: known, .. }) = self.supervisors.get_mut(&key) {
+                    *known = Some(pgid);
+                }
+                self.input(AgentInput::Spawned { key }, ctx);
+            }
+            Report::SpawnFailed(message) => self.input(AgentInput::SpawnFailed { key, message }, ctx),
+            Report::Ended(status) => {
+                self.supervisors.remove(&key);
+                self.input(AgentInput::Exited { key, status }, ctx);
+            }
         }
     }
 
-    /// Kills everything at once (embedded clusters shutting down, tests).
+    /// Kills every attempt at once (an embedded cluster shutting down, Ctrl-C).
     fn kill_all(&mut self) {
-        for proc in self.procs.values() {
-            process::signal_group(proc.pgid, libc::SIGKILL);
+        for supervision in self.supervisors.values() {
+            if let Supervision::Attached { commands, pgid } = supervision {
+                let _ = commands.send(Command::Kill);
+                if let Some(pgid) = pgid {
+                    // SAFETY: kill has no memory preconditions; a gone group is not found.
+                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                }
+            }
         }
     }
 }
@@ -285,12 +251,7 @@ impl Actor for NodeAgent {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.set_heartbeat(DEFAULT_HEARTBEAT_MS, ctx);
-    }
-
-    fn stopping(&mut self, _: &mut Context<Self>) -> Running {
-        self.kill_all();
-        Running::Stop
+        self.set_heartbeat(ftdrive::agent::DEFAULT_HEARTBEAT_MS, ctx);
     }
 }
 
@@ -300,14 +261,14 @@ impl Actor for NodeAgent {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Linked {
-    pub tx: UnboundedSender<AgentMsg>,
+    pub tx: UnboundedSender<ToHead>,
 }
 
 impl Handler<Linked> for NodeAgent {
     type Result = ();
-    fn handle(&mut self, msg: Linked, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: Linked, ctx: &mut Context<Self>) {
         self.link = Some(msg.tx);
-        self.register();
+        self.input(AgentInput::LinkUp, ctx);
     }
 }
 
@@ -317,55 +278,58 @@ pub struct Unlinked;
 
 impl Handler<Unlinked> for NodeAgent {
     type Result = ();
-    fn handle(&mut self, _: Unlinked, _: &mut Context<Self>) {
+    fn handle(&mut self, _: Unlinked, ctx: &mut Context<Self>) {
         self.link = None;
+        self.input(AgentInput::LinkDown, ctx);
     }
 }
 
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct FromHead(pub HeadMsg);
+pub struct FromHead(pub ToAgent);
 
 impl Handler<FromHead> for NodeAgent {
     type Result = ();
     fn handle(&mut self, FromHead(msg): FromHead, ctx: &mut Context<Self>) {
-        match msg {
-            HeadMsg::Welcome { heartbeat_interval_ms } => {
-                self.set_heartbeat(heartbeat_interval_ms, ctx);
-                self.heartbeat(ctx);
-            }
-            HeadMsg::Do { msg: ToAgent::Start(spec) } => self.start(spec, ctx),
-            HeadMsg::Do { msg: ToAgent::Stop { key, grace_ms } } => self.stop(&key, grace_ms, ctx),
-            HeadMsg::Do { msg: ToAgent::AckExit { key } } => {
-                self.unacked.remove(&key);
-                self.maybe_done_draining(ctx);
-            }
-            HeadMsg::Refused { reason, register_again } => {
-                tracing::warn!("the head refused a message: {reason}");
-                if register_again {
-                    self.register();
-                }
-            }
+        match &msg {
+            ToAgent::Welcome { node_timeout_ms, .. } => self.head_node_timeout_ms = Some(*node_timeout_ms),
+            ToAgent::Refused { reason, .. } => tracing::warn!("the head refused a message: {reason}"),
+            _ => {}
         }
+        self.input(AgentInput::FromHead(msg), ctx);
     }
 }
 
-/// SIGTERM: drain, and answer once drained (or at the deadline).
+/// A supervisor reported on its attempt.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct BeginDrain {
+struct Supervised(AttemptKey, Report);
+
+impl Handler<Supervised> for NodeAgent {
+    type Result = ();
+    fn handle(&mut self, Supervised(key, report): Supervised, ctx: &mut Context<Self>) {
+        self.supervised(key, report, ctx);
+    }
+}
+
+/// SIGTERM: shut down, and answer once done (or at the deadline).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct BeginShutdown {
     pub deadline_ms: u64,
     pub done: tokio::sync::oneshot::Sender<()>,
 }
 
-impl Handler<BeginDrain> for NodeAgent {
+impl Handler<BeginShutdown> for NodeAgent {
     type Result = ();
-    fn handle(&mut self, msg: BeginDrain, ctx: &mut Context<Self>) {
-        self.begin_drain(msg.deadline_ms, msg.done, ctx);
+    fn handle(&mut self, msg: BeginShutdown, ctx: &mut Context<Self>) {
+        tracing::info!("shutting down: telling the head and stopping {} attempt(s)", self.supervisors.len());
+        self.shutdown = Some(msg.done);
+        self.input(AgentInput::Shutdown { deadline_ms: msg.deadline_ms }, ctx);
     }
 }
 
-/// Ends the agent now, killing its processes.
+/// Ends the agent now, killing its attempts.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Halt;
@@ -384,25 +348,44 @@ pub struct NodeHandle {
     pub logs: actix_web::dev::ServerHandle,
 }
 
-/// Starts an agent (actor, log server, link to the head) on the current actix system.
-pub fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
+/// Starts an agent (log server, re-attachment to surviving supervisors, actor, link to the
+/// head) on the current actix system.
+pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
     std::fs::create_dir_all(opts.state_dir.join("logs"))?;
+    std::fs::create_dir_all(attempt::attempts_dir(&opts.state_dir))?;
     let bind = if opts.addr.parse::<std::net::IpAddr>().is_ok() { opts.addr.clone() } else { "0.0.0.0".to_string() };
-    let (log_url, log_server) = logs::serve(&bind, opts.state_dir.clone(), opts.token.clone())?;
+    let token = opts.credential.read().map_err(std::io::Error::other)?;
+    let (log_url, log_server) = logs::serve(&bind, opts.state_dir.clone(), token)?;
     let logs = log_server.handle();
     actix::spawn(log_server);
-    let head_url = opts.head_url.clone();
-    let token = opts.token.clone();
-    let agent = NodeAgent::new(opts, log_url).start();
-    actix::spawn(link::maintain(agent.clone(), head_url, token));
+    let (reports, mut incoming) = tokio::sync::mpsc::unbounded_channel();
+    let (recovered, attached) = attempt::recover(&opts.state_dir, reports.clone()).await;
+    if !recovered.running.is_empty() || !recovered.ended.is_empty() {
+        tracing::info!(
+            "re-attached to {} running attempt(s); {} ended while the agent was away",
+            recovered.running.len(),
+            recovered.ended.len()
+        );
+    }
+    let (head_url, credential) = (opts.head_url.clone(), opts.credential.clone());
+    let agent = NodeAgent::new(opts, log_url, recovered, attached, reports);
+    let heartbeat_ms = agent.heartbeat_ms.clone();
+    let agent = agent.start();
+    let forward = agent.clone();
+    actix::spawn(async move {
+        while let Some((key, report)) = incoming.recv().await {
+            forward.do_send(Supervised(key, report));
+        }
+    });
+    actix::spawn(link::maintain(agent.clone(), head_url, credential, heartbeat_ms));
     Ok(NodeHandle { agent, logs })
 }
 
 impl NodeHandle {
-    /// Drains (SIGTERM semantics) and stops.
+    /// Shuts down (SIGTERM semantics) and stops.
     pub async fn drain_and_stop(self, deadline_ms: u64) {
         let (done, drained) = tokio::sync::oneshot::channel();
-        if self.agent.send(BeginDrain { deadline_ms, done }).await.is_ok() {
+        if self.agent.send(BeginShutdown { deadline_ms, done }).await.is_ok() {
             let _ = drained.await;
         }
         self.halt().await;

@@ -1,0 +1,272 @@
+//! The agent's side of an attempt's supervisor: launching it (argv, never a shell; the
+//! attempt's environment; its own session; stdout and stderr into the attempt's log), the
+//! connection over which it reports and takes stops, finding supervisors again after the agent
+//! restarted, and the records each attempt leaves in `<state-dir>/attempts/`.
+
+use super::supervisor::{EXIT_RECORD, FAILED_RECORD, PID_RECORD, SOCKET, STATUS_FD};
+use ftdrive::agent::{EndReport, Recovered};
+use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec};
+use serde::{Deserialize, Serialize};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Environment variables no attempt may see: the agent's own credentials.
+pub const WITHHELD_ENV: [&str; 3] = ["FTDRIVE_TOKEN", "FTDRIVE_AGENT_TOKEN", "FTDRIVE_CA_CERT"];
+
+/// What the agent keeps of an attempt while it may still need it (`record.json`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Record {
+    key: AttemptKey,
+    stop_grace_ms: u64,
+}
+
+/// What a supervisor said about its attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Report {
+    Started { pgid: i32 },
+    SpawnFailed(String),
+    Ended(ExitStatus),
+}
+
+/// A command to a supervisor.
+#[derive(Clone, Copy, Debug)]
+pub enum Command {
+    Stop { grace_ms: u64 },
+    Kill,
+}
+
+/// Where the agent keeps its attempts' records.
+pub fn attempts_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("attempts")
+}
+
+/// One directory per attempt, named by a hash of its key: unix socket paths are short.
+fn attempt_dir(state_dir: &Path, key: &AttemptKey) -> PathBuf {
+    let text = format!("{}/{}/{}/{}", key.job, key.actor, key.attempt, key.cycle);
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    attempts_dir(state_dir).join(format!("{hash:016x}"))
+}
+
+/// Launches a supervisor for `spec` and connects to it. Its reports go to `reports`; commands
+/// are read from the returned channel. An error means the supervisor itself could not start.
+pub async fn launch(
+    spec: &StartSpec,
+    state_dir: &Path,
+    log: &Path,
+    cwd: &Path,
+    extra_env: &[(&str, String)],
+    reattach_grace_ms: u64,
+    reports: UnboundedSender<(AttemptKey, Report)>,
+) -> Result<UnboundedSender<Command>, String> {
+    let dir = attempt_dir(state_dir, &spec.key);
+    prepare(&dir, spec)?;
+    let (read_end, write_end) = pipe()?;
+    let mut child = supervisor_command(spec, &dir, log, cwd, extra_env, reattach_grace_ms, &write_end)?
+        .spawn()
+        .map_err(|e| format!("cannot start the attempt supervisor: {e}"))?;
+    drop(write_end);
+    // The supervisor outlives us if we die; while we live, we reap it.
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    match handshake(read_end).await? {
+        Ok(()) => attach(spec.key.clone(), &dir, reports).await,
+        Err(message) => Err(message),
+    }
+}
+
+fn prepare(dir: &Path, spec: &StartSpec) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let record = Record { key: spec.key.clone(), stop_grace_ms: spec.stop_grace_ms };
+    let text = serde_json::to_vec(&record).expect("records serialize");
+    crate::paths::write_atomic(&dir.join("record.json"), &text)
+        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))
+}
+
+fn supervisor_command(
+    spec: &StartSpec,
+    dir: &Path,
+    log: &Path,
+    cwd: &Path,
+    extra_env: &[(&str, String)],
+    reattach_grace_ms: u64,
+    status: &OwnedFd,
+) -> Result<tokio::process::Command, String> {
+    if let Some(parent) = log.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create log dir {}: {e}", parent.display()))?;
+    }
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("cannot open log {}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    // The running binary, even if its file was replaced or deleted since.
+    let mut cmd = tokio::process::Command::new("/proc/self/exe");
+    cmd.arg("__attempt")
+        .arg("--dir")
+        .arg(dir)
+        .arg("--reattach-grace-ms")
+        .arg(reattach_grace_ms.to_string())
+        .arg("--")
+        .args(&spec.command)
+        .envs(extra_env.iter().map(|(k, v)| (*k, v.as_str())))
+        .envs(&spec.env)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .kill_on_drop(false);
+    for name in WITHHELD_ENV {
+        cmd.env_remove(name);
+    }
+    let fd = std::os::fd::AsRawFd::as_raw_fd(status);
+    // SAFETY: between fork and exec only async-signal-safe calls: a new session (so that the
+    // agent's terminal and group signals do not reach the supervisor), and the status pipe
+    // placed where the supervisor reads it (dup2 clears close-on-exec on the copy).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::dup2(fd, STATUS_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(cmd)
+}
+
+/// "ok PID" once the supervisor listens and the command runs, or why not.
+async fn handshake(status: OwnedFd) -> Result<Result<(), String>, String> {
+    let mut line = String::new();
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(status).map_err(|e| e.to_string())?;
+    pipe.read_to_string(&mut line).await.map_err(|e| e.to_string())?;
+    Ok(match line.trim_end().split_once(' ') {
+        Some(("ok", _)) => Ok(()),
+        Some(("err", message)) => Err(message.to_string()),
+        _ => Err("the attempt supervisor exited before starting the command".to_string()),
+    })
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into the array, which we then own.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if rc != 0 {
+        return Err(format!("cannot create a pipe: {}", std::io::Error::last_os_error()));
+    }
+    // Only the read end is non-blocking (the tokio side); the supervisor writes blocking.
+    // SAFETY: fds[1] is a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(fds[1], libc::F_GETFL);
+        libc::fcntl(fds[1], libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
+/// Connects to a supervisor and relays: its reports to `reports`, commands to it. When the
+/// connection ends without a report of the end, the record on disk says how it ended — or,
+/// with no record, the supervisor died and its group is killed here.
+async fn attach(
+    key: AttemptKey,
+    dir: &Path,
+    reports: UnboundedSender<(AttemptKey, Report)>,
+) -> Result<UnboundedSender<Command>, String> {
+    let stream =
+        UnixStream::connect(dir.join(SOCKET)).await.map_err(|e| format!("cannot reach the attempt supervisor: {e}"))?;
+    let (commands, mut incoming) = tokio::sync::mpsc::unbounded_channel::<Command>();
+    let dir = dir.to_path_buf();
+    tokio::spawn(async move {
+        let (read, mut write) = stream.into_split();
+        let mut lines = BufReader::new(read).lines();
+        loop {
+            tokio::select! {
+                line = lines.next_line() => match line {
+                    Ok(Some(line)) => {
+                        if let Some(pgid) = line.strip_prefix("started ").and_then(|p| p.parse().ok()) {
+                            let _ = reports.send((key.clone(), Report::Started { pgid }));
+                        }
+                    }
+                    _ => break,
+                },
+                command = incoming.recv() => {
+                    let text = match command {
+                        Some(Command::Stop { grace_ms }) => format!("stop {grace_ms}\n"),
+                        Some(Command::Kill) => "kill\n".to_string(),
+                        None => continue,
+                    };
+                    let _ = write.write_all(text.as_bytes()).await;
+                }
+            }
+        }
+        let _ = reports.send((key, ended(&dir)));
+    });
+    Ok(commands)
+}
+
+/// How an attempt whose supervisor is gone ended, from its records.
+fn ended(dir: &Path) -> Report {
+    if let Ok(text) = std::fs::read(dir.join(EXIT_RECORD)) {
+        if let Ok(status) = serde_json::from_slice::<ExitStatus>(&text) {
+            return Report::Ended(status);
+        }
+    }
+    if let Ok(message) = std::fs::read_to_string(dir.join(FAILED_RECORD)) {
+        return Report::SpawnFailed(message);
+    }
+    // The supervisor died without a record (killed outright): take its group down too.
+    if let Some(pgid) = std::fs::read_to_string(dir.join(PID_RECORD)).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
+        // SAFETY: kill has no memory preconditions; a group that is gone is simply not found.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    }
+    Report::Ended(ExitStatus::signal(libc::SIGKILL, false))
+}
+
+/// What an earlier run of this agent left in its state dir: supervisors still running (now
+/// re-attached, their reports going to `reports`), ends not yet acknowledged, and the command
+/// channels of the re-attached ones.
+pub async fn recover(
+    state_dir: &Path,
+    reports: UnboundedSender<(AttemptKey, Report)>,
+) -> (Recovered, Vec<(AttemptKey, UnboundedSender<Command>)>) {
+    let mut recovered = Recovered::default();
+    let mut attached = Vec::new();
+    let Ok(entries) = std::fs::read_dir(attempts_dir(state_dir)) else { return (recovered, attached) };
+    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    dirs.sort();
+    for dir in dirs {
+        let Some(record) = read_record(&dir) else {
+            let _ = std::fs::remove_dir_all(&dir);
+            continue;
+        };
+        let key = record.key.clone();
+        let finished = dir.join(EXIT_RECORD).exists() || dir.join(FAILED_RECORD).exists();
+        if !finished {
+            if let Ok(commands) = attach(key.clone(), &dir, reports.clone()).await {
+                recovered.running.push((key.clone(), record.stop_grace_ms));
+                attached.push((key, commands));
+                continue;
+            }
+        }
+        let report = match ended(&dir) {
+            Report::SpawnFailed(message) => EndReport::SpawnFailed(message),
+            Report::Ended(status) => EndReport::Exited(status),
+            Report::Started { .. } => unreachable!("ended() reports an end"),
+        };
+        recovered.finished.push(key.clone());
+        recovered.ended.push((key, report));
+    }
+    (recovered, attached)
+}
+
+fn read_record(dir: &Path) -> Option<Record> {
+    serde_json::from_slice(&std::fs::read(dir.join("record.json")).ok()?).ok()
+}
+
+/// The head has the attempt's end: its records go (its log stays).
+pub fn forget(state_dir: &Path, key: &AttemptKey) {
+    let _ = std::fs::remove_dir_all(attempt_dir(state_dir, key));
+}

@@ -1,0 +1,591 @@
+//! The node agent's protocol as a sans-IO state machine (DESIGN §10 "one agent protocol"),
+//! driven by the real agent (`actors/src/node/`), the simulator and the test cluster alike:
+//! `handle(now, input)`, `handle_timeout(now)`, `poll_effect()`, `poll_timeout()`.
+//!
+//! What it owns, with the invariants the runtimes rely on:
+//!
+//! - **AG-1 idempotent starts.** A start for an attempt that runs here is confirmed again; one
+//!   for an attempt that ended here is ignored (the head may re-send a start it has not seen
+//!   confirmed, and a late copy must not run the attempt twice).
+//! - **AG-2 reports until acknowledged.** Every end of an attempt (exit, spawn failure, or a
+//!   stop for an attempt that never started) is reported, and reported again with every
+//!   heartbeat and at every registration, until the head acknowledges it.
+//! - **AG-3 registration says what is here.** A registration lists the attempts with live
+//!   processes (re-attached ones included) and those whose end report is still owed; the head
+//!   re-adopts the first and waits for the second.
+//! - **AG-4 stops are signalled once.** The first stop of a running attempt asks the runtime
+//!   to stop it (TERM, then KILL after the grace); later copies do nothing; an exit after a
+//!   stop is reported as signalled by the agent.
+//!
+//! The heartbeat cadence is the runtime's: it feeds `AgentInput::Heartbeat` on its own
+//! periodic timer (at the interval the head's welcome names, `AgentEffect::HeartbeatEvery`).
+//! The agent's own timer is the shutdown deadline.
+
+use crate::ids::NodeId;
+use crate::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent, ToHead};
+use crate::resources::{Labels, Resources};
+use crate::time::Instant;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Most finished attempts an agent remembers (to ignore a start re-sent after the exit).
+pub const MAX_REMEMBERED: usize = 4_096;
+/// Heartbeat interval until the head says otherwise.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 1_000;
+
+/// Who this agent is and what it offers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentIdentity {
+    pub name: NodeId,
+    pub resources: Resources,
+    pub labels: Labels,
+    /// Where other ranks reach this node (`MASTER_ADDR`).
+    pub addr: String,
+    /// Where this agent serves attempt logs (the runtime's; empty in the simulator).
+    pub log_url: String,
+}
+
+/// How an attempt ended, as the agent reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndReport {
+    Exited(ExitStatus),
+    SpawnFailed(String),
+}
+
+/// What an earlier run of this agent left behind: attempts whose processes still run (their
+/// supervisors outlived the agent, with each one's stop grace), ends not yet acknowledged, and
+/// attempts known to have ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    pub running: Vec<(AttemptKey, u64)>,
+    pub ended: Vec<(AttemptKey, EndReport)>,
+    pub finished: Vec<AttemptKey>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentInput {
+    /// Connected to the head: register.
+    LinkUp,
+    LinkDown,
+    FromHead(ToAgent),
+    /// The runtime's heartbeat timer fired.
+    Heartbeat,
+    /// The attempt's command runs.
+    Spawned {
+        key: AttemptKey,
+    },
+    /// The attempt's command could not be started.
+    SpawnFailed {
+        key: AttemptKey,
+        message: String,
+    },
+    /// The attempt's process ended (`signalled_by_agent` is the agent's to decide).
+    Exited {
+        key: AttemptKey,
+        status: ExitStatus,
+    },
+    /// This machine goes away within `deadline_ms`: tell the head, which moves the work.
+    PreemptionNotice {
+        deadline_ms: u64,
+    },
+    /// The agent is asked to exit (SIGTERM): a preemption notice, every process stopped, and
+    /// done once the head has every report or the deadline has passed.
+    Shutdown {
+        deadline_ms: u64,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentEffect {
+    Send(ToHead),
+    /// Start this attempt's process; answer with `Spawned` or `SpawnFailed`, then `Exited`.
+    Spawn(StartSpec),
+    /// Stop this attempt's process: TERM now, KILL after `grace_ms`.
+    Stop {
+        key: AttemptKey,
+        grace_ms: u64,
+    },
+    /// The head has this attempt's end: whatever the runtime keeps of it may go.
+    Forget {
+        key: AttemptKey,
+    },
+    /// Heartbeat at this interval from now on.
+    HeartbeatEvery {
+        interval_ms: u64,
+    },
+    /// Shutdown is complete: the agent may exit.
+    ShutDown,
+}
+
+/// An attempt with a process here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Proc {
+    /// Its command runs (the start was confirmed to the runtime).
+    started: bool,
+    /// The agent asked for it to stop.
+    signalled: bool,
+    stop_grace_ms: u64,
+}
+
+/// A preemption notice this agent keeps telling the head about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Notice {
+    deadline: Instant,
+    /// Shutting down: stop everything and exit once reported.
+    shutdown: bool,
+}
+
+/// The agent protocol state. The fields a heartbeat reads come first: a simulated cluster of
+/// ten thousand agents is memory-bound.
+#[derive(Clone, Debug)]
+pub struct Agent {
+    name: NodeId,
+    incarnation: u64,
+    seq: u64,
+    procs: BTreeMap<AttemptKey, Proc>,
+    linked: bool,
+    /// End reports the head has not acknowledged (AG-2).
+    unacked: BTreeMap<AttemptKey, EndReport>,
+    notice: Option<Notice>,
+    identity: AgentIdentity,
+    heartbeat_ms: u64,
+    finished: BTreeSet<AttemptKey>,
+    finished_order: VecDeque<AttemptKey>,
+    effects: VecDeque<AgentEffect>,
+}
+
+impl Agent {
+    /// An agent run: a fresh `incarnation`, and whatever an earlier run left behind.
+    pub fn new(identity: AgentIdentity, incarnation: u64, recovered: Recovered) -> Self {
+        let mut agent = Agent {
+            name: identity.name.clone(),
+            incarnation,
+            seq: 0,
+            procs: BTreeMap::new(),
+            linked: false,
+            unacked: BTreeMap::new(),
+            notice: None,
+            identity,
+            heartbeat_ms: DEFAULT_HEARTBEAT_MS,
+            finished: BTreeSet::new(),
+            finished_order: VecDeque::new(),
+            effects: VecDeque::new(),
+        };
+        for key in recovered.finished {
+            agent.remember(key);
+        }
+        for (key, stop_grace_ms) in recovered.running {
+            agent.procs.insert(key, Proc { started: true, signalled: false, stop_grace_ms });
+        }
+        for (key, report) in recovered.ended {
+            agent.remember(key.clone());
+            agent.unacked.insert(key, report);
+        }
+        agent
+    }
+
+    // ---- the state-machine shape ---------------------------------------------------------
+
+    pub fn handle(&mut self, now: Instant, input: AgentInput) {
+        match input {
+            AgentInput::LinkUp => {
+                self.linked = true;
+                self.register();
+                self.resend_reports();
+            }
+            AgentInput::LinkDown => {
+                self.linked = false;
+                self.check_shutdown_done(now);
+            }
+            AgentInput::FromHead(msg) => self.on_head_message(now, msg),
+            AgentInput::Heartbeat => self.heartbeat(now),
+            AgentInput::Spawned { key } => self.spawned(key),
+            AgentInput::SpawnFailed { key, message } => self.spawn_failed(key, message),
+            AgentInput::Exited { key, status } => self.exited(now, key, status),
+            AgentInput::PreemptionNotice { deadline_ms } => self.notice(now, deadline_ms, false),
+            AgentInput::Shutdown { deadline_ms } => self.notice(now, deadline_ms, true),
+        }
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.check_shutdown_done(now);
+    }
+
+    pub fn poll_effect(&mut self) -> Option<AgentEffect> {
+        self.effects.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.notice.filter(|n| n.shutdown).map(|n| n.deadline)
+    }
+
+    // ---- read access -----------------------------------------------------------------------
+
+    pub fn name(&self) -> &NodeId {
+        &self.name
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// Attempts with a process here, in key order.
+    pub fn running(&self) -> impl Iterator<Item = &AttemptKey> {
+        self.procs.keys()
+    }
+
+    pub fn is_running(&self, key: &AttemptKey) -> bool {
+        self.procs.contains_key(key)
+    }
+
+    /// Ends not yet acknowledged by the head, in key order.
+    pub fn unacknowledged(&self) -> impl Iterator<Item = (&AttemptKey, &EndReport)> {
+        self.unacked.iter()
+    }
+
+    /// Attempts known to have ended here (bounded, oldest forgotten first).
+    pub fn remembered_finished(&self) -> impl Iterator<Item = &AttemptKey> {
+        self.finished_order.iter()
+    }
+
+    /// What a successor would recover if this agent process died now: the attempts whose
+    /// supervisors keep running, the ends it owes the head, and what it knows to have ended.
+    pub fn recoverable(&self) -> Recovered {
+        Recovered {
+            running: self.procs.iter().filter(|(_, p)| p.started).map(|(k, p)| (k.clone(), p.stop_grace_ms)).collect(),
+            ended: self.unacked.iter().map(|(k, r)| (k.clone(), r.clone())).collect(),
+            finished: self.finished_order.iter().cloned().collect(),
+        }
+    }
+
+    /// A preemption notice is being sent to the head.
+    pub fn has_preemption_notice(&self) -> bool {
+        self.notice.is_some()
+    }
+
+    pub fn heartbeat_interval_ms(&self) -> u64 {
+        self.heartbeat_ms
+    }
+
+    // ---- the head --------------------------------------------------------------------------
+
+    fn send(&mut self, msg: ToHead) {
+        self.effects.push_back(AgentEffect::Send(msg));
+    }
+
+    /// AG-3: the registration lists what runs here and what ends are owed.
+    fn register(&mut self) {
+        let id = &self.identity;
+        let msg = ToHead::Register {
+            node: self.name.clone(),
+            incarnation: self.incarnation,
+            resources: id.resources.clone(),
+            labels: id.labels.clone(),
+            addr: id.addr.clone(),
+            log_url: id.log_url.clone(),
+            running: self.procs.keys().cloned().collect(),
+            ended: self.unacked.keys().cloned().collect(),
+        };
+        self.send(msg);
+    }
+
+    fn on_head_message(&mut self, now: Instant, msg: ToAgent) {
+        match msg {
+            ToAgent::Welcome { heartbeat_interval_ms, .. } => {
+                let interval_ms = heartbeat_interval_ms.max(10);
+                if interval_ms != self.heartbeat_ms {
+                    self.heartbeat_ms = interval_ms;
+                    self.effects.push_back(AgentEffect::HeartbeatEvery { interval_ms });
+                }
+            }
+            // After a refusal the registration may race with the reports: they follow with the
+            // next heartbeat.
+            ToAgent::Refused { register_again, .. } => {
+                if register_again {
+                    self.register();
+                }
+            }
+            ToAgent::Start(spec) => self.start(spec),
+            ToAgent::Stop { key, grace_ms } => self.stop(key, grace_ms),
+            ToAgent::AckExit { key } => {
+                if self.unacked.remove(&key).is_some() {
+                    self.effects.push_back(AgentEffect::Forget { key });
+                }
+                self.check_shutdown_done(now);
+            }
+        }
+    }
+
+    /// A heartbeat lists what runs here; every unacknowledged report and the preemption
+    /// notice go again with it.
+    fn heartbeat(&mut self, now: Instant) {
+        if !self.linked {
+            return;
+        }
+        self.seq += 1;
+        let beat = ToHead::Heartbeat {
+            node: self.name.clone(),
+            incarnation: self.incarnation,
+            seq: self.seq,
+            running: self.procs.keys().cloned().collect(),
+        };
+        self.send(beat);
+        self.resend_reports();
+        if let Some(notice) = self.notice {
+            let deadline_ms = notice.deadline.ms_since(now);
+            self.send(ToHead::PreemptionNotice { node: self.name.clone(), deadline_ms });
+        }
+        self.check_shutdown_done(now);
+    }
+
+    fn resend_reports(&mut self) {
+        if self.unacked.is_empty() {
+            return;
+        }
+        let reports: Vec<ToHead> = self.unacked.iter().map(|(key, report)| self.report_msg(key, report)).collect();
+        for report in reports {
+            self.send(report);
+        }
+    }
+
+    fn report_msg(&self, key: &AttemptKey, report: &EndReport) -> ToHead {
+        let (node, key) = (self.name.clone(), key.clone());
+        match report {
+            EndReport::Exited(status) => ToHead::Exited { node, key, status: *status },
+            EndReport::SpawnFailed(message) => ToHead::SpawnFailed { node, key, message: message.clone() },
+        }
+    }
+
+    /// AG-2: report now, and again until acknowledged.
+    fn report(&mut self, key: AttemptKey, report: EndReport) {
+        let msg = self.report_msg(&key, &report);
+        self.send(msg);
+        self.unacked.insert(key, report);
+    }
+
+    // ---- attempts --------------------------------------------------------------------------
+
+    /// AG-1.
+    fn start(&mut self, spec: StartSpec) {
+        let key = spec.key.clone();
+        if let Some(proc) = self.procs.get(&key) {
+            if proc.started {
+                self.send(ToHead::Started { node: self.name.clone(), key });
+            }
+            return;
+        }
+        if self.finished.contains(&key) {
+            return; // ran already; its end is reported (or was acknowledged)
+        }
+        if self.notice.is_some_and(|n| n.shutdown) {
+            return self.report_never_started(key);
+        }
+        let proc = Proc { started: false, signalled: false, stop_grace_ms: spec.stop_grace_ms };
+        self.procs.insert(key, proc);
+        self.effects.push_back(AgentEffect::Spawn(spec));
+    }
+
+    fn spawned(&mut self, key: AttemptKey) {
+        let Some(proc) = self.procs.get_mut(&key) else { return };
+        proc.started = true;
+        self.send(ToHead::Started { node: self.name.clone(), key });
+    }
+
+    fn spawn_failed(&mut self, key: AttemptKey, message: String) {
+        if self.procs.remove(&key).is_none() {
+            return;
+        }
+        self.remember(key.clone());
+        self.report(key, EndReport::SpawnFailed(message));
+    }
+
+    fn exited(&mut self, now: Instant, key: AttemptKey, status: ExitStatus) {
+        let Some(proc) = self.procs.remove(&key) else { return };
+        self.remember(key.clone());
+        let status = ExitStatus { signalled_by_agent: proc.signalled, ..status };
+        self.report(key, EndReport::Exited(status));
+        self.check_shutdown_done(now);
+    }
+
+    /// AG-4. An attempt never started here is reported as such, and never starts afterwards.
+    fn stop(&mut self, key: AttemptKey, grace_ms: u64) {
+        match self.procs.get_mut(&key) {
+            Some(proc) if !proc.signalled => {
+                proc.signalled = true;
+                self.effects.push_back(AgentEffect::Stop { key, grace_ms });
+            }
+            Some(_) => {}
+            None if self.finished.contains(&key) => {}
+            None => self.report_never_started(key),
+        }
+    }
+
+    fn report_never_started(&mut self, key: AttemptKey) {
+        self.remember(key.clone());
+        self.report(key, EndReport::Exited(ExitStatus::never_started()));
+    }
+
+    fn remember(&mut self, key: AttemptKey) {
+        if self.finished.insert(key.clone()) {
+            self.finished_order.push_back(key);
+        }
+        while self.finished_order.len() > MAX_REMEMBERED {
+            let old = self.finished_order.pop_front().expect("non-empty");
+            self.finished.remove(&old);
+        }
+    }
+
+    // ---- preemption and shutdown -----------------------------------------------------------
+
+    fn notice(&mut self, now: Instant, deadline_ms: u64, shutdown: bool) {
+        let deadline = now.plus_ms(deadline_ms);
+        self.notice = Some(Notice { deadline, shutdown });
+        self.send(ToHead::PreemptionNotice { node: self.name.clone(), deadline_ms });
+        if shutdown {
+            let stops: Vec<(AttemptKey, u64)> = self
+                .procs
+                .iter()
+                .filter(|(_, p)| !p.signalled)
+                .map(|(k, p)| (k.clone(), p.stop_grace_ms.min(deadline_ms)))
+                .collect();
+            for (key, grace_ms) in stops {
+                self.stop(key, grace_ms);
+            }
+            self.check_shutdown_done(now);
+        }
+    }
+
+    /// Shut down once nothing runs and the head has every report (or cannot be told), or at
+    /// the deadline.
+    fn check_shutdown_done(&mut self, now: Instant) {
+        let Some(notice) = self.notice.filter(|n| n.shutdown) else { return };
+        let reported = self.procs.is_empty() && (self.unacked.is_empty() || !self.linked);
+        if reported || notice.deadline <= now {
+            self.notice = None;
+            self.effects.push_back(AgentEffect::ShutDown);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::JobId;
+
+    fn key(actor: u32) -> AttemptKey {
+        AttemptKey { job: JobId::new("j1"), actor, attempt: 1, cycle: 1 }
+    }
+
+    fn spec(actor: u32) -> StartSpec {
+        StartSpec {
+            key: key(actor),
+            actor_name: format!("j1/{actor}"),
+            command: vec!["true".into()],
+            env: BTreeMap::new(),
+            cwd: None,
+            stop_grace_ms: 500,
+        }
+    }
+
+    fn agent(recovered: Recovered) -> Agent {
+        let identity = AgentIdentity {
+            name: NodeId::new("n1"),
+            resources: Resources::units(&[("cpu", 1)]),
+            labels: Labels::new(),
+            addr: "10.0.0.1".into(),
+            log_url: String::new(),
+        };
+        let mut a = Agent::new(identity, 7, recovered);
+        a.handle(Instant::ZERO, AgentInput::LinkUp);
+        a
+    }
+
+    fn effects(a: &mut Agent) -> Vec<AgentEffect> {
+        std::iter::from_fn(|| a.poll_effect()).collect()
+    }
+
+    fn from_head(a: &mut Agent, msg: ToAgent) -> Vec<AgentEffect> {
+        a.handle(Instant::ZERO, AgentInput::FromHead(msg));
+        effects(a)
+    }
+
+    #[test]
+    fn starts_are_idempotent_and_a_late_start_never_runs_an_ended_attempt() {
+        let mut a = agent(Recovered::default());
+        effects(&mut a);
+        assert_eq!(from_head(&mut a, ToAgent::Start(spec(0))), vec![AgentEffect::Spawn(spec(0))]);
+        assert!(from_head(&mut a, ToAgent::Start(spec(0))).is_empty(), "spawning: no second spawn");
+        a.handle(Instant::ZERO, AgentInput::Spawned { key: key(0) });
+        let started = ToHead::Started { node: NodeId::new("n1"), key: key(0) };
+        assert_eq!(effects(&mut a), vec![AgentEffect::Send(started.clone())]);
+        assert_eq!(from_head(&mut a, ToAgent::Start(spec(0))), vec![AgentEffect::Send(started)]);
+        a.handle(Instant::ZERO, AgentInput::Exited { key: key(0), status: ExitStatus::code(0) });
+        effects(&mut a);
+        assert!(from_head(&mut a, ToAgent::Start(spec(0))).is_empty(), "ended: ignored");
+    }
+
+    #[test]
+    fn ends_are_reported_until_acknowledged_and_stops_signal_once() {
+        let mut a = agent(Recovered::default());
+        from_head(&mut a, ToAgent::Start(spec(1)));
+        a.handle(Instant::ZERO, AgentInput::Spawned { key: key(1) });
+        effects(&mut a);
+        let stop = ToAgent::Stop { key: key(1), grace_ms: 300 };
+        assert_eq!(from_head(&mut a, stop.clone()), vec![AgentEffect::Stop { key: key(1), grace_ms: 300 }]);
+        assert!(from_head(&mut a, stop).is_empty(), "AG-4: signalled once");
+        a.handle(Instant::ZERO, AgentInput::Exited { key: key(1), status: ExitStatus::signal(15, false) });
+        let report = ToHead::Exited { node: NodeId::new("n1"), key: key(1), status: ExitStatus::signal(15, true) };
+        assert_eq!(effects(&mut a), vec![AgentEffect::Send(report.clone())]);
+        a.handle(Instant::ZERO, AgentInput::Heartbeat);
+        let sent = effects(&mut a);
+        assert_eq!(sent.len(), 2, "a heartbeat and the report again: {sent:?}");
+        assert_eq!(sent[1], AgentEffect::Send(report));
+        assert_eq!(from_head(&mut a, ToAgent::AckExit { key: key(1) }), vec![AgentEffect::Forget { key: key(1) }]);
+        a.handle(Instant::ZERO, AgentInput::Heartbeat);
+        assert_eq!(effects(&mut a).len(), 1, "acknowledged: not sent again");
+    }
+
+    #[test]
+    fn a_stop_for_an_attempt_never_started_is_reported_and_blocks_the_start() {
+        let mut a = agent(Recovered::default());
+        effects(&mut a);
+        let sent = from_head(&mut a, ToAgent::Stop { key: key(2), grace_ms: 1 });
+        let never = ToHead::Exited { node: NodeId::new("n1"), key: key(2), status: ExitStatus::never_started() };
+        assert_eq!(sent, vec![AgentEffect::Send(never)]);
+        assert!(from_head(&mut a, ToAgent::Start(spec(2))).is_empty());
+    }
+
+    #[test]
+    fn a_restarted_agent_registers_what_it_reattached_and_what_it_owes() {
+        let recovered = Recovered {
+            running: vec![(key(3), 500)],
+            ended: vec![(key(4), EndReport::Exited(ExitStatus::code(1)))],
+            finished: vec![],
+        };
+        let mut a = agent(recovered);
+        let sent = effects(&mut a);
+        let AgentEffect::Send(ToHead::Register { running, ended, .. }) = &sent[0] else { panic!("{sent:?}") };
+        assert_eq!((running.clone(), ended.clone()), (vec![key(3)], vec![key(4)]));
+        assert!(
+            matches!(&sent[1], AgentEffect::Send(ToHead::Exited { key: k, .. }) if *k == key(4)),
+            "the owed report follows the registration: {sent:?}"
+        );
+        assert!(from_head(&mut a, ToAgent::Start(spec(4))).is_empty(), "AG-1 holds across the restart");
+    }
+
+    #[test]
+    fn shutdown_stops_everything_and_ends_once_reported() {
+        let mut a = agent(Recovered { running: vec![(key(5), 10_000)], ..Recovered::default() });
+        effects(&mut a);
+        a.handle(Instant::ZERO, AgentInput::Shutdown { deadline_ms: 2_000 });
+        let sent = effects(&mut a);
+        assert!(sent.contains(&AgentEffect::Stop { key: key(5), grace_ms: 2_000 }), "{sent:?}");
+        assert_eq!(a.poll_timeout(), Some(Instant::from_ms(2_000)));
+        assert!(from_head(&mut a, ToAgent::Start(spec(6))).iter().all(|e| !matches!(e, AgentEffect::Spawn(_))));
+        a.handle(Instant::from_ms(100), AgentInput::Exited { key: key(5), status: ExitStatus::signal(15, false) });
+        effects(&mut a);
+        a.handle(Instant::from_ms(150), AgentInput::FromHead(ToAgent::AckExit { key: key(5) }));
+        a.handle(Instant::from_ms(150), AgentInput::FromHead(ToAgent::AckExit { key: key(6) }));
+        assert!(effects(&mut a).contains(&AgentEffect::ShutDown));
+        assert_eq!(a.poll_timeout(), None);
+    }
+}
