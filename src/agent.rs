@@ -268,8 +268,12 @@ impl Agent {
 
     // ---- the head --------------------------------------------------------------------------
 
+    /// Messages go out only while linked; what must not be lost (end reports, the notice) is
+    /// sent again on the next link.
     fn send(&mut self, msg: ToHead) {
-        self.effects.push_back(AgentEffect::Send(msg));
+        if self.linked {
+            self.effects.push_back(AgentEffect::Send(msg));
+        }
     }
 
     /// AG-3: the registration lists what runs here and what ends are owed.
@@ -369,7 +373,7 @@ impl Agent {
         let key = spec.key.clone();
         if let Some(proc) = self.procs.get(&key) {
             if proc.started {
-                self.send(ToHead::Started { node: self.name.clone(), key });
+                self.send(ToHead::Started { node: self.name.clone(), incarnation: self.incarnation, key });
             }
             return;
         }
@@ -387,7 +391,7 @@ impl Agent {
     fn spawned(&mut self, key: AttemptKey) {
         let Some(proc) = self.procs.get_mut(&key) else { return };
         proc.started = true;
-        self.send(ToHead::Started { node: self.name.clone(), key });
+        self.send(ToHead::Started { node: self.name.clone(), incarnation: self.incarnation, key });
     }
 
     fn spawn_failed(&mut self, key: AttemptKey, message: String) {
@@ -515,7 +519,7 @@ mod tests {
         assert_eq!(from_head(&mut a, ToAgent::Start(spec(0))), vec![AgentEffect::Spawn(spec(0))]);
         assert!(from_head(&mut a, ToAgent::Start(spec(0))).is_empty(), "spawning: no second spawn");
         a.handle(Instant::ZERO, AgentInput::Spawned { key: key(0) });
-        let started = ToHead::Started { node: NodeId::new("n1"), key: key(0) };
+        let started = ToHead::Started { node: NodeId::new("n1"), incarnation: 7, key: key(0) };
         assert_eq!(effects(&mut a), vec![AgentEffect::Send(started.clone())]);
         assert_eq!(from_head(&mut a, ToAgent::Start(spec(0))), vec![AgentEffect::Send(started)]);
         a.handle(Instant::ZERO, AgentInput::Exited { key: key(0), status: ExitStatus::code(0) });

@@ -20,6 +20,10 @@ pub struct HeadConfig {
     pub max_jobs: usize,
     /// Most nodes the head keeps; a registration beyond it is refused.
     pub max_nodes: usize,
+    /// Finished jobs kept for `status` (the oldest beyond this are forgotten).
+    pub retain_finished: usize,
+    /// How long a finished job is kept.
+    pub retain_finished_ms: u64,
     /// Seed for backoff jitter; the same seed and inputs give the same effects.
     pub seed: u64,
 }
@@ -34,6 +38,8 @@ impl Default for HeadConfig {
             ports_per_node: 1_000,
             max_jobs: 1_000_000,
             max_nodes: 100_000,
+            retain_finished: 1_000,
+            retain_finished_ms: 7 * 86_400_000,
             seed: 0,
         }
     }

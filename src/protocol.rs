@@ -142,8 +142,10 @@ pub enum ToHead {
         seq: u64,
         running: Vec<AttemptKey>,
     },
+    /// The attempt's command runs, under this agent run (`incarnation`).
     Started {
         node: NodeId,
+        incarnation: u64,
         key: AttemptKey,
     },
     Exited {

@@ -84,13 +84,15 @@ fn other_node_lost_is_node_lost_charged_to_system() {
     assert_eq!((e.cause, e.budget, e.remaining.system.as_i64()), (Cause::NodeLost, BudgetKind::System, 2));
 }
 
+/// The machine rebooted (its agent registers anew, with nothing to re-attach): what ran there
+/// is lost with its agent — the design's "its agent crashed" row.
 #[test]
-fn agent_restart_is_node_lost() {
+fn an_agent_restart_that_lost_the_process_is_node_lost() {
     let (mut c, job) = one_job(&["n1"], spec("n", 1, 1));
     c.join("n1", cpu(1));
     let e = last_failure(&c, &job);
     assert_eq!((e.cause, e.budget), (Cause::NodeLost, BudgetKind::System));
-    assert!(e.evidence.contains("agent on n1 restarted"), "{}", e.evidence);
+    assert!(e.evidence.contains("on n1 was gone when its agent restarted"), "{}", e.evidence);
 }
 
 #[test]

@@ -4,6 +4,7 @@ mod support;
 
 use ftdrive::driver::{ActorState, Budget, BudgetKind, Cause, JobState};
 use ftdrive::event::JobEvent;
+use ftdrive::protocol::AttemptKey;
 use ftdrive::protocol::ExitStatus;
 use ftdrive::spec::RestartMode;
 use ftdrive::{Labels, Resources};
@@ -229,33 +230,34 @@ fn selector_nobody_matches_is_infeasible() {
     assert_eq!(c.view(&job).infeasible.as_deref(), Some("infeasible: no node matches node_selector zone=b"));
 }
 
-/// A head that restarts takes an accepted job up again: new attempts are numbered on (so no
-/// message of the old run can pass for one of the new), the ledger and budgets are kept.
+/// A head that restarts re-adopts a running job from what it made durable: the same attempts
+/// in the same cycle, nothing restarted or charged; an attempt that ended while the head was
+/// away enters the ledger with its real cause.
 #[test]
-fn a_resumed_job_numbers_attempts_on_and_keeps_its_ledger() {
+fn a_restarted_head_readopts_running_attempts_and_charges_nothing() {
     let mut c = TestCluster::new(config());
-    c.join("n1", cpu(1));
-    let mut s = spec("durable", 1, 1);
+    for n in ["n1", "n2", "n3"] {
+        c.join(n, cpu(1));
+    }
+    let mut s = spec("durable", 2, 2);
     s.retries.user = Budget::from_i64(2).unwrap();
-    let job = c.submit(s.clone());
+    let job = c.submit(s);
     c.exit_rank(&job, 0, 1);
     c.advance(1_000);
     let before = c.view(&job);
     assert_eq!((before.actors[0].attempt, before.cycles, before.remaining.user.as_i64()), (2, 2, 1));
+    let running: Vec<AttemptKey> = c.running_of(&job).cloned().collect();
 
-    let mut after = TestCluster::new(config());
-    after.join("n1", cpu(1));
-    let history = ftdrive::driver::JobHistory {
-        attempts: before.actors.iter().map(|a| a.attempt).collect(),
-        cycle: before.cycles,
-        ledger: before.ledger.clone(),
-        remaining: before.remaining,
-    };
-    after.input(ftdrive::head::Input::Resume { id: job.clone(), spec: Box::new(s), history: Box::new(history) });
-    let view = after.view(&job);
-    assert_eq!((view.actors[0].attempt, view.cycles), (3, 3), "attempt 3 in cycle 3");
-    assert_eq!(view.ledger, before.ledger);
-    assert_eq!(view.remaining.user.as_i64(), 1);
-    let running = after.running_of(&job).next().unwrap().clone();
-    assert_eq!((running.attempt, running.cycle), (3, 3));
+    c.restart_head();
+    assert!(!c.head.recovering(), "every node reported: the recovery window closed early");
+    let after = c.view(&job);
+    assert_eq!(after.ledger, before.ledger, "nothing charged, nothing forgotten");
+    assert_eq!(c.running_of(&job).cloned().collect::<Vec<_>>(), running, "the same attempts run");
+    assert_eq!((after.cycles, after.actors[0].attempt, after.actors[0].state), (2, 2, ActorState::Running));
+    c.advance(5_000);
+    assert_eq!(c.view(&job).ledger, before.ledger, "no restart happened later either");
+    c.finish(&job);
+    let done = c.view(&job);
+    assert_eq!(done.state, JobState::Succeeded);
+    assert!(done.ledger[before.ledger.len()..].iter().all(|e| e.cause == Cause::Completed && e.cycle == 2));
 }

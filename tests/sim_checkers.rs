@@ -1,5 +1,7 @@
 //! The simulator's checkers catch a broken policy: with a test-only switch that lets pending
-//! gangs beat replacements, `replacement_first` fires; with the real policy it does not.
+//! gangs beat replacements, `replacement_first` fires; with one that makes a restarted head
+//! forget which attempts run where, the restart charges budgets and `charge_explained` fires.
+//! With the real policy neither does.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -42,4 +44,13 @@ fn violations_carry_the_seed_step_and_time() {
     let v = &report.violations[0];
     assert!(v.step > 0 && v.t_ms >= 20_000, "{v:?}");
     assert_eq!(report.end_ms, v.t_ms, "the run stopped at the violation");
+}
+
+#[test]
+fn a_head_that_forgets_running_attempts_on_restart_is_caught() {
+    let name = "head_restart_readopts_running_work";
+    assert!(run(name, PolicyFault::None).is_empty(), "{name} is clean when re-adoption works");
+    let found = run(name, PolicyFault::ForgetAttemptsOnRestart);
+    assert!(!found.is_empty(), "a broken re-adoption goes unnoticed");
+    assert!(found.iter().all(|v| v.starts_with("charge_explained") || v.starts_with("stop_accounted")), "{found:?}");
 }

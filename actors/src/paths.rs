@@ -115,6 +115,18 @@ pub fn client_token(state_dir: &Path) -> Result<String, String> {
     })
 }
 
+/// Compares secrets in time that does not depend on where they differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// An agent incarnation: larger for every later start (milliseconds since the epoch, with
+/// random low bits so that two agents started in the same millisecond still differ).
+pub fn incarnation() -> u64 {
+    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    (ms << 12) | (random_u64() & 0xfff)
+}
+
 /// 32 random bytes from the OS, hex-encoded.
 pub fn random_token() -> std::io::Result<String> {
     let mut bytes = [0u8; 32];

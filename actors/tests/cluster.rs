@@ -1,203 +1,13 @@
 //! Real-cluster tests: a real `ftdrive head` and real `ftdrive node` processes on loopback,
-//! real jobs as real processes. Every wait is bounded; every process started is ended.
+//! real jobs as real processes (the harness is `common/`).
 
-use serde_json::{json, Value};
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+mod common;
+
+use common::*;
+use serde_json::json;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const WAIT: Duration = Duration::from_secs(60);
-
-struct Cluster {
-    dir: tempfile::TempDir,
-    token: String,
-    url: String,
-    head: Child,
-    nodes: BTreeMap<String, Child>,
-    /// Put in every job's environment, so a test finds its own processes (and no other test's).
-    mark: String,
-}
-
-impl Cluster {
-    /// A head (fast failure detection) and agents with the given `cpu` counts.
-    fn start(nodes: &[&str]) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let url = format!("http://127.0.0.1:{port}");
-        let token = format!("test-token-{port}");
-        let mark = format!("cluster-{port}-{}", std::process::id());
-        let head = spawn_head(dir.path(), port, &token);
-        let mut cluster = Cluster { dir, token, url, head, nodes: BTreeMap::new(), mark };
-        cluster.wait_until("the head answers", |c| c.try_ftdrive(&["nodes", "--output", "json"]).status.success());
-        for name in nodes {
-            cluster.add_node(name);
-        }
-        cluster.wait_until("every node registered", |c| c.nodes_json().as_array().unwrap().len() >= nodes.len());
-        cluster
-    }
-
-    fn add_node(&mut self, name: &str) {
-        let child = self
-            .command()
-            .args(["node", "--name", name, "--resources", "cpu=1", "--addr", "127.0.0.1"])
-            .arg("--state-dir")
-            .arg(self.dir.path().join(format!("agent-{name}")))
-            .arg("--work-dir")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.nodes.insert(name.to_string(), child);
-    }
-
-    fn kill_node(&mut self, name: &str) {
-        let mut child = self.nodes.remove(name).expect("a node of this cluster");
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-    }
-
-    fn command(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ftdrive"));
-        cmd.env("FTDRIVE_TOKEN", &self.token)
-            .env("FTDRIVE_HEAD", &self.url)
-            .env("FTDRIVE_STATE_DIR", self.dir.path())
-            .env("FTDRIVE_LOG", "warn");
-        cmd
-    }
-
-    fn try_ftdrive(&self, args: &[&str]) -> Output {
-        self.command().args(args).output().unwrap()
-    }
-
-    fn ftdrive(&self, args: &[&str]) -> String {
-        let out = self.try_ftdrive(args);
-        assert!(out.status.success(), "ftdrive {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// Writes a job spec (with this test's mark in its environment) and returns its path.
-    fn spec(&self, name: &str, mut spec: Value) -> PathBuf {
-        spec["name"] = json!(name);
-        spec["env"] = json!({"FTDRIVE_TEST_MARK": self.mark});
-        let path = self.dir.path().join(format!("{name}.json"));
-        std::fs::write(&path, spec.to_string()).unwrap();
-        path
-    }
-
-    fn submit_no_wait(&self, spec: &std::path::Path) -> String {
-        let out = self.ftdrive(&["submit", "--no-wait", "--output", "json", spec.to_str().unwrap()]);
-        serde_json::from_str::<Value>(&out).unwrap()["id"].as_str().unwrap().to_string()
-    }
-
-    fn job(&self, id: &str) -> Value {
-        serde_json::from_str(&self.ftdrive(&["status", id, "--output", "json"])).unwrap()
-    }
-
-    fn nodes_json(&self) -> Value {
-        serde_json::from_str(&self.ftdrive(&["nodes", "--output", "json"])).unwrap()
-    }
-
-    fn wait_until(&self, what: &str, done: impl Fn(&Cluster) -> bool) {
-        let start = Instant::now();
-        while !done(self) {
-            assert!(start.elapsed() < WAIT, "timed out waiting until {what}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn wait_for_job(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        loop {
-            let job = self.job(id);
-            if done(&job) {
-                return job;
-            }
-            assert!(start.elapsed() < WAIT, "timed out waiting until {what}: {job:#}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Pids of this test's job processes, optionally only those started on `node`.
-    fn processes(&self, node: Option<&str>) -> Vec<u32> {
-        let mark = format!("FTDRIVE_TEST_MARK={}", self.mark);
-        let on = node.map(|n| format!("FTDRIVE_NODE={n}"));
-        let mut pids = Vec::new();
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-            let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
-            let vars: Vec<String> = env.split(|b| *b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
-            if vars.contains(&mark) && on.as_ref().is_none_or(|n| vars.contains(n)) && !is_zombie(pid) {
-                pids.push(pid);
-            }
-        }
-        pids
-    }
-}
-
-fn spawn_head(dir: &std::path::Path, port: u16, token: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_ftdrive"))
-        .args([
-            "head",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--heartbeat-interval-ms",
-            "200",
-            "--node-timeout-ms",
-            "1000",
-        ])
-        .arg("--state-dir")
-        .arg(dir.join("head"))
-        .env("FTDRIVE_TOKEN", token)
-        .env("FTDRIVE_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-fn port_of(url: &str) -> u16 {
-    url.rsplit(':').next().unwrap().parse().unwrap()
-}
-
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_or(true, |s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for child in self.nodes.values_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = self.head.kill();
-        let _ = self.head.wait();
-        // The agents' supervisors take their process groups down with them.
-        let start = Instant::now();
-        while !self.processes(None).is_empty() && start.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn actor_on_rank(job: &Value, rank: u64) -> (String, String) {
-    let actor = job["actors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["rank"] == rank && a["state"] == "RUNNING")
-        .expect("a running rank");
-    (actor["name"].as_str().unwrap().to_string(), actor["node"].as_str().unwrap().to_string())
-}
-
-fn running(job: &Value, count: usize) -> bool {
-    job["actors"].as_array().unwrap().iter().filter(|a| a["state"] == "RUNNING").count() == count
-}
-
-/// Long in its first cycle, short afterwards: the job ends soon once it recovered.
-const LONG_THEN_SHORT: &str = r#"if [ "$FTDRIVE_CYCLE" = 1 ]; then sleep 60; else sleep 1; fi"#;
 
 #[test]
 fn a_three_node_job_succeeds_and_its_logs_are_served() {
@@ -230,7 +40,7 @@ fn killing_an_agent_mid_job_recovers_on_another_node() {
     assert_eq!(job["remaining"]["user"], 0, "no user retry was spent");
     let moved = job["actors"].as_array().unwrap().iter().find(|a| a["name"] == actor.as_str()).unwrap();
     assert_ne!(moved["node"].as_str(), Some(victim.as_str()));
-    assert!(c.processes(Some(&victim)).is_empty(), "the killed agent's processes are gone");
+    c.wait_until("the killed agent's processes are gone", |c| c.processes(Some(&victim)).is_empty());
 }
 
 #[test]
@@ -285,14 +95,14 @@ fn stop_ends_the_job_and_every_process_and_submit_exits_3() {
     c.wait_until("the job runs", |c| {
         c.try_ftdrive(&["status", "j1", "--output", "json"]).status.success() && running(&c.job("j1"), 2)
     });
-    assert!(c.processes(None).len() >= 2, "both ranks have processes");
+    c.wait_until("both ranks have processes", |c| c.processes(None).len() >= 2);
     c.ftdrive(&["stop", "j1"]);
     let out = follower.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(3), "submit exits 3 for STOPPED: {}", String::from_utf8_lossy(&out.stderr));
     let job = c.job("j1");
     assert_eq!(job["state"], "STOPPED");
     assert!(job["ledger"].as_array().unwrap().iter().all(|e| e["cause"] == "stopped"));
-    assert!(c.processes(None).is_empty(), "no process of the job remains");
+    c.wait_until("no process of the job remains", |c| c.processes(None).is_empty());
 }
 
 #[test]
@@ -325,21 +135,6 @@ fn a_malformed_spec_exits_2_naming_the_field_and_creates_no_job() {
         assert!(stderr.contains(&format!("`{field}`")), "{stderr}");
     }
     assert_eq!(c.ftdrive(&["status", "--output", "json"]).trim(), "[]");
-}
-
-/// A raw HTTP request, to see exactly what the head answers.
-fn http(url: &str, method: &str, path: &str, auth: Option<&str>, body: &str) -> String {
-    let host = url.trim_start_matches("http://");
-    let mut stream = TcpStream::connect(host).unwrap();
-    let auth = auth.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
 }
 
 #[test]
@@ -463,51 +258,29 @@ fn the_head_stops_cleanly_on_sigterm() {
     assert!(status.success(), "{status:?}");
 }
 
-/// The head is killed outright while a job runs; restarted on the same state dir, it runs the
-/// accepted job again, its agents reconnect, and the processes of the old run are stopped.
-#[test]
-fn an_accepted_job_survives_a_head_crash() {
-    let mut c = Cluster::start(&["n1", "n2"]);
-    let marker = c.dir.path().join("runs");
-    let script = format!("echo $FTDRIVE_ATTEMPT >> {}/$RANK; sleep 2", marker.display());
-    std::fs::create_dir_all(&marker).unwrap();
-    let spec = c.spec("durable", json!({"command": ["sh", "-c", script], "min_nodes": 2, "max_nodes": 2}));
-    let id = c.submit_no_wait(&spec);
-    c.wait_for_job(&id, "it runs", |j| running(j, 2));
-    c.head.kill().unwrap();
-    c.head.wait().unwrap();
-    c.head = spawn_head(c.dir.path(), port_of(&c.url), &c.token);
-    c.wait_until("the agents reconnect", |c| {
-        c.try_ftdrive(&["nodes", "--output", "json"]).status.success() && c.nodes_json().as_array().unwrap().len() == 2
-    });
-    let job = c.wait_for_job(&id, "the job runs to the end again", |j| j["state"] == "SUCCEEDED");
-    assert_eq!(job["name"], "durable");
-    for rank in ["0", "1"] {
-        let runs = std::fs::read_to_string(marker.join(rank)).unwrap();
-        assert!(runs.lines().count() >= 2, "rank {rank} ran before and after the crash: {runs:?}");
-    }
-    c.wait_until("no process of the first run lingers", |c| c.processes(None).is_empty());
-}
-
+/// An agent started before its head (with no token file yet) waits for both, and registers
+/// once the head has come and made its token.
 #[test]
 fn an_agent_started_before_its_head_connects_when_the_head_comes() {
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let token = format!("early-{port}");
+    let listen = format!("127.0.0.1:{port}");
     let mut agent = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
-        .args(["node", "--head", &format!("127.0.0.1:{port}"), "--name", "early", "--resources", "cpu=1"])
+        .args(["node", "--head", &listen, "--name", "early", "--resources", "cpu=1"])
         .arg("--state-dir")
         .arg(dir.path())
-        .env("FTDRIVE_TOKEN", &token)
+        .env_remove("FTDRIVE_TOKEN")
         .env("FTDRIVE_LOG", "error")
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(800));
-    let mut head = spawn_head(dir.path(), port, &token);
+    assert!(agent.try_wait().unwrap().is_none(), "the agent waits for its head");
+    let mut head = spawn_head(dir.path(), &listen, &[]);
     let nodes = || {
         Command::new(env!("CARGO_BIN_EXE_ftdrive"))
-            .args(["nodes", "--output", "json", "--head", &format!("127.0.0.1:{port}")])
-            .env("FTDRIVE_TOKEN", &token)
+            .args(["nodes", "--output", "json", "--head", &listen])
+            .env_remove("FTDRIVE_TOKEN")
+            .env("FTDRIVE_STATE_DIR", dir.path())
             .output()
             .unwrap()
     };

@@ -198,9 +198,20 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.ledger("l")[0], pair("node_lost", "system"));
         assert_eq!(r.entry("l", "node_lost")["remaining"]["system"], 2);
     }),
-    ("ledger_agent_crash_is_node_lost", |r| {
-        assert_eq!(r.ledger("l")[0], pair("node_lost", "system"));
-        assert!(r.entry("l", "node_lost")["evidence"].as_str().unwrap().contains("restarted"));
+    ("agent_restart_keeps_running_work", |r| {
+        assert_eq!(r.state("l"), "SUCCEEDED");
+        assert_eq!(r.ledger("l"), vec![pair("completed", "none"); 2], "nothing restarted, nothing charged");
+        let restarts = r.events("agent_restarted");
+        assert_eq!(restarts.len(), 2);
+        assert!(restarts.iter().all(|e| e["reattached"] == 1 && e["lost"] == 0), "{restarts:?}");
+    }),
+    ("head_restart_readopts_running_work", |r| {
+        assert_eq!(r.state("h"), "SUCCEEDED");
+        assert_eq!(r.job("h")["cycles"], 1);
+        assert_eq!(r.ledger("h"), vec![pair("completed", "none"); 3], "nothing restarted, nothing charged");
+        assert_eq!(r.state("p"), "SUCCEEDED", "a job submitted while the head recovered runs");
+        let placed = r.events("placed").into_iter().find(|e| e["job"] == "p").expect("p was placed");
+        assert!(placed["t_ms"].as_u64().unwrap() > 11_500, "placed only once the restarted head recovered");
     }),
     ("ledger_collateral", |r| {
         let ledger = r.ledger("l");

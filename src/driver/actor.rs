@@ -1,6 +1,7 @@
 //! The command-actor state machine (DESIGN §2): an explicit enum, the table of legal
 //! transitions, and the per-actor record the driver keeps.
 
+use super::Master;
 use crate::ids::{ActorId, NodeId};
 use crate::protocol::ExitStatus;
 use crate::scheduler::Need;
@@ -123,17 +124,25 @@ pub enum StopReason {
     User,
 }
 
-/// The live attempt of an actor.
+/// The live attempt of an actor: enough to start it again word for word (a head that
+/// restarted re-sends unconfirmed starts) and to know how it must end.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Run {
     pub attempt: u32,
     pub cycle: u32,
     pub rank: u32,
+    pub world_size: u32,
     pub node: NodeId,
+    /// Its bundle's port.
+    pub port: u16,
+    /// The rendezvous it was started with.
+    pub master: Master,
     pub started: Instant,
     /// The agent confirmed the start.
     pub acked: bool,
     pub stop: Option<StopReason>,
+    /// The grace its stop was asked with.
+    pub stop_grace_ms: u64,
     /// Gang mode: exited 0 and waits for its peers before the cycle can succeed.
     pub exited: Option<(ExitStatus, Instant)>,
     /// The node received a preemption notice while this attempt ran.

@@ -14,7 +14,7 @@ impl Mode for ActorMode {
         d.start_ready_actors(now);
         if d.terminating && d.all_started_completed() {
             d.close(now, CloseReason::Succeeded, None);
-            d.finish_if_released();
+            d.finish_if_released(now);
         }
     }
 

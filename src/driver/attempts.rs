@@ -2,7 +2,7 @@
 //! environment is the contract of `env.rs`), and asking for a stop with its reason.
 
 use super::env::{self, Placement};
-use super::{ActorState, Driver, DriverEffect, Run, StopReason};
+use super::{ActorState, Bundle, Driver, DriverEffect, Run, StopReason};
 use crate::event::JobEvent;
 use crate::ids::ActorIx;
 use crate::protocol::{AttemptKey, StartSpec};
@@ -24,49 +24,62 @@ impl Driver {
     pub(super) fn start(&mut self, now: Instant, ix: ActorIx, rank: u32, world_size: u32) {
         let master = self.master.clone().expect("starting without a master");
         let actor = &mut self.actors[ix as usize];
-        let node = actor.bundle.node().expect("starting on a placed bundle").name.clone();
+        let Bundle::Placed { node, port, .. } = &actor.bundle else { panic!("{} starts without a bundle", actor.name) };
+        let (node, port) = (node.name.clone(), *port);
         actor.attempts += 1;
         actor.rank = Some(rank);
-        let key = AttemptKey { job: self.id.clone(), actor: ix, attempt: actor.attempts, cycle: self.cycle };
-        let env = env::contract(&Placement {
-            job: &self.id,
-            spec: &self.spec,
-            actor: &actor.name,
+        actor.run = Some(Run {
             attempt: actor.attempts,
             cycle: self.cycle,
             rank,
             world_size,
-            master_addr: &master.addr,
-            master_port: master.port,
-            node: &node,
+            node: node.clone(),
+            port,
+            master,
+            started: now,
+            acked: false,
+            stop: None,
+            stop_grace_ms: 0,
+            exited: None,
+            draining: false,
         });
-        let spec = StartSpec {
-            key: key.clone(),
+        let spec = self.start_spec(ix).expect("a run was just made");
+        self.effects.push_back(DriverEffect::Start { node, spec });
+        self.transition(ix, ActorState::Running);
+    }
+
+    /// What the agent is told to start for the actor's live attempt; the same at every call.
+    pub fn start_spec(&self, ix: ActorIx) -> Option<StartSpec> {
+        let actor = self.actors.get(ix as usize)?;
+        let run = actor.run.as_ref()?;
+        let key = AttemptKey { job: self.id.clone(), actor: ix, attempt: run.attempt, cycle: run.cycle };
+        let env = env::contract(&Placement {
+            job: &self.id,
+            spec: &self.spec,
+            actor: &actor.name,
+            attempt: run.attempt,
+            cycle: run.cycle,
+            rank: run.rank,
+            world_size: run.world_size,
+            master_addr: &run.master.addr,
+            master_port: run.master.port,
+            node: &run.node,
+        });
+        Some(StartSpec {
+            key,
             actor_name: actor.name.to_string(),
             command: self.spec.command.clone(),
             env,
             cwd: self.spec.cwd.clone(),
             stop_grace_ms: self.spec.stop_grace_ms,
-        };
-        actor.run = Some(Run {
-            attempt: key.attempt,
-            cycle: self.cycle,
-            rank,
-            node: node.clone(),
-            started: now,
-            acked: false,
-            stop: None,
-            exited: None,
-            draining: false,
-        });
-        self.effects.push_back(DriverEffect::Start { node, spec });
-        self.transition(ix, ActorState::Running);
+        })
     }
 
     pub(super) fn stop_run(&mut self, ix: ActorIx, reason: StopReason, grace_ms: u64) {
         let key = self.key_of(ix);
         let run = self.actors[ix as usize].run.as_mut().expect("stopping a live attempt");
         run.stop = Some(reason);
+        run.stop_grace_ms = grace_ms;
         let node = run.node.clone();
         self.effects.push_back(DriverEffect::Stop { node, key, grace_ms });
     }

@@ -141,11 +141,6 @@ impl Budgets {
         Budgets { remaining: Remaining { user: policy.user, system: policy.system, preemption: policy.preemption } }
     }
 
-    /// Budgets with what an earlier run left of them.
-    pub fn resume(remaining: Remaining) -> Self {
-        Budgets { remaining }
-    }
-
     pub fn remaining(&self) -> Remaining {
         self.remaining
     }

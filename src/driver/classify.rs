@@ -228,14 +228,20 @@ mod tests {
     use crate::spec::RetryPolicy;
 
     fn run() -> Run {
+        let node = NodeId::new("n1");
+        let master = super::super::Master { node: node.clone(), addr: "n1".into(), port: 29_500 };
         Run {
             attempt: 1,
             cycle: 1,
             rank: 0,
-            node: NodeId::new("n1"),
+            world_size: 1,
+            node,
+            port: 29_500,
+            master,
             started: Instant::ZERO,
             acked: true,
             stop: None,
+            stop_grace_ms: 0,
             exited: None,
             draining: false,
         }

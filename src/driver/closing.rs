@@ -57,10 +57,11 @@ impl Driver {
         }
     }
 
-    pub(super) fn finish_if_released(&mut self) {
+    pub(super) fn finish_if_released(&mut self, now: Instant) {
         let Some(reason) = self.closing else { return };
         let done = self.actors.iter().all(|a| a.state.is_terminal() && a.bundle == Bundle::None);
         if done {
+            self.finished_at = Some(now);
             self.set_job_state(reason.final_state());
             self.effects.push_back(DriverEffect::Finished);
         }

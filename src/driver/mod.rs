@@ -216,18 +216,6 @@ pub enum DriverEffect {
     Finished,
 }
 
-/// What a job had been through before the head restarted: enough to go on without reusing an
-/// attempt number or forgetting a charge.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobHistory {
-    /// Attempts started so far, per actor.
-    pub attempts: Vec<u32>,
-    /// The last cycle formed.
-    pub cycle: u32,
-    pub ledger: Vec<LedgerEntry>,
-    pub remaining: Remaining,
-}
-
 /// The rendezvous of the current cycle.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Master {
@@ -256,13 +244,18 @@ trait Mode {
     fn rank0_first(&self) -> bool;
 }
 
-/// One job's driver. Its fields are the durable part of a job (spec, actors, cycles, ledger,
-/// budgets, timers) and serialize as such; pending effects are transient.
+/// One job's driver. Its fields are the durable part of a job and serialize as its state
+/// snapshot — except the spec (written once when the job is accepted) and the ledger (written
+/// an entry at a time), which the store keeps apart and [`Driver::restore`] puts back. Pending
+/// effects are transient.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Driver {
     id: JobId,
+    #[serde(skip, default = "JobSpec::placeholder")]
     spec: JobSpec,
     submitted: Instant,
+    /// When it reached its final state.
+    finished_at: Option<Instant>,
     state: JobState,
     message: Option<String>,
     infeasible: Option<String>,
@@ -277,6 +270,7 @@ pub struct Driver {
     master: Option<Master>,
     actors: Vec<Actor>,
     budgets: Budgets,
+    #[serde(skip)]
     ledger: Vec<LedgerEntry>,
     /// Failures charged to a budget so far (the backoff exponent).
     charged_failures: u32,
@@ -311,6 +305,7 @@ impl Driver {
             budgets: Budgets::new(&spec.retries),
             id,
             submitted: now,
+            finished_at: None,
             state: JobState::Pending,
             message: None,
             infeasible: None,
@@ -336,25 +331,13 @@ impl Driver {
         driver
     }
 
-    /// A job accepted before the head restarted: it starts over from SCHEDULING, but its next
-    /// attempts and cycle number on from where it was, its ledger and budgets are kept.
-    pub fn resume(
-        id: JobId,
-        spec: JobSpec,
-        now: Instant,
-        seed: u64,
-        attribution_window_ms: u64,
-        history: JobHistory,
-    ) -> Self {
-        let mut driver = Driver::new(id, spec, now, seed, attribution_window_ms);
-        for (actor, attempts) in driver.actors.iter_mut().zip(&history.attempts) {
-            actor.attempts = *attempts;
-        }
-        driver.cycle = history.cycle;
-        driver.charged_failures = history.ledger.iter().filter(|e| e.budget != BudgetKind::None).count() as u32;
-        driver.ledger = history.ledger;
-        driver.budgets = Budgets::resume(history.remaining);
-        driver
+    /// A driver as a head that restarted finds it: its state snapshot, with the spec and
+    /// ledger the store kept apart.
+    pub fn restore(mut snapshot: Driver, spec: JobSpec, ledger: Vec<LedgerEntry>) -> Self {
+        assert_eq!(snapshot.actors.len() as u32, spec.actor_count(), "job {}: snapshot and spec disagree", snapshot.id);
+        snapshot.spec = spec;
+        snapshot.ledger = ledger;
+        snapshot
     }
 
     /// The rules of this job's restart mode: the one place the mode is looked at.
@@ -464,6 +447,20 @@ impl Driver {
         self.closing
     }
 
+    pub fn finished_at(&self) -> Option<Instant> {
+        self.finished_at
+    }
+
+    /// The required gang has been placed once.
+    pub fn admitted(&self) -> bool {
+        self.admitted
+    }
+
+    /// Later placements keep off preemptible nodes (`last_attempt_non_preemptible`).
+    pub fn avoiding_preemptible(&self) -> bool {
+        self.avoiding_preemptible
+    }
+
     pub fn timers(&self) -> &TimerTable {
         &self.timers
     }
@@ -478,7 +475,7 @@ impl Driver {
         }
         self.decide_pending(now, false);
         if self.closing.is_some() {
-            return self.finish_if_released();
+            return self.finish_if_released(now);
         }
         self.refresh_requests();
         self.track_placement_deadline(now);

@@ -21,25 +21,38 @@ impl Head {
         }
         if let Some(ix) = known {
             let record = self.liveness.get(ix).expect("known node has a record");
-            if record.alive && record.incarnation == agent.incarnation {
-                // The same agent reconnecting: nothing was lost.
-                self.liveness.get_mut(ix).expect("record").addr = agent.addr;
+            let (alive, incarnation) = (record.alive, record.incarnation);
+            if agent.incarnation < incarnation {
+                return Err(Rejected::StaleIncarnation(node));
+            }
+            self.touch_node(ix);
+            if alive && incarnation == agent.incarnation {
+                // The same agent reconnecting: nothing was lost — unless the head restarted
+                // meanwhile and this is its report (DU-3).
+                self.liveness.get_mut(ix).expect("record").addr = agent.addr.clone();
                 self.liveness.heard(ix, now, self.config.node_timeout_ms);
+                if self.reported(ix) {
+                    self.lose_missing(now, ix, &agent, "was not running there when the head restarted");
+                }
                 return Ok(Reply::Done);
             }
-            // A restarted agent that found attempts to re-attach to keeps the node's work; one
-            // that found nothing is a fresh machine (a reboot, say): what ran there is lost.
+            // A restarted agent keeps the node's bundles: what it re-attached to runs on, what it
+            // lost is lost, unconfirmed starts go again. A draining node that comes back with
+            // nothing is a new machine (the drain ended), and so is one that offers otherwise.
             let reattached = !agent.running.is_empty() || !agent.ended.is_empty();
-            if record.alive && reattached && self.offers_the_same(ix, &agent) {
+            let drained = self.scheduler.node(ix).state == NodeState::Draining && !reattached;
+            if alive && !drained && self.offers_the_same(ix, &agent) {
                 self.readopt(now, ix, agent);
                 return Ok(Reply::Done);
             }
-            if record.alive {
+            if alive {
                 self.lose_node(now, ix, format!("the agent on {node} restarted; its processes were lost"));
             }
         }
         let ix = self.scheduler.add_node(node.clone(), agent.resources, agent.labels);
         self.liveness.register(ix, agent.addr, agent.incarnation, now, self.config.node_timeout_ms);
+        self.reported(ix);
+        self.touch_node(ix);
         self.notify(Event::NodeState { node, state: NodeState::Alive, evidence: "registered".into() });
         Ok(Reply::Done)
     }
@@ -53,18 +66,25 @@ impl Head {
     /// it owes the ends of those it lists ended. Every other attempt the head has seen start
     /// there is gone with the old agent. The node keeps its bundles.
     fn readopt(&mut self, now: Instant, ix: NodeIx, agent: Registration) {
-        self.liveness.register(ix, agent.addr, agent.incarnation, now, self.config.node_timeout_ms);
+        self.liveness.register(ix, agent.addr.clone(), agent.incarnation, now, self.config.node_timeout_ms);
+        self.reported(ix);
         let gone = self.attempts.missing(ix, &agent.running, &agent.ended);
         self.notify(Event::AgentRestarted {
             node: agent.node.clone(),
             reattached: agent.running.len() as u32,
             lost: gone.len() as u32,
         });
+        self.lose_missing(now, ix, &agent, "was gone when its agent restarted");
+    }
+
+    /// Attempts whose start `node` confirmed but that its registration neither lists running
+    /// nor owes an end for: their processes are gone.
+    fn lose_missing(&mut self, now: Instant, ix: NodeIx, agent: &Registration, how: &str) {
         let draining = self.scheduler.node(ix).state == NodeState::Draining;
-        for key in gone {
+        for key in self.attempts.missing(ix, &agent.running, &agent.ended) {
             self.attempts.ended(ix, &key);
             let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) else { continue };
-            let evidence = format!("the agent on {} restarted without {key}: its process was gone", agent.node);
+            let evidence = format!("{key} on {} {how}", agent.node);
             let loss = Loss { node: agent.node.clone(), preemptible: false, draining, silent_since: now, evidence };
             self.feed(now, pg, DriverInput::AttemptLost { key, loss });
         }
@@ -122,6 +142,7 @@ impl Head {
         }
         let deadline = now.plus_ms(deadline_ms);
         self.scheduler.drain_node(ix);
+        self.touch_node(ix);
         let evidence = format!("preemption notice, deadline in {deadline_ms} ms");
         self.notify(Event::NodeState { node, state: NodeState::Draining, evidence });
         let bundles: Vec<(PgId, u32)> = self.scheduler.node(ix).bundles.iter().copied().collect();
@@ -152,6 +173,7 @@ impl Head {
         };
         self.liveness.mark_dead(ix);
         self.attempts.node_lost(ix);
+        self.touch_node(ix);
         let lost = self.scheduler.kill_node(ix);
         self.notify(Event::NodeState { node: name.clone(), state: NodeState::Dead, evidence: evidence.clone() });
         let mut by_job: BTreeMap<PgId, Vec<u32>> = BTreeMap::new();

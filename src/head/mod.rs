@@ -15,12 +15,15 @@
 //! ```
 
 mod attempts;
+mod durable;
 mod liveness;
 mod membership;
 
+pub use durable::{Counters, Durable, DurableState, JobRecord, NodeRecord, StoredJob};
+
 use crate::config::HeadConfig;
-use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, JobHistory, NodeRef};
-use crate::event::{Event, JobEvent};
+use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, NodeRef};
+use crate::event::Event;
 use crate::ids::{ActorId, JobId, JobIdMint, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, ToAgent, ToHead};
 use crate::resources::{Labels, Resources};
@@ -31,6 +34,7 @@ use crate::spec::JobSpec;
 use crate::time::{earliest, Instant};
 use crate::view::{self, JobView, NodeView};
 use attempts::AttemptIndex;
+use durable::{DirtyKey, Recovery};
 use liveness::Liveness;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -61,8 +65,10 @@ pub enum Input {
         seq: u64,
         running: Vec<AttemptKey>,
     },
+    /// A start confirmed by the agent run `incarnation`.
     ProcessStarted {
         node: NodeId,
+        incarnation: u64,
         key: AttemptKey,
     },
     ProcessExited {
@@ -85,12 +91,6 @@ pub enum Input {
         id: Option<JobId>,
         spec: Box<JobSpec>,
     },
-    /// A job accepted by an earlier run of the head, taken up again with its history.
-    Resume {
-        id: JobId,
-        spec: Box<JobSpec>,
-        history: Box<JobHistory>,
-    },
     Stop {
         job: JobId,
     },
@@ -105,7 +105,7 @@ impl From<ToHead> for Input {
             ToHead::Heartbeat { node, incarnation, seq, running } => {
                 Input::Heartbeat { node, incarnation, seq, running }
             }
-            ToHead::Started { node, key } => Input::ProcessStarted { node, key },
+            ToHead::Started { node, incarnation, key } => Input::ProcessStarted { node, incarnation, key },
             ToHead::Exited { node, key, status } => Input::ProcessExited { node, key, status },
             ToHead::SpawnFailed { node, key, message } => Input::SpawnFailed { node, key, message },
             ToHead::PreemptionNotice { node, deadline_ms } => Input::PreemptionNotice { node, deadline_ms },
@@ -146,8 +146,9 @@ pub enum Effect {
     Send { node: NodeId, msg: ToAgent },
     /// Tell followers (and the trace) what happened.
     Notify(Event),
-    /// This job's durable state changed; write `Head::job_record` out.
-    Persist { job: JobId },
+    /// Something that must survive a restart changed: make it durable before carrying out
+    /// any other effect of the same input (DU-1 in `durable.rs`).
+    Persist(Durable),
 }
 
 /// An agent's registration, as `membership.rs` takes it.
@@ -189,6 +190,12 @@ pub struct Head {
     timers: BTreeSet<(Instant, PgId)>,
     timer_of: BTreeMap<PgId, Instant>,
     effects: VecDeque<Effect>,
+    /// What this input changed that must be written (`durable.rs`).
+    dirty: BTreeSet<DirtyKey>,
+    /// After a restart: the nodes still to report before anything is placed.
+    recovery: Option<Recovery>,
+    /// Finished jobs kept for `status`, oldest first.
+    finished: BTreeSet<(Instant, PgId)>,
 }
 
 impl Head {
@@ -211,6 +218,9 @@ impl Head {
             timers: BTreeSet::new(),
             timer_of: BTreeMap::new(),
             effects: VecDeque::new(),
+            dirty: BTreeSet::new(),
+            recovery: None,
+            finished: BTreeSet::new(),
         }
     }
 
@@ -218,9 +228,12 @@ impl Head {
         &self.config
     }
 
-    /// Minted job ids start at `j<first>` (an embedded cluster numbers on across runs).
+    /// Minted job ids start at `j<first>` at the earliest (an embedded cluster numbers on
+    /// across runs); never below what was handed out already.
     pub fn start_job_ids_at(&mut self, first: u64) {
-        self.job_ids = JobIdMint::starting_at(first);
+        if first > self.job_ids.next_number() {
+            self.job_ids = JobIdMint::starting_at(first);
+        }
     }
 
     /// An id used before (a finished job kept elsewhere): never minted again.
@@ -228,9 +241,12 @@ impl Head {
         self.job_ids.note(id);
     }
 
-    /// Test-only switch: run a deliberately wrong scheduling policy.
+    /// Test-only switch: run a deliberately wrong policy.
     pub fn inject_policy_fault(&mut self, fault: PolicyFault) {
         self.scheduler.inject_policy_fault(fault);
+        if fault == PolicyFault::ForgetAttemptsOnRestart && self.recovering() {
+            self.attempts = AttemptIndex::default();
+        }
     }
 
     // ---- the state-machine shape ---------------------------------------------------------
@@ -243,7 +259,7 @@ impl Head {
             Input::Heartbeat { node, incarnation, seq, running } => {
                 self.heartbeat(now, node, incarnation, seq, &running)?
             }
-            Input::ProcessStarted { node, key } => self.process_started(now, node, key)?,
+            Input::ProcessStarted { node, incarnation, key } => self.process_started(now, node, incarnation, key)?,
             Input::ProcessExited { node, key, status } => {
                 self.process_ended(now, node, key, |key| DriverInput::Exited { key, status })?
             }
@@ -251,24 +267,28 @@ impl Head {
                 self.process_ended(now, node, key, |key| DriverInput::SpawnFailed { key, message })?
             }
             Input::PreemptionNotice { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms)?,
-            Input::Submit { id, spec } => self.submit(now, id, *spec, None)?,
-            Input::Resume { id, spec, history } => self.submit(now, Some(id), *spec, Some(*history))?,
+            Input::Submit { id, spec } => self.submit(now, id, *spec)?,
             Input::Stop { job } => self.stop(now, job)?,
         };
         self.settle(now);
+        self.emit_persists();
         Ok(reply)
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
         self.expire_silent_nodes(now);
+        self.end_recovery_at(now);
+        self.expire_finished(now);
         let due: Vec<(Instant, PgId)> = self.timers.range(..=(now, PgId::MAX)).copied().collect();
         for (at, pg) in due {
             self.timers.remove(&(at, pg));
             self.timer_of.remove(&pg);
             self.driver_mut(pg).handle_timeout(now);
+            self.touch_job(pg);
             self.flush_driver(pg);
         }
         self.settle(now);
+        self.emit_persists();
     }
 
     pub fn poll_effect(&mut self) -> Option<Effect> {
@@ -276,13 +296,27 @@ impl Head {
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        earliest(self.liveness.next_expiry(), self.timers.first().map(|(t, _)| *t))
+        let recovery = self.recovery.as_ref().map(|r| r.until);
+        let drivers = self.timers.first().map(|(t, _)| *t);
+        [self.liveness.next_expiry(), drivers, recovery, self.next_expiry()].into_iter().fold(None, earliest)
     }
 
     // ---- processes -------------------------------------------------------------------------
 
-    fn process_started(&mut self, now: Instant, node: NodeId, key: AttemptKey) -> Result<Reply, Rejected> {
+    /// A confirmation counts only from the agent run the head knows: one from a run whose
+    /// registration has not arrived yet is refused (the head re-sends the start, and that run
+    /// confirms again once registered) — so a registration never overlooks what it confirmed.
+    fn process_started(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        incarnation: u64,
+        key: AttemptKey,
+    ) -> Result<Reply, Rejected> {
         let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        if self.liveness.get(ix).is_none_or(|r| r.incarnation != incarnation) {
+            return Err(Rejected::StaleIncarnation(node));
+        }
         self.attempts.acked(ix, &key);
         if let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) {
             self.feed(now, pg, DriverInput::Started { key });
@@ -310,13 +344,7 @@ impl Head {
 
     // ---- jobs --------------------------------------------------------------------------------
 
-    fn submit(
-        &mut self,
-        now: Instant,
-        id: Option<JobId>,
-        spec: JobSpec,
-        history: Option<JobHistory>,
-    ) -> Result<Reply, Rejected> {
+    fn submit(&mut self, now: Instant, id: Option<JobId>, spec: JobSpec) -> Result<Reply, Rejected> {
         if self.jobs.len() >= self.config.max_jobs {
             return Err(Rejected::TooManyJobs(self.jobs.len()));
         }
@@ -331,21 +359,19 @@ impl Head {
             }
             None => self.job_ids.mint(|id| self.jobs.contains_key(id)),
         };
+        self.touch_counters();
         let pg = self.next_pg;
         self.next_pg += 1;
         self.scheduler.create_pg(pg, pg_spec(&spec, now));
         let seed = self.config.seed ^ pg.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let name = spec.name.clone();
         let window = self.config.node_timeout_ms;
-        let driver = match history {
-            Some(history) => Driver::resume(id.clone(), spec, now, seed, window, history),
-            None => Driver::new(id.clone(), spec, now, seed, window),
-        };
+        let driver = Driver::new(id.clone(), spec, now, seed, window);
         self.jobs.insert(id.clone(), JobSlot { pg, driver });
         self.by_pg.insert(pg, id.clone());
+        self.touch_job(pg);
         self.flush_driver(pg);
         self.notify(Event::JobSubmitted { job: id.clone(), name });
-        self.effects.push_back(Effect::Persist { job: id.clone() });
         Ok(Reply::Submitted(id))
     }
 
@@ -357,11 +383,12 @@ impl Head {
 
     // ---- settle: drivers ⇄ scheduler ---------------------------------------------------------
 
-    /// Runs scheduling passes, handing placements to drivers, until nothing changes.
+    /// Runs scheduling passes, handing placements to drivers, until nothing changes. While a
+    /// restarted head waits for its nodes (DU-3), nothing is placed.
     fn settle(&mut self, now: Instant) {
         for _ in 0..MAX_SETTLE_ROUNDS {
             self.route_scheduler_events(now);
-            if !self.scheduler.is_dirty() {
+            if !self.scheduler.is_dirty() || self.recovery.is_some() {
                 return;
             }
             self.scheduler.schedule(now);
@@ -373,6 +400,7 @@ impl Head {
     /// never disagree between two inputs.
     fn feed(&mut self, now: Instant, pg: PgId, input: DriverInput) {
         self.driver_mut(pg).handle(now, input);
+        self.touch_job(pg);
         self.flush_driver(pg);
     }
 
@@ -417,19 +445,11 @@ impl Head {
                 let ix = self.scheduler.node_ix(&node).expect("attempt on a known node");
                 self.attempts.ended(ix, &key);
             }
-            DriverEffect::Event(detail) => {
-                let durable = matches!(
-                    detail,
-                    JobEvent::Ledger { .. } | JobEvent::JobState { .. } | JobEvent::CycleFormed { .. }
-                );
-                self.notify(Event::Job { job: job.clone(), detail });
-                if durable {
-                    self.effects.push_back(Effect::Persist { job });
-                }
-            }
+            DriverEffect::Event(detail) => self.notify(Event::Job { job, detail }),
             DriverEffect::Finished => {
                 self.scheduler.remove_pg(pg);
-                self.effects.push_back(Effect::Persist { job });
+                let at = self.jobs[&job].driver.finished_at().expect("a finished job knows when");
+                self.note_finished(pg, at);
             }
         }
     }
@@ -494,11 +514,6 @@ impl Head {
     /// Every job's driver, in submission order.
     pub fn drivers(&self) -> impl Iterator<Item = &Driver> {
         self.by_pg.values().map(|id| &self.jobs[id].driver)
-    }
-
-    /// The durable record of a job, for `Effect::Persist`.
-    pub fn job_record(&self, job: &JobId) -> Option<serde_json::Value> {
-        self.driver(job).map(|d| serde_json::to_value(d).expect("driver serializes"))
     }
 
     pub fn job_view(&self, job: &JobId) -> Option<JobView> {

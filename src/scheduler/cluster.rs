@@ -89,6 +89,20 @@ impl PortPool {
         None
     }
 
+    /// Takes one particular port (a placement restored after a head restart keeps its port).
+    fn take_exactly(&mut self, port: u16) -> bool {
+        if let Some(at) = self.free.iter().position(|p| *p == port) {
+            self.free.swap_remove(at);
+            return true;
+        }
+        if port < self.next || u32::from(port) >= self.end {
+            return false;
+        }
+        self.free.extend(self.next..port);
+        self.next = port + 1;
+        true
+    }
+
     fn give(&mut self, port: u16) {
         debug_assert!(!self.free.contains(&port), "port {port} returned twice");
         self.free.push(port);
@@ -339,6 +353,18 @@ impl Cluster {
         port
     }
 
+    /// Reserves one bundle on a node with the port it held before a head restart.
+    pub fn allocate_exactly(&mut self, ix: NodeIx, demand: &Demand, bundle: (PgId, u32), port: u16) {
+        let node = &mut self.nodes[ix as usize];
+        assert!(node.state != NodeState::Dead, "restoring {bundle:?} on dead node {}", node.name);
+        assert!(node.ports.take_exactly(port), "port {port} of {} given twice", node.name);
+        for &(r, d) in &demand.0 {
+            node.allocated[usize::from(r)] += d;
+        }
+        assert!(node.bundles.insert(bundle), "bundle {bundle:?} placed twice on {}", node.name);
+        self.reindex(ix);
+    }
+
     /// Frees one bundle's reservation.
     pub fn free(&mut self, ix: NodeIx, demand: &Demand, bundle: (PgId, u32), port: u16) {
         let node = &mut self.nodes[ix as usize];
@@ -450,6 +476,17 @@ mod tests {
         assert_eq!(c.node(a).room_for(&demand, 10), 0, "no port left");
         c.free(a, &demand, (1, 2), 29_502);
         assert_eq!(c.allocate(a, &demand, (1, 9)), 29_502);
+    }
+
+    #[test]
+    fn a_restored_placement_keeps_its_port_and_no_other_gets_it() {
+        let mut c = cluster_with(&[("a", 100)]);
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
+        let a = c.ix(&NodeId::new("a")).unwrap();
+        c.allocate_exactly(a, &demand, (1, 0), 29_502);
+        let ports: Vec<u16> = (1..4).map(|b| c.allocate(a, &demand, (1, b))).collect();
+        assert!(!ports.contains(&29_502), "{ports:?}");
+        c.check_invariants();
     }
 
     #[test]

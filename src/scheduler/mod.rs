@@ -93,6 +93,8 @@ pub enum PolicyFault {
     None,
     /// Pending gangs are offered capacity before replacements.
     GangsBeforeReplacements,
+    /// A restarted head forgets which attempts run where (re-adoption broken).
+    ForgetAttemptsOnRestart,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over
@@ -250,6 +252,19 @@ impl Scheduler {
         } else {
             *slot = BundleState::Deferred { class, since };
         }
+    }
+
+    /// A placement from before a head restart: the bundle is on `node` with `port`, again.
+    pub fn restore_placed(&mut self, id: PgId, bundle: u32, node: NodeIx, port: u16) {
+        let pg = self.pgs.get_mut(&id).expect("known group");
+        self.cluster.allocate_exactly(node, &pg.demand, (id, bundle), port);
+        pg.note_placed(bundle, node, port);
+        self.dirty = true;
+    }
+
+    /// A group whose gang was placed before a head restart: later requests queue at once.
+    pub fn restore_admitted(&mut self, id: PgId) {
+        self.pgs.get_mut(&id).expect("known group").admitted = true;
     }
 
     /// Withdraws a waiting request (a gang member withdraws the whole gang). Idle is a no-op.

@@ -67,7 +67,7 @@ pub fn class_order(fault: PolicyFault) -> [QueueClass; 4] {
     use QueueClass::*;
     match fault {
         PolicyFault::GangsBeforeReplacements => [PendingGang, Replacement, Spare, Elastic],
-        PolicyFault::None => [Replacement, PendingGang, Spare, Elastic],
+        _ => [Replacement, PendingGang, Spare, Elastic],
     }
 }
 

@@ -13,6 +13,8 @@
 //! | `legal_transition` | every actor transition is an edge of DESIGN §2, from the state it was in |
 //! | `released_when_terminal` | a terminal job holds no bundle |
 //! | `liveness` | once faults stop, every job ends (checked at the end of a healed phase) |
+//! | `stop_accounted` | every process the head had stopped has a ledger entry for its attempt by the time its job ends: no work is stopped unaccounted (say, by a head that forgot it after a restart) |
+//! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 
 use crate::driver::{ActorState, Budget, BudgetKind, Cause, JobState, LedgerEntry, Remaining};
 use crate::event::{Event, JobEvent};
@@ -64,15 +66,46 @@ pub struct Checker {
     /// The stale ones again, oldest first, so the periodic check reads only the front.
     stale: BTreeSet<(Instant, ActorKey, u32, NodeId)>,
     stale_bound_ms: u64,
+    /// Stopped processes whose attempt has no ledger entry yet, since when.
+    unaccounted_stops: BTreeMap<(ActorKey, u32), Instant>,
+    /// The network loses nothing: every charge must have a fault behind it.
+    lossless: bool,
+    lost_machines: BTreeSet<NodeId>,
+    drained: BTreeSet<NodeId>,
+    failed_by_fault: BTreeSet<(ActorKey, u32)>,
     found: Vec<Violation>,
     step: u64,
     now: Instant,
 }
 
 impl Checker {
-    /// `stale_bound_ms`: how long a process of an ended attempt may linger.
-    pub fn new(stale_bound_ms: u64) -> Self {
-        Checker { stale_bound_ms, ..Checker::default() }
+    /// `stale_bound_ms`: how long a process of an ended attempt may linger. `lossless`: the
+    /// network never drops a message, so no failure can be a false alarm.
+    pub fn new(stale_bound_ms: u64, lossless: bool) -> Self {
+        Checker { stale_bound_ms, lossless, ..Checker::default() }
+    }
+
+    /// A machine went away with its processes (crash, reboot, the end of a drain).
+    pub fn machine_lost(&mut self, node: &NodeId) {
+        self.lost_machines.insert(node.clone());
+    }
+
+    /// A machine received a preemption notice.
+    pub fn node_drained(&mut self, node: &NodeId) {
+        self.drained.insert(node.clone());
+    }
+
+    /// A fault made this attempt's process fail (a non-zero exit or a signal).
+    pub fn process_failed(&mut self, key: &AttemptKey) {
+        self.failed_by_fault.insert(((key.job.clone(), key.actor), key.attempt));
+    }
+
+    /// The agent stopped this attempt's process because the head asked it to.
+    pub fn process_stopped(&mut self, key: &AttemptKey) {
+        let actor = (key.job.clone(), key.actor);
+        if self.ended.get(&actor).is_none_or(|e| *e < key.attempt) {
+            self.unaccounted_stops.insert((actor, key.attempt), self.now);
+        }
     }
 
     pub fn job_submitted(&mut self, id: &JobId, spec: &JobSpec) {
@@ -307,6 +340,10 @@ impl Checker {
         let key = actor_key(&entry.actor);
         let ended = self.ended.entry(key.clone()).or_default();
         *ended = (*ended).max(entry.attempt);
+        self.unaccounted_stops.retain(|(actor, attempt), _| *actor != key || *attempt > entry.attempt);
+        if self.lossless && entry.budget != BudgetKind::None {
+            self.check_charge_explained(&key, entry);
+        }
         let now = self.now;
         if let Some(map) = self.processes.get_mut(&key) {
             for ((attempt, node), stale) in map.iter_mut() {
@@ -368,7 +405,37 @@ impl Checker {
         }
     }
 
+    fn check_charge_explained(&mut self, actor: &ActorKey, entry: &LedgerEntry) {
+        let node = NodeId::new(&entry.node);
+        let preemptible = self.nodes.get(&node).is_some_and(|n| is_preemptible(&n.labels));
+        let lost = self.lost_machines.contains(&node);
+        let explained = match entry.cause {
+            Cause::UserError => self.failed_by_fault.contains(&(actor.clone(), entry.attempt)),
+            Cause::NodeLost => lost,
+            Cause::Preempted => self.drained.contains(&node) || (lost && preemptible),
+            _ => true,
+        };
+        if !explained {
+            let detail = format!(
+                "{} attempt {} was charged to {} as {} on {node} with no fault behind it: {}",
+                entry.actor, entry.attempt, entry.budget, entry.cause, entry.evidence
+            );
+            self.violation("charge_explained", detail);
+        }
+    }
+
     fn job_ended(&mut self, job: &JobId, state: JobState, head: &Head) {
+        let unaccounted: Vec<String> = self
+            .unaccounted_stops
+            .iter()
+            .filter(|(((j, _), _), _)| j == job)
+            .map(|(((j, a), attempt), since)| format!("{j}/{a} attempt {attempt} (stopped at {} ms)", since.as_ms()))
+            .collect();
+        if !unaccounted.is_empty() {
+            let detail =
+                format!("{job} is {state} but the head stopped {} with no ledger entry", unaccounted.join(", "));
+            self.violation("stop_accounted", detail);
+        }
         if head.holds_anything(job) {
             self.violation(
                 "released_when_terminal",

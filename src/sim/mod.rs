@@ -18,14 +18,17 @@ pub mod check;
 mod network;
 mod queue;
 pub mod scenario;
+pub mod store;
 pub mod summary;
 pub mod swarm;
 pub mod trace;
 
 pub use check::{Checker, Violation};
 pub use scenario::{Fault, FaultEvent, JobDef, NetworkSpec, NodeDef, Scenario, ScenarioError};
+pub use store::MemoryStore;
 
 use crate::agent::{AgentEffect, AgentInput, Recovered};
+use crate::config::HeadConfig;
 use crate::event::Event;
 use crate::head::{Effect, Head, Input, Rejected};
 use crate::ids::{JobId, NodeId};
@@ -110,22 +113,35 @@ pub struct SimReport {
 enum SimEvent {
     Fault(Box<Fault>),
     Submit(JobId),
+    /// Messages belong to one run of the head (`epoch`): a restart loses those in flight.
     ToHead {
         node: u32,
+        epoch: u64,
         msg: Box<ToHead>,
     },
     ToAgent {
         node: u32,
+        epoch: u64,
         msg: Box<ToAgent>,
+    },
+    /// The head starts again from what it made durable.
+    HeadUp,
+    /// An agent finds the restarted head and registers again.
+    Reconnect {
+        node: u32,
+        boot: u64,
+        epoch: u64,
     },
     Rejected {
         node: u32,
         incarnation: u64,
     },
     /// Machine events carry the machine's boot: they end with it, but outlive an agent restart.
+    /// `stopped`: the end of a stop the head asked for.
     ProcessEnd {
         node: u32,
         boot: u64,
+        stopped: bool,
         key: AttemptKey,
         status: ExitStatus,
     },
@@ -142,6 +158,12 @@ pub struct Simulation {
     now: Instant,
     until: Instant,
     head: Head,
+    config: HeadConfig,
+    /// What the head made durable; kept when the scenario restarts the head.
+    store: Option<MemoryStore>,
+    /// Runs of the head so far; messages of an earlier run are lost.
+    head_epoch: u64,
+    head_up: bool,
     agents: Vec<SimAgent>,
     agent_of: BTreeMap<NodeId, u32>,
     jobs: BTreeMap<JobId, JobDef>,
@@ -177,11 +199,16 @@ impl Simulation {
             + 10 * config.heartbeat_interval_ms
             + max_grace.max(MAX_TERM_MS)
             + 10 * scenario.network.max_delay_ms;
+        let restarts_head = scenario.events.iter().any(|e| matches!(e.what, Fault::HeadRestart { .. }));
         let mut sim = Simulation {
             seed,
             now: Instant::ZERO,
             until: Instant::from_ms(scenario.until_ms),
             head,
+            config: config.clone(),
+            store: restarts_head.then(MemoryStore::default),
+            head_epoch: 0,
+            head_up: true,
             agents: Vec::new(),
             agent_of: BTreeMap::new(),
             jobs: scenario.jobs.iter().map(|j| (j.id.clone(), j.clone())).collect(),
@@ -190,7 +217,7 @@ impl Simulation {
             next_seq: 0,
             network: Network::new(scenario.network, streams ^ 0x6e65_7477),
             process_rng: ChaCha8Rng::seed_from_u64(streams ^ 0x7072_6f63),
-            checker: options.checks.then(|| Checker::new(stale_bound_ms)),
+            checker: options.checks.then(|| Checker::new(stale_bound_ms, scenario.network.drop_ppm == 0)),
             trace: Trace { keep: options.keep_trace, ..Trace::default() },
             step_events: Vec::new(),
             violations: Vec::new(),
@@ -249,7 +276,7 @@ impl Simulation {
             (Some(e), Some(b)) => Some(e.min(b)),
             (e, b) => e.or(b),
         };
-        let next_timeout = self.head.poll_timeout();
+        let next_timeout = if self.head_up { self.head.poll_timeout() } else { None };
         let Some(at) = earliest(first.map(|(t, _)| t), next_timeout) else { return false };
         if at > self.until {
             return false;
@@ -301,7 +328,11 @@ impl Simulation {
             match effect {
                 Effect::Send { node, msg } => self.send_to_agent(&node, msg),
                 Effect::Notify(event) => self.step_events.push(event),
-                Effect::Persist { .. } => {}
+                Effect::Persist(durable) => {
+                    if let Some(store) = self.store.as_mut() {
+                        store.write(&self.head, durable);
+                    }
+                }
             }
         }
         if self.step_events.is_empty() && self.now < self.next_stale_check {
@@ -329,16 +360,34 @@ impl Simulation {
         match event {
             SimEvent::Fault(fault) => self.fault(*fault),
             SimEvent::Submit(job) => self.submit(&job),
-            SimEvent::ToHead { node, msg } => self.deliver_to_head(node, *msg),
-            SimEvent::ToAgent { node, msg } => self.deliver_to_agent(node, *msg),
+            SimEvent::ToHead { node, epoch, msg } => {
+                if self.head_up && epoch == self.head_epoch {
+                    self.deliver_to_head(node, *msg);
+                }
+            }
+            SimEvent::ToAgent { node, epoch, msg } => {
+                if epoch == self.head_epoch {
+                    self.deliver_to_agent(node, *msg);
+                }
+            }
+            SimEvent::HeadUp => self.head_up(),
+            SimEvent::Reconnect { node, boot, epoch } => {
+                if epoch == self.head_epoch && self.is_current_boot(node, boot) {
+                    self.agent_input(node, AgentInput::LinkUp);
+                }
+            }
             SimEvent::Rejected { node, incarnation } => {
                 if self.is_current(node, incarnation) {
                     let refusal = ToAgent::Refused { reason: "unknown node".into(), register_again: true };
                     self.agent_input(node, AgentInput::FromHead(refusal));
                 }
             }
-            SimEvent::ProcessEnd { node, boot, key, status } => {
+            SimEvent::ProcessEnd { node, boot, stopped, key, status } => {
                 if self.is_current_boot(node, boot) {
+                    let running = self.agents[node as usize].processes.contains_key(&key);
+                    if let (true, true, Some(checker)) = (stopped, running, self.checker.as_mut()) {
+                        checker.process_stopped(&key);
+                    }
                     self.end_process(node, &key, status);
                 }
             }
@@ -378,14 +427,20 @@ impl Simulation {
                 self.kill_rank(&job, rank, status);
             }
             Fault::StopJob { job } => {
-                if self.head.handle(self.now, Input::Stop { job }).is_err() {
+                if !self.head_up || self.head.handle(self.now, Input::Stop { job }).is_err() {
                     self.stats.faults_without_target += 1;
                 }
             }
+            Fault::HeadRestart { down_ms } => self.head_down(down_ms),
         }
     }
 
     fn submit(&mut self, job: &JobId) {
+        if !self.head_up {
+            // The client retries until the head is back.
+            let retry = self.now.plus_ms(self.config.heartbeat_interval_ms);
+            return self.push(retry, SimEvent::Submit(job.clone()));
+        }
         let def = self.jobs[job].clone();
         if let Some(checker) = self.checker.as_mut() {
             checker.job_submitted(job, &def.spec);
@@ -437,6 +492,40 @@ impl Simulation {
         self.agent_input(ix, AgentInput::LinkUp);
     }
 
+    /// The head dies: agents lose their link (their messages in flight are lost with it) and
+    /// keep their work; the head comes back `down_ms` later.
+    fn head_down(&mut self, down_ms: u64) {
+        if !self.head_up {
+            self.stats.faults_without_target += 1;
+            return;
+        }
+        self.head_up = false;
+        self.head_epoch += 1;
+        for ix in 0..self.agents.len() as u32 {
+            if self.agents[ix as usize].up {
+                self.agent_input(ix, AgentInput::LinkDown);
+            }
+        }
+        self.push(self.now.plus_ms(down_ms), SimEvent::HeadUp);
+    }
+
+    /// The head starts from its durable state; each agent reconnects within a heartbeat.
+    fn head_up(&mut self) {
+        let state = self.store.as_ref().expect("a restarting head has a store").read();
+        self.head = Head::restore(self.config.clone(), state, self.now);
+        self.head.inject_policy_fault(self.options.policy_fault);
+        self.head_up = true;
+        let interval = self.config.heartbeat_interval_ms;
+        for ix in 0..self.agents.len() as u32 {
+            let machine = &self.agents[ix as usize];
+            if machine.up {
+                let (boot, epoch) = (machine.boot, self.head_epoch);
+                let after = 1 + self.process_rng.next_u64() % interval;
+                self.push(self.now.plus_ms(after), SimEvent::Reconnect { node: ix, boot, epoch });
+            }
+        }
+    }
+
     /// The agent process restarts; the machine, its processes (under their supervisors) and
     /// its records of owed reports stay. The new agent re-attaches and registers.
     fn restart_agent(&mut self, ix: u32) {
@@ -461,6 +550,7 @@ impl Simulation {
     fn crash(&mut self, ix: u32) {
         let machine = &mut self.agents[ix as usize];
         if let Some(checker) = self.checker.as_mut() {
+            checker.machine_lost(&machine.name);
             for key in machine.processes.keys() {
                 checker.process_ended(&machine.name, key);
             }
@@ -476,6 +566,9 @@ impl Simulation {
             return;
         }
         let boot = machine.boot;
+        if let Some(checker) = self.checker.as_mut() {
+            checker.node_drained(node);
+        }
         self.push(self.now.plus_ms(deadline_ms), SimEvent::DrainDeadline { node: ix, boot });
         self.agent_input(ix, AgentInput::PreemptionNotice { deadline_ms });
     }
@@ -486,7 +579,12 @@ impl Simulation {
             key.filter(|_| a.up).map(|k| (ix as u32, k))
         });
         match found {
-            Some((ix, key)) => self.end_process(ix, &key, status),
+            Some((ix, key)) => {
+                if let (false, Some(checker)) = (status.success(), self.checker.as_mut()) {
+                    checker.process_failed(&key);
+                }
+                self.end_process(ix, &key, status)
+            }
             None => self.stats.faults_without_target += 1,
         }
     }
@@ -566,7 +664,7 @@ impl Simulation {
         let (after, signal) = if term_ms <= grace_ms { (term_ms, 15) } else { (grace_ms, 9) };
         let boot = self.agents[ix as usize].boot;
         let status = ExitStatus::signal(signal, true);
-        self.push(self.now.plus_ms(after), SimEvent::ProcessEnd { node: ix, boot, key, status });
+        self.push(self.now.plus_ms(after), SimEvent::ProcessEnd { node: ix, boot, stopped: true, key, status });
     }
 
     fn process_started(&mut self, ix: u32, key: &AttemptKey) {
@@ -576,7 +674,8 @@ impl Simulation {
             checker.process_started(&agent.name, key);
         }
         let run_ms = self.jobs.get(&key.job).map_or(60_000, |j| j.run_ms);
-        let event = SimEvent::ProcessEnd { node: ix, boot: agent.boot, key: key.clone(), status: ExitStatus::code(0) };
+        let status = ExitStatus::code(0);
+        let event = SimEvent::ProcessEnd { node: ix, boot: agent.boot, stopped: false, key: key.clone(), status };
         self.push(self.now.plus_ms(run_ms), event);
     }
 
@@ -595,22 +694,24 @@ impl Simulation {
 
     fn send_to_head(&mut self, from: u32, msg: ToHead) {
         let fate = self.network.fate();
+        let epoch = self.head_epoch;
         if let Some(delay) = fate.second {
-            self.push(self.now.plus_ms(delay), SimEvent::ToHead { node: from, msg: Box::new(msg.clone()) });
+            self.push(self.now.plus_ms(delay), SimEvent::ToHead { node: from, epoch, msg: Box::new(msg.clone()) });
         }
         if let Some(delay) = fate.first {
-            self.push(self.now.plus_ms(delay), SimEvent::ToHead { node: from, msg: Box::new(msg) });
+            self.push(self.now.plus_ms(delay), SimEvent::ToHead { node: from, epoch, msg: Box::new(msg) });
         }
     }
 
     fn send_to_agent(&mut self, node: &NodeId, msg: ToAgent) {
         let Some(&ix) = self.agent_of.get(node) else { return };
         let fate = self.network.fate();
+        let epoch = self.head_epoch;
         if let Some(delay) = fate.second {
-            self.push(self.now.plus_ms(delay), SimEvent::ToAgent { node: ix, msg: Box::new(msg.clone()) });
+            self.push(self.now.plus_ms(delay), SimEvent::ToAgent { node: ix, epoch, msg: Box::new(msg.clone()) });
         }
         if let Some(delay) = fate.first {
-            self.push(self.now.plus_ms(delay), SimEvent::ToAgent { node: ix, msg: Box::new(msg) });
+            self.push(self.now.plus_ms(delay), SimEvent::ToAgent { node: ix, epoch, msg: Box::new(msg) });
         }
     }
 

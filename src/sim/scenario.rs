@@ -128,8 +128,15 @@ pub enum Fault {
     NodeDrain { node: NodeId, deadline_ms: u64 },
     /// The process of `job`'s `rank` ends (exit code, or killed by a signal nobody sent).
     ProcessExit { job: JobId, rank: u32, exit_code: Option<i32>, signal: Option<i32> },
-    /// The agent restarts: its processes die with it, it registers again.
+    /// The agent process restarts; the processes it supervised keep running, and the new
+    /// agent re-attaches to them and registers again.
     AgentRestart { node: NodeId },
+    /// The head is killed and started again `down_ms` later from what it made durable; agents
+    /// reconnect. Messages in flight to or from it are lost.
+    HeadRestart {
+        #[serde(default)]
+        down_ms: u64,
+    },
     /// The user stops a job.
     StopJob { job: JobId },
 }
@@ -246,6 +253,11 @@ impl Scenario {
                     }
                 }
                 Fault::StopJob { job } => known_job(job)?,
+                Fault::HeadRestart { down_ms } => {
+                    if *down_ms > MAX_UNTIL_MS {
+                        return Err(err(field("down_ms"), "is longer than any scenario"));
+                    }
+                }
             }
         }
         Ok(())

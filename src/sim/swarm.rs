@@ -206,7 +206,8 @@ fn gen_faults(g: &mut Gen, nodes: &[NodeDef], jobs: &[JobDef], fault_ms: u64) ->
                     signal,
                 }
             }
-            80..=94 => Fault::AgentRestart { node },
+            80..=87 => Fault::AgentRestart { node },
+            88..=94 => Fault::HeadRestart { down_ms: g.range(0, 3_000) },
             _ => Fault::StopJob { job: g.pick(jobs).id.clone() },
         };
         events.push(FaultEvent { at_ms, what });

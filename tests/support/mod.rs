@@ -10,6 +10,7 @@ use ftdrive::driver::ActorState;
 use ftdrive::event::{Event, JobEvent};
 use ftdrive::head::{Effect, Head, Input, Reply};
 use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent, ToHead};
+use ftdrive::sim::MemoryStore;
 use ftdrive::view::JobView;
 use ftdrive::{HeadConfig, Instant, JobId, JobSpec, Labels, NodeId, Resources};
 use std::collections::BTreeMap;
@@ -23,6 +24,8 @@ pub struct Agent {
 
 pub struct TestCluster {
     pub head: Head,
+    /// What the head made durable (`Effect::Persist`), for `restart_head`.
+    pub store: MemoryStore,
     pub now: Instant,
     pub agents: BTreeMap<String, Agent>,
     pub effects: Vec<(Instant, Effect)>,
@@ -50,6 +53,7 @@ impl TestCluster {
     pub fn new(config: HeadConfig) -> Self {
         TestCluster {
             head: Head::new(config),
+            store: MemoryStore::default(),
             now: Instant::ZERO,
             agents: BTreeMap::new(),
             effects: Vec::new(),
@@ -96,6 +100,18 @@ impl TestCluster {
         let reply = self.head.handle(self.now, input).unwrap_or_else(|e| panic!("head refused input: {e}"));
         self.pump();
         reply
+    }
+
+    /// The head is killed and started again from what it made durable; every live agent
+    /// reconnects and registers again, with what it runs.
+    pub fn restart_head(&mut self) {
+        self.head = Head::restore(self.head.config().clone(), self.store.read(), self.now);
+        let live: Vec<String> = self.agents.iter().filter(|(_, a)| a.heartbeating).map(|(n, _)| n.clone()).collect();
+        for name in live {
+            self.agent_input(&name, AgentInput::LinkDown);
+            self.agent_input(&name, AgentInput::LinkUp);
+            self.pump();
+        }
     }
 
     /// The node stops heartbeating and its processes vanish without a word (power loss).
@@ -208,8 +224,10 @@ impl TestCluster {
     fn pump(&mut self) {
         while let Some(effect) = self.head.poll_effect() {
             self.head.check_invariants();
-            if let Effect::Send { node, msg } = &effect {
-                self.deliver(node.as_str(), msg.clone());
+            match &effect {
+                Effect::Send { node, msg } => self.deliver(node.as_str(), msg.clone()),
+                Effect::Persist(durable) => self.store.write(&self.head, durable.clone()),
+                Effect::Notify(_) => {}
             }
             self.effects.push((self.now, effect));
         }

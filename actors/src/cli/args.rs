@@ -58,7 +58,7 @@ pub struct HeadUrl {
 pub struct HeadArgs {
     #[arg(long, default_value = "127.0.0.1:7380")]
     pub listen: String,
-    /// Job records and the API token (default: $FTDRIVE_STATE_DIR or ~/.ftdrive).
+    /// State database, lock and API token (default: $FTDRIVE_STATE_DIR or ~/.ftdrive).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
     /// How often agents heartbeat.
@@ -70,6 +70,12 @@ pub struct HeadArgs {
     /// How long a blocked queue item lets lower items backfill.
     #[arg(long, default_value_t = 60_000)]
     pub starvation_ms: u64,
+    /// Finished jobs kept for `status`; older ones are forgotten, in memory and on disk.
+    #[arg(long, default_value_t = 1_000)]
+    pub retain_finished: usize,
+    /// How long a finished job is kept, in hours.
+    #[arg(long, default_value_t = 168)]
+    pub retain_finished_hours: u64,
 }
 
 #[derive(Debug, Args)]

@@ -47,7 +47,9 @@ pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Re
                         if let Some(v) = view.as_mut() {
                             render::apply(v, &line.event);
                         }
-                        if let Some(text) = render::event_line(&line, 0) {
+                        // Times count from the job's submission.
+                        let origin = view.as_ref().map_or(line.t_ms, |v| v.submit_ms);
+                        if let Some(text) = render::event_line(&line, origin) {
                             show(live, &mut recent, text);
                         }
                     }

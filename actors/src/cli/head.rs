@@ -1,8 +1,10 @@
-//! `ftdrive head`: the head-node daemon, until SIGTERM or SIGINT.
+//! `ftdrive head`: the head-node daemon, until SIGTERM or SIGINT. Its state dir holds the
+//! state database, the lock that keeps a second head out, the API token, and `head.url` (where
+//! it listens, useful with `--listen 127.0.0.1:0`).
 
 use super::args::HeadArgs;
 use super::error::{CliError, Outcome};
-use crate::head::{self, ServeOptions};
+use crate::head::{self, ServeError, ServeOptions};
 use crate::paths;
 use ftdrive::HeadConfig;
 
@@ -13,25 +15,30 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
         heartbeat_interval_ms: args.heartbeat_interval_ms,
         node_timeout_ms: args.node_timeout_ms,
         starvation_ms: args.starvation_ms,
+        retain_finished: args.retain_finished,
+        retain_finished_ms: args.retain_finished_hours.saturating_mul(3_600_000),
         ..HeadConfig::default()
     };
     config.validate().map_err(CliError::BadInput)?;
-    let token = paths::head_token(&state_dir)
-        .map_err(|e| CliError::Failed(format!("cannot write the token into {}: {e}", state_dir.display())))?;
     super::block_on(async move {
         let options = ServeOptions {
             listen: args.listen.clone(),
             state_dir: state_dir.clone(),
             config,
-            token,
+            token: None,
             handle_signals: true,
             first_job_number: 1,
         };
-        let (server, running) =
-            head::serve(options).map_err(|e| CliError::Failed(format!("cannot listen on {}: {e}", args.listen)))?;
+        let (server, running) = head::serve(options).map_err(|e| match e {
+            ServeError::Config(_) | ServeError::State(_) => CliError::BadInput(e.to_string()),
+            ServeError::Listen(..) | ServeError::Token(..) => CliError::Failed(e.to_string()),
+        })?;
+        let url = format!("http://{}", server.addr);
+        if let Err(e) = paths::write_atomic(&state_dir.join("head.url"), url.as_bytes()) {
+            tracing::warn!("cannot record the head's address in {}: {e}", state_dir.display());
+        }
         tracing::info!(
-            "head listening on http://{}; token in {} (or $FTDRIVE_TOKEN)",
-            server.addr,
+            "head listening on {url}; token in {} (or $FTDRIVE_TOKEN)",
             paths::token_file(&state_dir).display()
         );
         running.await.map_err(|e| CliError::Failed(e.to_string()))?;

@@ -78,11 +78,11 @@ impl LocalCluster {
             listen: "127.0.0.1:0".into(),
             state_dir: dir.join("head"),
             config: HeadConfig::default(),
-            token: token.clone(),
+            token: Some(token.clone()),
             handle_signals: false,
             first_job_number,
         };
-        let (head, server) = head::serve(options)?;
+        let (head, server) = head::serve(options).map_err(std::io::Error::other)?;
         actix::spawn(server);
         let url = format!("http://{}", head.addr);
         let work_dir = std::env::current_dir()?;

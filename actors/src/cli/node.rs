@@ -14,8 +14,8 @@ use tokio::signal::unix::{signal, SignalKind};
 pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     super::init_logging();
     let state_dir = args.state_dir.clone().unwrap_or_else(paths::default_state_dir);
+    // Read at every connection: an agent started before its head waits for the token.
     let credential = paths::Credential::from_env_or_file("FTDRIVE_TOKEN", paths::token_file(&state_dir));
-    credential.read().map_err(CliError::Failed)?;
     let resources = match &args.resources {
         Some(text) => Resources::parse_pairs(text).map_err(|e| CliError::BadInput(format!("--resources: {e}")))?,
         None => detect::machine_resources(),

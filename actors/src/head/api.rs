@@ -10,8 +10,8 @@
 //! | `GET /v1/nodes`, `POST /v1/nodes/{name}/drain` | nodes; a preemption notice |
 //! | `GET /v1/agent` | the agents' WebSocket channel |
 
-use super::{agents, ApiError, Drain, Follow, HeadActor, Jobs, LocateLog, Nodes, Stop, Submit};
-use crate::head::store::Store;
+use super::store::{Store, StoreError};
+use super::{agents, start_actor, ApiError, Drain, Follow, HeadActor, Jobs, LocateLog, Nodes, Stop, Submit};
 use actix::prelude::*;
 use actix_web::{
     dev::Payload, http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError,
@@ -29,7 +29,8 @@ pub struct ServeOptions {
     pub listen: String,
     pub state_dir: PathBuf,
     pub config: HeadConfig,
-    pub token: String,
+    /// The API token; `None`: `$FTDRIVE_TOKEN`, else the state dir's token file (made once).
+    pub token: Option<String>,
     /// Stop on SIGINT/SIGTERM (the daemon), or leave signals to the caller (embedded).
     pub handle_signals: bool,
     /// Generated job ids start at `j<n>` with n at least this (ids already on record are
@@ -37,11 +38,25 @@ pub struct ServeOptions {
     pub first_job_number: u64,
 }
 
-/// A running head: where it listens, its actor, and how to stop it.
+/// A running head: where it listens, its actor, its token, and how to stop it.
 pub struct HeadServer {
     pub addr: SocketAddr,
     pub head: Addr<HeadActor>,
+    pub token: String,
     pub handle: actix_web::dev::ServerHandle,
+}
+
+/// Why a head did not start. It changed no file before the listener was bound.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("cannot listen on {0}: {1}")]
+    Listen(String, std::io::Error),
+    #[error("{0}")]
+    State(#[from] StoreError),
+    #[error("cannot make or read the API token in {0}: {1}")]
+    Token(PathBuf, std::io::Error),
 }
 
 pub(super) struct ApiState {
@@ -50,23 +65,36 @@ pub(super) struct ApiState {
     pub http: reqwest::Client,
 }
 
-/// Starts the head: its actor and its HTTP server. The returned future runs the server until
-/// it is stopped (by a signal, or through `HeadServer::handle`).
-pub fn serve(options: ServeOptions) -> std::io::Result<(HeadServer, actix_web::dev::Server)> {
-    options.config.validate().map_err(std::io::Error::other)?;
-    let store = Store::open(&options.state_dir)?;
-    let head = HeadActor::new(options.config, store, options.first_job_number).start();
-    let state = web::Data::new(ApiState { head: head.clone(), token: options.token, http: reqwest::Client::new() });
+/// Starts the head: binds the listener first (so that a head that cannot listen changes no
+/// file), then locks and reads its state dir, then starts its actor and HTTP server. The
+/// returned future runs the server until it is stopped (by a signal, or `HeadServer::handle`).
+pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Server), ServeError> {
+    options.config.validate().map_err(ServeError::Config)?;
+    let listen = |e| ServeError::Listen(options.listen.clone(), e);
+    let listener = std::net::TcpListener::bind(&options.listen).map_err(listen)?;
+    let addr = listener.local_addr().map_err(listen)?;
+    let (commits_tx, commits) = tokio::sync::mpsc::unbounded_channel();
+    let (store, restored) = Store::open(&options.state_dir, move |commit| {
+        let _ = commits_tx.send(commit);
+    })?;
+    let token = match options.token {
+        Some(token) => token,
+        None => {
+            crate::paths::head_token(&options.state_dir).map_err(|e| ServeError::Token(options.state_dir.clone(), e))?
+        }
+    };
+    let head = start_actor(options.config, store, restored, options.first_job_number, commits);
+    let state = web::Data::new(ApiState { head: head.clone(), token: token.clone(), http: reqwest::Client::new() });
     let mut server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
         .workers(2)
         .shutdown_timeout(5)
-        .bind(&options.listen)?;
+        .listen(listener)
+        .map_err(listen)?;
     if !options.handle_signals {
         server = server.disable_signals();
     }
-    let addr = *server.addrs().first().ok_or_else(|| std::io::Error::other("the server bound no address"))?;
     let running = server.run();
-    Ok((HeadServer { addr, head, handle: running.handle() }, running))
+    Ok((HeadServer { addr, head, token, handle: running.handle() }, running))
 }
 
 fn routes(cfg: &mut web::ServiceConfig) {
@@ -100,7 +128,7 @@ impl FromRequest for Authorized {
         let given =
             req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
         ready(match given {
-            Some(token) if constant_time_eq(token.as_bytes(), state.token.as_bytes()) => Ok(Authorized),
+            Some(token) if crate::paths::constant_time_eq(token.as_bytes(), state.token.as_bytes()) => Ok(Authorized),
             _ => Err(actix_web::error::InternalError::from_response(
                 "unauthorized",
                 HttpResponse::Unauthorized().json(serde_json::json!({
@@ -110,10 +138,6 @@ impl FromRequest for Authorized {
             .into()),
         })
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl ResponseError for ApiError {
@@ -239,7 +263,9 @@ async fn job_logs(
         .map_err(unreachable)?;
     let status = response.status();
     let bytes = response.bytes().await.map_err(unreachable)?;
-    if status == reqwest::StatusCode::NOT_FOUND {
+    // An attempt just started may not have written its log yet: nothing to show so far.
+    let bytes = if status == reqwest::StatusCode::NOT_FOUND && source.running { Bytes::new() } else { bytes };
+    if status == reqwest::StatusCode::NOT_FOUND && !source.running {
         return Err(ApiError::NotFound(format!("node {} has no log for attempt {}", source.node, source.attempt)));
     }
     if !status.is_success() {

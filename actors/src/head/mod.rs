@@ -1,26 +1,31 @@
 //! The head daemon: `HeadActor` owns the core `Head` state machine, feeds it inputs from
 //! clients (HTTP), agents (WebSocket sessions) and its timer, and carries out its effects —
-//! messages to agents, events to followers, job records to disk. It holds no policy.
+//! messages to agents, events to followers — but only once what the same input changed is
+//! durable (DU-1 in the core's `head/durable.rs`): each input's writes go to the store as one
+//! batch, and its other effects wait until the store reports that batch committed. Batches
+//! arriving while a commit is under way share the next one (group commit). It holds no policy.
 
 mod agents;
 mod api;
+mod messages;
 mod store;
 
-pub use api::{serve, HeadServer, ServeOptions};
+pub use api::{serve, HeadServer, ServeError, ServeOptions};
+pub use messages::*;
+pub use store::{StoreError, DATABASE};
 
 use actix::prelude::*;
 use bytes::Bytes;
-use ftdrive::driver::JobHistory;
 use ftdrive::event::{Event, EventLine, JobEvent, StreamLine};
-use ftdrive::head::{Effect, Head, Input, Rejected, Reply};
-use ftdrive::protocol::{ToAgent, ToHead};
-use ftdrive::spec::JobSpec;
-use ftdrive::view::{JobView, NodeView};
+use ftdrive::head::{Durable, DurableState, Effect, Head, Input, Rejected, Reply};
+use ftdrive::protocol::{StartSpec, ToAgent};
+use ftdrive::view::JobView;
 use ftdrive::{HeadConfig, Instant, JobId, NodeId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
-use store::{JobRecord, Store};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use store::{Batch, Commit, Store, Write};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
 
 /// A request the API could not satisfy, by HTTP status.
 #[derive(Debug, thiserror::Error)]
@@ -55,60 +60,68 @@ struct Follower {
     tx: UnboundedSender<Bytes>,
 }
 
+/// The effects of one input, held until its writes (and every earlier batch) are durable.
+struct Held {
+    upto: u64,
+    effects: Vec<Effect>,
+    waiters: Vec<oneshot::Sender<Result<(), String>>>,
+}
+
 pub struct HeadActor {
     head: Head,
-    epoch: std::time::Instant,
+    /// `now` is Unix time in milliseconds: durable deadlines mean the same after a restart.
+    clock_base_ms: u64,
+    clock: std::time::Instant,
     sessions: BTreeMap<NodeId, Session>,
     log_urls: BTreeMap<NodeId, String>,
     followers: Vec<Follower>,
     store: Store,
-    /// Jobs finished before this head started, as they were recorded.
-    archive: BTreeMap<JobId, JobRecord>,
+    /// Ledger entries written so far, per job (only new ones are written).
+    ledger_written: BTreeMap<JobId, usize>,
+    batches: u64,
+    committed: u64,
+    held: VecDeque<Held>,
+    /// A write failed: the head answers with errors until it stops.
+    failed: Option<String>,
     timer: Option<(Instant, SpawnHandle)>,
 }
 
 impl HeadActor {
-    /// A head over `store`: finished jobs from an earlier run are kept for `status`; jobs that
-    /// were accepted but had not finished run again under their ids.
-    pub fn new(config: HeadConfig, store: Store, first_job_number: u64) -> HeadActor {
-        let records = store.load_all();
-        let mut head = Head::new(config);
+    /// A head over `store`, rebuilt from what it read (`Head::restore`): running jobs are
+    /// re-adopted as their agents report, finished ones kept for `status`.
+    fn new(config: HeadConfig, store: Store, state: DurableState, first_job_number: u64) -> HeadActor {
+        let ledger_written = state.jobs.iter().map(|j| (j.driver.id().clone(), j.ledger.len())).collect();
+        let clock_base_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let restored = !state.jobs.is_empty() || !state.nodes.is_empty();
+        let mut head = Head::restore(config, state, Instant::from_ms(clock_base_ms));
         head.start_job_ids_at(first_job_number);
-        let mut actor = HeadActor {
+        if restored {
+            tracing::info!(
+                "restored {} job(s); waiting up to {} ms for the agents to report before placing anything",
+                head.job_views().len(),
+                head.config().node_timeout_ms
+            );
+        }
+        HeadActor {
             head,
-            epoch: std::time::Instant::now(),
+            clock_base_ms,
+            clock: std::time::Instant::now(),
             sessions: BTreeMap::new(),
             log_urls: BTreeMap::new(),
             followers: Vec::new(),
             store,
-            archive: BTreeMap::new(),
+            ledger_written,
+            batches: 0,
+            committed: 0,
+            held: VecDeque::new(),
+            failed: None,
             timer: None,
-        };
-        for record in records {
-            let id = JobId::new(&record.view.id);
-            actor.head.note_job_id(&id);
-            if record.view.state.is_terminal() {
-                actor.archive.insert(id, record);
-            } else {
-                tracing::info!("job {id} was accepted before a restart; taking it up again");
-                let view = &record.view;
-                let history = JobHistory {
-                    attempts: view.actors.iter().map(|a| a.attempt).collect(),
-                    cycle: view.cycles,
-                    ledger: view.ledger.clone(),
-                    remaining: view.remaining,
-                };
-                let input = Input::Resume { id: id.clone(), spec: Box::new(record.spec), history: Box::new(history) };
-                if let Err(e) = actor.head.handle(Instant::ZERO, input) {
-                    tracing::error!("could not resume job {id}: {e}");
-                }
-            }
         }
-        actor
     }
 
     fn now(&self) -> Instant {
-        Instant::from_ms(self.epoch.elapsed().as_millis() as u64)
+        Instant::from_ms(self.clock_base_ms + self.clock.elapsed().as_millis() as u64)
     }
 
     fn input(&mut self, input: Input, ctx: &mut Context<Self>) -> Result<Reply, Rejected> {
@@ -117,9 +130,89 @@ impl HeadActor {
         result
     }
 
-    /// Executes every pending effect, then re-arms the timer for the head's next deadline.
+    /// Writes what the input changed as one batch; carries out its other effects at once if
+    /// nothing is waiting to be durable, else once it is.
     fn carry_out(&mut self, ctx: &mut Context<Self>) {
+        let mut effects = Vec::new();
+        let mut writes = Vec::new();
         while let Some(effect) = self.head.poll_effect() {
+            match effect {
+                Effect::Persist(durable) => writes.extend(self.write_for(durable)),
+                Effect::Send { msg: ToAgent::Start(spec), node } => {
+                    writes.extend(self.attempt_row(&spec));
+                    effects.push(Effect::Send { msg: ToAgent::Start(spec), node });
+                }
+                other => effects.push(other),
+            }
+        }
+        if !writes.is_empty() {
+            self.batches += 1;
+            self.store.write(Batch { seq: self.batches, writes });
+        }
+        if self.committed == self.batches && self.held.is_empty() {
+            self.execute(effects);
+        } else if !effects.is_empty() {
+            self.held.push_back(Held { upto: self.batches, effects, waiters: Vec::new() });
+        }
+        self.arm_timer(ctx);
+    }
+
+    /// Resolves once everything done so far is durable.
+    fn when_durable(&mut self) -> impl std::future::Future<Output = Result<(), String>> + use<> {
+        let (tx, rx) = oneshot::channel();
+        match (&self.failed, self.committed == self.batches && self.held.is_empty()) {
+            (Some(error), _) => {
+                let _ = tx.send(Err(error.clone()));
+            }
+            (None, true) => {
+                let _ = tx.send(Ok(()));
+            }
+            (None, false) => {
+                if self.held.back().is_none_or(|h| h.upto < self.batches) {
+                    self.held.push_back(Held { upto: self.batches, effects: Vec::new(), waiters: Vec::new() });
+                }
+                self.held.back_mut().expect("just ensured").waiters.push(tx);
+            }
+        }
+        async move { rx.await.unwrap_or_else(|_| Err("the head stopped".into())) }
+    }
+
+    fn committed(&mut self, commit: Commit, ctx: &mut Context<Self>) {
+        match commit {
+            Commit::Done { upto } => {
+                self.committed = upto;
+                while self.held.front().is_some_and(|h| h.upto <= upto) {
+                    let held = self.held.pop_front().expect("just checked");
+                    self.execute(held.effects);
+                    for waiter in held.waiters {
+                        let _ = waiter.send(Ok(()));
+                    }
+                }
+            }
+            Commit::Failed { error } => self.write_failed(error, ctx),
+        }
+    }
+
+    /// Nothing acknowledged may be lost: answer what waits with the error, and stop. Started
+    /// again, the head recovers from what is durable.
+    fn write_failed(&mut self, error: String, ctx: &mut Context<Self>) {
+        let message = format!(
+            "cannot write the state database {}: {error}; the head stops so that nothing is acknowledged \
+             that is not durable",
+            self.store.path().display()
+        );
+        tracing::error!("{message}");
+        for held in self.held.drain(..) {
+            for waiter in held.waiters {
+                let _ = waiter.send(Err(message.clone()));
+            }
+        }
+        self.failed = Some(message);
+        ctx.run_later(Duration::from_millis(200), |_, _| std::process::exit(1));
+    }
+
+    fn execute(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
             match effect {
                 Effect::Send { node, msg } => {
                     if let Some(session) = self.sessions.get(&node) {
@@ -127,11 +220,72 @@ impl HeadActor {
                     }
                 }
                 Effect::Notify(event) => self.notify(event),
-                Effect::Persist { job } => self.persist(&job),
+                Effect::Persist(_) => unreachable!("writes are taken out before"),
             }
         }
-        self.arm_timer(ctx);
     }
+
+    // ---- what is written -------------------------------------------------------------------
+
+    fn write_for(&mut self, durable: Durable) -> Option<Write> {
+        match durable {
+            Durable::Counters => Some(Write::Counters(self.head.counters())),
+            Durable::Node(name) => {
+                let record = self.head.node_record(&name)?;
+                Some(Write::Node {
+                    name: name.to_string(),
+                    record: serde_json::to_string(&record).expect("serializes"),
+                })
+            }
+            Durable::Forgotten(id) => {
+                self.ledger_written.remove(&id);
+                Some(Write::Forget { id: id.to_string() })
+            }
+            Durable::Job(id) => self.job_write(&id),
+        }
+    }
+
+    fn job_write(&mut self, id: &JobId) -> Option<Write> {
+        let record = self.head.job_record(id)?;
+        let written = self.ledger_written.get(id).copied();
+        let first = written.is_none();
+        let from = written.unwrap_or(0);
+        let ledger = (from..record.ledger.len())
+            .map(|seq| (seq, serde_json::to_string(&record.ledger[seq]).expect("entries serialize")))
+            .collect();
+        let driver = record.driver;
+        let write = Write::Job {
+            id: id.to_string(),
+            pg: record.pg,
+            spec: first.then(|| serde_json::to_string(record.spec).expect("specs serialize")),
+            state: driver.state().to_string(),
+            submit_ms: driver.submitted().as_ms(),
+            finished_ms: driver.finished_at().map(Instant::as_ms),
+            driver: serde_json::to_string(driver).expect("drivers serialize"),
+            ledger,
+        };
+        self.ledger_written.insert(id.clone(), record.ledger.len());
+        Some(write)
+    }
+
+    /// The history row of an attempt being started.
+    fn attempt_row(&self, spec: &StartSpec) -> Option<Write> {
+        let key = &spec.key;
+        let actor = self.head.driver(&key.job)?.actors().get(key.actor as usize)?;
+        let run = actor.run.as_ref().filter(|r| r.attempt == key.attempt && r.cycle == key.cycle)?;
+        Some(Write::Attempt {
+            job: key.job.to_string(),
+            actor: key.actor,
+            attempt: key.attempt,
+            cycle: key.cycle,
+            node: run.node.to_string(),
+            rank: run.rank,
+            port: run.port,
+            start_ms: run.started.as_ms(),
+        })
+    }
+
+    // ---- followers and timers --------------------------------------------------------------
 
     fn notify(&mut self, event: Event) {
         log_event(&event);
@@ -165,14 +319,6 @@ impl HeadActor {
         });
     }
 
-    fn persist(&mut self, job: &JobId) {
-        let (Some(driver), Some(view)) = (self.head.driver(job), self.head.job_view(job)) else { return };
-        let record = JobRecord { spec: driver.spec().clone(), view };
-        if let Err(e) = self.store.save(job, &record) {
-            tracing::error!("could not write the record of job {job}: {e}");
-        }
-    }
-
     fn arm_timer(&mut self, ctx: &mut Context<Self>) {
         let wanted = self.head.poll_timeout();
         if self.timer.as_ref().map(|(at, _)| *at) == wanted {
@@ -194,7 +340,7 @@ impl HeadActor {
     }
 
     fn view(&self, job: &JobId) -> Option<JobView> {
-        self.head.job_view(job).or_else(|| self.archive.get(job).map(|r| r.view.clone()))
+        self.head.job_view(job)
     }
 }
 
@@ -206,6 +352,18 @@ impl Actor for HeadActor {
     }
 }
 
+/// The store's commit reports, in order.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Committed(Commit);
+
+impl Handler<Committed> for HeadActor {
+    type Result = ();
+    fn handle(&mut self, Committed(commit): Committed, ctx: &mut Context<Self>) {
+        self.committed(commit, ctx);
+    }
+}
+
 fn snapshot_line(view: &JobView) -> Bytes {
     Bytes::from(StreamLine::Snapshot(Box::new(view.clone())).to_json() + "\n")
 }
@@ -213,6 +371,9 @@ fn snapshot_line(view: &JobView) -> Bytes {
 fn log_event(event: &Event) {
     match event {
         Event::NodeState { node, state, evidence } => tracing::info!("node {node} {state:?}: {evidence}"),
+        Event::AgentRestarted { node, reattached, lost } => {
+            tracing::info!("node {node}: agent restarted, re-attached to {reattached} attempt(s), {lost} gone")
+        }
         Event::Job { job, detail: JobEvent::JobState { to, message, .. } } => {
             tracing::info!("job {job} {to}{}", message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())
         }
@@ -230,225 +391,19 @@ fn log_event(event: &Event) {
     }
 }
 
-// ---- messages -------------------------------------------------------------------------
-
-/// Submit a validated spec.
-#[derive(Message)]
-#[rtype(result = "Result<JobView, ApiError>")]
-pub struct Submit {
-    pub spec: JobSpec,
-}
-
-impl Handler<Submit> for HeadActor {
-    type Result = Result<JobView, ApiError>;
-    fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) -> Self::Result {
-        let Reply::Submitted(id) = self.input(Input::Submit { id: None, spec: Box::new(msg.spec) }, ctx)? else {
-            unreachable!("a submission is answered with its id")
-        };
-        Ok(self.head.job_view(&id).expect("just submitted"))
-    }
-}
-
-#[derive(Message)]
-#[rtype(result = "Result<JobView, ApiError>")]
-pub struct Stop {
-    pub job: JobId,
-}
-
-impl Handler<Stop> for HeadActor {
-    type Result = Result<JobView, ApiError>;
-    fn handle(&mut self, msg: Stop, ctx: &mut Context<Self>) -> Self::Result {
-        if let Some(view) = self.archive.get(&msg.job).map(|r| r.view.clone()) {
-            return Ok(view);
-        }
-        self.input(Input::Stop { job: msg.job.clone() }, ctx)?;
-        self.view(&msg.job).ok_or_else(|| ApiError::NotFound(format!("no job `{}`", msg.job)))
-    }
-}
-
-#[derive(Message)]
-#[rtype(result = "Result<(), ApiError>")]
-pub struct Drain {
-    pub node: NodeId,
-    pub deadline_ms: u64,
-}
-
-impl Handler<Drain> for HeadActor {
-    type Result = Result<(), ApiError>;
-    fn handle(&mut self, msg: Drain, ctx: &mut Context<Self>) -> Self::Result {
-        self.input(Input::PreemptionNotice { node: msg.node, deadline_ms: msg.deadline_ms }, ctx)?;
-        Ok(())
-    }
-}
-
-/// One job's view, or every job's.
-#[derive(Message)]
-#[rtype(result = "Result<Vec<JobView>, ApiError>")]
-pub struct Jobs {
-    pub job: Option<JobId>,
-}
-
-impl Handler<Jobs> for HeadActor {
-    type Result = Result<Vec<JobView>, ApiError>;
-    fn handle(&mut self, msg: Jobs, _: &mut Context<Self>) -> Self::Result {
-        match msg.job {
-            Some(job) => self
-                .view(&job)
-                .map(|v| vec![v])
-                .ok_or_else(|| ApiError::NotFound(format!("no job `{job}`; `ftdrive status` lists the jobs"))),
-            None => {
-                let mut views: Vec<JobView> = self.archive.values().map(|r| r.view.clone()).collect();
-                views.extend(self.head.job_views());
-                Ok(views)
-            }
-        }
-    }
-}
-
-#[derive(Message)]
-#[rtype(result = "Vec<NodeView>")]
-pub struct Nodes;
-
-impl Handler<Nodes> for HeadActor {
-    type Result = Vec<NodeView>;
-    fn handle(&mut self, _: Nodes, _: &mut Context<Self>) -> Self::Result {
-        self.head.node_views()
-    }
-}
-
-/// Subscribe to events (one job's, or all). Returns the job's current view first.
-#[derive(Message)]
-#[rtype(result = "Result<(Option<JobView>, UnboundedReceiver<Bytes>), ApiError>")]
-pub struct Follow {
-    pub job: Option<JobId>,
-}
-
-impl Handler<Follow> for HeadActor {
-    type Result = Result<(Option<JobView>, UnboundedReceiver<Bytes>), ApiError>;
-    fn handle(&mut self, msg: Follow, _: &mut Context<Self>) -> Self::Result {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let snapshot = match &msg.job {
-            Some(job) => {
-                let view = self.view(job).ok_or_else(|| ApiError::NotFound(format!("no job `{job}`")))?;
-                if view.state.is_terminal() {
-                    drop(tx); // nothing more will happen: the stream is the snapshot alone
-                    return Ok((Some(view), rx));
-                }
-                Some(view)
-            }
-            None => None,
-        };
-        self.followers.push(Follower { job: msg.job, tx });
-        Ok((snapshot, rx))
-    }
-}
-
-/// Where an attempt's log is served.
-#[derive(Message)]
-#[rtype(result = "Result<LogSource, ApiError>")]
-pub struct LocateLog {
-    pub job: JobId,
-    pub actor: u32,
-    pub attempt: Option<u32>,
-}
-
-pub struct LogSource {
-    pub url: String,
-    pub node: String,
-    pub attempt: u32,
-    /// The attempt may still write to its log.
-    pub running: bool,
-}
-
-impl Handler<LocateLog> for HeadActor {
-    type Result = Result<LogSource, ApiError>;
-    fn handle(&mut self, msg: LocateLog, _: &mut Context<Self>) -> Self::Result {
-        let view = self.view(&msg.job).ok_or_else(|| ApiError::NotFound(format!("no job `{}`", msg.job)))?;
-        let actor = view.actors.get(msg.actor as usize).ok_or_else(|| {
-            ApiError::NotFound(format!(
-                "job {} has actors 0..{}; there is no actor {}",
-                msg.job,
-                view.actors.len(),
-                msg.actor
-            ))
-        })?;
-        let attempt = msg.attempt.unwrap_or(actor.attempt);
-        if attempt == 0 || attempt > actor.attempt {
-            return Err(ApiError::NotFound(format!(
-                "{} has run {} attempt(s); no attempt {attempt}",
-                actor.name, actor.attempt
-            )));
-        }
-        let ended = view.ledger.iter().find(|e| e.actor == actor.name && e.attempt == attempt);
-        let node = match ended {
-            Some(entry) => entry.node.clone(),
-            None => actor
-                .node
-                .clone()
-                .ok_or_else(|| ApiError::NotFound(format!("attempt {attempt} of {} has no node", actor.name)))?,
-        };
-        let base = self.log_urls.get(node.as_str()).ok_or_else(|| {
-            ApiError::Unavailable(format!(
-                "node {node} is not connected; attempt {attempt}'s log stays on that machine"
-            ))
-        })?;
-        let url = format!("{base}/v1/logs/{}/{}/{attempt}", msg.job, msg.actor);
-        let running = ended.is_none() && !view.state.is_terminal();
-        Ok(LogSource { url, node, attempt, running })
-    }
-}
-
-/// A message from an agent session.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct FromAgent {
-    pub session: u64,
-    pub tx: UnboundedSender<ToAgent>,
-    pub msg: ToHead,
-}
-
-impl Handler<FromAgent> for HeadActor {
-    type Result = ();
-    fn handle(&mut self, msg: FromAgent, ctx: &mut Context<Self>) {
-        let node = msg.msg.node().clone();
-        let register = matches!(msg.msg, ToHead::Register { .. });
-        if let ToHead::Register { log_url, .. } = &msg.msg {
-            self.sessions.insert(node.clone(), Session { id: msg.session, tx: msg.tx.clone() });
-            self.log_urls.insert(node.clone(), log_url.clone());
-        }
-        match self.input(Input::from(msg.msg), ctx) {
-            Ok(_) if register => {
-                let config = self.head.config();
-                let welcome = ToAgent::Welcome {
-                    heartbeat_interval_ms: config.heartbeat_interval_ms,
-                    node_timeout_ms: config.node_timeout_ms,
-                };
-                let _ = msg.tx.send(welcome);
-            }
-            Ok(_) => {}
-            Err(e) => {
-                let register_again = matches!(e, Rejected::UnknownNode(_));
-                let _ = msg.tx.send(ToAgent::Refused { reason: e.to_string(), register_again });
-            }
-        }
-    }
-}
-
-/// An agent session closed.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct AgentGone {
-    pub session: u64,
-    pub node: Option<NodeId>,
-}
-
-impl Handler<AgentGone> for HeadActor {
-    type Result = ();
-    fn handle(&mut self, msg: AgentGone, _: &mut Context<Self>) {
-        if let Some(node) = msg.node {
-            if self.sessions.get(&node).is_some_and(|s| s.id == msg.session) {
-                self.sessions.remove(&node);
-            }
-        }
-    }
+/// Starts the head actor over an opened store; commit reports reach it through `commits`.
+fn start_actor(
+    config: HeadConfig,
+    store: Store,
+    state: DurableState,
+    first_job_number: u64,
+    commits: tokio::sync::mpsc::UnboundedReceiver<Commit>,
+) -> Addr<HeadActor> {
+    let actor = HeadActor::new(config, store, state, first_job_number);
+    HeadActor::create(move |ctx| {
+        let stream =
+            futures_util::stream::unfold(commits, |mut rx| async move { rx.recv().await.map(|c| (Committed(c), rx)) });
+        ctx.add_message_stream(stream);
+        actor
+    })
 }

@@ -1,51 +1,319 @@
-//! Durable job records: one JSON file per job under `<state-dir>/jobs/`, written atomically
-//! whenever the core says a job's durable state changed — before a submission is answered.
+//! The head's durable state (DESIGN §10): an SQLite database in WAL mode at
+//! `<state-dir>/state.db`, written by one thread with group commit — every batch of writes
+//! waiting when a commit starts goes into that one transaction and shares its fsync — and a lock
+//! file so that two heads never share a state dir.
+//!
+//! | table | holds |
+//! |---|---|
+//! | `meta` | the schema version, and counters never handed out twice (job numbers, groups) |
+//! | `jobs` | a job's spec (written once), its state, and its driver's state snapshot (placements, live attempts with their ports and rendezvous, cycles, budgets, timers) |
+//! | `ledger` | one row per ended attempt, appended |
+//! | `attempts` | one row per attempt started: key, node, rank, port, start time |
+//! | `nodes` | every node the head knows, with its agent's address and incarnation |
 
-use crate::paths::write_atomic;
-use ftdrive::spec::JobSpec;
-use ftdrive::view::JobView;
-use ftdrive::JobId;
-use serde::{Deserialize, Serialize};
+use ftdrive::driver::{Driver, LedgerEntry};
+use ftdrive::head::{Counters, DurableState, NodeRecord, StoredJob};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Sender};
 
-/// What is kept of a job: its spec (enough to run it again) and its last view.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct JobRecord {
-    pub spec: JobSpec,
-    pub view: JobView,
+/// The schema this build writes; a database with a newer one is refused.
+const SCHEMA_VERSION: i64 = 1;
+pub const DATABASE: &str = "state.db";
+/// Test hook: the head dies (abort) right after this many commits, before answering — a crash
+/// between a durable write and its acknowledgement.
+const CRASH_AFTER_COMMITS: &str = "FTDRIVE_CRASH_AFTER_COMMITS";
+
+const SCHEMA: &str = "
+    CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+    CREATE TABLE IF NOT EXISTS jobs (
+        id TEXT PRIMARY KEY, pg INTEGER NOT NULL UNIQUE, spec TEXT NOT NULL, state TEXT NOT NULL,
+        submit_ms INTEGER NOT NULL, finished_ms INTEGER, driver TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS ledger (
+        job TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (job, seq));
+    CREATE TABLE IF NOT EXISTS attempts (
+        job TEXT NOT NULL, actor INTEGER NOT NULL, attempt INTEGER NOT NULL, cycle INTEGER NOT NULL,
+        node TEXT NOT NULL, rank INTEGER NOT NULL, port INTEGER NOT NULL, start_ms INTEGER NOT NULL,
+        PRIMARY KEY (job, actor, attempt));
+    CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, record TEXT NOT NULL);
+";
+
+/// Why the state dir cannot be used. Each message names the file and the way out.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("another ftdrive head is using the state dir {0} (it holds the lock on {1}); one head per state dir")]
+    Locked(PathBuf, PathBuf),
+    #[error(
+        "cannot read the state database {0}: {1}. If it is damaged, move it aside to start with no jobs \
+         (their history is then lost), or put back a copy of it"
+    )]
+    Unreadable(PathBuf, String),
+    #[error(
+        "the state database {0} was written by a newer ftdrive (schema {1}, this one knows {2}); run that version"
+    )]
+    Newer(PathBuf, i64, i64),
+    #[error("cannot use the state dir {0}: {1}")]
+    Io(PathBuf, std::io::Error),
+}
+
+/// One thing to write.
+#[derive(Clone, Debug)]
+pub enum Write {
+    /// A job: its spec the first time, its state and snapshot always, new ledger entries.
+    Job {
+        id: String,
+        pg: u64,
+        spec: Option<String>,
+        state: String,
+        submit_ms: u64,
+        finished_ms: Option<u64>,
+        driver: String,
+        ledger: Vec<(usize, String)>,
+    },
+    Attempt {
+        job: String,
+        actor: u32,
+        attempt: u32,
+        cycle: u32,
+        node: String,
+        rank: u32,
+        port: u16,
+        start_ms: u64,
+    },
+    Node {
+        name: String,
+        record: String,
+    },
+    Forget {
+        id: String,
+    },
+    Counters(Counters),
+}
+
+/// The writes of one head input, in order.
+pub struct Batch {
+    pub seq: u64,
+    pub writes: Vec<Write>,
+}
+
+/// What became of the batches written so far.
+#[derive(Debug)]
+pub enum Commit {
+    /// Every batch up to `upto` is durable.
+    Done { upto: u64 },
+    /// A write failed; nothing after the last `Done` is durable, and nothing more will be.
+    Failed { error: String },
 }
 
 pub struct Store {
-    dir: PathBuf,
+    batches: Sender<Batch>,
+    path: PathBuf,
+    _lock: std::fs::File,
 }
 
 impl Store {
-    pub fn open(state_dir: &Path) -> std::io::Result<Store> {
-        let dir = state_dir.join("jobs");
-        std::fs::create_dir_all(&dir)?;
-        Ok(Store { dir })
+    /// Locks the state dir, opens (or creates) the database, checks it and reads it back.
+    /// Commit outcomes are reported to `on_commit`, from the writer thread.
+    pub fn open(
+        state_dir: &Path,
+        on_commit: impl Fn(Commit) + Send + 'static,
+    ) -> Result<(Store, DurableState), StoreError> {
+        if !state_dir.exists() {
+            crate::paths::private_dir(state_dir).map_err(|e| StoreError::Io(state_dir.to_path_buf(), e))?;
+        }
+        let path = state_dir.join(DATABASE);
+        let lock = lock(state_dir, &path)?;
+        let unreadable = |e: rusqlite::Error| StoreError::Unreadable(path.clone(), e.to_string());
+        let conn = Connection::open(&path).map_err(unreadable)?;
+        prepare(&conn, &path)?;
+        let state = load(&conn).map_err(|e| StoreError::Unreadable(path.clone(), e))?;
+        let (batches, incoming) = channel::<Batch>();
+        #[allow(clippy::disallowed_methods)]
+        let crash_after = std::env::var(CRASH_AFTER_COMMITS).ok().and_then(|n| n.parse().ok());
+        std::thread::Builder::new()
+            .name("ftdrive-store".into())
+            .spawn(move || write_loop(conn, incoming, on_commit, crash_after))
+            .map_err(|e| StoreError::Io(path.clone(), e))?;
+        Ok((Store { batches, path, _lock: lock }, state))
     }
 
-    pub fn save(&self, job: &JobId, record: &JobRecord) -> std::io::Result<()> {
-        let text = serde_json::to_vec_pretty(record).expect("records serialize");
-        write_atomic(&self.dir.join(format!("{job}.json")), &text)
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
-    /// Every record on disk, by job id. Unreadable files are reported and skipped.
-    pub fn load_all(&self) -> Vec<JobRecord> {
-        let mut records = Vec::new();
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return records };
-        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        paths.sort();
-        for path in paths.into_iter().filter(|p| p.extension().is_some_and(|x| x == "json")) {
-            match std::fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-            {
-                Ok(record) => records.push(record),
-                Err(e) => tracing::warn!("skipping job record {}: {e}", path.display()),
+    /// Queues a batch; its commit is reported in order.
+    pub fn write(&self, batch: Batch) {
+        // If the writer is gone it has reported the failure already.
+        let _ = self.batches.send(batch);
+    }
+}
+
+/// Holds an exclusive `flock` on the database file for the life of the head.
+fn lock(state_dir: &Path, path: &Path) -> Result<std::fs::File, StoreError> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| StoreError::Io(path.to_path_buf(), e))?;
+    // SAFETY: flock on a descriptor we own; released when the file is closed at exit.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(StoreError::Locked(state_dir.to_path_buf(), path.to_path_buf()));
+    }
+    Ok(file)
+}
+
+/// WAL with a full sync at every commit (a commit is durable when it returns), the schema
+/// created or checked, the file checked for damage.
+fn prepare(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let unreadable = |e: rusqlite::Error| StoreError::Unreadable(path.to_path_buf(), e.to_string());
+    let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(unreadable)?;
+    if check != "ok" {
+        return Err(StoreError::Unreadable(path.to_path_buf(), format!("integrity check: {check}")));
+    }
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(unreadable)?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::Newer(path.to_path_buf(), version, SCHEMA_VERSION));
+    }
+    conn.pragma_update(None, "journal_mode", "WAL").map_err(unreadable)?;
+    conn.pragma_update(None, "synchronous", "FULL").map_err(unreadable)?;
+    conn.execute_batch(SCHEMA).map_err(unreadable)?;
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(unreadable)?;
+    Ok(())
+}
+
+fn load(conn: &Connection) -> Result<DurableState, String> {
+    let meta = |key: &str| -> Result<u64, String> {
+        let value: Option<i64> = conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(|e| e.to_string())?;
+        Ok(value.unwrap_or(0) as u64)
+    };
+    let counters = Counters { next_job_number: meta("next_job_number")?, next_pg: meta("next_pg")? };
+    let mut nodes = Vec::new();
+    let mut rows = conn.prepare("SELECT name, record FROM nodes ORDER BY name").map_err(|e| e.to_string())?;
+    for row in
+        rows.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).map_err(|e| e.to_string())?
+    {
+        let (name, record) = row.map_err(|e| e.to_string())?;
+        let record: NodeRecord = serde_json::from_str(&record).map_err(|e| format!("node {name}: {e}"))?;
+        nodes.push(record);
+    }
+    Ok(DurableState { counters, nodes, jobs: load_jobs(conn)? })
+}
+
+fn load_jobs(conn: &Connection) -> Result<Vec<StoredJob>, String> {
+    let mut jobs = Vec::new();
+    let mut rows = conn.prepare("SELECT id, pg, spec, driver FROM jobs ORDER BY pg").map_err(|e| e.to_string())?;
+    let read = |r: &rusqlite::Row| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get(3)?));
+    for row in rows.query_map([], read).map_err(|e| e.to_string())? {
+        let (id, pg, spec, driver): (String, i64, String, String) = row.map_err(|e| e.to_string())?;
+        let spec = serde_json::from_str(&spec).map_err(|e| format!("job {id}'s spec: {e}"))?;
+        let driver: Driver = serde_json::from_str(&driver).map_err(|e| format!("job {id}'s state: {e}"))?;
+        jobs.push(StoredJob { pg: pg as u64, spec, driver, ledger: load_ledger(conn, &id)? });
+    }
+    Ok(jobs)
+}
+
+fn load_ledger(conn: &Connection, job: &str) -> Result<Vec<LedgerEntry>, String> {
+    let mut rows =
+        conn.prepare_cached("SELECT entry FROM ledger WHERE job = ?1 ORDER BY seq").map_err(|e| e.to_string())?;
+    let entries = rows.query_map([job], |r| r.get::<_, String>(0)).map_err(|e| e.to_string())?;
+    entries
+        .map(|e| {
+            let text = e.map_err(|e| e.to_string())?;
+            serde_json::from_str(&text).map_err(|e| format!("job {job}'s ledger: {e}"))
+        })
+        .collect()
+}
+
+/// Group commit: every batch waiting when a transaction starts goes into it.
+fn write_loop(
+    mut conn: Connection,
+    incoming: std::sync::mpsc::Receiver<Batch>,
+    on_commit: impl Fn(Commit),
+    crash_after: Option<u64>,
+) {
+    let mut commits = 0u64;
+    while let Ok(first) = incoming.recv() {
+        let mut batches = vec![first];
+        batches.extend(incoming.try_iter());
+        let upto = batches.last().map_or(0, |b| b.seq);
+        match commit(&mut conn, &batches) {
+            Ok(()) => {
+                commits += 1;
+                if crash_after == Some(commits) {
+                    std::process::abort();
+                }
+                on_commit(Commit::Done { upto })
+            }
+            Err(e) => {
+                on_commit(Commit::Failed { error: e.to_string() });
+                return;
             }
         }
-        records
     }
+}
+
+fn commit(conn: &mut Connection, batches: &[Batch]) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    for write in batches.iter().flat_map(|b| &b.writes) {
+        apply(&tx, write)?;
+    }
+    tx.commit()
+}
+
+fn apply(tx: &rusqlite::Transaction, write: &Write) -> rusqlite::Result<()> {
+    match write {
+        Write::Job { id, pg, spec, state, submit_ms, finished_ms, driver, ledger } => {
+            if let Some(spec) = spec {
+                tx.prepare_cached(
+                    "INSERT INTO jobs (id, pg, spec, state, submit_ms, finished_ms, driver) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )?
+                .execute(params![id, *pg as i64, spec, state, *submit_ms as i64, finished_ms.map(|t| t as i64), driver])?;
+            } else {
+                tx.prepare_cached("UPDATE jobs SET state = ?2, finished_ms = ?3, driver = ?4 WHERE id = ?1")?
+                    .execute(params![id, state, finished_ms.map(|t| t as i64), driver])?;
+            }
+            for (seq, entry) in ledger {
+                tx.prepare_cached("INSERT INTO ledger (job, seq, entry) VALUES (?1, ?2, ?3)")?.execute(params![
+                    id,
+                    *seq as i64,
+                    entry
+                ])?;
+            }
+        }
+        Write::Attempt { job, actor, attempt, cycle, node, rank, port, start_ms } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO attempts (job, actor, attempt, cycle, node, rank, port, start_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![job, actor, attempt, cycle, node, rank, port, *start_ms as i64])?;
+        }
+        Write::Node { name, record } => {
+            tx.prepare_cached("INSERT OR REPLACE INTO nodes (name, record) VALUES (?1, ?2)")?
+                .execute(params![name, record])?;
+        }
+        Write::Forget { id } => {
+            for table in [
+                "DELETE FROM jobs WHERE id = ?1",
+                "DELETE FROM ledger WHERE job = ?1",
+                "DELETE FROM attempts WHERE job = ?1",
+            ] {
+                tx.prepare_cached(table)?.execute([id])?;
+            }
+        }
+        Write::Counters(c) => {
+            let set = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)";
+            tx.prepare_cached(set)?.execute(params!["next_job_number", c.next_job_number as i64])?;
+            tx.prepare_cached(set)?.execute(params!["next_pg", c.next_pg as i64])?;
+        }
+    }
+    Ok(())
 }

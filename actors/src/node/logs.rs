@@ -1,6 +1,7 @@
 //! The agent's log server: each attempt's combined stdout and stderr, read from an offset so
-//! that a follower can poll for what is new. Same bearer token as the head.
+//! that a follower can poll for what is new. It takes the agent's own credential.
 
+use crate::paths::Credential;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -24,7 +25,7 @@ fn safe_component(part: &str) -> bool {
 
 struct LogState {
     dir: PathBuf,
-    token: String,
+    credential: Credential,
 }
 
 #[derive(serde::Deserialize)]
@@ -34,8 +35,12 @@ struct Offset {
 }
 
 /// Starts the log server on `addr:0`; returns its base URL and the server to run.
-pub fn serve(addr: &str, state_dir: PathBuf, token: String) -> std::io::Result<(String, actix_web::dev::Server)> {
-    let state = web::Data::new(LogState { dir: state_dir, token });
+pub fn serve(
+    addr: &str,
+    state_dir: PathBuf,
+    credential: Credential,
+) -> std::io::Result<(String, actix_web::dev::Server)> {
+    let state = web::Data::new(LogState { dir: state_dir, credential });
     let server = HttpServer::new(move || {
         App::new().app_data(state.clone()).route("/v1/logs/{job}/{actor}/{attempt}", web::get().to(read_log))
     })
@@ -53,8 +58,12 @@ async fn read_log(
     path: web::Path<(String, u32, u32)>,
     query: web::Query<Offset>,
 ) -> HttpResponse {
-    let authorized =
-        req.headers().get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {}", state.token));
+    let given =
+        req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let authorized = match (given, state.credential.read()) {
+        (Some(given), Ok(token)) => crate::paths::constant_time_eq(given.as_bytes(), token.as_bytes()),
+        _ => false,
+    };
     if !authorized {
         return HttpResponse::Unauthorized().json(serde_json::json!({"error": "missing or wrong bearer token"}));
     }

@@ -96,7 +96,7 @@ impl NodeAgent {
         let supervisors =
             attached.into_iter().map(|(key, commands)| (key, Supervision::Attached { commands, pgid: None })).collect();
         NodeAgent {
-            protocol: Agent::new(identity, crate::paths::random_u64(), recovered),
+            protocol: Agent::new(identity, crate::paths::incarnation(), recovered),
             opts,
             epoch: std::time::Instant::now(),
             link: None,
@@ -354,8 +354,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
     std::fs::create_dir_all(opts.state_dir.join("logs"))?;
     std::fs::create_dir_all(attempt::attempts_dir(&opts.state_dir))?;
     let bind = if opts.addr.parse::<std::net::IpAddr>().is_ok() { opts.addr.clone() } else { "0.0.0.0".to_string() };
-    let token = opts.credential.read().map_err(std::io::Error::other)?;
-    let (log_url, log_server) = logs::serve(&bind, opts.state_dir.clone(), token)?;
+    let (log_url, log_server) = logs::serve(&bind, opts.state_dir.clone(), opts.credential.clone())?;
     let logs = log_server.handle();
     actix::spawn(log_server);
     let (reports, mut incoming) = tokio::sync::mpsc::unbounded_channel();

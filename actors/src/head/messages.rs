@@ -1,0 +1,251 @@
+//! The messages `HeadActor` answers: one per API action, and the agent sessions' traffic. A
+//! request that changes state is answered once the change is durable.
+
+use super::{ApiError, Follower, HeadActor, Session};
+use actix::prelude::*;
+use bytes::Bytes;
+use ftdrive::head::{Input, Rejected, Reply};
+use ftdrive::protocol::{ToAgent, ToHead};
+use ftdrive::spec::JobSpec;
+use ftdrive::view::{JobView, NodeView};
+use ftdrive::{JobId, NodeId};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+impl HeadActor {
+    /// Feeds a client's input; the answer (built now) is given once the change is durable.
+    fn durable_answer<T: Send + 'static>(
+        &mut self,
+        input: Input,
+        ctx: &mut Context<Self>,
+        answer: impl FnOnce(&HeadActor, Reply) -> Result<T, ApiError>,
+    ) -> ResponseFuture<Result<T, ApiError>> {
+        if let Some(error) = &self.failed {
+            let error = ApiError::Unavailable(error.clone());
+            return Box::pin(async move { Err(error) });
+        }
+        let answer = self.input(input, ctx).map_err(ApiError::from).and_then(|reply| answer(self, reply));
+        let durable = self.when_durable();
+        Box::pin(async move {
+            let answer = answer?;
+            durable.await.map_err(ApiError::Internal)?;
+            Ok(answer)
+        })
+    }
+}
+
+/// Submit a validated spec.
+#[derive(Message)]
+#[rtype(result = "Result<JobView, ApiError>")]
+pub struct Submit {
+    pub spec: JobSpec,
+}
+
+impl Handler<Submit> for HeadActor {
+    type Result = ResponseFuture<Result<JobView, ApiError>>;
+    fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) -> Self::Result {
+        let input = Input::Submit { id: None, spec: Box::new(msg.spec) };
+        self.durable_answer(input, ctx, |act, reply| match reply {
+            Reply::Submitted(id) => Ok(act.view(&id).expect("just submitted")),
+            Reply::Done => unreachable!("a submission is answered with its id"),
+        })
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "Result<JobView, ApiError>")]
+pub struct Stop {
+    pub job: JobId,
+}
+
+impl Handler<Stop> for HeadActor {
+    type Result = ResponseFuture<Result<JobView, ApiError>>;
+    fn handle(&mut self, msg: Stop, ctx: &mut Context<Self>) -> Self::Result {
+        let job = msg.job.clone();
+        self.durable_answer(Input::Stop { job: msg.job }, ctx, move |act, _| {
+            act.view(&job).ok_or_else(|| ApiError::NotFound(format!("no job `{job}`")))
+        })
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "Result<(), ApiError>")]
+pub struct Drain {
+    pub node: NodeId,
+    pub deadline_ms: u64,
+}
+
+impl Handler<Drain> for HeadActor {
+    type Result = ResponseFuture<Result<(), ApiError>>;
+    fn handle(&mut self, msg: Drain, ctx: &mut Context<Self>) -> Self::Result {
+        let input = Input::PreemptionNotice { node: msg.node, deadline_ms: msg.deadline_ms };
+        self.durable_answer(input, ctx, |_, _| Ok(()))
+    }
+}
+
+/// One job's view, or every job's.
+#[derive(Message)]
+#[rtype(result = "Result<Vec<JobView>, ApiError>")]
+pub struct Jobs {
+    pub job: Option<JobId>,
+}
+
+impl Handler<Jobs> for HeadActor {
+    type Result = Result<Vec<JobView>, ApiError>;
+    fn handle(&mut self, msg: Jobs, _: &mut Context<Self>) -> Self::Result {
+        match msg.job {
+            Some(job) => self
+                .view(&job)
+                .map(|v| vec![v])
+                .ok_or_else(|| ApiError::NotFound(format!("no job `{job}`; `ftdrive status` lists the jobs"))),
+            None => Ok(self.head.job_views()),
+        }
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "Vec<NodeView>")]
+pub struct Nodes;
+
+impl Handler<Nodes> for HeadActor {
+    type Result = Vec<NodeView>;
+    fn handle(&mut self, _: Nodes, _: &mut Context<Self>) -> Self::Result {
+        self.head.node_views()
+    }
+}
+
+/// Subscribe to events (one job's, or all). Returns the job's current view first.
+#[derive(Message)]
+#[rtype(result = "Result<(Option<JobView>, UnboundedReceiver<Bytes>), ApiError>")]
+pub struct Follow {
+    pub job: Option<JobId>,
+}
+
+impl Handler<Follow> for HeadActor {
+    type Result = Result<(Option<JobView>, UnboundedReceiver<Bytes>), ApiError>;
+    fn handle(&mut self, msg: Follow, _: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let snapshot = match &msg.job {
+            Some(job) => {
+                let view = self.view(job).ok_or_else(|| ApiError::NotFound(format!("no job `{job}`")))?;
+                if view.state.is_terminal() {
+                    drop(tx); // nothing more will happen: the stream is the snapshot alone
+                    return Ok((Some(view), rx));
+                }
+                Some(view)
+            }
+            None => None,
+        };
+        self.followers.push(Follower { job: msg.job, tx });
+        Ok((snapshot, rx))
+    }
+}
+
+/// Where an attempt's log is served.
+#[derive(Message)]
+#[rtype(result = "Result<LogSource, ApiError>")]
+pub struct LocateLog {
+    pub job: JobId,
+    pub actor: u32,
+    pub attempt: Option<u32>,
+}
+
+pub struct LogSource {
+    pub url: String,
+    pub node: String,
+    pub attempt: u32,
+    /// The attempt may still write to its log.
+    pub running: bool,
+}
+
+impl Handler<LocateLog> for HeadActor {
+    type Result = Result<LogSource, ApiError>;
+    fn handle(&mut self, msg: LocateLog, _: &mut Context<Self>) -> Self::Result {
+        let view = self.view(&msg.job).ok_or_else(|| ApiError::NotFound(format!("no job `{}`", msg.job)))?;
+        let actor = view.actors.get(msg.actor as usize).ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "job {} has actors 0..{}; there is no actor {}",
+                msg.job,
+                view.actors.len(),
+                msg.actor
+            ))
+        })?;
+        let attempt = msg.attempt.unwrap_or(actor.attempt);
+        if attempt == 0 || attempt > actor.attempt {
+            return Err(ApiError::NotFound(format!(
+                "{} has run {} attempt(s); no attempt {attempt}",
+                actor.name, actor.attempt
+            )));
+        }
+        let ended = view.ledger.iter().find(|e| e.actor == actor.name && e.attempt == attempt);
+        let node = match ended {
+            Some(entry) => entry.node.clone(),
+            None => actor
+                .node
+                .clone()
+                .ok_or_else(|| ApiError::NotFound(format!("attempt {attempt} of {} has no node", actor.name)))?,
+        };
+        let base = self.log_urls.get(node.as_str()).ok_or_else(|| {
+            ApiError::Unavailable(format!(
+                "node {node} is not connected; attempt {attempt}'s log stays on that machine"
+            ))
+        })?;
+        let url = format!("{base}/v1/logs/{}/{}/{attempt}", msg.job, msg.actor);
+        let running = ended.is_none() && !view.state.is_terminal();
+        Ok(LogSource { url, node, attempt, running })
+    }
+}
+
+/// A message from an agent session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FromAgent {
+    pub session: u64,
+    pub tx: UnboundedSender<ToAgent>,
+    pub msg: ToHead,
+}
+
+impl Handler<FromAgent> for HeadActor {
+    type Result = ();
+    fn handle(&mut self, msg: FromAgent, ctx: &mut Context<Self>) {
+        let node = msg.msg.node().clone();
+        let register = matches!(msg.msg, ToHead::Register { .. });
+        if let ToHead::Register { log_url, .. } = &msg.msg {
+            self.sessions.insert(node.clone(), Session { id: msg.session, tx: msg.tx.clone() });
+            self.log_urls.insert(node.clone(), log_url.clone());
+        }
+        match self.input(Input::from(msg.msg), ctx) {
+            Ok(_) if register => {
+                let config = self.head.config();
+                let welcome = ToAgent::Welcome {
+                    heartbeat_interval_ms: config.heartbeat_interval_ms,
+                    node_timeout_ms: config.node_timeout_ms,
+                };
+                let _ = msg.tx.send(welcome);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let register_again = matches!(e, Rejected::UnknownNode(_));
+                let _ = msg.tx.send(ToAgent::Refused { reason: e.to_string(), register_again });
+            }
+        }
+    }
+}
+
+/// An agent session closed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AgentGone {
+    pub session: u64,
+    pub node: Option<NodeId>,
+}
+
+impl Handler<AgentGone> for HeadActor {
+    type Result = ();
+    fn handle(&mut self, msg: AgentGone, _: &mut Context<Self>) {
+        if let Some(node) = msg.node {
+            if self.sessions.get(&node).is_some_and(|s| s.id == msg.session) {
+                self.sessions.remove(&node);
+            }
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The real-cluster test harness: a real `ftdrive head` and real `ftdrive node` processes on
+//! loopback, set up as the README's recipe does — one state dir shared by the head (which makes
+//! the token there) and its agents and clients, and no `$FTDRIVE_TOKEN`. The head listens on
+//! a port of its own choosing and says which in `head.url`. Every wait is bounded; every
+//! process started is ended.
+
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub url: String,
+    pub head: Child,
+    pub nodes: BTreeMap<String, Child>,
+    /// Put in every job's environment, so a test finds its own processes (and no other test's).
+    pub mark: String,
+    /// Extra arguments every `ftdrive head` of this cluster gets.
+    head_args: Vec<String>,
+}
+
+static CLUSTERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+impl Cluster {
+    /// A head (fast failure detection) and agents with one CPU each.
+    pub fn start(nodes: &[&str]) -> Cluster {
+        Cluster::start_with(nodes, &[])
+    }
+
+    /// As `start`, with extra arguments for the head.
+    pub fn start_with(nodes: &[&str], head_args: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let n = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mark = format!("cluster-{}-{n}", std::process::id());
+        let head_args: Vec<String> = head_args.iter().map(|a| a.to_string()).collect();
+        let head = spawn_head(dir.path(), "127.0.0.1:0", &head_args);
+        let url = wait_for_url(dir.path());
+        let mut cluster = Cluster { dir, url, head, nodes: BTreeMap::new(), mark, head_args };
+        cluster.wait_until("the head answers", |c| c.try_ftdrive(&["nodes", "--output", "json"]).status.success());
+        for name in nodes {
+            cluster.add_node(name);
+        }
+        cluster.wait_until("every node registered", |c| c.nodes_json().as_array().unwrap().len() >= nodes.len());
+        cluster
+    }
+
+    pub fn add_node(&mut self, name: &str) {
+        let child = self.node_command(name).spawn().unwrap();
+        self.nodes.insert(name.to_string(), child);
+    }
+
+    /// `ftdrive node` for `name`, its data in the shared state dir (`node-<name>`).
+    pub fn node_command(&self, name: &str) -> Command {
+        let mut cmd = self.command();
+        cmd.args(["node", "--name", name, "--resources", "cpu=1", "--addr", "127.0.0.1"])
+            .arg("--work-dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null());
+        cmd
+    }
+
+    /// SIGKILL for a node's agent process (its attempts live on under their supervisors).
+    pub fn kill_node(&mut self, name: &str) {
+        let mut child = self.nodes.remove(name).expect("a node of this cluster");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// SIGKILL for the head, then a new head on the same port and state dir.
+    pub fn restart_head(&mut self) {
+        self.head.kill().unwrap();
+        self.head.wait().unwrap();
+        let listen = self.url.trim_start_matches("http://").to_string();
+        self.head = spawn_head(self.dir.path(), &listen, &self.head_args);
+    }
+
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("token")).unwrap().trim().to_string()
+    }
+
+    /// Any `ftdrive` command, as a user of this cluster runs it.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ftdrive"));
+        cmd.env_remove("FTDRIVE_TOKEN")
+            .env("FTDRIVE_HEAD", &self.url)
+            .env("FTDRIVE_STATE_DIR", self.dir.path())
+            .env("FTDRIVE_LOG", "warn");
+        cmd
+    }
+
+    pub fn try_ftdrive(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().unwrap()
+    }
+
+    pub fn ftdrive(&self, args: &[&str]) -> String {
+        let out = self.try_ftdrive(args);
+        assert!(out.status.success(), "ftdrive {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Writes a job spec (with this test's mark in its environment) and returns its path.
+    pub fn spec(&self, name: &str, mut spec: Value) -> PathBuf {
+        spec["name"] = json!(name);
+        spec["env"] = json!({"FTDRIVE_TEST_MARK": self.mark});
+        let path = self.dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, spec.to_string()).unwrap();
+        path
+    }
+
+    pub fn submit_no_wait(&self, spec: &std::path::Path) -> String {
+        let out = self.ftdrive(&["submit", "--no-wait", "--output", "json", spec.to_str().unwrap()]);
+        serde_json::from_str::<Value>(&out).unwrap()["id"].as_str().unwrap().to_string()
+    }
+
+    pub fn job(&self, id: &str) -> Value {
+        serde_json::from_str(&self.ftdrive(&["status", id, "--output", "json"])).unwrap()
+    }
+
+    pub fn nodes_json(&self) -> Value {
+        serde_json::from_str(&self.ftdrive(&["nodes", "--output", "json"])).unwrap()
+    }
+
+    pub fn wait_until(&self, what: &str, done: impl Fn(&Cluster) -> bool) {
+        let start = Instant::now();
+        while !done(self) {
+            assert!(start.elapsed() < WAIT, "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn wait_for_job(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let job = self.job(id);
+            if done(&job) {
+                return job;
+            }
+            assert!(start.elapsed() < WAIT, "timed out waiting until {what}: {job:#}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Pids of this test's job processes, optionally only those started on `node`.
+    pub fn processes(&self, node: Option<&str>) -> Vec<u32> {
+        let mark = format!("FTDRIVE_TEST_MARK={}", self.mark);
+        let on = node.map(|n| format!("FTDRIVE_NODE={n}"));
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+            let vars: Vec<String> = env.split(|b| *b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
+            if vars.contains(&mark) && on.as_ref().is_none_or(|n| vars.contains(n)) && !is_zombie(pid) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+}
+
+/// A head with fast failure detection on `listen`, state in `dir`.
+pub fn spawn_head(dir: &Path, listen: &str, extra: &[String]) -> Child {
+    let _ = std::fs::remove_file(dir.join("head.url"));
+    Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["head", "--listen", listen, "--heartbeat-interval-ms", "200", "--node-timeout-ms", "1000"])
+        .args(extra)
+        .arg("--state-dir")
+        .arg(dir)
+        .env_remove("FTDRIVE_TOKEN")
+        .env("FTDRIVE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// The URL a head started on `dir` announces once it listens (and has made its token).
+pub fn wait_for_url(dir: &Path) -> String {
+    let start = Instant::now();
+    loop {
+        if let Ok(url) = std::fs::read_to_string(dir.join("head.url")) {
+            return url;
+        }
+        assert!(start.elapsed() < WAIT, "the head never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_or(true, |s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for child in self.nodes.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = self.head.kill();
+        let _ = self.head.wait();
+        // The agents' supervisors take their process groups down with them.
+        let start = Instant::now();
+        while !self.processes(None).is_empty() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+pub fn actor_on_rank(job: &Value, rank: u64) -> (String, String) {
+    let actor = job["actors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["rank"] == rank && a["state"] == "RUNNING")
+        .expect("a running rank");
+    (actor["name"].as_str().unwrap().to_string(), actor["node"].as_str().unwrap().to_string())
+}
+
+pub fn running(job: &Value, count: usize) -> bool {
+    job["actors"].as_array().unwrap().iter().filter(|a| a["state"] == "RUNNING").count() == count
+}
+
+/// Long in its first cycle, short afterwards: the job ends soon once it recovered.
+pub const LONG_THEN_SHORT: &str = r#"if [ "$FTDRIVE_CYCLE" = 1 ]; then sleep 60; else sleep 1; fi"#;
+
+/// A raw HTTP request, to see exactly what the head answers.
+pub fn http(url: &str, method: &str, path: &str, auth: Option<&str>, body: &str) -> String {
+    let host = url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(host).unwrap();
+    let auth = auth.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}

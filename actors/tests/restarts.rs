@@ -1,0 +1,267 @@
+//! Restarting ftdrive's own processes loses no work (DESIGN §10), tried as a user would, with
+//! the README's recipe: real processes, `kill -9`, no `$FTDRIVE_TOKEN`.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A job of `n` ranks that runs long enough for a restart in the middle.
+fn steady_job(c: &Cluster, name: &str, n: u32) -> String {
+    let spec = c.spec(name, json!({"command": ["sh", "-c", "sleep 8"], "min_nodes": n, "max_nodes": n}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "every rank runs", |j| running(j, n as usize));
+    c.wait_until("every rank's process runs", |c| c.processes(None).len() >= n as usize);
+    id
+}
+
+fn pids(c: &Cluster, node: Option<&str>) -> BTreeSet<u32> {
+    c.processes(node).into_iter().collect()
+}
+
+/// Every ledger entry is a completed first attempt of cycle 1.
+fn only_first_attempts_completed(job: &Value, ranks: usize) {
+    let ledger = job["ledger"].as_array().unwrap();
+    assert_eq!(ledger.len(), ranks, "{job:#}");
+    for entry in ledger {
+        assert_eq!(
+            (entry["cause"].as_str(), entry["attempt"].as_u64(), entry["cycle"].as_u64()),
+            (Some("completed"), Some(1), Some(1)),
+            "{job:#}"
+        );
+    }
+}
+
+#[test]
+fn a_head_killed_mid_job_and_restarted_readopts_the_running_job() {
+    let mut c = Cluster::start(&["n1", "n2", "n3"]);
+    let id = steady_job(&c, "through-a-head-restart", 3);
+    let before = pids(&c, None);
+    c.restart_head();
+    c.wait_until("the agents reconnect", |c| {
+        let out = c.try_ftdrive(&["nodes", "--output", "json"]);
+        out.status.success()
+            && serde_json::from_slice::<Value>(&out.stdout)
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|n| n["state"] == "ALIVE")
+    });
+    let job = c.job(&id);
+    assert_eq!(job["cycles"], 1, "no new cycle: {job:#}");
+    assert!(job["actors"].as_array().unwrap().iter().all(|a| a["attempt"] == 1 && a["state"] == "RUNNING"), "{job:#}");
+    assert_eq!(pids(&c, None), before, "the same processes run");
+    let done = c.wait_for_job(&id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
+    only_first_attempts_completed(&done, 3);
+}
+
+#[test]
+fn an_agent_killed_and_started_again_keeps_its_processes_and_charges_nothing() {
+    let mut c = Cluster::start(&["n1", "n2"]);
+    let id = steady_job(&c, "through-an-agent-restart", 2);
+    let on_n1 = pids(&c, Some("n1"));
+    assert!(!on_n1.is_empty());
+    c.kill_node("n1");
+    c.add_node("n1");
+    c.wait_until("the new agent re-attached", |c| {
+        c.nodes_json().as_array().unwrap().iter().any(|n| n["name"] == "n1" && n["state"] == "ALIVE")
+    });
+    assert_eq!(pids(&c, Some("n1")), on_n1, "the same processes run under the new agent");
+    let done = c.wait_for_job(&id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
+    only_first_attempts_completed(&done, 2);
+    assert_eq!(done["remaining"]["system"], 3, "nothing charged");
+}
+
+/// A raw request that reports a failure instead of panicking.
+fn try_http(url: &str, token: &str, body: &str) -> Option<(u16, String)> {
+    let host = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(host).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let request = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split(' ').nth(1)?.parse().ok()?;
+    Some((status, response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string()))
+}
+
+fn submission(name: &str) -> String {
+    json!({"spec": {"name": name, "command": ["true"], "min_nodes": 1, "max_nodes": 1}}).to_string()
+}
+
+fn job_ids(c: &Cluster) -> Vec<String> {
+    let jobs: Value = serde_json::from_str(&c.ftdrive(&["status", "--output", "json"])).unwrap();
+    jobs.as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn every_acknowledged_submission_survives_a_head_killed_under_load() {
+    let mut c = Cluster::start(&[]);
+    let (url, token) = (c.url.clone(), c.token());
+    let clients: Vec<_> = (0..4)
+        .map(|client| {
+            let (url, token) = (url.clone(), token.clone());
+            std::thread::spawn(move || {
+                let mut acknowledged = Vec::new();
+                for n in 0..10_000 {
+                    match try_http(&url, &token, &submission(&format!("load-{client}-{n}"))) {
+                        Some((200, body)) => acknowledged
+                            .push(serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string()),
+                        _ => break,
+                    }
+                }
+                acknowledged
+            })
+        })
+        .collect();
+    c.wait_until("submissions are under way", |c| job_ids(c).len() >= 20);
+    c.restart_head();
+    let acknowledged: Vec<String> = clients.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    c.wait_until("the head is back", |c| c.try_ftdrive(&["status", "--output", "json"]).status.success());
+    let stored = job_ids(&c);
+    let distinct: BTreeSet<&String> = stored.iter().collect();
+    assert_eq!(distinct.len(), stored.len(), "no id given twice");
+    for id in &acknowledged {
+        assert!(distinct.contains(id), "acknowledged job {id} is lost");
+    }
+    let later =
+        c.submit_no_wait(&c.spec("after-the-restart", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1})));
+    assert!(!distinct.contains(&later), "{later} was handed out before the restart");
+}
+
+#[test]
+fn a_crash_between_the_durable_write_and_the_answer_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut head = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["head", "--listen", "127.0.0.1:0"])
+        .arg("--state-dir")
+        .arg(dir.path())
+        .env_remove("FTDRIVE_TOKEN")
+        .env("FTDRIVE_LOG", "error")
+        .env("FTDRIVE_CRASH_AFTER_COMMITS", "2")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = wait_for_url(dir.path());
+    let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
+    let first = try_http(&url, &token, &submission("first"));
+    assert_eq!(first.map(|(s, _)| s), Some(200));
+    let second = try_http(&url, &token, &submission("second"));
+    assert!(second.is_none(), "the head died after writing and before answering: {second:?}");
+    assert!(!head.wait().unwrap().success());
+    let listen = url.trim_start_matches("http://").to_string();
+    let mut again = spawn_head(dir.path(), &listen, &[]);
+    let again_url = wait_for_url(dir.path());
+    let status = |job: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+            .args(["status", job, "--output", "json", "--head", &again_url])
+            .env_remove("FTDRIVE_TOKEN")
+            .env("FTDRIVE_STATE_DIR", dir.path())
+            .output()
+            .unwrap();
+        serde_json::from_slice::<Value>(&out.stdout).ok()
+    };
+    assert_eq!(status("j2").map(|j| j["name"].clone()), Some(json!("second")), "durable, so it exists");
+    let third = try_http(&again_url, &token, &submission("third")).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&third.1).unwrap()["id"], "j3", "j2 is not handed out again");
+    let _ = again.kill();
+    let _ = again.wait();
+}
+
+#[test]
+fn a_damaged_state_database_stops_the_head_naming_the_file_and_changing_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("state.db");
+    std::fs::write(&database, b"this is not a database, it was damaged").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["head", "--listen", "127.0.0.1:0"])
+        .arg("--state-dir")
+        .arg(dir.path())
+        .env_remove("FTDRIVE_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&database.display().to_string()) && stderr.contains("move it aside"), "{stderr}");
+    assert_eq!(std::fs::read(&database).unwrap(), b"this is not a database, it was damaged");
+    let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(files, vec![std::ffi::OsString::from("state.db")], "no other file was made");
+}
+
+#[test]
+fn a_second_head_on_the_same_state_dir_is_refused() {
+    let c = Cluster::start(&[]);
+    let out =
+        c.command().args(["head", "--listen", "127.0.0.1:0"]).arg("--state-dir").arg(c.dir.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("another ftdrive head is using the state dir"), "{stderr}");
+}
+
+/// The head's writes start failing (its files may not grow: RLIMIT_FSIZE, which binds root
+/// too). The submission that could not be written is an error to its client, the head stops,
+/// and after a restart the job does not exist — while every acknowledged one does.
+#[test]
+fn a_failed_write_is_an_error_to_the_client_and_the_job_never_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ftdrive"));
+    cmd.args(["head", "--listen", "127.0.0.1:0"])
+        .arg("--state-dir")
+        .arg(dir.path())
+        .env_remove("FTDRIVE_TOKEN")
+        .env("FTDRIVE_LOG", "error")
+        .stderr(Stdio::null());
+    // SAFETY: between fork and exec: a signal disposition and a resource limit of the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let limit = libc::rlimit { rlim_cur: 96 * 1024, rlim_max: 96 * 1024 };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut head = cmd.spawn().unwrap();
+    let url = wait_for_url(dir.path());
+    let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
+    let mut acknowledged = Vec::new();
+    let failure = (0..1_000).find_map(|n| match try_http(&url, &token, &submission(&format!("fill-{n}"))) {
+        Some((200, body)) => {
+            acknowledged.push(serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string());
+            None
+        }
+        other => Some(other),
+    });
+    let (status, body) = failure.expect("the writes failed at some point").expect("an answer");
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("cannot write the state database"), "{body}");
+    let start = Instant::now();
+    while head.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < WAIT, "the head stops after a failed write");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let listen = url.trim_start_matches("http://").to_string();
+    let mut again = spawn_head(dir.path(), &listen, &[]);
+    let again_url = wait_for_url(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["status", "--output", "json", "--head", &again_url])
+        .env_remove("FTDRIVE_TOKEN")
+        .env("FTDRIVE_STATE_DIR", dir.path())
+        .output()
+        .unwrap();
+    let jobs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<String> = jobs.as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ids, acknowledged, "exactly the acknowledged jobs exist");
+    let _ = again.kill();
+    let _ = again.wait();
+}

@@ -1,0 +1,315 @@
+//! What the head writes down so that restarting it loses no work (DESIGN §10), and how a head
+//! is rebuilt from it.
+//!
+//! - **DU-1 write-ahead.** Every input that changes what must survive ends with
+//!   `Effect::Persist` for each job, node and counter it touched; a runtime makes those durable
+//!   before it carries out any effect of the same input (a start sent to an agent, an answer to
+//!   a client). So whatever an agent or a client has seen is on disk.
+//! - **DU-2 exact re-adoption.** A job is stored as its driver's state (placements, live
+//!   attempts with their ports and rendezvous, cycles, budgets, timers), its spec (once) and its
+//!   ledger (an entry at a time). `Head::restore` rebuilds drivers, placements — every port
+//!   taken again before anything else is placed — and the attempts each node should be
+//!   running, so that an attempt an agent reports is re-bound with its attempt number, cycle,
+//!   node and port, and nothing restarts.
+//! - **DU-3 a recovery window.** A restored head places nothing until every node it knew has
+//!   registered again or `node_timeout_ms` has passed; a node silent by then is lost with its
+//!   attempts (`node_lost`). A node's registration names the attempts it runs and those whose
+//!   end it still owes; any other attempt the head saw start there is lost.
+
+use super::{pg_spec, Head, JobSlot};
+use crate::config::HeadConfig;
+use crate::driver::{Bundle, Driver, LedgerEntry};
+use crate::ids::{JobId, JobIdMint, NodeId};
+use crate::resources::{Labels, Resources};
+use crate::scheduler::{Need, NodeIx, NodeState, PgId};
+use crate::spec::JobSpec;
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// What changed, for `Effect::Persist`: the runtime reads the record with `Head::job_record`,
+/// `Head::node_record` or `Head::counters`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Durable {
+    Job(JobId),
+    Node(NodeId),
+    /// Retention dropped a finished job: its records go.
+    Forgotten(JobId),
+    Counters,
+}
+
+/// Numbers never handed out twice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    pub next_job_number: u64,
+    pub next_pg: u64,
+}
+
+/// A node as the head knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub name: NodeId,
+    pub resources: Resources,
+    pub labels: Labels,
+    pub addr: String,
+    pub incarnation: u64,
+    pub state: NodeState,
+}
+
+/// A job as the head keeps it: the parts a store writes apart.
+pub struct JobRecord<'a> {
+    pub id: &'a JobId,
+    pub pg: PgId,
+    pub spec: &'a JobSpec,
+    /// The state snapshot (serializes without spec and ledger).
+    pub driver: &'a Driver,
+    pub ledger: &'a [LedgerEntry],
+}
+
+/// A stored job, read back.
+#[derive(Clone, Debug)]
+pub struct StoredJob {
+    pub pg: PgId,
+    pub spec: JobSpec,
+    pub driver: Driver,
+    pub ledger: Vec<LedgerEntry>,
+}
+
+/// Everything a head is rebuilt from.
+#[derive(Clone, Debug, Default)]
+pub struct DurableState {
+    pub counters: Counters,
+    pub nodes: Vec<NodeRecord>,
+    pub jobs: Vec<StoredJob>,
+}
+
+/// DU-3: the nodes a restored head waits for before it places anything.
+#[derive(Clone, Debug)]
+pub(super) struct Recovery {
+    pub until: Instant,
+    pub waiting: BTreeSet<NodeIx>,
+}
+
+impl Head {
+    /// A head rebuilt from what an earlier run of it wrote down (DU-2), in its recovery window.
+    pub fn restore(config: HeadConfig, state: DurableState, now: Instant) -> Head {
+        let mut head = Head::new(config);
+        head.job_ids = JobIdMint::starting_at(state.counters.next_job_number);
+        head.next_pg = state.counters.next_pg.max(1);
+        let window_ms = head.config.node_timeout_ms;
+        let mut waiting = BTreeSet::new();
+        let mut nodes = state.nodes;
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        for record in nodes {
+            waiting.extend(head.restore_node(now, record, window_ms));
+        }
+        let mut jobs = state.jobs;
+        jobs.sort_by_key(|j| j.pg);
+        for job in jobs {
+            head.restore_job(job);
+        }
+        // Placements restored, every port taken again: what the scheduler noticed meanwhile
+        // (feasibility it already reported) is old news.
+        while head.scheduler.poll_event().is_some() {}
+        head.recovery = (!waiting.is_empty()).then(|| Recovery { until: now.plus_ms(window_ms), waiting });
+        head
+    }
+
+    /// Returns the node if the head must wait for it to register.
+    fn restore_node(&mut self, now: Instant, record: NodeRecord, window_ms: u64) -> Option<NodeIx> {
+        let ix = self.scheduler.add_node(record.name.clone(), record.resources, record.labels);
+        self.liveness.register(ix, record.addr, record.incarnation, now, window_ms);
+        match record.state {
+            NodeState::Alive => Some(ix),
+            NodeState::Draining => {
+                self.scheduler.drain_node(ix);
+                Some(ix)
+            }
+            NodeState::Dead => {
+                self.scheduler.kill_node(ix);
+                self.liveness.mark_dead(ix);
+                None
+            }
+        }
+    }
+
+    fn restore_job(&mut self, stored: StoredJob) {
+        let StoredJob { pg, spec, driver, ledger } = stored;
+        let driver = Driver::restore(driver, spec, ledger);
+        let id = driver.id().clone();
+        self.job_ids.note(&id);
+        self.next_pg = self.next_pg.max(pg + 1);
+        if !driver.state().is_terminal() {
+            self.scheduler.create_pg(pg, pg_spec(driver.spec(), driver.submitted()));
+            self.restore_bundles(pg, &driver);
+            self.restore_attempts(&driver);
+        } else if let Some(at) = driver.finished_at() {
+            self.finished.insert((at, pg));
+        }
+        self.jobs.insert(id.clone(), JobSlot { pg, driver });
+        self.by_pg.insert(pg, id);
+        self.flush_driver(pg);
+    }
+
+    /// DU-2: placements with their ports, then what the job still waits for.
+    fn restore_bundles(&mut self, pg: PgId, driver: &Driver) {
+        if driver.admitted() {
+            self.scheduler.restore_admitted(pg);
+        }
+        if driver.avoiding_preemptible() {
+            self.scheduler.avoid_preemptible(pg);
+        }
+        let mut gang_requested = false;
+        for (bundle, actor) in driver.actors().iter().enumerate() {
+            let bundle = bundle as u32;
+            match &actor.bundle {
+                Bundle::Placed { node, port, .. } => {
+                    let ix = self.scheduler.node_ix(&node.name).expect("a placement's node is known");
+                    self.scheduler.restore_placed(pg, bundle, ix, *port);
+                }
+                Bundle::Requested { need: Need::Admission } if !gang_requested => {
+                    self.scheduler.request_gang(pg);
+                    gang_requested = true;
+                }
+                Bundle::Requested { need: Need::Admission } | Bundle::None => {}
+                Bundle::Requested { need } => self.scheduler.request(pg, bundle, *need),
+            }
+        }
+    }
+
+    /// The attempts each node should run, as they were: unconfirmed starts are sent again,
+    /// stops repeated.
+    fn restore_attempts(&mut self, driver: &Driver) {
+        for (ix, actor) in driver.actors().iter().enumerate() {
+            let Some(run) = actor.run.as_ref().filter(|r| r.exited.is_none()) else { continue };
+            let node = self.scheduler.node_ix(&run.node).expect("an attempt's node is known");
+            let spec = driver.start_spec(ix as u32).expect("a live run has a start");
+            let key = spec.key.clone();
+            self.attempts.started(node, spec);
+            if run.acked {
+                self.attempts.acked(node, &key);
+            }
+            if run.stop.is_some() {
+                self.attempts.stopping(node, &key, run.stop_grace_ms);
+            }
+        }
+    }
+
+    /// Is the head still waiting for nodes to report after a restart?
+    pub fn recovering(&self) -> bool {
+        self.recovery.is_some()
+    }
+
+    /// A node registered: if the head was waiting for it, it has reported.
+    pub(super) fn reported(&mut self, ix: NodeIx) -> bool {
+        let Some(recovery) = self.recovery.as_mut() else { return false };
+        let was_waiting = recovery.waiting.remove(&ix);
+        if recovery.waiting.is_empty() {
+            self.recovery = None;
+        }
+        was_waiting
+    }
+
+    /// The window closed: nodes that did not report were declared dead by now.
+    pub(super) fn end_recovery_at(&mut self, now: Instant) {
+        if self.recovery.as_ref().is_some_and(|r| r.until <= now) {
+            self.recovery = None;
+        }
+    }
+
+    // ---- what to write -------------------------------------------------------------------
+
+    pub(super) fn touch_job(&mut self, pg: PgId) {
+        self.dirty.insert(DirtyKey::Job(pg));
+    }
+
+    pub(super) fn touch_node(&mut self, ix: NodeIx) {
+        self.dirty.insert(DirtyKey::Node(ix));
+    }
+
+    pub(super) fn touch_counters(&mut self) {
+        self.dirty.insert(DirtyKey::Counters);
+    }
+
+    /// DU-1: one `Persist` per thing the input changed, after its other effects.
+    pub(super) fn emit_persists(&mut self) {
+        for key in std::mem::take(&mut self.dirty) {
+            let durable = match key {
+                DirtyKey::Counters => Durable::Counters,
+                DirtyKey::Node(ix) => Durable::Node(self.scheduler.node(ix).name.clone()),
+                DirtyKey::Job(pg) => match self.by_pg.get(&pg) {
+                    Some(id) => Durable::Job(id.clone()),
+                    None => continue,
+                },
+                DirtyKey::Forgotten(id) => Durable::Forgotten(id),
+            };
+            self.effects.push_back(super::Effect::Persist(durable));
+        }
+    }
+
+    pub fn counters(&self) -> Counters {
+        Counters { next_job_number: self.job_ids.next_number(), next_pg: self.next_pg }
+    }
+
+    pub fn node_record(&self, name: &NodeId) -> Option<NodeRecord> {
+        let ix = self.scheduler.node_ix(name)?;
+        let node = self.scheduler.node(ix);
+        let record = self.liveness.get(ix)?;
+        Some(NodeRecord {
+            name: node.name.clone(),
+            resources: node.resources.clone(),
+            labels: node.labels.clone(),
+            addr: record.addr.clone(),
+            incarnation: record.incarnation,
+            state: node.state,
+        })
+    }
+
+    pub fn job_record(&self, id: &JobId) -> Option<JobRecord<'_>> {
+        let slot = self.jobs.get(id)?;
+        let driver = &slot.driver;
+        Some(JobRecord { id: driver.id(), pg: slot.pg, spec: driver.spec(), driver, ledger: driver.ledger() })
+    }
+
+    // ---- retention -----------------------------------------------------------------------
+
+    /// A job reached its final state: keep at most `retain_finished` finished jobs.
+    pub(super) fn note_finished(&mut self, pg: PgId, at: Instant) {
+        self.finished.insert((at, pg));
+        while self.finished.len() > self.config.retain_finished {
+            let (_, oldest) = self.finished.pop_first().expect("not empty");
+            self.forget(oldest);
+        }
+    }
+
+    /// Drops finished jobs older than `retain_finished_ms`.
+    pub(super) fn expire_finished(&mut self, now: Instant) {
+        while let Some(&(at, pg)) = self.finished.first() {
+            if now.ms_since(at) < self.config.retain_finished_ms {
+                break;
+            }
+            self.finished.pop_first();
+            self.forget(pg);
+        }
+    }
+
+    pub(super) fn next_expiry(&self) -> Option<Instant> {
+        self.finished.first().map(|(at, _)| at.plus_ms(self.config.retain_finished_ms))
+    }
+
+    fn forget(&mut self, pg: PgId) {
+        let Some(id) = self.by_pg.remove(&pg) else { return };
+        self.jobs.remove(&id);
+        self.dirty.remove(&DirtyKey::Job(pg));
+        self.dirty.insert(DirtyKey::Forgotten(id));
+    }
+}
+
+/// Something an input changed that must be written.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum DirtyKey {
+    Counters,
+    Node(NodeIx),
+    Job(PgId),
+    Forgotten(JobId),
+}
