@@ -22,7 +22,7 @@
 //! The agent's own timer is the shutdown deadline.
 
 use crate::ids::NodeId;
-use crate::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent, ToHead};
+use crate::protocol::{AttemptKey, ExitStatus, Registration, StartSpec, ToAgent, ToHead};
 use crate::resources::{Labels, Resources};
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -98,7 +98,7 @@ pub enum AgentInput {
 pub enum AgentEffect {
     Send(ToHead),
     /// Start this attempt's process; answer with `Spawned` or `SpawnFailed`, then `Exited`.
-    Spawn(StartSpec),
+    Spawn(Box<StartSpec>),
     /// Stop this attempt's process: TERM now, KILL after `grace_ms`.
     Stop {
         key: AttemptKey,
@@ -114,6 +114,30 @@ pub enum AgentEffect {
     },
     /// Shutdown is complete: the agent may exit.
     ShutDown,
+}
+
+/// The effects waiting to be polled, in order. The first lives inline, beside the fields a
+/// heartbeat reads (a heartbeat makes one effect); more spill into a queue.
+#[derive(Clone, Debug, Default)]
+struct Effects {
+    first: Option<AgentEffect>,
+    rest: VecDeque<AgentEffect>,
+}
+
+impl Effects {
+    fn push(&mut self, effect: AgentEffect) {
+        if self.first.is_none() {
+            self.first = Some(effect);
+        } else {
+            self.rest.push_back(effect);
+        }
+    }
+
+    fn pop(&mut self) -> Option<AgentEffect> {
+        let next = self.first.take();
+        self.first = self.rest.pop_front();
+        next
+    }
 }
 
 /// An attempt with a process here.
@@ -134,23 +158,24 @@ struct Notice {
     shutdown: bool,
 }
 
-/// The agent protocol state. The fields a heartbeat reads come first: a simulated cluster of
-/// ten thousand agents is memory-bound.
+/// The agent protocol state. The fields a heartbeat reads come first, together (`repr(C)`
+/// keeps them so): a simulated cluster of ten thousand agents is memory-bound.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct Agent {
-    name: NodeId,
-    incarnation: u64,
-    seq: u64,
-    procs: BTreeMap<AttemptKey, Proc>,
     linked: bool,
+    seq: u64,
+    incarnation: u64,
+    name: NodeId,
+    procs: BTreeMap<AttemptKey, Proc>,
     /// End reports the head has not acknowledged (AG-2).
     unacked: BTreeMap<AttemptKey, EndReport>,
     notice: Option<Notice>,
+    effects: Effects,
     identity: AgentIdentity,
     heartbeat_ms: u64,
     finished: BTreeSet<AttemptKey>,
     finished_order: VecDeque<AttemptKey>,
-    effects: VecDeque<AgentEffect>,
 }
 
 impl Agent {
@@ -168,7 +193,7 @@ impl Agent {
             heartbeat_ms: DEFAULT_HEARTBEAT_MS,
             finished: BTreeSet::new(),
             finished_order: VecDeque::new(),
-            effects: VecDeque::new(),
+            effects: Effects::default(),
         };
         for key in recovered.finished {
             agent.remember(key);
@@ -211,7 +236,7 @@ impl Agent {
     }
 
     pub fn poll_effect(&mut self) -> Option<AgentEffect> {
-        self.effects.pop_front()
+        self.effects.pop()
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -272,14 +297,14 @@ impl Agent {
     /// sent again on the next link.
     fn send(&mut self, msg: ToHead) {
         if self.linked {
-            self.effects.push_back(AgentEffect::Send(msg));
+            self.effects.push(AgentEffect::Send(msg));
         }
     }
 
     /// AG-3: the registration lists what runs here and what ends are owed.
     fn register(&mut self) {
         let id = &self.identity;
-        let msg = ToHead::Register {
+        let msg = Registration {
             node: self.name.clone(),
             incarnation: self.incarnation,
             resources: id.resources.clone(),
@@ -289,7 +314,7 @@ impl Agent {
             running: self.procs.keys().cloned().collect(),
             ended: self.unacked.keys().cloned().collect(),
         };
-        self.send(msg);
+        self.send(ToHead::Register(Box::new(msg)));
     }
 
     fn on_head_message(&mut self, now: Instant, msg: ToAgent) {
@@ -298,7 +323,7 @@ impl Agent {
                 let interval_ms = heartbeat_interval_ms.max(10);
                 if interval_ms != self.heartbeat_ms {
                     self.heartbeat_ms = interval_ms;
-                    self.effects.push_back(AgentEffect::HeartbeatEvery { interval_ms });
+                    self.effects.push(AgentEffect::HeartbeatEvery { interval_ms });
                 }
             }
             // After a refusal the registration may race with the reports: they follow with the
@@ -312,7 +337,7 @@ impl Agent {
             ToAgent::Stop { key, grace_ms } => self.stop(key, grace_ms),
             ToAgent::AckExit { key } => {
                 if self.unacked.remove(&key).is_some() {
-                    self.effects.push_back(AgentEffect::Forget { key });
+                    self.effects.push(AgentEffect::Forget { key });
                 }
                 self.check_shutdown_done(now);
             }
@@ -369,7 +394,7 @@ impl Agent {
     // ---- attempts --------------------------------------------------------------------------
 
     /// AG-1.
-    fn start(&mut self, spec: StartSpec) {
+    fn start(&mut self, spec: Box<StartSpec>) {
         let key = spec.key.clone();
         if let Some(proc) = self.procs.get(&key) {
             if proc.started {
@@ -385,7 +410,7 @@ impl Agent {
         }
         let proc = Proc { started: false, signalled: false, stop_grace_ms: spec.stop_grace_ms };
         self.procs.insert(key, proc);
-        self.effects.push_back(AgentEffect::Spawn(spec));
+        self.effects.push(AgentEffect::Spawn(spec));
     }
 
     fn spawned(&mut self, key: AttemptKey) {
@@ -415,7 +440,7 @@ impl Agent {
         match self.procs.get_mut(&key) {
             Some(proc) if !proc.signalled => {
                 proc.signalled = true;
-                self.effects.push_back(AgentEffect::Stop { key, grace_ms });
+                self.effects.push(AgentEffect::Stop { key, grace_ms });
             }
             Some(_) => {}
             None if self.finished.contains(&key) => {}
@@ -465,7 +490,7 @@ impl Agent {
         let reported = self.procs.is_empty() && (self.unacked.is_empty() || !self.linked);
         if reported || notice.deadline <= now {
             self.notice = None;
-            self.effects.push_back(AgentEffect::ShutDown);
+            self.effects.push(AgentEffect::ShutDown);
         }
     }
 }
@@ -516,21 +541,21 @@ mod tests {
     fn starts_are_idempotent_and_a_late_start_never_runs_an_ended_attempt() {
         let mut a = agent(Recovered::default());
         effects(&mut a);
-        assert_eq!(from_head(&mut a, ToAgent::Start(spec(0))), vec![AgentEffect::Spawn(spec(0))]);
-        assert!(from_head(&mut a, ToAgent::Start(spec(0))).is_empty(), "spawning: no second spawn");
+        assert_eq!(from_head(&mut a, ToAgent::Start(Box::new(spec(0)))), vec![AgentEffect::Spawn(Box::new(spec(0)))]);
+        assert!(from_head(&mut a, ToAgent::Start(Box::new(spec(0)))).is_empty(), "spawning: no second spawn");
         a.handle(Instant::ZERO, AgentInput::Spawned { key: key(0) });
         let started = ToHead::Started { node: NodeId::new("n1"), incarnation: 7, key: key(0) };
         assert_eq!(effects(&mut a), vec![AgentEffect::Send(started.clone())]);
-        assert_eq!(from_head(&mut a, ToAgent::Start(spec(0))), vec![AgentEffect::Send(started)]);
+        assert_eq!(from_head(&mut a, ToAgent::Start(Box::new(spec(0)))), vec![AgentEffect::Send(started)]);
         a.handle(Instant::ZERO, AgentInput::Exited { key: key(0), status: ExitStatus::code(0) });
         effects(&mut a);
-        assert!(from_head(&mut a, ToAgent::Start(spec(0))).is_empty(), "ended: ignored");
+        assert!(from_head(&mut a, ToAgent::Start(Box::new(spec(0)))).is_empty(), "ended: ignored");
     }
 
     #[test]
     fn ends_are_reported_until_acknowledged_and_stops_signal_once() {
         let mut a = agent(Recovered::default());
-        from_head(&mut a, ToAgent::Start(spec(1)));
+        from_head(&mut a, ToAgent::Start(Box::new(spec(1))));
         a.handle(Instant::ZERO, AgentInput::Spawned { key: key(1) });
         effects(&mut a);
         let stop = ToAgent::Stop { key: key(1), grace_ms: 300 };
@@ -555,7 +580,7 @@ mod tests {
         let sent = from_head(&mut a, ToAgent::Stop { key: key(2), grace_ms: 1 });
         let never = ToHead::Exited { node: NodeId::new("n1"), key: key(2), status: ExitStatus::never_started() };
         assert_eq!(sent, vec![AgentEffect::Send(never)]);
-        assert!(from_head(&mut a, ToAgent::Start(spec(2))).is_empty());
+        assert!(from_head(&mut a, ToAgent::Start(Box::new(spec(2)))).is_empty());
     }
 
     #[test]
@@ -567,13 +592,13 @@ mod tests {
         };
         let mut a = agent(recovered);
         let sent = effects(&mut a);
-        let AgentEffect::Send(ToHead::Register { running, ended, .. }) = &sent[0] else { panic!("{sent:?}") };
-        assert_eq!((running.clone(), ended.clone()), (vec![key(3)], vec![key(4)]));
+        let AgentEffect::Send(ToHead::Register(r)) = &sent[0] else { panic!("{sent:?}") };
+        assert_eq!((r.running.clone(), r.ended.clone()), (vec![key(3)], vec![key(4)]));
         assert!(
             matches!(&sent[1], AgentEffect::Send(ToHead::Exited { key: k, .. }) if *k == key(4)),
             "the owed report follows the registration: {sent:?}"
         );
-        assert!(from_head(&mut a, ToAgent::Start(spec(4))).is_empty(), "AG-1 holds across the restart");
+        assert!(from_head(&mut a, ToAgent::Start(Box::new(spec(4)))).is_empty(), "AG-1 holds across the restart");
     }
 
     #[test]
@@ -584,7 +609,9 @@ mod tests {
         let sent = effects(&mut a);
         assert!(sent.contains(&AgentEffect::Stop { key: key(5), grace_ms: 2_000 }), "{sent:?}");
         assert_eq!(a.poll_timeout(), Some(Instant::from_ms(2_000)));
-        assert!(from_head(&mut a, ToAgent::Start(spec(6))).iter().all(|e| !matches!(e, AgentEffect::Spawn(_))));
+        assert!(from_head(&mut a, ToAgent::Start(Box::new(spec(6))))
+            .iter()
+            .all(|e| !matches!(e, AgentEffect::Spawn(_))));
         a.handle(Instant::from_ms(100), AgentInput::Exited { key: key(5), status: ExitStatus::signal(15, false) });
         effects(&mut a);
         a.handle(Instant::from_ms(150), AgentInput::FromHead(ToAgent::AckExit { key: key(5) }));

@@ -93,7 +93,7 @@ pub enum ToAgent {
     /// dead, or the registration was lost) and it should register again.
     Refused { reason: String, register_again: bool },
     /// Start this attempt unless it is already running or finished (the head may resend).
-    Start(StartSpec),
+    Start(Box<StartSpec>),
     /// Stop this attempt: SIGTERM, then SIGKILL after `grace_ms`. An attempt the agent never
     /// started is reported as `ExitStatus::never_started()` and never starts afterwards.
     Stop { key: AttemptKey, grace_ms: u64 },
@@ -112,30 +112,33 @@ impl ToAgent {
     }
 }
 
+/// An agent's registration. `running`: the attempts it has processes for (re-attached ones
+/// included); `ended`: attempts whose end it has not had acknowledged — their reports follow.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    pub node: NodeId,
+    pub incarnation: u64,
+    pub resources: Resources,
+    pub labels: Labels,
+    /// Where other ranks reach this node (`MASTER_ADDR`).
+    pub addr: String,
+    /// Base URL of this agent's log server (the runtime's; the core ignores it).
+    #[serde(default)]
+    pub log_url: String,
+    #[serde(default)]
+    pub running: Vec<AttemptKey>,
+    #[serde(default)]
+    pub ended: Vec<AttemptKey>,
+}
+
 /// Agent → head: everything an agent may say. The runtime carries it over a WebSocket, the
 /// simulator over its simulated network; nothing else an agent sends is accepted (it cannot,
 /// say, submit or stop a job).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToHead {
-    /// The agent (re)connects. `running`: the attempts it has processes for (re-attached ones
-    /// included); `ended`: attempts whose end it has not had acknowledged — their reports
-    /// follow this message.
-    Register {
-        node: NodeId,
-        incarnation: u64,
-        resources: Resources,
-        labels: Labels,
-        /// Where other ranks reach this node (`MASTER_ADDR`).
-        addr: String,
-        /// Base URL of this agent's log server (the runtime's; the core ignores it).
-        #[serde(default)]
-        log_url: String,
-        #[serde(default)]
-        running: Vec<AttemptKey>,
-        #[serde(default)]
-        ended: Vec<AttemptKey>,
-    },
+    /// The agent (re)connects (boxed: rare, and large beside a heartbeat).
+    Register(Box<Registration>),
     Heartbeat {
         node: NodeId,
         incarnation: u64,
@@ -168,8 +171,8 @@ pub enum ToHead {
 impl ToHead {
     pub fn node(&self) -> &NodeId {
         match self {
-            ToHead::Register { node, .. }
-            | ToHead::Heartbeat { node, .. }
+            ToHead::Register(r) => &r.node,
+            ToHead::Heartbeat { node, .. }
             | ToHead::Started { node, .. }
             | ToHead::Exited { node, .. }
             | ToHead::SpawnFailed { node, .. }

@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 /// A job of `n` ranks that runs long enough for a restart in the middle.
 fn steady_job(c: &Cluster, name: &str, n: u32) -> String {
-    let spec = c.spec(name, json!({"command": ["sh", "-c", "sleep 8"], "min_nodes": n, "max_nodes": n}));
+    let spec = c.spec(name, json!({"command": ["sleep", "8"], "min_nodes": n, "max_nodes": n}));
     let id = c.submit_no_wait(&spec);
     c.wait_for_job(&id, "every rank runs", |j| running(j, n as usize));
-    c.wait_until("every rank's process runs", |c| c.processes(None).len() >= n as usize);
+    // Each rank is two processes with the job's environment: its supervisor and `sleep`.
+    c.wait_until("every rank's processes run", |c| c.processes(None).len() == 2 * n as usize);
     id
 }
 

@@ -101,7 +101,7 @@ impl AttemptIndex {
                 // Still running, or perhaps never started (the start was lost): either way the
                 // agent answers a stop with an exit report.
                 Some(grace_ms) if is_running || !live.acked => out.push(ToAgent::Stop { key: key.clone(), grace_ms }),
-                None if !live.acked && !is_running => out.push(ToAgent::Start(live.spec.clone())),
+                None if !live.acked && !is_running => out.push(ToAgent::Start(Box::new(live.spec.clone()))),
                 _ => {}
             }
         }
@@ -143,7 +143,7 @@ mod tests {
             out,
             vec![
                 ToAgent::Stop { key: orphan, grace_ms: 7 },
-                ToAgent::Start(spec(0)),
+                ToAgent::Start(Box::new(spec(0))),
                 ToAgent::Stop { key: spec(2).key, grace_ms: 5 },
                 ToAgent::Stop { key: spec(3).key, grace_ms: 6 },
             ],

@@ -233,6 +233,9 @@ impl Head {
 
     /// DU-1: one `Persist` per thing the input changed, after its other effects.
     pub(super) fn emit_persists(&mut self) {
+        if self.dirty.is_empty() {
+            return; // most inputs (heartbeats) change nothing durable
+        }
         for key in std::mem::take(&mut self.dirty) {
             let durable = match key {
                 DirtyKey::Counters => Durable::Counters,

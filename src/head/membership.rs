@@ -2,11 +2,12 @@
 //! heartbeats and the reconciliation they carry, preemption notices, and declaring a node
 //! DEAD — with the drivers told which of their bundles went with it.
 
-use super::{check_name, Effect, Head, Registration, Rejected, Reply};
+use super::{check_name, Effect, Head, Rejected, Reply};
 use crate::driver::{DriverInput, Loss};
 use crate::event::Event;
 use crate::ids::NodeId;
 use crate::protocol::AttemptKey;
+use crate::protocol::Registration;
 use crate::scheduler::{NodeIx, NodeState, PgId};
 use crate::time::Instant;
 use std::collections::BTreeMap;

@@ -25,8 +25,7 @@ use crate::config::HeadConfig;
 use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, NodeRef};
 use crate::event::Event;
 use crate::ids::{ActorId, JobId, JobIdMint, NodeId};
-use crate::protocol::{AttemptKey, ExitStatus, ToAgent, ToHead};
-use crate::resources::{Labels, Resources};
+use crate::protocol::{AttemptKey, ExitStatus, Registration, ToAgent, ToHead};
 use crate::scheduler::{
     BundleState, NodeIx, PgId, PgSpec, PolicyFault, QueueClass, SchedEvent, Scheduler, SchedulerConfig,
 };
@@ -48,16 +47,7 @@ const MAX_NAME_LEN: usize = 253;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Input {
     /// An agent (re)connects. A new `incarnation` for a known node means its agent restarted.
-    /// `running`: attempts with live processes there; `ended`: attempts whose end reports follow.
-    Register {
-        node: NodeId,
-        incarnation: u64,
-        resources: Resources,
-        labels: Labels,
-        addr: String,
-        running: Vec<AttemptKey>,
-        ended: Vec<AttemptKey>,
-    },
+    Register(Box<Registration>),
     /// `running`: the attempts the agent has processes for; `seq` orders one agent's heartbeats.
     Heartbeat {
         node: NodeId,
@@ -99,9 +89,7 @@ pub enum Input {
 impl From<ToHead> for Input {
     fn from(msg: ToHead) -> Input {
         match msg {
-            ToHead::Register { node, incarnation, resources, labels, addr, running, ended, .. } => {
-                Input::Register { node, incarnation, resources, labels, addr, running, ended }
-            }
+            ToHead::Register(registration) => Input::Register(registration),
             ToHead::Heartbeat { node, incarnation, seq, running } => {
                 Input::Heartbeat { node, incarnation, seq, running }
             }
@@ -149,17 +137,6 @@ pub enum Effect {
     /// Something that must survive a restart changed: make it durable before carrying out
     /// any other effect of the same input (DU-1 in `durable.rs`).
     Persist(Durable),
-}
-
-/// An agent's registration, as `membership.rs` takes it.
-struct Registration {
-    node: NodeId,
-    incarnation: u64,
-    resources: Resources,
-    labels: Labels,
-    addr: String,
-    running: Vec<AttemptKey>,
-    ended: Vec<AttemptKey>,
 }
 
 /// A bundle waiting for re-placement, as the simulator's checkers see it.
@@ -253,9 +230,7 @@ impl Head {
 
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<Reply, Rejected> {
         let reply = match input {
-            Input::Register { node, incarnation, resources, labels, addr, running, ended } => {
-                self.register(now, Registration { node, incarnation, resources, labels, addr, running, ended })?
-            }
+            Input::Register(registration) => self.register(now, *registration)?,
             Input::Heartbeat { node, incarnation, seq, running } => {
                 self.heartbeat(now, node, incarnation, seq, &running)?
             }
@@ -296,9 +271,12 @@ impl Head {
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let soonest = earliest(self.liveness.next_expiry(), self.timers.first().map(|(t, _)| *t));
+        if self.recovery.is_none() && self.finished.is_empty() {
+            return soonest; // the common case, asked after every step of a large simulation
+        }
         let recovery = self.recovery.as_ref().map(|r| r.until);
-        let drivers = self.timers.first().map(|(t, _)| *t);
-        [self.liveness.next_expiry(), drivers, recovery, self.next_expiry()].into_iter().fold(None, earliest)
+        earliest(earliest(soonest, recovery), self.next_expiry())
     }
 
     // ---- processes -------------------------------------------------------------------------
@@ -434,7 +412,7 @@ impl Head {
             DriverEffect::Start { node, spec } => {
                 let ix = self.scheduler.node_ix(&node).expect("starting on a known node");
                 self.attempts.started(ix, spec.clone());
-                self.effects.push_back(Effect::Send { node, msg: ToAgent::Start(spec) });
+                self.effects.push_back(Effect::Send { node, msg: ToAgent::Start(Box::new(spec)) });
             }
             DriverEffect::Stop { node, key, grace_ms } => {
                 let ix = self.scheduler.node_ix(&node).expect("stopping on a known node");

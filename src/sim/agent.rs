@@ -16,19 +16,21 @@ pub struct SimProcess {
     pub started: Instant,
 }
 
+/// What a heartbeat reads comes first (`repr(C)`), then the agent protocol's hot fields.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct SimAgent {
-    pub name: NodeId,
-    /// The agent protocol of the current agent run.
-    pub agent: Agent,
-    pub processes: BTreeMap<AttemptKey, SimProcess>,
     pub up: bool,
     /// Has a heartbeat timer queued (a rebooted agent keeps its timer and phase).
     pub ticking: bool,
+    /// The agent protocol of the current agent run.
+    pub agent: Agent,
+    pub processes: BTreeMap<AttemptKey, SimProcess>,
     /// Agent runs so far; each gets a new incarnation.
     pub incarnation: u64,
     /// Machine boots so far: processes and the preemption deadline belong to one boot.
     pub boot: u64,
+    pub name: NodeId,
     pub resources: Resources,
     pub labels: Labels,
 }

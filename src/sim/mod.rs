@@ -637,7 +637,7 @@ impl Simulation {
         while let Some(effect) = self.agents[ix as usize].agent.poll_effect() {
             match effect {
                 AgentEffect::Send(msg) => self.send_to_head(ix, msg),
-                AgentEffect::Spawn(spec) => self.spawn(ix, spec),
+                AgentEffect::Spawn(spec) => self.spawn(ix, *spec),
                 AgentEffect::Stop { key, grace_ms } => self.signal_stop(ix, key, grace_ms),
                 AgentEffect::Forget { .. } | AgentEffect::HeartbeatEvery { .. } | AgentEffect::ShutDown => {}
             }

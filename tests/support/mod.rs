@@ -201,7 +201,7 @@ impl TestCluster {
                 AgentEffect::Send(msg) => self.deliver_to_head(msg),
                 AgentEffect::Spawn(spec) => {
                     let key = spec.key.clone();
-                    agent.running.insert(key.clone(), spec);
+                    agent.running.insert(key.clone(), *spec);
                     agent.protocol.handle(now, AgentInput::Spawned { key });
                 }
                 AgentEffect::Stop { key, .. } => {

@@ -208,10 +208,10 @@ impl Handler<FromAgent> for HeadActor {
     type Result = ();
     fn handle(&mut self, msg: FromAgent, ctx: &mut Context<Self>) {
         let node = msg.msg.node().clone();
-        let register = matches!(msg.msg, ToHead::Register { .. });
-        if let ToHead::Register { log_url, .. } = &msg.msg {
+        let register = matches!(msg.msg, ToHead::Register(_));
+        if let ToHead::Register(registration) = &msg.msg {
             self.sessions.insert(node.clone(), Session { id: msg.session, tx: msg.tx.clone() });
-            self.log_urls.insert(node.clone(), log_url.clone());
+            self.log_urls.insert(node.clone(), registration.log_url.clone());
         }
         match self.input(Input::from(msg.msg), ctx) {
             Ok(_) if register => {

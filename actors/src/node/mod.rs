@@ -129,7 +129,7 @@ impl NodeAgent {
                         let _ = link.send(msg);
                     }
                 }
-                AgentEffect::Spawn(spec) => self.launch(spec, ctx),
+                AgentEffect::Spawn(spec) => self.launch(*spec, ctx),
                 AgentEffect::Stop { key, grace_ms } => self.command(&key, Command::Stop { grace_ms }),
                 AgentEffect::Forget { key } => {
                     self.supervisors.remove(&key);
