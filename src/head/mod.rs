@@ -499,6 +499,11 @@ impl Head {
         Some(view::job_view(&slot.driver, &self.scheduler, slot.pg))
     }
 
+    /// Jobs held: running, pending, and finished ones kept for `status`.
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
     /// Every job, in submission order.
     pub fn job_views(&self) -> Vec<JobView> {
         self.by_pg.values().map(|id| self.job_view(id).expect("a job of by_pg")).collect()

@@ -37,6 +37,7 @@ pub use cluster::{Node, NodeIx, NodeState, ResourceTable};
 pub use feasibility::{Filter, FILTERS};
 pub use pg::{BundleState, PgSpec, PgState, PlacementGroup};
 pub use policy::Need;
+use queue::WaitQueue;
 pub use queue::{QueueClass, QueueKey, GANG};
 
 use crate::ids::NodeId;
@@ -46,7 +47,6 @@ use crate::time::Instant;
 use cluster::{Cluster, Demand};
 use policy::Holds;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::ops::Bound;
 
 /// A placement group's id: the head uses the job's sequence number.
 pub type PgId = u64;
@@ -114,7 +114,7 @@ pub struct Scheduler {
     config: SchedulerConfig,
     cluster: Cluster,
     pgs: BTreeMap<PgId, PlacementGroup>,
-    queue: BTreeSet<QueueKey>,
+    queue: WaitQueue,
     infeasible: BTreeSet<PgId>,
     events: VecDeque<SchedEvent>,
     /// Something changed since the last pass that could let an item be placed.
@@ -130,7 +130,7 @@ impl Scheduler {
             cluster: Cluster::new(config.master_port_base, config.ports_per_node),
             config,
             pgs: BTreeMap::new(),
-            queue: BTreeSet::new(),
+            queue: WaitQueue::default(),
             infeasible: BTreeSet::new(),
             events: VecDeque::new(),
             dirty: false,
@@ -158,6 +158,7 @@ impl Scheduler {
             .collect();
         for id in lifted {
             self.infeasible.remove(&id);
+            self.queue.unpark(id);
             self.pgs.get_mut(&id).expect("infeasible group exists").infeasible = None;
             self.events.push_back(SchedEvent::Feasibility { pg: id, infeasible: None });
         }
@@ -226,7 +227,8 @@ impl Scheduler {
             assert_eq!(pg.bundles[b], BundleState::Idle, "gang bundle {b} of {id} busy");
             pg.bundles[b] = BundleState::InGang;
         }
-        self.queue.insert(QueueKey::new(QueueClass::PendingGang, pg.priority, pg.submit, id, GANG));
+        self.queue
+            .insert(QueueKey::new(QueueClass::PendingGang, pg.priority, pg.submit, id, GANG), pg.infeasible.is_some());
         self.dirty = true;
     }
 
@@ -247,7 +249,7 @@ impl Scheduler {
         }
         if pg.admitted {
             *slot = BundleState::Queued { class, since };
-            self.queue.insert(QueueKey::new(class, pg.priority, since, id, bundle));
+            self.queue.insert(QueueKey::new(class, pg.priority, since, id, bundle), pg.infeasible.is_some());
             self.dirty = true;
         } else {
             *slot = BundleState::Deferred { class, since };
@@ -317,6 +319,7 @@ impl Scheduler {
             pg.infeasible = feasibility::infeasible_reason(&self.cluster, pg);
             if let Some(reason) = pg.infeasible.clone() {
                 self.infeasible.insert(id);
+                self.queue.park(id);
                 self.events.push_back(SchedEvent::Feasibility { pg: id, infeasible: Some(reason) });
             }
         }
@@ -330,9 +333,9 @@ impl Scheduler {
         self.pgs.iter().map(|(id, pg)| (*id, pg))
     }
 
-    /// Waiting items in scheduling order.
+    /// Waiting items a pass considers, in scheduling order (infeasible groups' are parked).
     pub fn queue(&self) -> impl Iterator<Item = &QueueKey> {
-        self.queue.iter()
+        self.queue.active()
     }
 
     pub fn is_dirty(&self) -> bool {
@@ -361,19 +364,11 @@ impl Scheduler {
             let mut cursor = None;
             // Re-read the queue after each item: an admission queues its deferred spares and
             // elastic bundles (classes 3 and 4) during this very pass.
-            while let Some(key) = self.next_in_class(class, cursor) {
+            while let Some(key) = self.queue.next_in_class(class, cursor) {
                 cursor = Some(key);
                 self.try_place(key, now, &mut holds, &mut failed_shapes);
             }
         }
-    }
-
-    fn next_in_class(&self, class: QueueClass, after: Option<QueueKey>) -> Option<QueueKey> {
-        let start = match after {
-            Some(key) => Bound::Excluded(key),
-            None => Bound::Included(QueueKey { class, neg_priority: i64::MIN, since: Instant::ZERO, pg: 0, bundle: 0 }),
-        };
-        self.queue.range((start, Bound::Unbounded)).next().copied().filter(|k| k.class == class)
     }
 
     fn try_place(&mut self, key: QueueKey, now: Instant, holds: &mut Holds, failed: &mut BTreeSet<Shape>) {
@@ -424,7 +419,7 @@ impl Scheduler {
             for (bundle, slot) in pg.bundles.iter_mut().enumerate() {
                 if let BundleState::Deferred { class, since } = *slot {
                     *slot = BundleState::Queued { class, since };
-                    self.queue.insert(QueueKey::new(class, pg.priority, since, key.pg, bundle as u32));
+                    self.queue.insert(QueueKey::new(class, pg.priority, since, key.pg, bundle as u32), false);
                 }
             }
         }
@@ -469,7 +464,7 @@ impl Scheduler {
                 Strategy::Spread | Strategy::Pack => {}
             }
         }
-        for key in &self.queue {
+        for key in self.queue.all() {
             assert!(self.pgs.contains_key(&key.pg), "queue holds removed group {}", key.pg);
         }
     }

@@ -6,6 +6,8 @@
 use super::PgId;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::ops::Bound;
 
 /// Queue classes, highest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -39,6 +41,70 @@ impl QueueKey {
 
     pub fn is_gang(&self) -> bool {
         self.bundle == GANG
+    }
+}
+
+/// The waiting items: those a pass considers, and those of infeasible groups, parked aside —
+/// no node ever seen could hold them, so a pass would only walk past them. They return when a
+/// node that could joins.
+#[derive(Clone, Debug, Default)]
+pub struct WaitQueue {
+    active: BTreeSet<QueueKey>,
+    parked: BTreeSet<QueueKey>,
+}
+
+impl WaitQueue {
+    pub fn insert(&mut self, key: QueueKey, infeasible: bool) {
+        if infeasible {
+            self.parked.insert(key);
+        } else {
+            self.active.insert(key);
+        }
+    }
+
+    pub fn remove(&mut self, key: &QueueKey) -> bool {
+        self.active.remove(key) || self.parked.remove(key)
+    }
+
+    pub fn contains(&self, key: &QueueKey) -> bool {
+        self.active.contains(key) || self.parked.contains(key)
+    }
+
+    /// The group became infeasible: its items step aside.
+    pub fn park(&mut self, pg: PgId) {
+        let keys: Vec<QueueKey> = self.active.iter().filter(|k| k.pg == pg).copied().collect();
+        for key in keys {
+            self.active.remove(&key);
+            self.parked.insert(key);
+        }
+    }
+
+    /// The group is feasible again: its items wait where they did.
+    pub fn unpark(&mut self, pg: PgId) {
+        let keys: Vec<QueueKey> = self.parked.iter().filter(|k| k.pg == pg).copied().collect();
+        for key in keys {
+            self.parked.remove(&key);
+            self.active.insert(key);
+        }
+    }
+
+    /// The first item of `class` a pass considers after `after` (or from the class's start).
+    pub fn next_in_class(&self, class: QueueClass, after: Option<QueueKey>) -> Option<QueueKey> {
+        let start = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Included(QueueKey { class, neg_priority: i64::MIN, since: Instant::ZERO, pg: 0, bundle: 0 }),
+        };
+        self.active.range((start, Bound::Unbounded)).next().copied().filter(|k| k.class == class)
+    }
+
+    /// Items a pass considers, in scheduling order.
+    pub fn active(&self) -> impl Iterator<Item = &QueueKey> {
+        self.active.iter()
+    }
+
+    /// Every waiting item, parked ones included.
+    pub fn all(&self) -> impl Iterator<Item = &QueueKey> {
+        self.active.iter().chain(self.parked.iter())
     }
 }
 

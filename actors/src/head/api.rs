@@ -9,9 +9,10 @@
 //! | `GET /v1/jobs/{id}/logs?actor=&attempt=&offset=` | an attempt's log, fetched from its agent |
 //! | `GET /v1/nodes`, `POST /v1/nodes/{name}/drain` | nodes; a preemption notice |
 //! | `GET /v1/agent` | the agents' WebSocket channel |
+//! | `GET /v1/health` | `recovering` (a restarted head waiting for its nodes), job and node counts |
 
 use super::store::{Store, StoreError};
-use super::{agents, start_actor, ApiError, Drain, Follow, HeadActor, Jobs, LocateLog, Nodes, Stop, Submit};
+use super::{agents, start_actor, ApiError, Drain, Follow, HeadActor, Health, Jobs, LocateLog, Nodes, Stop, Submit};
 use actix::prelude::*;
 use actix_web::{
     dev::Payload, http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError,
@@ -108,6 +109,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .route("/v1/nodes", web::get().to(list_nodes))
         .route("/v1/nodes/{name}/drain", web::post().to(drain_node))
         .route("/v1/agent", web::get().to(agents::channel))
+        .route("/v1/health", web::get().to(health))
         .default_service(web::to(|_: Authorized| async {
             ApiError::NotFound("no such route; see `ftdrive --help`".into()).error_response()
         }));
@@ -211,6 +213,10 @@ async fn events(state: web::Data<ApiState>, job: Option<JobId>) -> Result<HttpRe
         rx.recv().await.map(|line| (Ok(line), (None, rx)))
     });
     Ok(HttpResponse::Ok().content_type("application/x-ndjson").streaming(stream))
+}
+
+async fn health(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(state.head.send(Health).await.map_err(mailbox)?))
 }
 
 async fn list_nodes(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {

@@ -102,6 +102,27 @@ impl Handler<Jobs> for HeadActor {
     }
 }
 
+/// Whether the head is ready: after a restart it places nothing until its nodes have reported.
+#[derive(Message)]
+#[rtype(result = "serde_json::Value")]
+pub struct Health;
+
+impl Handler<Health> for HeadActor {
+    type Result = MessageResult<Health>;
+    fn handle(&mut self, _: Health, _: &mut Context<Self>) -> Self::Result {
+        let nodes = self.head.node_views();
+        let alive = nodes.iter().filter(|n| n.state == ftdrive::scheduler::NodeState::Alive).count();
+        MessageResult(serde_json::json!({
+            "recovering": self.head.recovering(),
+            "failed": self.failed,
+            "jobs": self.head.job_count(),
+            "nodes": nodes.len(),
+            "alive_nodes": alive,
+            "store": {"batches": self.batches, "commits": self.commits},
+        }))
+    }
+}
+
 #[derive(Message)]
 #[rtype(result = "Vec<NodeView>")]
 pub struct Nodes;

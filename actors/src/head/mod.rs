@@ -80,6 +80,8 @@ pub struct HeadActor {
     ledger_written: BTreeMap<JobId, usize>,
     batches: u64,
     committed: u64,
+    /// Transactions committed (each one sync): batches per commit is the group commit's gain.
+    commits: u64,
     held: VecDeque<Held>,
     /// A write failed: the head answers with errors until it stops.
     failed: Option<String>,
@@ -114,6 +116,7 @@ impl HeadActor {
             ledger_written,
             batches: 0,
             committed: 0,
+            commits: 0,
             held: VecDeque::new(),
             failed: None,
             timer: None,
@@ -181,6 +184,7 @@ impl HeadActor {
         match commit {
             Commit::Done { upto } => {
                 self.committed = upto;
+                self.commits += 1;
                 while self.held.front().is_some_and(|h| h.upto <= upto) {
                     let held = self.held.pop_front().expect("just checked");
                     self.execute(held.effects);
