@@ -2,7 +2,7 @@
 //! (DESIGN §7, §8), and how they are built from the core's state. Field names here are a
 //! contract: tests and users read them.
 
-use crate::driver::{ActorState, Driver, JobState, LedgerEntry, Remaining, Role};
+use crate::driver::{ActorState, CycleStart, Driver, JobState, LedgerEntry, Remaining, Role};
 use crate::ids::ActorId;
 use crate::resources::{Labels, Resources};
 use crate::scheduler::{BundleState, NodeIx, NodeState, PgId, PgState, Scheduler};
@@ -28,6 +28,9 @@ pub struct JobView {
     pub actors: Vec<ActorView>,
     pub ledger: Vec<LedgerEntry>,
     pub placement_groups: Vec<PgView>,
+    /// When the recent cycles formed (for a timeline's cycle boundaries).
+    #[serde(default)]
+    pub cycle_starts: Vec<CycleStart>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +41,9 @@ pub struct ActorView {
     pub rank: Option<u32>,
     pub attempt: u32,
     pub role: Role,
+    /// When its live attempt started, while it has one.
+    #[serde(default)]
+    pub started_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,6 +103,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId) -> JobView {
             rank: a.rank,
             attempt: a.attempts,
             role: a.role,
+            started_ms: a.run.as_ref().map(|r| r.started.as_ms()),
         })
         .collect();
     JobView {
@@ -113,6 +120,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId) -> JobView {
         actors,
         ledger: d.ledger().to_vec(),
         placement_groups: vec![pg_view(d, scheduler, pg)],
+        cycle_starts: d.cycle_starts().to_vec(),
     }
 }
 

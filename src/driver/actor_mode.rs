@@ -52,7 +52,7 @@ impl Driver {
     /// Each placed rank starts on its own (after its backoff), with the rendezvous at rank 0's
     /// node.
     fn start_ready_actors(&mut self, now: Instant) {
-        if !self.admitted || !self.update_actor_mode_master() {
+        if !self.admitted || !self.update_actor_mode_master(now) {
             return;
         }
         let ready: Vec<ActorIx> = self
@@ -72,7 +72,7 @@ impl Driver {
     }
 
     /// Returns whether a master is known; moves it (a new cycle) when rank 0 changed node.
-    fn update_actor_mode_master(&mut self) -> bool {
+    fn update_actor_mode_master(&mut self, now: Instant) -> bool {
         if self.terminating {
             // Rank 0 may be an actor that will never start now; the rendezvous stays put.
             return self.master.is_some();
@@ -89,7 +89,7 @@ impl Driver {
         if moved {
             self.master = Some(Master { node: node.name.clone(), addr: node.addr.clone(), port: *port });
             self.cycle += 1;
-            self.announce_cycle();
+            self.announce_cycle(now);
         }
         true
     }

@@ -9,9 +9,13 @@ use crate::protocol::{AttemptKey, StartSpec};
 use crate::time::Instant;
 
 impl Driver {
-    pub(super) fn announce_cycle(&mut self) {
+    pub(super) fn announce_cycle(&mut self, now: Instant) {
         let master = self.master.clone().expect("a cycle has a master");
         let (ranks, world_size) = self.mode().ranks(self);
+        if self.cycle_starts.len() == super::MAX_CYCLE_STARTS {
+            self.cycle_starts.remove(0);
+        }
+        self.cycle_starts.push(super::CycleStart { cycle: self.cycle, at_ms: now.as_ms(), world_size });
         self.event(JobEvent::CycleFormed {
             cycle: self.cycle,
             world_size,

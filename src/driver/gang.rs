@@ -66,7 +66,7 @@ impl Driver {
         let rank0 = self.actors[order[0] as usize].bundle.clone();
         let Bundle::Placed { node, port, .. } = rank0 else { unreachable!("members are placed") };
         self.master = Some(Master { node: node.name.clone(), addr: node.addr.clone(), port });
-        self.announce_cycle();
+        self.announce_cycle(now);
         let world_size = self.world.len() as u32;
         for (rank, ix) in order.into_iter().enumerate() {
             self.start(now, ix, rank as u32, world_size);

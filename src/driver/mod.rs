@@ -216,6 +216,17 @@ pub enum DriverEffect {
     Finished,
 }
 
+/// When a cycle formed, and how large its world was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CycleStart {
+    pub cycle: u32,
+    pub at_ms: u64,
+    pub world_size: u32,
+}
+
+/// Cycle starts a driver keeps (the newest; a job that restarts more has its ledger).
+const MAX_CYCLE_STARTS: usize = 256;
+
 /// The rendezvous of the current cycle.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Master {
@@ -267,6 +278,7 @@ pub struct Driver {
     cycle: u32,
     /// Gang mode: actors of the current cycle in rank order.
     world: Vec<ActorIx>,
+    cycle_starts: Vec<CycleStart>,
     master: Option<Master>,
     actors: Vec<Actor>,
     budgets: Budgets,
@@ -314,6 +326,7 @@ impl Driver {
             terminating: false,
             cycle: 0,
             world: Vec::new(),
+            cycle_starts: Vec::new(),
             master: None,
             actors,
             ledger: Vec::new(),
@@ -459,6 +472,11 @@ impl Driver {
     /// Later placements keep off preemptible nodes (`last_attempt_non_preemptible`).
     pub fn avoiding_preemptible(&self) -> bool {
         self.avoiding_preemptible
+    }
+
+    /// When each of the recent cycles formed.
+    pub fn cycle_starts(&self) -> &[CycleStart] {
+        &self.cycle_starts
     }
 
     pub fn timers(&self) -> &TimerTable {

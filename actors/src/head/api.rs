@@ -10,6 +10,7 @@
 //! | `GET /v1/nodes`, `POST /v1/nodes/{name}/drain` | nodes; a preemption notice |
 //! | `GET /v1/agent` | the agents' WebSocket channel |
 //! | `GET /v1/health` | `recovering` (a restarted head waiting for its nodes), job and node counts |
+//! | `GET /`, `GET /dashboard/{file}` | the dashboard (no token: the page asks for one) |
 
 use super::store::{Store, StoreError};
 use super::{agents, start_actor, ApiError, Drain, Follow, HeadActor, Health, Jobs, LocateLog, Nodes, Stop, Submit};
@@ -110,6 +111,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .route("/v1/nodes/{name}/drain", web::post().to(drain_node))
         .route("/v1/agent", web::get().to(agents::channel))
         .route("/v1/health", web::get().to(health))
+        .configure(super::dashboard::routes)
         .default_service(web::to(|_: Authorized| async {
             ApiError::NotFound("no such route; see `ftdrive --help`".into()).error_response()
         }));

@@ -7,6 +7,7 @@
 
 mod agents;
 mod api;
+mod dashboard;
 mod messages;
 mod store;
 

@@ -1,0 +1,1 @@
+// ftdrive dashboard
