@@ -20,6 +20,7 @@ fn cluster(cpu_per_node: u64) -> Scheduler {
             NodeId::new(&format!("n{n:05}")),
             Resources::units(&[("cpu", cpu_per_node), ("memory_mb", 65_536)]),
             labels,
+            None,
         );
     }
     s

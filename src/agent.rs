@@ -23,7 +23,7 @@
 
 use crate::ids::NodeId;
 use crate::protocol::{AttemptKey, ExitStatus, Registration, StartSpec, ToAgent, ToHead};
-use crate::resources::{Labels, Resources};
+use crate::resources::{Devices, Labels, Resources};
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -40,6 +40,8 @@ pub struct AgentIdentity {
     pub labels: Labels,
     /// Where other ranks reach this node (`MASTER_ADDR`).
     pub addr: String,
+    /// Its GPU devices, when it names them.
+    pub devices: Option<Devices>,
     /// Where this agent serves attempt logs (the runtime's; empty in the simulator).
     pub log_url: String,
 }
@@ -310,6 +312,7 @@ impl Agent {
             resources: id.resources.clone(),
             labels: id.labels.clone(),
             addr: id.addr.clone(),
+            devices: id.devices,
             log_url: id.log_url.clone(),
             running: self.procs.keys().cloned().collect(),
             ended: self.unacked.keys().cloned().collect(),
@@ -512,6 +515,8 @@ mod tests {
             env: BTreeMap::new(),
             cwd: None,
             stop_grace_ms: 500,
+            nproc_per_node: 1,
+            group_rank: 0,
         }
     }
 
@@ -521,6 +526,7 @@ mod tests {
             resources: Resources::units(&[("cpu", 1)]),
             labels: Labels::new(),
             addr: "10.0.0.1".into(),
+            devices: None,
             log_url: String::new(),
         };
         let mut a = Agent::new(identity, 7, recovered);

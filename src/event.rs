@@ -6,6 +6,7 @@
 use crate::driver::{ActorState, CloseReason, JobState, LedgerEntry};
 use crate::ids::{ActorId, JobId, NodeId};
 use crate::protocol::AttemptKey;
+use crate::resources::Devices;
 use crate::scheduler::{NodeState, QueueClass};
 use crate::time::Instant;
 use crate::view::JobView;
@@ -30,6 +31,9 @@ pub enum Event {
         actor: ActorId,
         node: NodeId,
         class: QueueClass,
+        /// The GPU devices the bundle holds on `node` (written only when it holds some).
+        #[serde(default, skip_serializing_if = "Devices::is_empty")]
+        devices: Devices,
     },
     Released {
         job: JobId,

@@ -3,7 +3,7 @@
 //! the same agent protocol (`agent.rs`) and head (`head/`) on them.
 
 use crate::ids::{ActorIx, JobId, NodeId};
-use crate::resources::{Labels, Resources};
+use crate::resources::{Devices, Labels, Resources};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,8 +24,9 @@ impl fmt::Display for AttemptKey {
     }
 }
 
-/// Everything an agent needs to start one attempt: the process is `command` (argv, no shell)
-/// with exactly `env` added to the agent's environment, in `cwd`.
+/// Everything an agent needs to start one attempt: a group of `nproc_per_node` workers, each
+/// `command` (argv, no shell) with `env` added to the agent's environment — worker 0's as it
+/// is, every other worker's with its own variables (`worker_vars`) — in `cwd`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StartSpec {
     pub key: AttemptKey,
@@ -35,30 +36,49 @@ pub struct StartSpec {
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,
     pub stop_grace_ms: u64,
+    #[serde(default = "one")]
+    pub nproc_per_node: u32,
+    /// The actor's rank in its cycle (`GROUP_RANK`).
+    #[serde(default)]
+    pub group_rank: u32,
 }
 
-/// How a process ended.
+fn one() -> u32 {
+    1
+}
+
+impl StartSpec {
+    /// What worker `local_rank` of this group has of its own (`RANK`, `LOCAL_RANK`, `ROLE_RANK`).
+    pub fn worker_vars(&self, local_rank: u32) -> [(&'static str, String); 3] {
+        crate::driver::env_worker_vars(self.group_rank, self.nproc_per_node, local_rank)
+    }
+}
+
+/// How a process — or, for a group of workers, the first one to fail — ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitStatus {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     /// The agent sent the signal that ended it (a stop request, or the agent shutting down).
     pub signalled_by_agent: bool,
+    /// Of a group of several workers: the local rank of the worker this status is of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<u32>,
 }
 
 impl ExitStatus {
     pub fn code(code: i32) -> Self {
-        ExitStatus { code: Some(code), signal: None, signalled_by_agent: false }
+        ExitStatus { code: Some(code), signal: None, signalled_by_agent: false, worker: None }
     }
 
     pub fn signal(signal: i32, by_agent: bool) -> Self {
-        ExitStatus { code: None, signal: Some(signal), signalled_by_agent: by_agent }
+        ExitStatus { code: None, signal: Some(signal), signalled_by_agent: by_agent, worker: None }
     }
 
     /// What an agent reports when told to stop an attempt it never started: the process never
     /// existed, and a start that arrives later will be ignored.
     pub fn never_started() -> Self {
-        ExitStatus { code: None, signal: None, signalled_by_agent: true }
+        ExitStatus { code: None, signal: None, signalled_by_agent: true, worker: None }
     }
 
     pub fn success(&self) -> bool {
@@ -122,6 +142,9 @@ pub struct Registration {
     pub labels: Labels,
     /// Where other ranks reach this node (`MASTER_ADDR`).
     pub addr: String,
+    /// Its GPU devices, when it names them (else `gpu` devices numbered from 0).
+    #[serde(default)]
+    pub devices: Option<Devices>,
     /// Base URL of this agent's log server (the runtime's; the core ignores it).
     #[serde(default)]
     pub log_url: String,

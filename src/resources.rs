@@ -36,6 +36,13 @@ pub enum ResourceError {
 }
 
 impl Resources {
+    /// These resources without one of them.
+    pub fn without(&self, name: &str) -> Resources {
+        let mut copy = self.clone();
+        copy.0.remove(name);
+        copy
+    }
+
     pub fn new() -> Self {
         Resources(BTreeMap::new())
     }
@@ -113,7 +120,7 @@ fn valid_name(name: &str) -> bool {
 
 /// Prints a milli-unit quantity the way a user wrote it: `8`, `0.5`, `1.25`.
 pub fn format_milli(milli: u64) -> String {
-    if milli % 1000 == 0 {
+    if milli.is_multiple_of(1000) {
         (milli / 1000).to_string()
     } else {
         let text = format!("{}.{:03}", milli / 1000, milli % 1000);
@@ -185,9 +192,108 @@ pub fn is_preemptible(labels: &Labels) -> bool {
     labels.get("preemptible").map(String::as_str) == Some("true")
 }
 
+/// A set of GPU device indices (0..64): the devices a node has, or a bundle holds. GPUs are a
+/// resource with identity — a bundle with `gpu: 2` holds two particular devices, which no other
+/// bundle holds, and its processes see them as `CUDA_VISIBLE_DEVICES`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Devices(u64);
+
+/// Device indices run 0..`MAX_DEVICES`.
+pub const MAX_DEVICES: u32 = 64;
+
+impl Devices {
+    pub const NONE: Devices = Devices(0);
+
+    /// Devices `0..count` (a node that declares `gpu = count` without naming its devices).
+    pub fn first(count: u32) -> Devices {
+        Devices(if count >= MAX_DEVICES { u64::MAX } else { (1u64 << count) - 1 })
+    }
+
+    pub fn from_indices(indices: &[u32]) -> Result<Devices, String> {
+        let mut set = 0u64;
+        for &i in indices {
+            if i >= MAX_DEVICES {
+                return Err(format!("device {i} is out of range; devices are numbered 0 to {}", MAX_DEVICES - 1));
+            }
+            set |= 1 << i;
+        }
+        Ok(Devices(set))
+    }
+
+    pub fn count(self) -> u32 {
+        self.0.count_ones()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn indices(self) -> impl Iterator<Item = u32> {
+        (0..MAX_DEVICES).filter(move |i| self.0 & (1 << i) != 0)
+    }
+
+    /// The `count` lowest devices of this set, or `None` if it has fewer.
+    pub fn lowest(self, count: u32) -> Option<Devices> {
+        let mut taken = Devices::NONE;
+        for i in self.indices().take(count as usize) {
+            taken.0 |= 1 << i;
+        }
+        (taken.count() == count).then_some(taken)
+    }
+
+    pub fn contains_all(self, other: Devices) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub fn intersects(self, other: Devices) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    pub fn union(self, other: Devices) -> Devices {
+        Devices(self.0 | other.0)
+    }
+
+    pub fn without(self, other: Devices) -> Devices {
+        Devices(self.0 & !other.0)
+    }
+}
+
+/// `0,1,3`, as `CUDA_VISIBLE_DEVICES` and `--gpus` write them.
+impl fmt::Display for Devices {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.indices().map(|i| i.to_string()).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+impl Serialize for Devices {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.indices())
+    }
+}
+
+impl<'de> Deserialize<'de> for Devices {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let indices = Vec::<u32>::deserialize(deserializer)?;
+        Devices::from_indices(&indices).map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn devices_are_sets_of_indices() {
+        let node = Devices::from_indices(&[0, 1, 3, 5]).unwrap();
+        let two = node.lowest(2).unwrap();
+        assert_eq!(two.to_string(), "0,1");
+        assert_eq!(node.without(two).lowest(2).unwrap().to_string(), "3,5");
+        assert_eq!(node.without(two).lowest(3), None);
+        assert_eq!(Devices::first(4).to_string(), "0,1,2,3");
+        assert_eq!(serde_json::to_string(&node).unwrap(), "[0,1,3,5]");
+        assert!(Devices::from_indices(&[64]).is_err());
+    }
 
     #[test]
     fn json_round_trip_keeps_fractions() {

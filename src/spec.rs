@@ -11,6 +11,8 @@ use std::fmt;
 pub const MAX_NODES_PER_JOB: i64 = 10_000;
 /// Most hot spares one job may ask for.
 pub const MAX_HOT_SPARES: i64 = 1_024;
+/// Most workers one command actor may run (`nproc_per_node`).
+pub const MAX_NPROC_PER_NODE: i64 = 1_024;
 /// Most retries any one budget may hold (`-1` means unlimited and is always allowed).
 pub const MAX_BUDGET: i64 = 1_000_000;
 /// Longest delay any `*_ms` field may hold: one day.
@@ -95,6 +97,8 @@ pub struct JobSpec {
     pub min_nodes: u32,
     pub max_nodes: u32,
     pub hot_spares: u32,
+    /// Workers each command actor runs, as torchrun's `--nproc-per-node` (DESIGN §4).
+    pub nproc_per_node: u32,
     pub bundle: Resources,
     pub strategy: Strategy,
     pub node_selector: Labels,
@@ -120,6 +124,7 @@ pub struct RawJobSpec {
     pub min_nodes: Option<i64>,
     pub max_nodes: Option<i64>,
     pub hot_spares: Option<i64>,
+    pub nproc_per_node: Option<i64>,
     pub bundle: Option<Resources>,
     pub strategy: Option<Strategy>,
     pub node_selector: Option<Labels>,
@@ -150,6 +155,7 @@ pub struct Overrides {
     pub min_nodes: Option<i64>,
     pub max_nodes: Option<i64>,
     pub hot_spares: Option<i64>,
+    pub nproc_per_node: Option<i64>,
     pub priority: Option<i32>,
 }
 
@@ -221,6 +227,7 @@ impl RawJobSpec {
         self.min_nodes = o.min_nodes.or(self.min_nodes);
         self.max_nodes = o.max_nodes.or(self.max_nodes);
         self.hot_spares = o.hot_spares.or(self.hot_spares);
+        self.nproc_per_node = o.nproc_per_node.or(self.nproc_per_node);
         self.priority = o.priority.or(self.priority);
         self
     }
@@ -237,6 +244,10 @@ impl RawJobSpec {
         check_nodes(min_nodes, max_nodes)?;
         let hot_spares = self.hot_spares.unwrap_or(0);
         check_range("hot_spares", hot_spares, 0, MAX_HOT_SPARES)?;
+        let nproc_per_node = self.nproc_per_node.unwrap_or(1);
+        check_range("nproc_per_node", nproc_per_node, 1, MAX_NPROC_PER_NODE)?;
+        let bundle = self.bundle.unwrap_or_else(|| Resources::units(&[("cpu", 1)]));
+        check_whole_gpus(&bundle)?;
         if self.pack_by.as_deref() == Some("") {
             return Err(SpecError::new("pack_by", "is empty; give a label key such as \"rack\", or null"));
         }
@@ -261,7 +272,8 @@ impl RawJobSpec {
             min_nodes: min_nodes as u32,
             max_nodes: max_nodes as u32,
             hot_spares: hot_spares as u32,
-            bundle: self.bundle.unwrap_or_else(|| Resources::units(&[("cpu", 1)])),
+            nproc_per_node: nproc_per_node as u32,
+            bundle,
             strategy: self.strategy.unwrap_or_default(),
             node_selector: self.node_selector.unwrap_or_default(),
             pack_by: self.pack_by,
@@ -403,6 +415,16 @@ fn check_budget(field: &str, value: Option<i64>, default: Budget) -> Result<Budg
     Ok(Budget::from_i64(value).expect("-1..=MAX_BUDGET is a budget"))
 }
 
+/// GPUs are devices a bundle holds whole (never shared between bundles).
+fn check_whole_gpus(bundle: &Resources) -> Result<(), SpecError> {
+    let gpu = bundle.milli("gpu");
+    if !gpu.is_multiple_of(1000) {
+        let shown = crate::resources::format_milli(gpu);
+        return Err(SpecError::new("bundle.gpu", format!("is {shown}; GPUs are whole devices, ask for 1 or more")));
+    }
+    Ok(())
+}
+
 fn check_delay(field: &str, ms: u64) -> Result<u64, SpecError> {
     if ms > MAX_DELAY_MS {
         return Err(SpecError::new(field, format!("is {ms} ms; at most {MAX_DELAY_MS} (one day) is allowed")));
@@ -480,6 +502,16 @@ mod tests {
                 "retries.backoff_ms.initial",
                 "must not exceed max",
             ),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"nproc_per_node":0}"#,
+                "nproc_per_node",
+                "between 1 and",
+            ),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"bundle":{"gpu":0.5}}"#,
+                "bundle.gpu",
+                "whole devices",
+            ),
         ];
         for (text, field, fragment) in cases {
             let err = parse(text).unwrap_err();
@@ -491,9 +523,16 @@ mod tests {
     #[test]
     fn overrides_win_and_are_validated() {
         let text = r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":2}"#;
-        let o = Overrides { min_nodes: Some(3), max_nodes: Some(8), hot_spares: Some(1), priority: Some(5) };
+        let o = Overrides {
+            min_nodes: Some(3),
+            max_nodes: Some(8),
+            hot_spares: Some(1),
+            nproc_per_node: Some(8),
+            priority: Some(5),
+        };
         let spec = JobSpec::parse(text, &o).unwrap();
         assert_eq!((spec.min_nodes, spec.max_nodes, spec.hot_spares, spec.priority), (3, 8, 1, 5));
+        assert_eq!(spec.nproc_per_node, 8);
         let bad = Overrides { min_nodes: Some(4), ..Overrides::default() };
         assert_eq!(JobSpec::parse(text, &bad).unwrap_err().field, "min_nodes");
     }

@@ -2,12 +2,16 @@
 //! (DESIGN §7, §8), and how they are built from the core's state. Field names here are a
 //! contract: tests and users read them.
 
-use crate::driver::{ActorState, CycleStart, Driver, JobState, LedgerEntry, Remaining, Role};
+use crate::driver::{ActorState, Bundle, CycleStart, Driver, JobState, LedgerEntry, Remaining, Role};
 use crate::ids::ActorId;
-use crate::resources::{Labels, Resources};
+use crate::resources::{Devices, Labels, Resources};
 use crate::scheduler::{BundleState, NodeIx, NodeState, PgId, PgState, Scheduler};
 use crate::spec::Strategy;
 use serde::{Deserialize, Serialize};
+
+fn one() -> u32 {
+    1
+}
 
 /// One job as `status JOB --output json` prints it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,6 +23,9 @@ pub struct JobView {
     pub cycles: u32,
     pub min_nodes: u32,
     pub max_nodes: u32,
+    /// Workers each actor runs (so WORLD_SIZE = nodes · `nproc_per_node`).
+    #[serde(default = "one")]
+    pub nproc_per_node: u32,
     pub submit_ms: u64,
     /// Why the job failed or stopped, when it did.
     pub message: Option<String>,
@@ -44,6 +51,9 @@ pub struct ActorView {
     /// When its live attempt started, while it has one.
     #[serde(default)]
     pub started_ms: Option<u64>,
+    /// The GPU devices its bundle holds (`CUDA_VISIBLE_DEVICES`).
+    #[serde(default)]
+    pub devices: Devices,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +83,8 @@ pub struct BundleView {
     pub index: u32,
     pub status: BundleStatus,
     pub node: Option<String>,
+    #[serde(default)]
+    pub devices: Devices,
 }
 
 /// One node as `nodes --output json` prints it.
@@ -84,6 +96,11 @@ pub struct NodeView {
     pub labels: Labels,
     pub allocated: Resources,
     pub addr: String,
+    /// Its GPU devices, and those some bundle holds.
+    #[serde(default)]
+    pub devices: Devices,
+    #[serde(default)]
+    pub devices_held: Devices,
 }
 
 /// A job as its driver and the scheduler see it.
@@ -104,6 +121,10 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId) -> JobView {
             attempt: a.attempts,
             role: a.role,
             started_ms: a.run.as_ref().map(|r| r.started.as_ms()),
+            devices: match &a.bundle {
+                Bundle::Placed { devices, .. } => *devices,
+                _ => a.run.as_ref().map_or(Devices::NONE, |r| r.devices),
+            },
         })
         .collect();
     JobView {
@@ -113,6 +134,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId) -> JobView {
         cycles: d.cycle(),
         min_nodes: d.spec().min_nodes,
         max_nodes: d.spec().max_nodes,
+        nproc_per_node: d.spec().nproc_per_node,
         submit_ms: d.submitted().as_ms(),
         message: d.message().map(str::to_string),
         infeasible: d.infeasible().map(str::to_string),
@@ -129,15 +151,15 @@ fn pg_view(d: &Driver, scheduler: &Scheduler, id: PgId) -> PgView {
     let pg = scheduler.pg(id);
     let bundles = (0..spec.actor_count())
         .map(|index| {
-            let (status, node) = match pg.map(|pg| (pg.bundles[index as usize], pg.lost.contains(&index))) {
-                Some((BundleState::Placed { node, .. }, _)) => {
-                    (BundleStatus::Placed, Some(scheduler.node(node).name.to_string()))
+            let (status, node, devices) = match pg.map(|pg| (pg.bundles[index as usize], pg.lost.contains(&index))) {
+                Some((BundleState::Placed { node, devices, .. }, _)) => {
+                    (BundleStatus::Placed, Some(scheduler.node(node).name.to_string()), devices)
                 }
-                Some((_, true)) => (BundleStatus::Lost, None),
-                Some((BundleState::Idle, false)) | None => (BundleStatus::Idle, None),
-                Some(_) => (BundleStatus::Pending, None),
+                Some((_, true)) => (BundleStatus::Lost, None, Devices::NONE),
+                Some((BundleState::Idle, false)) | None => (BundleStatus::Idle, None, Devices::NONE),
+                Some(_) => (BundleStatus::Pending, None, Devices::NONE),
             };
-            BundleView { index, status, node }
+            BundleView { index, status, node, devices }
         })
         .collect();
     PgView {
@@ -159,5 +181,7 @@ pub fn node_view(scheduler: &Scheduler, ix: NodeIx, addr: String) -> NodeView {
         labels: node.labels.clone(),
         allocated: scheduler.allocated(ix),
         addr,
+        devices: node.devices,
+        devices_held: node.devices.without(node.free_devices()),
     }
 }

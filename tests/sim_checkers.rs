@@ -1,7 +1,8 @@
 //! The simulator's checkers catch a broken policy: with a test-only switch that lets pending
 //! gangs beat replacements, `replacement_first` fires; with one that makes a restarted head
-//! forget which attempts run where, the restart charges budgets and `charge_explained` fires.
-//! With the real policy neither does.
+//! forget which attempts run where, the restart charges budgets and `charge_explained` fires;
+//! with one that hands out GPU devices whoever holds them, `no_overcommit` fires. With the real
+//! policy none does.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -53,4 +54,14 @@ fn a_head_that_forgets_running_attempts_on_restart_is_caught() {
     let found = run(name, PolicyFault::ForgetAttemptsOnRestart);
     assert!(!found.is_empty(), "a broken re-adoption goes unnoticed");
     assert!(found.iter().all(|v| v.starts_with("charge_explained") || v.starts_with("stop_accounted")), "{found:?}");
+}
+
+#[test]
+fn two_bundles_given_the_same_gpu_device_is_caught() {
+    let name = "gpu_workers_replaced_with_their_devices";
+    assert!(run(name, PolicyFault::None).is_empty(), "{name} is clean when devices are held once");
+    let found = run(name, PolicyFault::DevicesIgnoreHolders);
+    assert!(!found.is_empty(), "a device held twice goes unnoticed");
+    let shared = |v: &String| v.starts_with("no_overcommit: b/") && v.contains(" both hold a device of 0,1,2,3 on n");
+    assert!(found.iter().all(shared), "{found:?}");
 }

@@ -134,6 +134,18 @@ const EXPECTED: &[(&str, Expectation)] = &[
         let cycles = r.events("cycle_formed");
         assert_ne!(cycles[0]["master_addr"], cycles[1]["master_addr"]);
     }),
+    ("gpu_workers_replaced_with_their_devices", |r| {
+        assert_eq!((r.state("a"), r.job("a")["cycles"].as_u64()), ("SUCCEEDED", Some(2)));
+        let replaced: Vec<&Value> = r.events("placed").into_iter().filter(|p| p["class"] == "replacement").collect();
+        assert_eq!(replaced.len(), 2, "a/0 and b/1, lost with n1");
+        for p in replaced {
+            // Each lands beside a bundle of the other job, which holds devices 0-3 there.
+            assert_eq!(p["devices"], serde_json::json!([4, 5, 6, 7]), "{p}");
+        }
+        assert_eq!(r.state("b"), "FAILED");
+        let failed = r.entry("b", "user_error")["evidence"].as_str().unwrap();
+        assert!(failed.starts_with("worker 3 (rank 7) exited with code 1"), "{failed}");
+    }),
     ("gang_rank0_node_lost_new_master", |r| {
         assert_eq!((r.state("g"), r.job("g")["cycles"].as_u64()), ("SUCCEEDED", Some(2)));
         let cycles = r.events("cycle_formed");

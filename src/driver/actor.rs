@@ -4,6 +4,7 @@
 use super::Master;
 use crate::ids::{ActorId, NodeId};
 use crate::protocol::ExitStatus;
+use crate::resources::Devices;
 use crate::scheduler::Need;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
@@ -88,7 +89,7 @@ pub struct NodeRef {
 pub enum Bundle {
     None,
     Requested { need: Need },
-    Placed { node: NodeRef, port: u16, draining: bool },
+    Placed { node: NodeRef, port: u16, devices: Devices, draining: bool },
 }
 
 impl Bundle {
@@ -135,6 +136,9 @@ pub struct Run {
     pub node: NodeId,
     /// Its bundle's port.
     pub port: u16,
+    /// The GPU devices its bundle holds.
+    #[serde(default)]
+    pub devices: Devices,
     /// The rendezvous it was started with.
     pub master: Master,
     pub started: Instant,

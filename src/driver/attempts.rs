@@ -28,8 +28,10 @@ impl Driver {
     pub(super) fn start(&mut self, now: Instant, ix: ActorIx, rank: u32, world_size: u32) {
         let master = self.master.clone().expect("starting without a master");
         let actor = &mut self.actors[ix as usize];
-        let Bundle::Placed { node, port, .. } = &actor.bundle else { panic!("{} starts without a bundle", actor.name) };
-        let (node, port) = (node.name.clone(), *port);
+        let Bundle::Placed { node, port, devices, .. } = &actor.bundle else {
+            panic!("{} starts without a bundle", actor.name)
+        };
+        let (node, port, devices) = (node.name.clone(), *port, *devices);
         actor.attempts += 1;
         actor.rank = Some(rank);
         actor.run = Some(Run {
@@ -39,6 +41,7 @@ impl Driver {
             world_size,
             node: node.clone(),
             port,
+            devices,
             master,
             started: now,
             acked: false,
@@ -68,6 +71,7 @@ impl Driver {
             master_addr: &run.master.addr,
             master_port: run.master.port,
             node: &run.node,
+            devices: run.devices,
         });
         Some(StartSpec {
             key,
@@ -76,6 +80,8 @@ impl Driver {
             env,
             cwd: self.spec.cwd.clone(),
             stop_grace_ms: self.spec.stop_grace_ms,
+            nproc_per_node: self.spec.nproc_per_node,
+            group_rank: run.rank,
         })
     }
 

@@ -113,6 +113,8 @@ pub struct Verdict {
 /// What `classify` needs to know about the job.
 pub struct JobContext<'a> {
     pub policy: &'a RetryPolicy,
+    /// Workers per command actor: evidence names the worker when there are several.
+    pub nproc_per_node: u32,
     /// The program (`command[0]`), named when it cannot start.
     pub program: &'a str,
     /// Once the job is closing its outcome is decided: nothing is charged any more.
@@ -122,13 +124,13 @@ pub struct JobContext<'a> {
 /// The one entry point: from an attempt's end to its verdict.
 pub fn classify(job: &JobContext, run: &Run, ending: Ending) -> Verdict {
     let (cause, evidence) = match ending {
-        Ending::Exited { status, reacting_to } => exited(job.policy, run, status, reacting_to),
+        Ending::Exited { status, reacting_to } => exited(job, run, status, reacting_to),
         Ending::SpawnFailed { message } => {
             (Cause::SpawnFailed, format!("could not start `{}`: {message}", job.program))
         }
         Ending::NodeLost(loss) => lost_with_node(run, loss),
         Ending::EndedAfterSuccess(reason) => stop_verdict(reason, "; it had exited 0"),
-        Ending::GangSucceeded => (Cause::Completed, "process exited with code 0".into()),
+        Ending::GangSucceeded => (Cause::Completed, succeeded(job.nproc_per_node)),
     };
     charge_to(job, cause, evidence)
 }
@@ -149,38 +151,55 @@ fn charge_to(job: &JobContext, cause: Cause, evidence: String) -> Verdict {
     }
 }
 
-fn exited(policy: &RetryPolicy, run: &Run, status: ExitStatus, reacting_to: Option<PeerLoss>) -> (Cause, String) {
+fn exited(job: &JobContext, run: &Run, status: ExitStatus, reacting_to: Option<PeerLoss>) -> (Cause, String) {
     if let Some(reason) = &run.stop {
         return stop_verdict(reason, "");
     }
     let node = &run.node;
     if status.success() {
-        return (Cause::Completed, "process exited with code 0".into());
+        return (Cause::Completed, succeeded(job.nproc_per_node));
     }
-    if let Some(code) = status.code.filter(|c| policy.non_retryable_exit_codes.contains(c)) {
-        return (Cause::NonRetryable, format!("process exited with code {code}, listed in non_retryable_exit_codes"));
+    let who = process_name(job.nproc_per_node, run.rank, status);
+    if let Some(code) = status.code.filter(|c| job.policy.non_retryable_exit_codes.contains(c)) {
+        return (Cause::NonRetryable, format!("{who} exited with code {code}, listed in non_retryable_exit_codes"));
     }
     if run.draining {
-        return (Cause::Preempted, format!("node {node} received a preemption notice and the process {status}"));
+        return (Cause::Preempted, format!("node {node} received a preemption notice and the {who} {status}"));
     }
     if status.signalled_by_agent {
         return (
             Cause::NodeLost,
-            format!("the agent on {node} ended the process unasked (it {status}): the agent shut down"),
+            format!("the agent on {node} ended the {who} unasked (it {status}): the agent shut down"),
         );
     }
-    let evidence = format!("process {status} on {node}");
+    let evidence = format!("{who} {status} on {node}");
     match reacting_to {
         Some(root) => (
             Cause::Collateral,
+            // Relative to this attempt's start: a daemon's clock reads as a date, not a time.
             format!(
-                "{evidence}; {}'s node {} had gone silent first (last heard at {} ms)",
+                "{evidence}; {}'s node {} had gone silent first, {} ms into this attempt",
                 root.peer,
                 root.node,
-                root.silent_since.as_ms()
+                root.silent_since.ms_since(run.started)
             ),
         ),
         None => (Cause::UserError, evidence),
+    }
+}
+
+fn succeeded(nproc: u32) -> String {
+    match nproc {
+        1 => "process exited with code 0".to_string(),
+        n => format!("all {n} workers exited with code 0"),
+    }
+}
+
+/// "process", or for one of several workers "worker 3 (rank 11)".
+fn process_name(nproc: u32, group_rank: u32, status: ExitStatus) -> String {
+    match status.worker {
+        Some(local) if nproc > 1 => format!("worker {local} (rank {})", group_rank * nproc + local),
+        _ => "process".to_string(),
     }
 }
 
@@ -237,6 +256,7 @@ mod tests {
             world_size: 1,
             node,
             port: 29_500,
+            devices: crate::resources::Devices::NONE,
             master,
             started: Instant::ZERO,
             acked: true,
@@ -248,7 +268,7 @@ mod tests {
     }
 
     fn job(policy: &RetryPolicy, closing: Option<CloseReason>) -> JobContext<'_> {
-        JobContext { policy, program: "train", closing }
+        JobContext { policy, nproc_per_node: 1, program: "train", closing }
     }
 
     #[test]
@@ -292,6 +312,17 @@ mod tests {
     }
 
     #[test]
+    fn the_evidence_names_the_failing_worker_of_a_group() {
+        let policy = RetryPolicy::default();
+        let mut eight = job(&policy, None);
+        eight.nproc_per_node = 8;
+        let group = Run { rank: 1, ..run() };
+        let status = ExitStatus { worker: Some(3), ..ExitStatus::code(1) };
+        let v = classify(&eight, &group, Ending::Exited { status, reacting_to: None });
+        assert_eq!((v.cause, v.evidence.as_str()), (Cause::UserError, "worker 3 (rank 11) exited with code 1 on n1"));
+    }
+
+    #[test]
     fn a_closing_job_charges_nothing_and_says_so() {
         let policy = RetryPolicy::default();
         let v = classify(
@@ -313,7 +344,7 @@ mod tests {
         assert_eq!((v.cause, v.budget), (Cause::Collateral, BudgetKind::None));
         assert_eq!(
             v.evidence,
-            "process exited with code 1 on n1; j1/2's node n2 had gone silent first (last heard at 700 ms)"
+            "process exited with code 1 on n1; j1/2's node n2 had gone silent first, 700 ms into this attempt"
         );
     }
 }

@@ -1,8 +1,11 @@
-//! The environment contract of DESIGN §4: what every command actor process is started with,
-//! so that a program written for torchrun runs unchanged. Computed here; runtimes only apply it.
+//! The environment contract of DESIGN §4: what every process of a command actor is started
+//! with, so that a program written for torchrun runs unchanged. Computed here; runtimes only
+//! apply it. A command actor runs `nproc_per_node` workers: they share the group's variables
+//! ([`contract`]) and differ only in [`worker_vars`].
 
 use super::Budget;
 use crate::ids::{ActorId, JobId, NodeId};
+use crate::resources::Devices;
 use crate::spec::JobSpec;
 use std::collections::BTreeMap;
 
@@ -13,27 +16,34 @@ pub struct Placement<'a> {
     pub actor: &'a ActorId,
     pub attempt: u32,
     pub cycle: u32,
+    /// The actor's rank in the cycle (torchrun's node rank, `GROUP_RANK`).
     pub rank: u32,
+    /// Ranks (nodes) in the cycle.
     pub world_size: u32,
     pub master_addr: &'a str,
     pub master_port: u16,
     pub node: &'a NodeId,
+    /// The GPU devices the bundle holds.
+    pub devices: Devices,
 }
 
-/// The user's `env` with the contract on top (the contract wins a clash: a user-set `RANK`
-/// would break rendezvous).
+/// The user's `env` with the group's contract on top (the contract wins a clash: a user-set
+/// `RANK` would break rendezvous), and worker 0's own variables.
 pub fn contract(p: &Placement) -> BTreeMap<String, String> {
     let mut env = p.spec.env.clone();
+    let nproc = p.spec.nproc_per_node;
+    let world = p.world_size * nproc;
     let max_restarts = match p.spec.retries.user {
         Budget::Unlimited => i32::MAX as u32,
         Budget::Left(n) => n,
     };
     let pairs = [
-        ("RANK", p.rank.to_string()),
-        ("WORLD_SIZE", p.world_size.to_string()),
+        ("WORLD_SIZE", world.to_string()),
+        ("LOCAL_WORLD_SIZE", nproc.to_string()),
         ("GROUP_RANK", p.rank.to_string()),
-        ("LOCAL_RANK", "0".to_string()),
-        ("LOCAL_WORLD_SIZE", "1".to_string()),
+        ("GROUP_WORLD_SIZE", p.world_size.to_string()),
+        ("ROLE_NAME", p.spec.name.clone()),
+        ("ROLE_WORLD_SIZE", world.to_string()),
         ("MASTER_ADDR", p.master_addr.to_string()),
         ("MASTER_PORT", p.master_port.to_string()),
         ("TORCHELASTIC_RESTART_COUNT", p.cycle.saturating_sub(1).to_string()),
@@ -51,36 +61,86 @@ pub fn contract(p: &Placement) -> BTreeMap<String, String> {
     for (key, value) in pairs {
         env.insert(key.to_string(), value);
     }
+    if !p.devices.is_empty() {
+        env.insert("CUDA_VISIBLE_DEVICES".to_string(), p.devices.to_string());
+        // Agents number devices in PCI bus order, as nvidia-smi does; CUDA's default order is
+        // "fastest first", which on a mixed machine would name other devices.
+        env.entry("CUDA_DEVICE_ORDER".to_string()).or_insert_with(|| "PCI_BUS_ID".to_string());
+    }
+    for (key, value) in worker_vars(p.rank, nproc, 0) {
+        env.insert(key.to_string(), value);
+    }
     env
+}
+
+/// What worker `local_rank` of the group with rank `group_rank` has of its own:
+/// `RANK` = `group_rank`·`nproc` + `local_rank`, `LOCAL_RANK`, `ROLE_RANK` = `RANK`.
+pub fn worker_vars(group_rank: u32, nproc: u32, local_rank: u32) -> [(&'static str, String); 3] {
+    let rank = group_rank * nproc + local_rank;
+    [("RANK", rank.to_string()), ("LOCAL_RANK", local_rank.to_string()), ("ROLE_RANK", rank.to_string())]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn contract_has_every_variable_and_overrides_user_rank() {
+    fn env_of(nproc: u32, rank: u32, devices: Devices) -> BTreeMap<String, String> {
         let mut spec = JobSpec::minimal("t", &["true"], 2, 4);
+        spec.nproc_per_node = nproc;
         spec.env.insert("RANK".into(), "99".into());
         spec.env.insert("NCCL_DEBUG".into(), "WARN".into());
         let (job, node) = (JobId::new("j1"), NodeId::new("n3"));
-        let env = contract(&Placement {
+        contract(&Placement {
             job: &job,
             spec: &spec,
             actor: &ActorId::new(job.clone(), 2),
             attempt: 3,
             cycle: 2,
-            rank: 1,
-            world_size: 2,
+            rank,
+            world_size: 3,
             master_addr: "10.0.0.1",
             master_port: 29_500,
             node: &node,
-        });
+            devices,
+        })
+    }
+
+    #[test]
+    fn contract_has_every_variable_and_overrides_user_rank() {
+        let env = env_of(1, 1, Devices::NONE);
         assert_eq!(env["RANK"], "1");
         assert_eq!(env["NCCL_DEBUG"], "WARN");
         assert_eq!(env["TORCHELASTIC_RESTART_COUNT"], "1");
         assert_eq!(env["MASTER_ADDR"], env["TORCHX_RANK0_HOST"]);
         assert_eq!(env["FTDRIVE_NODE"], "n3");
-        assert_eq!(env.len(), 18 + 1, "18 contract variables and NCCL_DEBUG");
+        assert_eq!(env["ROLE_NAME"], "t");
+        assert!(!env.contains_key("CUDA_VISIBLE_DEVICES"), "no GPUs, no variable");
+        assert_eq!(env.len(), 22 + 1, "22 contract variables and NCCL_DEBUG");
+    }
+
+    /// For N = 1, 2 and 8 workers per node: ranks are a permutation of 0..WORLD_SIZE, each
+    /// node's workers contiguous, as torchrun numbers them.
+    #[test]
+    fn worker_ranks_cover_the_world_for_any_group_size() {
+        for nproc in [1, 2, 8] {
+            let mut ranks = Vec::new();
+            for group_rank in 0..3 {
+                let env = env_of(nproc, group_rank, Devices::first(nproc));
+                assert_eq!(env["WORLD_SIZE"], (3 * nproc).to_string());
+                assert_eq!(
+                    (env["LOCAL_WORLD_SIZE"].as_str(), env["GROUP_WORLD_SIZE"].as_str()),
+                    (&*nproc.to_string(), "3")
+                );
+                assert_eq!(env["CUDA_VISIBLE_DEVICES"], Devices::first(nproc).to_string());
+                for local in 0..nproc {
+                    let vars = worker_vars(group_rank, nproc, local);
+                    assert_eq!(vars[1].1, local.to_string());
+                    assert_eq!(vars[0].1, vars[2].1, "ROLE_RANK is RANK");
+                    ranks.push(vars[0].1.parse::<u32>().unwrap());
+                }
+            }
+            ranks.sort();
+            assert_eq!(ranks, (0..3 * nproc).collect::<Vec<_>>(), "nproc {nproc}");
+        }
     }
 }

@@ -13,7 +13,12 @@ use crate::time::Instant;
 
 impl Driver {
     pub(super) fn job_context(&self) -> JobContext<'_> {
-        JobContext { policy: &self.spec.retries, program: &self.spec.command[0], closing: self.closing }
+        JobContext {
+            policy: &self.spec.retries,
+            nproc_per_node: self.spec.nproc_per_node,
+            program: &self.spec.command[0],
+            closing: self.closing,
+        }
     }
 
     /// Ends the live attempt of `ix` as `ending` says: ledger entry, charge, next state.

@@ -14,7 +14,8 @@ impl Driver {
         let ix = placed.actor;
         let actor = &mut self.actors[ix as usize];
         let expected = matches!(actor.bundle, Bundle::Requested { .. });
-        actor.bundle = Bundle::Placed { node: placed.node, port: placed.port, draining: false };
+        actor.bundle =
+            Bundle::Placed { node: placed.node, port: placed.port, devices: placed.devices, draining: false };
         if !expected || self.closing.is_some() || actor.state.is_terminal() {
             self.release_unused(ix);
             return;

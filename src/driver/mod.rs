@@ -36,7 +36,7 @@ mod timers;
 pub use actor::{Actor, ActorState, Bundle, NodeRef, Role, Run, StopReason};
 pub use budget::{backoff_ms, Budget, BudgetKind, Budgets, Charge, Remaining};
 pub use classify::{Cause, CauseRow, CAUSES};
-pub use env::{contract as env_contract, Placement as EnvPlacement};
+pub use env::{contract as env_contract, worker_vars as env_worker_vars, Placement as EnvPlacement};
 pub use ledger::LedgerEntry;
 pub use timers::{Timer, TimerTable};
 
@@ -142,6 +142,7 @@ pub struct BundlePlaced {
     pub actor: ActorIx,
     pub node: NodeRef,
     pub port: u16,
+    pub devices: crate::resources::Devices,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -123,6 +123,8 @@ mod tests {
             env: Default::default(),
             cwd: None,
             stop_grace_ms: 10,
+            nproc_per_node: 1,
+            group_rank: 0,
         }
     }
 

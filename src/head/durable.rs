@@ -20,7 +20,7 @@ use super::{pg_spec, Head, JobSlot};
 use crate::config::HeadConfig;
 use crate::driver::{Bundle, Driver, LedgerEntry};
 use crate::ids::{JobId, JobIdMint, NodeId};
-use crate::resources::{Labels, Resources};
+use crate::resources::{Devices, Labels, Resources};
 use crate::scheduler::{Need, NodeIx, NodeState, PgId};
 use crate::spec::JobSpec;
 use crate::time::Instant;
@@ -51,6 +51,8 @@ pub struct NodeRecord {
     pub name: NodeId,
     pub resources: Resources,
     pub labels: Labels,
+    #[serde(default)]
+    pub devices: Devices,
     pub addr: String,
     pub incarnation: u64,
     pub state: NodeState,
@@ -117,7 +119,7 @@ impl Head {
 
     /// Returns the node if the head must wait for it to register.
     fn restore_node(&mut self, now: Instant, record: NodeRecord, window_ms: u64) -> Option<NodeIx> {
-        let ix = self.scheduler.add_node(record.name.clone(), record.resources, record.labels);
+        let ix = self.scheduler.add_node(record.name.clone(), record.resources, record.labels, Some(record.devices));
         self.liveness.register(ix, record.addr, record.incarnation, now, window_ms);
         match record.state {
             NodeState::Alive => Some(ix),
@@ -163,9 +165,9 @@ impl Head {
         for (bundle, actor) in driver.actors().iter().enumerate() {
             let bundle = bundle as u32;
             match &actor.bundle {
-                Bundle::Placed { node, port, .. } => {
+                Bundle::Placed { node, port, devices, .. } => {
                     let ix = self.scheduler.node_ix(&node.name).expect("a placement's node is known");
-                    self.scheduler.restore_placed(pg, bundle, ix, *port);
+                    self.scheduler.restore_placed(pg, bundle, ix, *port, *devices);
                 }
                 Bundle::Requested { need: Need::Admission } if !gang_requested => {
                     self.scheduler.request_gang(pg);
@@ -262,6 +264,7 @@ impl Head {
             name: node.name.clone(),
             resources: node.resources.clone(),
             labels: node.labels.clone(),
+            devices: node.devices,
             addr: record.addr.clone(),
             incarnation: record.incarnation,
             state: node.state,

@@ -8,6 +8,7 @@ use crate::event::Event;
 use crate::ids::NodeId;
 use crate::protocol::AttemptKey;
 use crate::protocol::Registration;
+use crate::resources::Devices;
 use crate::scheduler::{NodeIx, NodeState, PgId};
 use crate::time::Instant;
 use std::collections::BTreeMap;
@@ -50,7 +51,7 @@ impl Head {
                 self.lose_node(now, ix, format!("the agent on {node} restarted; its processes were lost"));
             }
         }
-        let ix = self.scheduler.add_node(node.clone(), agent.resources, agent.labels);
+        let ix = self.scheduler.add_node(node.clone(), agent.resources, agent.labels, agent.devices);
         self.liveness.register(ix, agent.addr, agent.incarnation, now, self.config.node_timeout_ms);
         self.reported(ix);
         self.touch_node(ix);
@@ -60,7 +61,11 @@ impl Head {
 
     fn offers_the_same(&self, ix: NodeIx, agent: &Registration) -> bool {
         let node = self.scheduler.node(ix);
-        node.resources == agent.resources && node.labels == agent.labels
+        let declared_gpus = || Devices::first((agent.resources.milli("gpu") / 1000) as u32);
+        let devices = agent.devices.unwrap_or_else(declared_gpus);
+        node.devices == devices
+            && node.resources.without("gpu") == agent.resources.without("gpu")
+            && node.labels == agent.labels
     }
 
     /// A restarted agent on a live node: its supervisors kept the attempts it lists running, and

@@ -441,8 +441,15 @@ impl Head {
                     let node = self.node_ref(p.pg, p.node);
                     let job = self.by_pg[&p.pg].clone();
                     let actor = ActorId::new(job.clone(), p.bundle);
-                    self.notify(Event::Placed { actor, job, node: node.name.clone(), class: p.class });
-                    batches.entry(p.pg).or_default().push(BundlePlaced { actor: p.bundle, node, port: p.port });
+                    self.notify(Event::Placed {
+                        actor,
+                        job,
+                        node: node.name.clone(),
+                        class: p.class,
+                        devices: p.devices,
+                    });
+                    let placed = BundlePlaced { actor: p.bundle, node, port: p.port, devices: p.devices };
+                    batches.entry(p.pg).or_default().push(placed);
                 }
                 SchedEvent::Feasibility { pg, infeasible } => self.feed(now, pg, DriverInput::Feasibility(infeasible)),
             }

@@ -3,7 +3,7 @@
 
 use super::PgId;
 use crate::ids::NodeId;
-use crate::resources::{is_preemptible, Labels, Resources};
+use crate::resources::{is_preemptible, Devices, Labels, Resources};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -123,6 +123,9 @@ pub struct Node {
     /// Bundles placed here.
     pub bundles: BTreeSet<(PgId, u32)>,
     ports: PortPool,
+    /// Its GPU devices, and those no bundle holds.
+    pub devices: Devices,
+    free_devices: Devices,
     /// Dominant share allocated, in permille; the key under which the node sits in the index.
     load: u32,
 }
@@ -156,6 +159,11 @@ impl Node {
     }
 
     /// Allocated resources by name, for display.
+    /// The GPU devices no bundle holds.
+    pub fn free_devices(&self) -> Devices {
+        self.free_devices
+    }
+
     pub fn allocated(&self, table: &ResourceTable) -> Resources {
         let mut out = Resources::new();
         for (r, q) in self.allocated.iter().enumerate() {
@@ -272,8 +280,15 @@ impl Cluster {
         }
     }
 
-    /// Adds a node, or brings a DEAD one back with its new resources and labels.
-    pub fn join(&mut self, name: NodeId, resources: Resources, labels: Labels) -> NodeIx {
+    /// Adds a node, or brings a DEAD one back with its new resources and labels. Its GPUs are
+    /// `devices` when the agent names them (and `gpu` is then their count), else `0..gpu`.
+    pub fn join(&mut self, name: NodeId, resources: Resources, labels: Labels, devices: Option<Devices>) -> NodeIx {
+        let devices = devices.unwrap_or_else(|| Devices::first((resources.milli("gpu") / 1000) as u32));
+        let resources = if devices.is_empty() && resources.milli("gpu") == 0 {
+            resources
+        } else {
+            resources.with_milli("gpu", u64::from(devices.count()) * 1000)
+        };
         let mut capacity = Vec::new();
         for (n, q) in resources.iter() {
             let r = usize::from(self.table.intern(n));
@@ -292,6 +307,8 @@ impl Cluster {
             capacity,
             bundles: BTreeSet::new(),
             ports: PortPool::new(self.port_base, self.ports_per_node),
+            devices,
+            free_devices: devices,
             load: 0,
         };
         let ix = match self.by_name.get(&name) {
@@ -335,29 +352,35 @@ impl Cluster {
         let lost: Vec<(PgId, u32)> = std::mem::take(&mut node.bundles).into_iter().collect();
         node.allocated.iter_mut().for_each(|q| *q = 0);
         node.ports = PortPool::new(self.port_base, self.ports_per_node);
+        node.free_devices = node.devices;
         node.load = 0;
         lost
     }
 
-    /// Reserves one bundle on a node (the commit of the two-phase reserve).
-    pub fn allocate(&mut self, ix: NodeIx, demand: &Demand, bundle: (PgId, u32)) -> u16 {
+    /// Reserves one bundle on a node (the commit of the two-phase reserve): its resources, a
+    /// port, and `gpus` devices no other bundle holds.
+    pub fn allocate(&mut self, ix: NodeIx, demand: &Demand, bundle: (PgId, u32), gpus: u32) -> (u16, Devices) {
         let node = &mut self.nodes[ix as usize];
         assert_eq!(node.state, NodeState::Alive, "placing on {} which is {:?}", node.name, node.state);
         assert!(node.room_for(demand, 1) == 1, "over-commit of {} by {:?}", node.name, bundle);
+        let devices = node.free_devices.lowest(gpus).expect("room_for checked the gpu count");
+        node.free_devices = node.free_devices.without(devices);
         for &(r, d) in &demand.0 {
             node.allocated[usize::from(r)] += d;
         }
         let port = node.ports.take().expect("room_for checked ports");
         assert!(node.bundles.insert(bundle), "bundle {bundle:?} placed twice on {}", node.name);
         self.reindex(ix);
-        port
+        (port, devices)
     }
 
     /// Reserves one bundle on a node with the port it held before a head restart.
-    pub fn allocate_exactly(&mut self, ix: NodeIx, demand: &Demand, bundle: (PgId, u32), port: u16) {
+    pub fn allocate_exactly(&mut self, ix: NodeIx, demand: &Demand, bundle: (PgId, u32), port: u16, devices: Devices) {
         let node = &mut self.nodes[ix as usize];
         assert!(node.state != NodeState::Dead, "restoring {bundle:?} on dead node {}", node.name);
         assert!(node.ports.take_exactly(port), "port {port} of {} given twice", node.name);
+        assert!(node.free_devices.contains_all(devices), "devices {devices} of {} given twice", node.name);
+        node.free_devices = node.free_devices.without(devices);
         for &(r, d) in &demand.0 {
             node.allocated[usize::from(r)] += d;
         }
@@ -366,9 +389,10 @@ impl Cluster {
     }
 
     /// Frees one bundle's reservation.
-    pub fn free(&mut self, ix: NodeIx, demand: &Demand, bundle: (PgId, u32), port: u16) {
+    pub fn free(&mut self, ix: NodeIx, demand: &Demand, bundle: (PgId, u32), port: u16, devices: Devices) {
         let node = &mut self.nodes[ix as usize];
         assert!(node.bundles.remove(&bundle), "bundle {bundle:?} is not on {}", node.name);
+        node.free_devices = node.free_devices.union(devices);
         for &(r, d) in &demand.0 {
             let slot = &mut node.allocated[usize::from(r)];
             *slot = slot.checked_sub(d).expect("freeing more than was allocated");
@@ -447,10 +471,26 @@ impl Cluster {
 mod tests {
     use super::*;
 
+    #[test]
+    fn bundles_hold_devices_no_other_bundle_holds() {
+        let mut c = Cluster::new(29_500, 8);
+        let gpus = Devices::from_indices(&[0, 1, 2, 3]).unwrap();
+        let a = c.join(NodeId::new("a"), Resources::units(&[("cpu", 8), ("gpu", 1)]), Labels::new(), Some(gpus));
+        assert_eq!(c.node(a).resources.milli("gpu"), 4000, "gpu is the count of the named devices");
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("gpu", 2)]));
+        let (_, first) = c.allocate(a, &demand, (1, 0), 2);
+        let (_, second) = c.allocate(a, &demand, (1, 1), 2);
+        assert_eq!((first.to_string(), second.to_string()), ("0,1".into(), "2,3".into()));
+        assert_eq!(c.node(a).room_for(&demand, 1), 0);
+        c.free(a, &demand, (1, 0), 29_500, first);
+        assert_eq!(c.allocate(a, &demand, (2, 0), 2).1, first);
+        c.check_invariants();
+    }
+
     fn cluster_with(nodes: &[(&str, u64)]) -> Cluster {
         let mut c = Cluster::new(29_500, 4);
         for (name, cpu) in nodes {
-            c.join(NodeId::new(name), Resources::units(&[("cpu", *cpu)]), Labels::new());
+            c.join(NodeId::new(name), Resources::units(&[("cpu", *cpu)]), Labels::new(), None);
         }
         c
     }
@@ -461,7 +501,7 @@ mod tests {
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
         let names = |c: &Cluster| c.ranked().map(|ix| c.node(ix).name.to_string()).collect::<Vec<_>>();
         assert_eq!(names(&c), ["a", "b", "c"]);
-        c.allocate(c.ix(&NodeId::new("a")).unwrap(), &demand, (1, 0));
+        c.allocate(c.ix(&NodeId::new("a")).unwrap(), &demand, (1, 0), 0);
         assert_eq!(names(&c), ["b", "c", "a"]);
         c.check_invariants();
     }
@@ -471,11 +511,11 @@ mod tests {
         let mut c = cluster_with(&[("a", 100)]);
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
         let a = c.ix(&NodeId::new("a")).unwrap();
-        let ports: Vec<u16> = (0..4).map(|b| c.allocate(a, &demand, (1, b))).collect();
+        let ports: Vec<u16> = (0..4).map(|b| c.allocate(a, &demand, (1, b), 0).0).collect();
         assert_eq!(ports, [29_500, 29_501, 29_502, 29_503]);
         assert_eq!(c.node(a).room_for(&demand, 10), 0, "no port left");
-        c.free(a, &demand, (1, 2), 29_502);
-        assert_eq!(c.allocate(a, &demand, (1, 9)), 29_502);
+        c.free(a, &demand, (1, 2), 29_502, Devices::NONE);
+        assert_eq!(c.allocate(a, &demand, (1, 9), 0).0, 29_502);
     }
 
     #[test]
@@ -483,8 +523,8 @@ mod tests {
         let mut c = cluster_with(&[("a", 100)]);
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
         let a = c.ix(&NodeId::new("a")).unwrap();
-        c.allocate_exactly(a, &demand, (1, 0), 29_502);
-        let ports: Vec<u16> = (1..4).map(|b| c.allocate(a, &demand, (1, b))).collect();
+        c.allocate_exactly(a, &demand, (1, 0), 29_502, Devices::NONE);
+        let ports: Vec<u16> = (1..4).map(|b| c.allocate(a, &demand, (1, b), 0).0).collect();
         assert!(!ports.contains(&29_502), "{ports:?}");
         c.check_invariants();
     }
@@ -493,7 +533,7 @@ mod tests {
     fn name_index_finds_every_node_and_nothing_else() {
         let mut c = Cluster::new(29_500, 4);
         for n in 0..5_000 {
-            c.join(NodeId::new(&format!("node-{n}")), Resources::units(&[("cpu", 1)]), Labels::new());
+            c.join(NodeId::new(&format!("node-{n}")), Resources::units(&[("cpu", 1)]), Labels::new(), None);
         }
         for n in (0..5_000).step_by(7) {
             assert_eq!(c.ix(&NodeId::new(&format!("node-{n}"))), Some(n), "a fresh NodeId, compared by text");
@@ -507,11 +547,11 @@ mod tests {
         let mut c = cluster_with(&[("a", 2)]);
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
         let a = c.ix(&NodeId::new("a")).unwrap();
-        c.allocate(a, &demand, (3, 0));
-        c.allocate(a, &demand, (4, 1));
+        c.allocate(a, &demand, (3, 0), 0);
+        c.allocate(a, &demand, (4, 1), 0);
         assert_eq!(c.kill(a), vec![(3, 0), (4, 1)]);
         assert_eq!(c.ranked().count(), 0);
-        let again = c.join(NodeId::new("a"), Resources::units(&[("cpu", 8)]), Labels::new());
+        let again = c.join(NodeId::new("a"), Resources::units(&[("cpu", 8)]), Labels::new(), None);
         assert_eq!(again, a);
         assert_eq!(c.node(a).room_for(&demand, 100), 4, "limited by ports");
         c.check_invariants();

@@ -41,7 +41,7 @@ use queue::WaitQueue;
 pub use queue::{QueueClass, QueueKey, GANG};
 
 use crate::ids::NodeId;
-use crate::resources::{Labels, Resources};
+use crate::resources::{Devices, Labels, Resources};
 use crate::spec::Strategy;
 use crate::time::Instant;
 use cluster::{Cluster, Demand};
@@ -51,13 +51,15 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// A placement group's id: the head uses the job's sequence number.
 pub type PgId = u64;
 
-/// One bundle reserved on one node, with the port it may use as `MASTER_PORT`.
+/// One bundle reserved on one node, with the port it may use as `MASTER_PORT` and the GPU
+/// devices it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
     pub pg: PgId,
     pub bundle: u32,
     pub node: NodeIx,
     pub port: u16,
+    pub devices: Devices,
     /// The queue class it was placed from.
     pub class: QueueClass,
 }
@@ -95,6 +97,8 @@ pub enum PolicyFault {
     GangsBeforeReplacements,
     /// A restarted head forgets which attempts run where (re-adoption broken).
     ForgetAttemptsOnRestart,
+    /// Placements report a node's lowest GPU devices, whoever holds them.
+    DevicesIgnoreHolders,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over
@@ -146,9 +150,10 @@ impl Scheduler {
 
     // ---- cluster -------------------------------------------------------------------------
 
-    /// A node joins (or a DEAD one rejoins). Infeasible groups it could serve become feasible.
-    pub fn add_node(&mut self, name: NodeId, resources: Resources, labels: Labels) -> NodeIx {
-        let ix = self.cluster.join(name, resources, labels);
+    /// A node joins (or a DEAD one rejoins), with its GPUs when its agent names them.
+    /// Infeasible groups it could serve become feasible.
+    pub fn add_node(&mut self, name: NodeId, resources: Resources, labels: Labels, devices: Option<Devices>) -> NodeIx {
+        let ix = self.cluster.join(name, resources, labels, devices);
         let node = self.cluster.node(ix);
         let lifted: Vec<PgId> = self
             .infeasible
@@ -257,10 +262,10 @@ impl Scheduler {
     }
 
     /// A placement from before a head restart: the bundle is on `node` with `port`, again.
-    pub fn restore_placed(&mut self, id: PgId, bundle: u32, node: NodeIx, port: u16) {
+    pub fn restore_placed(&mut self, id: PgId, bundle: u32, node: NodeIx, port: u16, devices: Devices) {
         let pg = self.pgs.get_mut(&id).expect("known group");
-        self.cluster.allocate_exactly(node, &pg.demand, (id, bundle), port);
-        pg.note_placed(bundle, node, port);
+        self.cluster.allocate_exactly(node, &pg.demand, (id, bundle), port, devices);
+        pg.note_placed(bundle, node, port, devices);
         self.dirty = true;
     }
 
@@ -292,9 +297,9 @@ impl Scheduler {
     /// Frees a placed bundle's reservation.
     pub fn release(&mut self, id: PgId, bundle: u32) {
         let pg = self.pgs.get_mut(&id).expect("known group");
-        let (node, port) =
+        let (node, port, devices) =
             pg.note_unplaced(bundle).unwrap_or_else(|| panic!("bundle {bundle} of {id} released while not placed"));
-        self.cluster.free(node, &pg.demand, (id, bundle), port);
+        self.cluster.free(node, &pg.demand, (id, bundle), port, devices);
         self.dirty = true;
     }
 
@@ -410,9 +415,13 @@ impl Scheduler {
         let bundles: Vec<u32> = if key.is_gang() { (0..pg.required).collect() } else { vec![key.bundle] };
         assert_eq!(bundles.len(), nodes.len(), "a plan names one node per bundle");
         for (&bundle, &node) in bundles.iter().zip(nodes) {
-            let port = self.cluster.allocate(node, &pg.demand, (key.pg, bundle));
-            pg.note_placed(bundle, node, port);
-            self.events.push_back(SchedEvent::Placed(Placement { pg: key.pg, bundle, node, port, class: key.class }));
+            let (port, mut devices) = self.cluster.allocate(node, &pg.demand, (key.pg, bundle), pg.gpus);
+            if self.fault == PolicyFault::DevicesIgnoreHolders {
+                devices = self.cluster.node(node).devices.lowest(pg.gpus).expect("the node has them");
+            }
+            pg.note_placed(bundle, node, port, devices);
+            let placement = Placement { pg: key.pg, bundle, node, port, devices, class: key.class };
+            self.events.push_back(SchedEvent::Placed(placement));
         }
         if key.is_gang() {
             pg.admitted = true;

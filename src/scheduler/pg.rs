@@ -2,7 +2,7 @@
 
 use super::cluster::{Demand, NodeIx};
 use super::QueueClass;
-use crate::resources::{Labels, Resources};
+use crate::resources::{Devices, Labels, Resources};
 use crate::spec::Strategy;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
@@ -43,6 +43,7 @@ pub enum BundleState {
     Placed {
         node: NodeIx,
         port: u16,
+        devices: Devices,
     },
 }
 
@@ -64,6 +65,8 @@ pub struct PlacementGroup {
     pub strategy: Strategy,
     pub bundle: Resources,
     pub demand: Demand,
+    /// GPU devices each bundle holds.
+    pub gpus: u32,
     pub selector: Labels,
     pub pack_by: Option<String>,
     pub required: u32,
@@ -86,6 +89,7 @@ impl PlacementGroup {
             priority: spec.priority,
             submit: spec.submit,
             strategy: spec.strategy,
+            gpus: (spec.bundle.milli("gpu") / 1000) as u32,
             bundle: spec.bundle,
             demand,
             selector: spec.node_selector,
@@ -104,14 +108,14 @@ impl PlacementGroup {
         self.on_nodes.contains_key(&node)
     }
 
-    pub fn note_placed(&mut self, bundle: u32, node: NodeIx, port: u16) {
-        self.bundles[bundle as usize] = BundleState::Placed { node, port };
+    pub fn note_placed(&mut self, bundle: u32, node: NodeIx, port: u16, devices: Devices) {
+        self.bundles[bundle as usize] = BundleState::Placed { node, port, devices };
         *self.on_nodes.entry(node).or_insert(0) += 1;
         self.lost.remove(&bundle);
     }
 
-    pub fn note_unplaced(&mut self, bundle: u32) -> Option<(NodeIx, u16)> {
-        let BundleState::Placed { node, port } = self.bundles[bundle as usize] else {
+    pub fn note_unplaced(&mut self, bundle: u32) -> Option<(NodeIx, u16, Devices)> {
+        let BundleState::Placed { node, port, devices } = self.bundles[bundle as usize] else {
             return None;
         };
         self.bundles[bundle as usize] = BundleState::Idle;
@@ -120,7 +124,7 @@ impl PlacementGroup {
         if *count == 0 {
             self.on_nodes.remove(&node);
         }
-        Some((node, port))
+        Some((node, port, devices))
     }
 
     pub fn state(&self) -> PgState {

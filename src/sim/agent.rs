@@ -78,6 +78,7 @@ fn identity(name: &NodeId, resources: &Resources, labels: &Labels) -> AgentIdent
         resources: resources.clone(),
         labels: labels.clone(),
         addr: format!("{name}.sim"),
+        devices: None,
         log_url: String::new(),
     }
 }

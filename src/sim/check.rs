@@ -4,7 +4,7 @@
 //!
 //! | invariant | how it is checked |
 //! |---|---|
-//! | `no_overcommit` | own sum of placed bundle demands per node ≤ the node's registered capacity |
+//! | `no_overcommit` | own sum of placed bundle demands per node ≤ the node's registered capacity; no GPU device held by two bundles at once, or one the node lacks |
 //! | `whole_gang` | a job's first placements include every required bundle, in one step |
 //! | `one_live_attempt` | at most one running process per actor whose attempt the head has not ended |
 //! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
@@ -21,7 +21,7 @@ use crate::event::{Event, JobEvent};
 use crate::head::{Head, WaitingBundle};
 use crate::ids::{ActorId, JobId, NodeId};
 use crate::protocol::AttemptKey;
-use crate::resources::{is_preemptible, Labels, Resources};
+use crate::resources::{is_preemptible, Devices, Labels, Resources};
 use crate::scheduler::{NodeState, QueueClass};
 use crate::spec::{JobSpec, Strategy};
 use crate::time::Instant;
@@ -52,6 +52,8 @@ pub struct Checker {
     booted: BTreeMap<NodeId, (Resources, Labels)>,
     nodes: BTreeMap<NodeId, NodeCheck>,
     placed_on: BTreeMap<ActorKey, NodeId>,
+    /// The GPU devices each placed bundle holds.
+    devices_of: BTreeMap<ActorKey, Devices>,
     on_node: BTreeMap<NodeId, BTreeSet<ActorKey>>,
     admitted: BTreeSet<JobId>,
     remaining: BTreeMap<JobId, Remaining>,
@@ -167,7 +169,7 @@ impl Checker {
         for event in events {
             match event {
                 Event::NodeState { node, state, .. } => self.node_state(node, *state),
-                Event::Placed { job, actor, node, class } => {
+                Event::Placed { job, actor, node, class, devices } => {
                     let key = actor_key(actor);
                     if !self.admitted.contains(job) {
                         first_placements.entry(job.clone()).or_default().insert(key.1);
@@ -175,7 +177,8 @@ impl Checker {
                     if *class > QueueClass::Replacement {
                         lower.entry(node.clone()).or_default().push(key.clone());
                     }
-                    self.placed(key, node);
+                    self.placed(key.clone(), node);
+                    self.devices_placed(key, node, *devices);
                 }
                 Event::Released { actor, .. } => self.released(&actor_key(actor)),
                 Event::Job { job, detail } => self.job_event(job, detail, head),
@@ -196,6 +199,7 @@ impl Checker {
             // Death (or a fresh registration) frees everything that was on the node.
             for key in self.on_node.remove(node).unwrap_or_default() {
                 self.placed_on.remove(&key);
+                self.devices_of.remove(&key);
             }
         }
         if state == NodeState::Alive {
@@ -230,7 +234,28 @@ impl Checker {
         }
     }
 
+    /// GPU devices are held by one bundle at a time, and exist on the node.
+    fn devices_placed(&mut self, key: ActorKey, node: &NodeId, devices: Devices) {
+        if devices.is_empty() {
+            return;
+        }
+        let node_has = Devices::first((self.nodes.get(node).map_or(0, |n| n.capacity.milli("gpu")) / 1000) as u32);
+        if !node_has.contains_all(devices) {
+            self.violation("no_overcommit", format!("{}/{} holds devices {devices} that {node} lacks", key.0, key.1));
+        }
+        let clashing: Vec<ActorKey> = (self.on_node.get(node).into_iter().flatten())
+            .filter(|k| **k != key && self.devices_of.get(*k).is_some_and(|d| d.intersects(devices)))
+            .cloned()
+            .collect();
+        for (job, index) in clashing {
+            let detail = format!("{}/{} and {job}/{index} both hold a device of {devices} on {node}", key.0, key.1);
+            self.violation("no_overcommit", detail);
+        }
+        self.devices_of.insert(key, devices);
+    }
+
     fn released(&mut self, key: &ActorKey) {
+        self.devices_of.remove(key);
         if let Some(node) = self.placed_on.remove(key) {
             if let Some(set) = self.on_node.get_mut(&node) {
                 set.remove(key);

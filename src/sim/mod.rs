@@ -419,11 +419,12 @@ impl Simulation {
                 }
             }
             Fault::NodeDrain { node, deadline_ms } => self.drain(&node, deadline_ms),
-            Fault::ProcessExit { job, rank, exit_code, signal } => {
+            Fault::ProcessExit { job, rank, exit_code, signal, local_rank } => {
                 let status = match (exit_code, signal) {
                     (Some(code), _) => ExitStatus::code(code),
                     (None, sig) => ExitStatus::signal(sig.unwrap_or(9), false),
                 };
+                let status = ExitStatus { worker: local_rank, ..status };
                 self.kill_rank(&job, rank, status);
             }
             Fault::StopJob { job } => {
@@ -649,7 +650,7 @@ impl Simulation {
         if let Some(message) = self.jobs.get(&key.job).and_then(|j| j.spawn_error.clone()) {
             return self.agents[ix as usize].agent.handle(self.now, AgentInput::SpawnFailed { key, message });
         }
-        let rank = spec.env.get("RANK").and_then(|r| r.parse().ok()).unwrap_or(0);
+        let rank = spec.group_rank;
         self.agents[ix as usize].processes.insert(key.clone(), SimProcess { rank, started: self.now });
         self.process_started(ix, &key);
         self.agents[ix as usize].agent.handle(self.now, AgentInput::Spawned { key });

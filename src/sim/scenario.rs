@@ -7,7 +7,7 @@ use crate::ids::{JobId, NodeId};
 use crate::resources::{Labels, Resources};
 use crate::spec::JobSpec;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Most nodes, jobs and events one scenario may hold.
 pub const MAX_SCENARIO_NODES: usize = 100_000;
@@ -126,8 +126,16 @@ pub enum Fault {
     NodeJoin { node: NodeDef },
     /// A preemption notice: the node goes away `deadline_ms` later.
     NodeDrain { node: NodeId, deadline_ms: u64 },
-    /// The process of `job`'s `rank` ends (exit code, or killed by a signal nobody sent).
-    ProcessExit { job: JobId, rank: u32, exit_code: Option<i32>, signal: Option<i32> },
+    /// The process of `job`'s `rank` ends (exit code, or killed by a signal nobody sent); of a
+    /// group of several workers, `local_rank` says which worker it was (its group ends with it).
+    ProcessExit {
+        job: JobId,
+        rank: u32,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        local_rank: Option<u32>,
+    },
     /// The agent process restarts; the processes it supervised keep running, and the new
     /// agent re-attaches to them and registers again.
     AgentRestart { node: NodeId },
@@ -180,9 +188,9 @@ impl Scenario {
                 ));
             }
         }
-        let mut jobs: BTreeSet<&JobId> = BTreeSet::new();
+        let mut jobs: BTreeMap<&JobId, u32> = BTreeMap::new();
         for (i, job) in self.jobs.iter().enumerate() {
-            if !jobs.insert(&job.id) {
+            if jobs.insert(&job.id, job.spec.nproc_per_node).is_some() {
                 return Err(err(format!("jobs[{i}].id"), format!("`{}` appears twice; job ids are unique", job.id)));
             }
             if job.run_ms == 0 {
@@ -219,7 +227,7 @@ impl Scenario {
     fn check_events<'a>(
         &'a self,
         nodes: &mut BTreeSet<&'a NodeId>,
-        jobs: &BTreeSet<&JobId>,
+        jobs: &BTreeMap<&JobId, u32>,
     ) -> Result<(), ScenarioError> {
         let mut order: Vec<(u64, usize)> = self.events.iter().enumerate().map(|(i, e)| (e.at_ms, i)).collect();
         order.sort();
@@ -233,7 +241,7 @@ impl Scenario {
                 }
             };
             let known_job = |job: &JobId| {
-                if jobs.contains(job) {
+                if jobs.contains_key(job) {
                     Ok(())
                 } else {
                     Err(err(field("job"), format!("no job `{job}` in jobs[]")))
@@ -246,10 +254,16 @@ impl Scenario {
                 Fault::NodeJoin { node } => {
                     nodes.insert(&node.name);
                 }
-                Fault::ProcessExit { job, exit_code, signal, .. } => {
+                Fault::ProcessExit { job, exit_code, signal, local_rank, .. } => {
                     known_job(job)?;
                     if exit_code.is_some() == signal.is_some() {
                         return Err(err(field("exit_code"), "give exactly one of exit_code and signal"));
+                    }
+                    let nproc = jobs[job];
+                    if local_rank.is_some_and(|l| l >= nproc) {
+                        let message =
+                            format!("is {}; job `{job}` runs {nproc} worker(s) per node", local_rank.unwrap_or(0));
+                        return Err(err(field("local_rank"), message));
                     }
                 }
                 Fault::StopJob { job } => known_job(job)?,

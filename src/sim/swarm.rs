@@ -204,6 +204,7 @@ fn gen_faults(g: &mut Gen, nodes: &[NodeDef], jobs: &[JobDef], fault_ms: u64) ->
                     rank: g.below(u64::from(job.spec.max_nodes)) as u32,
                     exit_code,
                     signal,
+                    local_rank: None,
                 }
             }
             80..=87 => Fault::AgentRestart { node },

@@ -10,6 +10,7 @@ use ftdrive::driver::ActorState;
 use ftdrive::event::{Event, JobEvent};
 use ftdrive::head::{Effect, Head, Input, Reply};
 use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent, ToHead};
+use ftdrive::resources::Devices;
 use ftdrive::sim::MemoryStore;
 use ftdrive::view::JobView;
 use ftdrive::{HeadConfig, Instant, JobId, JobSpec, Labels, NodeId, Resources};
@@ -66,6 +67,15 @@ impl TestCluster {
     }
 
     pub fn join_labelled(&mut self, name: &str, resources: Resources, labels: Labels) {
+        self.join_with(name, resources, labels, None);
+    }
+
+    /// A node that names its GPU devices (as `ftdrive node --gpus 0,2,...` does).
+    pub fn join_with_devices(&mut self, name: &str, resources: Resources, devices: Devices) {
+        self.join_with(name, resources, Labels::new(), Some(devices));
+    }
+
+    fn join_with(&mut self, name: &str, resources: Resources, labels: Labels, devices: Option<Devices>) {
         let incarnation = self.agents.get(name).map_or(1, |a| a.protocol.incarnation() + 1);
         let number = self.agents.len() + usize::from(!self.agents.contains_key(name));
         let identity = AgentIdentity {
@@ -73,6 +83,7 @@ impl TestCluster {
             resources,
             labels,
             addr: format!("10.0.0.{number}"),
+            devices,
             log_url: String::new(),
         };
         let protocol = AgentProtocol::new(identity, incarnation, Recovered::default());
@@ -123,7 +134,29 @@ impl TestCluster {
 
     /// The process of `job`'s rank `rank` exits with `code`.
     pub fn exit_rank(&mut self, job: &JobId, rank: u32, code: i32) {
-        self.exit_where(job, |s| s.env["RANK"] == rank.to_string(), ExitStatus::code(code));
+        self.exit_where(job, |s| s.group_rank == rank, ExitStatus::code(code));
+    }
+
+    /// Worker `local_rank` of the group with rank `group_rank` exits with `code`, ending its group.
+    pub fn exit_worker(&mut self, job: &JobId, group_rank: u32, local_rank: u32, code: i32) {
+        let status = ExitStatus { worker: Some(local_rank), ..ExitStatus::code(code) };
+        self.exit_where(job, |s| s.group_rank == group_rank, status);
+    }
+
+    /// The environment each worker of `job`'s running groups is started with, and its node:
+    /// the group's variables with the worker's own on top, as a supervisor applies them.
+    pub fn worker_envs(&self, job: &JobId) -> Vec<(String, BTreeMap<String, String>)> {
+        let mut envs = Vec::new();
+        for (node, agent) in &self.agents {
+            for spec in agent.running.values().filter(|s| s.key.job == *job) {
+                for local_rank in 0..spec.nproc_per_node {
+                    let mut env = spec.env.clone();
+                    env.extend(spec.worker_vars(local_rank).map(|(k, v)| (k.to_string(), v)));
+                    envs.push((node.clone(), env));
+                }
+            }
+        }
+        envs
     }
 
     pub fn exit_actor(&mut self, job: &JobId, actor: u32, status: ExitStatus) {
@@ -157,7 +190,7 @@ impl TestCluster {
         self.agents[node]
             .running
             .values()
-            .map(|s| (s.key.actor, s.env["RANK"].clone(), s.env["MASTER_ADDR"].clone()))
+            .map(|s| (s.key.actor, s.env["GROUP_RANK"].clone(), s.env["MASTER_ADDR"].clone()))
             .collect()
     }
 
