@@ -86,9 +86,13 @@ pub struct NodeArgs {
     /// Node name (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
-    /// e.g. `cpu=8,gpu=0` (default: detected from this machine).
+    /// e.g. `cpu=8,memory_mb=65536` (default: detected from this machine).
     #[arg(long)]
     pub resources: Option<String>,
+    /// GPU devices this node offers, e.g. `0,1,2,3`, or `none` (default: the NVIDIA devices
+    /// detected). Sets the `gpu` resource to their count.
+    #[arg(long)]
+    pub gpus: Option<String>,
     /// e.g. `zone=a,preemptible=true`.
     #[arg(long)]
     pub labels: Option<String>,
@@ -121,6 +125,9 @@ pub struct SubmitArgs {
     pub max_nodes: Option<i64>,
     #[arg(long)]
     pub hot_spares: Option<i64>,
+    /// Workers each command actor runs (torchrun's `--nproc-per-node`).
+    #[arg(long)]
+    pub nproc_per_node: Option<i64>,
     #[arg(long, allow_negative_numbers = true)]
     pub priority: Option<i32>,
     /// Return once the job is accepted instead of following it.
@@ -149,6 +156,10 @@ pub struct LogsArgs {
     /// Which attempt (default: the latest).
     #[arg(long)]
     pub attempt: Option<u32>,
+    /// One worker's output (default: the group's lines interleaved, each prefixed with its
+    /// global rank).
+    #[arg(long)]
+    pub local_rank: Option<u32>,
     /// Keep printing as the attempt writes, until it ends.
     #[arg(long)]
     pub follow: bool,

@@ -98,11 +98,15 @@ impl Client {
         job: &str,
         actor: u32,
         attempt: Option<u32>,
+        local_rank: Option<u32>,
         offset: u64,
     ) -> Result<LogChunk, CliError> {
         let mut url = format!("{}/v1/jobs/{job}/logs?actor={actor}&offset={offset}", self.base);
         if let Some(attempt) = attempt {
             url.push_str(&format!("&attempt={attempt}"));
+        }
+        if let Some(local_rank) = local_rank {
+            url.push_str(&format!("&local_rank={local_rank}"));
         }
         let response = self.send(self.http.get(url)).await?;
         let header =

@@ -10,6 +10,7 @@ use super::submit::submit_and_follow;
 use crate::head::{self, ServeOptions};
 use crate::node::{self, detect, NodeOptions};
 use crate::paths;
+use ftdrive::resources::Devices;
 use ftdrive::spec::JobSpec;
 use ftdrive::view::NodeView;
 use ftdrive::{HeadConfig, Labels, NodeId, Resources};
@@ -87,14 +88,18 @@ impl LocalCluster {
         let url = format!("http://{}", head.addr);
         let work_dir = std::env::current_dir()?;
         let share = machine_share(count);
+        let gpus = detect::Gpus::detect();
         let mut nodes = Vec::new();
         for i in 1..=count {
+            let devices = gpu_share(gpus.devices, count, i - 1);
             let options = NodeOptions {
                 head_url: url.clone(),
                 credential: paths::Credential::Given(token.clone()),
                 name: NodeId::new(&format!("local-{i}")),
+                // The head counts `gpu` from the devices.
                 resources: share.clone(),
                 labels: Labels::new(),
+                devices,
                 addr: "127.0.0.1".into(),
                 state_dir: dir.join(format!("local-{i}")),
                 work_dir: work_dir.clone(),
@@ -125,6 +130,13 @@ impl LocalCluster {
         }
         self.head.handle.stop(true).await;
     }
+}
+
+/// The machine's GPUs dealt out to `count` local nodes in turn: node `i` gets every
+/// `count`-th device from the `i`-th.
+fn gpu_share(devices: Devices, count: u32, i: u32) -> Devices {
+    let mine: Vec<u32> = devices.indices().skip(i as usize).step_by(count as usize).collect();
+    Devices::from_indices(&mine).expect("indices of a device set")
 }
 
 fn machine_share(count: u32) -> Resources {

@@ -1,5 +1,7 @@
-//! `ftdrive logs JOB [--actor A] [--attempt N] [--follow]`: an attempt's output (stdout and
-//! stderr together), fetched through the head from the agent that ran it.
+//! `ftdrive logs JOB [--actor A] [--attempt N] [--local-rank L] [--follow]`: an attempt's
+//! output (stdout and stderr together; of several workers per node, their lines interleaved,
+//! each prefixed `[rankR]: `), or one worker's, fetched through the head from the agent that
+//! ran it.
 
 use super::args::LogsArgs;
 use super::client::Client;
@@ -14,6 +16,14 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
     let client = Client::connect(&super::head_url(args.head.head)?)?;
     super::block_on(async move {
         let view: JobView = client.get(&format!("/v1/jobs/{}", args.job)).await?;
+        if let Some(local_rank) = args.local_rank.filter(|l| *l >= view.nproc_per_node) {
+            return Err(CliError::BadInput(format!(
+                "--local-rank {local_rank}: {} runs {} worker(s) per actor, local ranks 0 to {}",
+                view.id,
+                view.nproc_per_node,
+                view.nproc_per_node - 1
+            )));
+        }
         let actors: Vec<u32> = match &args.actor {
             Some(actor) => vec![actor_index(actor, &view)?],
             None => view.actors.iter().enumerate().filter(|(_, a)| a.attempt > 0).map(|(i, _)| i as u32).collect(),
@@ -23,7 +33,8 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
         }
         let headers = actors.len() > 1;
         for actor in actors {
-            print_attempt(&client, &view.id, actor, args.attempt, args.follow, headers).await?;
+            let which = Which { actor, attempt: args.attempt, local_rank: args.local_rank };
+            print_attempt(&client, &view.id, which, args.follow, headers).await?;
         }
         Ok(Outcome::Done)
     })
@@ -43,18 +54,19 @@ fn actor_index(actor: &str, view: &JobView) -> Result<u32, CliError> {
     })
 }
 
-async fn print_attempt(
-    client: &Client,
-    job: &str,
+/// Whose output: an actor's attempt (default the latest), all its workers or one.
+struct Which {
     actor: u32,
     attempt: Option<u32>,
-    follow: bool,
-    header: bool,
-) -> Result<(), CliError> {
+    local_rank: Option<u32>,
+}
+
+async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, header: bool) -> Result<(), CliError> {
+    let Which { actor, attempt, local_rank } = which;
     let mut offset = 0;
     let mut printed_header = false;
     loop {
-        let chunk = client.log_chunk(job, actor, attempt, offset).await?;
+        let chunk = client.log_chunk(job, actor, attempt, local_rank, offset).await?;
         if header && !printed_header {
             println!("==> {job}/{actor} attempt {} on {} <==", chunk.attempt, chunk.node);
             printed_header = true;

@@ -5,9 +5,10 @@
 
 use super::args::NodeArgs;
 use super::error::{CliError, Outcome};
-use crate::node::{self, detect, NodeOptions};
+use crate::node::detect::{self, Gpus};
+use crate::node::{self, NodeOptions};
 use crate::paths;
-use ftdrive::resources::parse_labels;
+use ftdrive::resources::{parse_labels, Devices};
 use ftdrive::{NodeId, Resources};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -20,8 +21,16 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         Some(text) => Resources::parse_pairs(text).map_err(|e| CliError::BadInput(format!("--resources: {e}")))?,
         None => detect::machine_resources(),
     };
-    let labels = parse_labels(args.labels.as_deref().unwrap_or_default())
+    let mut labels = parse_labels(args.labels.as_deref().unwrap_or_default())
         .map_err(|e| CliError::BadInput(format!("--labels: {e}")))?;
+    let gpus = match &args.gpus {
+        Some(flag) => Gpus::parse_flag(flag).map_err(|e| CliError::BadInput(format!("--gpus {flag}: {e}")))?,
+        None => Gpus::detect(),
+    };
+    let (resources, devices) = offer_gpus(resources, &gpus, args.gpus.is_some())?;
+    if let Some(model) = gpus.model_label().filter(|_| !devices.is_empty()) {
+        labels.entry(detect::GPU_MODEL_LABEL.to_string()).or_insert(model);
+    }
     let name = args.name.clone().unwrap_or_else(hostname);
     let head_url = if args.head.contains("://") { args.head.clone() } else { format!("http://{}", args.head) };
     let options = NodeOptions {
@@ -31,6 +40,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         name: NodeId::new(&name),
         resources,
         labels,
+        devices,
         state_dir: state_dir.join(format!("node-{name}")),
         work_dir: args
             .work_dir
@@ -56,6 +66,35 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         }
         Ok(Outcome::Done)
     })
+}
+
+/// The node's `gpu` resource and the devices behind it. `--gpus` decides; else a `gpu=N` in
+/// `--resources` offers the first N devices; else what was detected.
+fn offer_gpus(resources: Resources, gpus: &Gpus, flag_given: bool) -> Result<(Resources, Devices), CliError> {
+    let declared = resources.iter().find(|(name, _)| *name == "gpu").map(|(_, milli)| milli);
+    let devices = match declared {
+        Some(milli) if milli % 1000 != 0 => {
+            return Err(CliError::BadInput(format!(
+                "--resources: gpu={} is not a whole number of devices",
+                milli as f64 / 1000.0
+            )))
+        }
+        Some(milli) if flag_given && milli / 1000 != u64::from(gpus.devices.count()) => {
+            return Err(CliError::BadInput(format!(
+                "--resources says gpu={} but --gpus names {} device(s); give one of them",
+                milli / 1000,
+                gpus.devices.count()
+            )))
+        }
+        Some(milli) if !flag_given => {
+            gpus.devices.lowest((milli / 1000) as u32).unwrap_or(Devices::first((milli / 1000) as u32))
+        }
+        _ => gpus.devices,
+    };
+    if declared.is_none() && devices.is_empty() {
+        return Ok((resources, devices));
+    }
+    Ok((resources.with_milli("gpu", u64::from(devices.count()) * 1000), devices))
 }
 
 fn hostname() -> String {

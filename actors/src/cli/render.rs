@@ -80,14 +80,25 @@ pub fn snapshot_lines(view: &JobView) -> String {
 }
 
 pub fn job_table(view: &JobView) -> String {
-    let mut out = format!("job {} ({}) {} · cycle {}\n", view.id, view.name, view.state, view.cycles);
-    let _ = writeln!(out, "  {:<14} {:<15} {:<14} {:>4} {:>7}", "ACTOR", "STATE", "NODE", "RANK", "ATTEMPT");
+    let workers =
+        if view.nproc_per_node > 1 { format!(" · {} workers per actor", view.nproc_per_node) } else { String::new() };
+    let mut out = format!("job {} ({}) {} · cycle {}{workers}\n", view.id, view.name, view.state, view.cycles);
+    // GPUs only where some actor holds them: most jobs have none.
+    let gpus = view.actors.iter().any(|a| !a.devices.is_empty());
+    let gpu_header = if gpus { "  GPUS" } else { "" };
+    let _ =
+        writeln!(out, "  {:<14} {:<15} {:<14} {:>4} {:>7}{gpu_header}", "ACTOR", "STATE", "NODE", "RANK", "ATTEMPT");
     for a in &view.actors {
         let rank = a.rank.map_or("-".to_string(), |r| r.to_string());
         let node = a.node.as_deref().unwrap_or("-");
+        let devices = match (gpus, a.devices.is_empty()) {
+            (false, _) => String::new(),
+            (true, true) => "  -".to_string(),
+            (true, false) => format!("  {}", a.devices),
+        };
         let _ = writeln!(
             out,
-            "  {:<14} {:<15} {:<14} {:>4} {:>7}",
+            "  {:<14} {:<15} {:<14} {:>4} {:>7}{devices}",
             a.name.to_string(),
             a.state.to_string(),
             node,
@@ -163,6 +174,10 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
     for n in nodes {
         let labels: Vec<String> = n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let state = state_text(&n.state);
+        let mut allocated = n.allocated.to_string();
+        if !n.devices_held.is_empty() {
+            allocated.push_str(&format!(" (gpu {})", n.devices_held));
+        }
         let _ = writeln!(
             out,
             "{:<14} {:<9} {:<16} {:<28} {:<28} {}",
@@ -170,7 +185,7 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
             state,
             n.addr,
             n.resources.to_string(),
-            n.allocated.to_string(),
+            allocated,
             labels.join(",")
         );
     }

@@ -18,6 +18,7 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         min_nodes: args.min_nodes,
         max_nodes: args.max_nodes,
         hot_spares: args.hot_spares,
+        nproc_per_node: args.nproc_per_node,
         priority: args.priority,
     };
     let spec =

@@ -6,7 +6,7 @@
 //! | `GET /v1/jobs`, `GET /v1/jobs/{id}` | job views (DESIGN §7 shapes) |
 //! | `POST /v1/jobs/{id}/stop` | stop a job |
 //! | `GET /v1/jobs/{id}/events`, `GET /v1/events` | NDJSON event stream (a job's ends with it) |
-//! | `GET /v1/jobs/{id}/logs?actor=&attempt=&offset=` | an attempt's log, fetched from its agent |
+//! | `GET /v1/jobs/{id}/logs?actor=&attempt=&offset=&local_rank=` | an attempt's log (or one worker's), fetched from its agent |
 //! | `GET /v1/nodes`, `POST /v1/nodes/{name}/drain` | nodes; a preemption notice |
 //! | `GET /v1/agent` | the agents' WebSocket channel |
 //! | `GET /v1/health` | `recovering` (a restarted head waiting for its nodes), job and node counts |
@@ -247,6 +247,8 @@ struct LogQuery {
     attempt: Option<u32>,
     #[serde(default)]
     offset: u64,
+    /// One worker's output instead of the group's.
+    local_rank: Option<u32>,
 }
 
 /// Fetches a slice of an attempt's log from the agent that ran it. Headers say which attempt,
@@ -262,21 +264,25 @@ async fn job_logs(
         state.head.send(LocateLog { job, actor: query.actor, attempt: query.attempt }).await.map_err(mailbox)??;
     let unreachable =
         |e: reqwest::Error| ApiError::Unavailable(format!("cannot reach the agent on {}: {e}", source.node));
+    let worker = query.local_rank.map(|l| format!("&local_rank={l}")).unwrap_or_default();
     let response = state
         .http
-        .get(format!("{}?offset={}", source.url, query.offset))
+        .get(format!("{}?offset={}{worker}", source.url, query.offset))
         .bearer_auth(&state.token)
         .send()
         .await
         .map_err(unreachable)?;
     let status = response.status();
     let bytes = response.bytes().await.map_err(unreachable)?;
-    // An attempt just started may not have written its log yet: nothing to show so far.
-    let bytes = if status == reqwest::StatusCode::NOT_FOUND && source.running { Bytes::new() } else { bytes };
-    if status == reqwest::StatusCode::NOT_FOUND && !source.running {
-        return Err(ApiError::NotFound(format!("node {} has no log for attempt {}", source.node, source.attempt)));
-    }
-    if !status.is_success() {
+    let bytes = match status {
+        // An attempt just started may not have written its log yet: nothing to show so far.
+        reqwest::StatusCode::NOT_FOUND if source.running => Bytes::new(),
+        reqwest::StatusCode::NOT_FOUND => {
+            return Err(ApiError::NotFound(format!("node {} has no log for attempt {}", source.node, source.attempt)))
+        }
+        _ => bytes,
+    };
+    if !status.is_success() && status != reqwest::StatusCode::NOT_FOUND {
         return Err(ApiError::Unavailable(format!("the agent on {} answered {status}", source.node)));
     }
     Ok(HttpResponse::Ok()

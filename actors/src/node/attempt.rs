@@ -27,7 +27,10 @@ struct Record {
 /// What a supervisor said about its attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Report {
-    Started { pgid: i32 },
+    /// The workers' process groups, by local rank.
+    Started {
+        pgids: Vec<i32>,
+    },
     SpawnFailed(String),
     Ended(ExitStatus),
 }
@@ -112,6 +115,10 @@ fn supervisor_command(
         .arg(dir)
         .arg("--reattach-grace-ms")
         .arg(reattach_grace_ms.to_string())
+        .args(["--workers", &spec.nproc_per_node.to_string(), "--group-rank", &spec.group_rank.to_string()])
+        .args(["--stop-grace-ms", &spec.stop_grace_ms.to_string()])
+        .arg("--log")
+        .arg(log)
         .arg("--")
         .args(&spec.command)
         .envs(extra_env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -186,8 +193,9 @@ async fn attach(
             tokio::select! {
                 line = lines.next_line() => match line {
                     Ok(Some(line)) => {
-                        if let Some(pgid) = line.strip_prefix("started ").and_then(|p| p.parse().ok()) {
-                            let _ = reports.send((key.clone(), Report::Started { pgid }));
+                        if let Some(pgids) = line.strip_prefix("started ") {
+                            let pgids = pgids.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+                            let _ = reports.send((key.clone(), Report::Started { pgids }));
                         }
                     }
                     _ => break,
@@ -217,10 +225,10 @@ fn ended(dir: &Path) -> Report {
     if let Ok(message) = std::fs::read_to_string(dir.join(FAILED_RECORD)) {
         return Report::SpawnFailed(message);
     }
-    // The supervisor died without a record (killed outright): take its group down too.
-    if let Some(pgid) = std::fs::read_to_string(dir.join(PID_RECORD)).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
-        // SAFETY: kill has no memory preconditions; a group that is gone is simply not found.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    // The supervisor died without a record (killed outright): take its workers down too.
+    let pgids = std::fs::read_to_string(dir.join(PID_RECORD)).unwrap_or_default();
+    for pgid in pgids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+        super::workers::signal_group(pgid, libc::SIGKILL);
     }
     Report::Ended(ExitStatus::signal(libc::SIGKILL, false))
 }

@@ -1,12 +1,22 @@
-//! What this machine offers by default: CPUs, memory, GPUs, and the address peers reach it at.
+//! What this machine offers by default: CPUs, memory, NVIDIA GPUs (which devices, which
+//! model), and the address peers reach it at.
 
+use ftdrive::resources::Devices;
 use ftdrive::Resources;
 use std::net::{ToSocketAddrs, UdpSocket};
+use std::path::Path;
 
-/// `cpu` = online CPUs, `memory_mb` from /proc/meminfo, `gpu` = NVIDIA devices in /dev.
+/// Where the NVIDIA kernel driver lists its GPUs, one directory per PCI bus id.
+const NVIDIA_PROC_DIR: &str = "/proc/driver/nvidia/gpus";
+
+/// The label a node's GPU model is published under (as Kubernetes GPU feature discovery's
+/// `nvidia.com/gpu.product`: the model with spaces as dashes).
+pub const GPU_MODEL_LABEL: &str = "gpu.model";
+
+/// `cpu` = online CPUs, `memory_mb` from /proc/meminfo (`gpu` is set from [`Gpus`]).
 pub fn machine_resources() -> Resources {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    Resources::units(&[("cpu", cpus), ("memory_mb", memory_mb()), ("gpu", gpu_count())])
+    Resources::units(&[("cpu", cpus), ("memory_mb", memory_mb())])
 }
 
 fn memory_mb() -> u64 {
@@ -17,17 +27,87 @@ fn memory_mb() -> u64 {
         .map_or(0, |kb| kb / 1024)
 }
 
-fn gpu_count() -> u64 {
-    let Ok(entries) = std::fs::read_dir("/dev") else { return 0 };
-    entries
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix("nvidia"))
-                .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit()))
-        })
-        .count() as u64
+/// The GPUs a node offers: device indices as `CUDA_VISIBLE_DEVICES` numbers them (PCI bus
+/// order, which is `nvidia-smi`'s order; the agent sets `CUDA_DEVICE_ORDER=PCI_BUS_ID` so that
+/// CUDA agrees), and their model.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gpus {
+    pub devices: Devices,
+    pub model: Option<String>,
+}
+
+impl Gpus {
+    /// The NVIDIA GPUs of this machine: from the kernel driver's `/proc` entries, or else from
+    /// `nvidia-smi -L`; none when neither is there.
+    pub fn detect() -> Gpus {
+        let from_proc = from_proc_dir(Path::new(NVIDIA_PROC_DIR));
+        if !from_proc.devices.is_empty() {
+            return from_proc;
+        }
+        let listed = std::process::Command::new("nvidia-smi").arg("-L").output();
+        match listed {
+            Ok(out) if out.status.success() => from_smi_list(&String::from_utf8_lossy(&out.stdout)),
+            _ => Gpus::default(),
+        }
+    }
+
+    /// `--gpus`: `none`, or device indices `0,1,...`; the model is detected.
+    pub fn parse_flag(text: &str) -> Result<Gpus, String> {
+        if text.trim() == "none" {
+            return Ok(Gpus::default());
+        }
+        let indices = text
+            .split(',')
+            .map(|i| i.trim().parse::<u32>().map_err(|_| format!("`{i}` is not a device index")))
+            .collect::<Result<Vec<u32>, String>>()?;
+        let devices = Devices::from_indices(&indices)?;
+        if devices.count() as usize != indices.len() {
+            return Err(format!("`{text}` names a device twice"));
+        }
+        Ok(Gpus { devices, model: Gpus::detect().model })
+    }
+
+    /// The `gpu.model` label value: the model with spaces as dashes.
+    pub fn model_label(&self) -> Option<String> {
+        self.model.as_ref().map(|m| m.split_whitespace().collect::<Vec<_>>().join("-"))
+    }
+}
+
+/// One `information` file per GPU under the driver's directory, whose entries are named by PCI
+/// bus id: sorted by it, their positions are the device indices.
+fn from_proc_dir(dir: &Path) -> Gpus {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Gpus::default() };
+    let mut buses: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    buses.sort();
+    let models: Vec<Option<String>> = buses
+        .iter()
+        .map(|bus| std::fs::read_to_string(bus.join("information")).ok().and_then(|text| field(&text, "Model")))
+        .collect();
+    let count = models.len() as u32;
+    Gpus { devices: Devices::first(count), model: models.into_iter().flatten().next() }
+}
+
+fn field(text: &str, name: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (key, value) = l.split_once(':')?;
+        (key.trim() == name).then(|| value.trim().to_string())
+    })
+}
+
+/// `GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)`, one line per device.
+fn from_smi_list(text: &str) -> Gpus {
+    let mut indices = Vec::new();
+    let mut model = None;
+    for line in text.lines() {
+        let Some((head, rest)) = line.strip_prefix("GPU ").and_then(|l| l.split_once(':')) else { continue };
+        let Ok(index) = head.trim().parse::<u32>() else { continue };
+        indices.push(index);
+        let name = rest.split(" (UUID").next().unwrap_or(rest).trim();
+        if model.is_none() && !name.is_empty() {
+            model = Some(name.to_string());
+        }
+    }
+    Gpus { devices: Devices::from_indices(&indices).unwrap_or_default(), model }
 }
 
 /// The local address this machine uses to reach the head: what other ranks should dial.
@@ -51,5 +131,38 @@ mod tests {
         let r = machine_resources();
         assert!(r.milli("cpu") >= 1000);
         assert_eq!(address_towards("http://127.0.0.1:7380"), "127.0.0.1");
+    }
+
+    #[test]
+    fn reads_the_drivers_proc_entries_in_bus_order() {
+        let dir = tempfile::tempdir().unwrap();
+        for bus in ["0000:c1:00.0", "0000:41:00.0"] {
+            std::fs::create_dir(dir.path().join(bus)).unwrap();
+            let info = "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 42\nDevice Minor: \t 1\n";
+            std::fs::write(dir.path().join(bus).join("information"), info).unwrap();
+        }
+        let gpus = from_proc_dir(dir.path());
+        assert_eq!(gpus.devices.to_string(), "0,1");
+        assert_eq!(gpus.model.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+        assert_eq!(gpus.model_label().as_deref(), Some("NVIDIA-H100-80GB-HBM3"));
+        assert_eq!(from_proc_dir(&dir.path().join("absent")), Gpus::default());
+    }
+
+    #[test]
+    fn reads_nvidia_smi_listing() {
+        let text = "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-1b2c)\nGPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-3d4e)\n";
+        let gpus = from_smi_list(text);
+        assert_eq!(gpus.devices.to_string(), "0,1");
+        assert_eq!(gpus.model.as_deref(), Some("NVIDIA A100-SXM4-40GB"));
+        assert_eq!(from_smi_list("No devices were found\n"), Gpus::default());
+    }
+
+    #[test]
+    fn gpus_flag_takes_indices_or_none() {
+        assert_eq!(Gpus::parse_flag("0,1,2,3").unwrap().devices.to_string(), "0,1,2,3");
+        assert!(Gpus::parse_flag("none").unwrap().devices.is_empty());
+        assert!(Gpus::parse_flag("0,x").unwrap_err().contains("`x` is not a device index"));
+        assert!(Gpus::parse_flag("1,1").unwrap_err().contains("twice"));
+        assert!(Gpus::parse_flag("64").unwrap_err().contains("out of range"));
     }
 }

@@ -1,5 +1,6 @@
-//! The agent's log server: each attempt's combined stdout and stderr, read from an offset so
-//! that a follower can poll for what is new. It takes the agent's own credential.
+//! The agent's log server: each attempt's combined stdout and stderr (of a group of several
+//! workers, their lines interleaved with a rank prefix), or one worker's, read from an offset
+//! so that a follower can poll for what is new. It takes the agent's own credential.
 
 use crate::paths::Credential;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
@@ -29,9 +30,27 @@ struct LogState {
 }
 
 #[derive(serde::Deserialize)]
-struct Offset {
+struct LogQuery {
     #[serde(default)]
     offset: u64,
+    /// One worker's own log instead of the group's.
+    local_rank: Option<u32>,
+}
+
+/// The file a query reads: the attempt's log, or one worker's. A single worker writes only the
+/// attempt's log, which is then worker 0's too.
+fn chosen_file(attempt_log: PathBuf, local_rank: Option<u32>) -> PathBuf {
+    match local_rank {
+        None => attempt_log,
+        Some(rank) => {
+            let own = super::workers::worker_log(&attempt_log, rank);
+            if rank == 0 && !own.exists() {
+                attempt_log
+            } else {
+                own
+            }
+        }
+    }
 }
 
 /// Starts the log server on `addr:0`; returns its base URL and the server to run.
@@ -56,7 +75,7 @@ async fn read_log(
     req: HttpRequest,
     state: web::Data<LogState>,
     path: web::Path<(String, u32, u32)>,
-    query: web::Query<Offset>,
+    query: web::Query<LogQuery>,
 ) -> HttpResponse {
     let given =
         req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
@@ -71,6 +90,7 @@ async fn read_log(
     let Some(file) = log_path(&state.dir, &job, actor, attempt) else {
         return HttpResponse::BadRequest().json(serde_json::json!({"error": "bad job id"}));
     };
+    let file = chosen_file(file, query.local_rank);
     match read_from(&file, query.offset) {
         Ok(bytes) => HttpResponse::Ok().content_type("text/plain; charset=utf-8").body(bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

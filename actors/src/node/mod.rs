@@ -13,12 +13,14 @@ pub mod detect;
 mod link;
 pub mod logs;
 pub mod supervisor;
+mod workers;
 
 use crate::paths::Credential;
 use actix::prelude::*;
 use attempt::{Command, Report};
 use ftdrive::agent::{Agent, AgentEffect, AgentIdentity, AgentInput, Recovered};
 use ftdrive::protocol::{AttemptKey, StartSpec, ToAgent, ToHead};
+use ftdrive::resources::Devices;
 use ftdrive::{Instant, Labels, NodeId, Resources};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -39,6 +41,8 @@ pub struct NodeOptions {
     pub name: NodeId,
     pub resources: Resources,
     pub labels: Labels,
+    /// The GPU devices it offers (as many as its `gpu` resource).
+    pub devices: Devices,
     /// The address other ranks reach this node at (`MASTER_ADDR` when it holds rank 0).
     pub addr: String,
     /// Logs under `<state_dir>/logs`, attempt records under `<state_dir>/attempts`.
@@ -54,12 +58,11 @@ pub struct NodeOptions {
 /// How the agent reaches one attempt's supervisor.
 enum Supervision {
     /// Being launched; a stop asked for meanwhile is delivered once it is up.
-    Launching {
-        pending: Option<Command>,
-    },
+    Launching { pending: Option<Command> },
     Attached {
         commands: UnboundedSender<Command>,
-        pgid: Option<i32>,
+        /// The workers' process groups, once the supervisor said.
+        pgids: Vec<i32>,
     },
 }
 
@@ -91,10 +94,13 @@ impl NodeAgent {
             resources: opts.resources.clone(),
             labels: opts.labels.clone(),
             addr: opts.addr.clone(),
+            devices: (!opts.devices.is_empty()).then_some(opts.devices),
             log_url,
         };
-        let supervisors =
-            attached.into_iter().map(|(key, commands)| (key, Supervision::Attached { commands, pgid: None })).collect();
+        let supervisors = attached
+            .into_iter()
+            .map(|(key, commands)| (key, Supervision::Attached { commands, pgids: Vec::new() }))
+            .collect();
         NodeAgent {
             protocol: Agent::new(identity, crate::paths::incarnation(), recovered),
             opts,
@@ -198,7 +204,7 @@ impl NodeAgent {
                 if let Some(command) = pending {
                     let _ = commands.send(command);
                 }
-                self.supervisors.insert(key, Supervision::Attached { commands, pgid: None });
+                self.supervisors.insert(key, Supervision::Attached { commands, pgids: Vec::new() });
             }
             Err(message) => {
                 self.supervisors.remove(&key);
@@ -219,9 +225,9 @@ impl NodeAgent {
 
     fn supervised(&mut self, key: AttemptKey, report: Report, ctx: &mut Context<Self>) {
         match report {
-            Report::Started { pgid } => {
-                if let Some(Supervision::Attached { pgid: known, .. }) = self.supervisors.get_mut(&key) {
-                    *known = Some(pgid);
+            Report::Started { pgids } => {
+                if let Some(Supervision::Attached { pgids: known, .. }) = self.supervisors.get_mut(&key) {
+                    *known = pgids;
                 }
                 self.input(AgentInput::Spawned { key }, ctx);
             }
@@ -236,11 +242,10 @@ impl NodeAgent {
     /// Kills every attempt at once (an embedded cluster shutting down, Ctrl-C).
     fn kill_all(&mut self) {
         for supervision in self.supervisors.values() {
-            if let Supervision::Attached { commands, pgid } = supervision {
+            if let Supervision::Attached { commands, pgids } = supervision {
                 let _ = commands.send(Command::Kill);
-                if let Some(pgid) = pgid {
-                    // SAFETY: kill has no memory preconditions; a gone group is not found.
-                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                for pgid in pgids {
+                    workers::signal_group(*pgid, libc::SIGKILL);
                 }
             }
         }

@@ -1,6 +1,7 @@
-//! The attempt supervisor, `ftdrive __attempt --dir DIR --reattach-grace-ms G -- COMMAND...`:
-//! a small process between the agent and one attempt's command, in its own session so that
-//! nothing the agent's terminal or process group receives reaches it.
+//! The attempt supervisor, `ftdrive __attempt --dir DIR --reattach-grace-ms G [--workers N
+//! --group-rank R --stop-grace-ms S --log FILE] -- COMMAND...`: a small process between the
+//! agent and one attempt's worker group (`workers.rs`), in its own session so that nothing the
+//! agent's terminal or process group receives reaches it.
 //!
 //! It exists so that restarting the agent loses no work (DESIGN §10), and so that nothing
 //! outlives its attempt:
@@ -8,23 +9,29 @@
 //! - **SV-1 outlives the agent, for a while.** The agent talks to it over a unix socket in the
 //!   attempt's directory. When that connection drops, the supervisor waits `reattach_grace_ms`
 //!   for an agent to connect again (a restarted agent scans its state dir and does); if none
-//!   does, it kills the command's process group.
-//! - **SV-2 leaves a record.** When the command ends, the supervisor writes how (`exit`, an
+//!   does, it kills the workers' process groups.
+//! - **SV-2 leaves a record.** When the group ends, the supervisor writes how (`exit`, an
 //!   `ExitStatus` in JSON) before it tells a connected agent and exits, so that an agent that
-//!   was away still learns it. A command that cannot start leaves `failed` instead.
-//! - **SV-3 takes everything down.** The command leads its own process group and dies with the
-//!   supervisor (parent-death signal); when it ends, whatever it left in its group is killed.
-//! - **SV-4 stops escalate here.** `stop G` sends SIGTERM to the group and SIGKILL after G ms,
-//!   whether or not an agent is still connected by then.
+//!   was away still learns it. A group that cannot start leaves `failed` instead.
+//! - **SV-3 takes everything down.** Each worker leads its own process group and dies with the
+//!   supervisor (parent-death signal); when a worker ends, whatever it left in its group is
+//!   killed.
+//! - **SV-4 stops escalate here.** `stop G` sends SIGTERM to every worker's group and SIGKILL
+//!   after G ms, whether or not an agent is still connected by then.
+//! - **SV-5 one failing worker ends the group.** As torchrun's agent does: the first worker to
+//!   fail has its peers stopped (SIGTERM, SIGKILL after the spec's `stop_grace_ms`), and the
+//!   group ends with that worker's status, naming its local rank. A worker that succeeds waits
+//!   for its peers; the group succeeds when all have.
 //!
-//! Socket lines, supervisor → agent: `started PID`, `failed MESSAGE`, `exited` (the record is
-//! written); agent → supervisor: `stop GRACE_MS`, `kill`.
+//! Socket lines, supervisor → agent: `started PGID...` (one per worker), `failed MESSAGE`,
+//! `exited` (the record is written); agent → supervisor: `stop GRACE_MS`, `kill`.
 
+use super::workers::{self, signal_group, Group, GroupSpec};
 use ftdrive::protocol::ExitStatus;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::FromRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
@@ -34,25 +41,39 @@ pub const STATUS_FD: i32 = 3;
 pub const SOCKET: &str = "sock";
 pub const EXIT_RECORD: &str = "exit";
 pub const FAILED_RECORD: &str = "failed";
+/// The workers' process group ids, one per line.
 pub const PID_RECORD: &str = "pid";
+/// How long the workers' last output may take to reach the logs once they ended.
+const DRAIN_OUTPUT_MS: u64 = 2_000;
 
 struct Args {
     dir: PathBuf,
     reattach_grace_ms: u64,
-    command: Vec<String>,
+    stop_grace_ms: u64,
+    group: GroupSpec,
 }
 
 enum Event {
-    Exited(std::process::ExitStatus),
+    Exited(u32, std::process::ExitStatus),
     Attached(u64, UnixStream),
     Line(u64, String),
     Detached(u64),
 }
 
+/// How the group stands: who still runs, and the first failure, if any (SV-5).
+struct Progress {
+    pgids: Vec<i32>,
+    running: u32,
+    failure: Option<(u32, std::process::ExitStatus)>,
+}
+
 /// Runs the supervisor; never returns.
 pub fn run(args: &[String]) -> ! {
     let Some(args) = parse(args) else {
-        eprintln!("usage: ftdrive __attempt --dir DIR --reattach-grace-ms MS -- COMMAND [ARGS...]");
+        eprintln!(
+            "usage: ftdrive __attempt --dir DIR --reattach-grace-ms MS [--workers N --group-rank R \
+             --stop-grace-ms MS --log FILE] -- COMMAND [ARGS...]"
+        );
         std::process::exit(2);
     };
     // SAFETY: fcntl only changes a descriptor flag of this process.
@@ -63,31 +84,37 @@ pub fn run(args: &[String]) -> ! {
         Ok(listener) => listener,
         Err(e) => fail(&mut status, &args.dir, &format!("cannot listen in {}: {e}", args.dir.display())),
     };
-    let child = match spawn(&args.command) {
-        Ok(child) => child,
-        Err(e) => fail(&mut status, &args.dir, &e.to_string()),
+    let group = match workers::start(&args.group) {
+        Ok(group) => group,
+        Err(e) => fail(&mut status, &args.dir, &e),
     };
-    let pid = child.id() as i32;
-    let _ = write_atomic(&args.dir.join(PID_RECORD), pid.to_string().as_bytes());
-    let _ = writeln!(status, "ok {pid}");
+    let pgids: Vec<String> = group.pgids.iter().map(i32::to_string).collect();
+    let _ = write_atomic(&args.dir.join(PID_RECORD), pgids.join("\n").as_bytes());
+    let _ = writeln!(status, "ok {}", pgids[0]);
     drop(status);
-    supervise(child, pid, listener, &args)
+    supervise(group, listener, &args)
 }
 
 fn parse(args: &[String]) -> Option<Args> {
-    let mut dir = None;
-    let mut grace = None;
+    let (mut dir, mut grace, mut log) = (None, None, None);
+    let (mut workers, mut group_rank, mut stop_grace_ms) = (1, 0, 0);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
+        let mut value = || rest.next().cloned();
         match arg.as_str() {
-            "--dir" => dir = rest.next().map(PathBuf::from),
-            "--reattach-grace-ms" => grace = rest.next().and_then(|g| g.parse().ok()),
+            "--dir" => dir = value().map(PathBuf::from),
+            "--reattach-grace-ms" => grace = value().and_then(|g| g.parse().ok()),
+            "--workers" => workers = value()?.parse().ok().filter(|n| *n >= 1)?,
+            "--group-rank" => group_rank = value()?.parse().ok()?,
+            "--stop-grace-ms" => stop_grace_ms = value()?.parse().ok()?,
+            "--log" => log = value().map(PathBuf::from),
             "--" => break,
             _ => return None,
         }
     }
     let command: Vec<String> = rest.cloned().collect();
-    (!command.is_empty()).then_some(Args { dir: dir?, reattach_grace_ms: grace?, command })
+    let group = GroupSpec { command, workers, group_rank, log };
+    (!group.command.is_empty()).then_some(Args { dir: dir?, reattach_grace_ms: grace?, stop_grace_ms, group })
 }
 
 fn bind(dir: &Path) -> std::io::Result<UnixListener> {
@@ -96,38 +123,25 @@ fn bind(dir: &Path) -> std::io::Result<UnixListener> {
     UnixListener::bind(path)
 }
 
-/// SV-3: the command leads its own group and receives SIGKILL if the supervisor dies.
-fn spawn(command: &[String]) -> std::io::Result<std::process::Child> {
-    let mut cmd = std::process::Command::new(&command[0]);
-    cmd.args(&command[1..]);
-    // SAFETY: between fork and exec only async-signal-safe calls on the child's own state.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setpgid(0, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
-}
-
-/// SV-2 for a command that never ran.
+/// SV-2 for a group that never ran.
 fn fail(status: &mut std::fs::File, dir: &Path, message: &str) -> ! {
     let _ = write_atomic(&dir.join(FAILED_RECORD), message.as_bytes());
     let _ = writeln!(status, "err {message}");
     std::process::exit(127);
 }
 
-fn supervise(mut child: std::process::Child, pgid: i32, listener: UnixListener, args: &Args) -> ! {
+fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
     let (tx, rx) = channel();
-    let waiter = tx.clone();
-    std::thread::spawn(move || {
-        if let Ok(status) = child.wait() {
-            let _ = waiter.send(Event::Exited(status));
-        }
-    });
+    for (local_rank, mut child) in group.children.drain(..).enumerate() {
+        let waiter = tx.clone();
+        std::thread::spawn(move || {
+            if let Ok(status) = child.wait() {
+                let _ = waiter.send(Event::Exited(local_rank as u32, status));
+            }
+        });
+    }
     std::thread::spawn(move || accept(listener, tx));
+    let mut progress = Progress { pgids: group.pgids.clone(), running: args.group.workers, failure: None };
     let mut agent: Option<(u64, UnixStream)> = None;
     let mut kill_at: Option<Instant> = None;
     // An agent is expected to connect at once; until it does, the grace runs.
@@ -137,14 +151,23 @@ fn supervise(mut child: std::process::Child, pgid: i32, listener: UnixListener, 
         let deadline = [kill_at, alone_since.map(|t| t + grace)].into_iter().flatten().min();
         let wait = deadline.map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
         match rx.recv_timeout(wait) {
-            Ok(Event::Exited(status)) => finish(status, pgid, &args.dir, agent.as_mut().map(|(_, s)| s)),
+            Ok(Event::Exited(local_rank, status)) => {
+                if let Some(stop_at) = progress.worker_ended(local_rank, status, args.stop_grace_ms) {
+                    kill_at = Some(kill_at.map_or(stop_at, |k| k.min(stop_at)));
+                }
+                if progress.running == 0 {
+                    group.drain_output(Duration::from_millis(DRAIN_OUTPUT_MS));
+                    finish(progress.outcome(args.group.workers), &args.dir, agent.as_mut().map(|(_, s)| s));
+                }
+            }
             Ok(Event::Attached(id, mut stream)) => {
-                let _ = writeln!(stream, "started {pgid}");
+                let pgids: Vec<String> = progress.pgids.iter().map(i32::to_string).collect();
+                let _ = writeln!(stream, "started {}", pgids.join(" "));
                 agent = Some((id, stream));
                 alone_since = None;
             }
             Ok(Event::Line(id, line)) if agent.as_ref().is_some_and(|(a, _)| *a == id) => {
-                kill_at = command(&line, pgid).or(kill_at);
+                kill_at = command(&line, &progress.pgids).or(kill_at);
             }
             Ok(Event::Line(..)) => {}
             Ok(Event::Detached(id)) if agent.as_ref().is_some_and(|(a, _)| *a == id) => {
@@ -153,13 +176,41 @@ fn supervise(mut child: std::process::Child, pgid: i32, listener: UnixListener, 
             }
             Ok(Event::Detached(_)) => {}
             Err(RecvTimeoutError::Timeout) => {
-                // The stop's grace is over, or no agent came back in time (SV-1, SV-4).
-                signal_group(pgid, libc::SIGKILL);
+                // A stop's grace is over, or no agent came back in time (SV-1, SV-4, SV-5).
+                signal_all(&progress.pgids, libc::SIGKILL);
                 kill_at = None;
                 alone_since = None;
             }
             Err(RecvTimeoutError::Disconnected) => std::process::exit(1),
         }
+    }
+}
+
+impl Progress {
+    /// SV-3 and SV-5: a worker ended; what it left in its group goes, and the first failure
+    /// stops its peers. Returns when to escalate that stop to SIGKILL.
+    fn worker_ended(&mut self, local_rank: u32, status: std::process::ExitStatus, grace_ms: u64) -> Option<Instant> {
+        self.running -= 1;
+        signal_group(self.pgids[local_rank as usize], libc::SIGKILL);
+        if status.success() || self.failure.is_some() {
+            return None;
+        }
+        self.failure = Some((local_rank, status));
+        if self.running == 0 {
+            return None;
+        }
+        signal_all(&self.pgids, libc::SIGTERM);
+        Some(Instant::now() + Duration::from_millis(grace_ms))
+    }
+
+    /// The group's end: the first failure, or success.
+    fn outcome(&self, workers: u32) -> ExitStatus {
+        let Some((local_rank, status)) = self.failure else { return ExitStatus::code(0) };
+        let ended = match (status.code(), status.signal()) {
+            (Some(code), _) => ExitStatus::code(code),
+            (None, signal) => ExitStatus::signal(signal.unwrap_or(libc::SIGKILL), false),
+        };
+        ExitStatus { worker: (workers > 1).then_some(local_rank), ..ended }
     }
 }
 
@@ -183,29 +234,23 @@ fn accept(listener: UnixListener, tx: Sender<Event>) {
 }
 
 /// Carries out one command from the agent; returns when to escalate to SIGKILL.
-fn command(line: &str, pgid: i32) -> Option<Instant> {
+fn command(line: &str, pgids: &[i32]) -> Option<Instant> {
     match line.split_once(' ').unwrap_or((line, "")) {
         ("stop", grace) => {
-            signal_group(pgid, libc::SIGTERM);
+            signal_all(pgids, libc::SIGTERM);
             let grace_ms = grace.trim().parse::<u64>().unwrap_or(0);
             Some(Instant::now() + Duration::from_millis(grace_ms))
         }
         ("kill", _) => {
-            signal_group(pgid, libc::SIGKILL);
+            signal_all(pgids, libc::SIGKILL);
             None
         }
         _ => None,
     }
 }
 
-/// SV-2 and SV-3: the command ended; kill what it left behind, record how it ended, tell the
-/// agent if one is there, and go.
-fn finish(status: std::process::ExitStatus, pgid: i32, dir: &Path, agent: Option<&mut UnixStream>) -> ! {
-    signal_group(pgid, libc::SIGKILL);
-    let ended = match (status.code(), status.signal()) {
-        (Some(code), _) => ExitStatus::code(code),
-        (None, signal) => ExitStatus::signal(signal.unwrap_or(libc::SIGKILL), false),
-    };
+/// SV-2: the group ended; record how, tell the agent if one is there, and go.
+fn finish(ended: ExitStatus, dir: &Path, agent: Option<&mut UnixStream>) -> ! {
     let record = serde_json::to_vec(&ended).expect("statuses serialize");
     if write_atomic(&dir.join(EXIT_RECORD), &record).is_err() {
         std::process::exit(1);
@@ -217,9 +262,10 @@ fn finish(status: std::process::ExitStatus, pgid: i32, dir: &Path, agent: Option
     std::process::exit(0);
 }
 
-fn signal_group(pgid: i32, signal: i32) {
-    // SAFETY: kill has no memory preconditions; a group that is gone is simply not found.
-    unsafe { libc::kill(-pgid, signal) };
+fn signal_all(pgids: &[i32], signal: i32) {
+    for pgid in pgids {
+        signal_group(*pgid, signal);
+    }
 }
 
 fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {

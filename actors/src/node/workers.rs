@@ -1,0 +1,159 @@
+//! An attempt's local worker group, as the supervisor starts it: `nproc_per_node` copies of the
+//! command, worker `L` with its own `RANK`, `LOCAL_RANK` and `ROLE_RANK` (DESIGN §4), each
+//! leading its own process group and dying with the supervisor. One worker writes straight to
+//! the attempt's log; several have their output relayed line by line into a log of their own
+//! (`attempt-A.L.log`) and into the attempt's log with a `[rankR]: ` prefix, as torchrun's
+//! `--tee 3` with a rank prefix does.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A relayed line longer than this is cut into pieces of this size (a progress bar that never
+/// writes a newline must not grow the supervisor without bound).
+const MAX_LINE_BYTES: u64 = 64 * 1024;
+
+/// What the supervisor is told about the group it runs.
+#[derive(Clone, Debug)]
+pub struct GroupSpec {
+    pub command: Vec<String>,
+    pub workers: u32,
+    pub group_rank: u32,
+    /// The attempt's log (the supervisor's own stdout); worker logs are named beside it.
+    pub log: Option<PathBuf>,
+}
+
+/// The running workers, by local rank.
+pub struct Group {
+    pub children: Vec<Child>,
+    pub pgids: Vec<i32>,
+    /// One message per relay that has copied all its worker wrote.
+    relayed: Receiver<()>,
+    relays: usize,
+}
+
+impl Group {
+    /// Waits, at most `limit`, for the relays to copy what the workers wrote before they ended
+    /// (a descendant that left the worker's group may hold its pipe open for longer).
+    pub fn drain_output(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        for _ in 0..self.relays {
+            if self.relayed.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Where worker `local_rank`'s own log lives, beside the attempt's `attempt-A.log`.
+pub fn worker_log(attempt_log: &Path, local_rank: u32) -> PathBuf {
+    let stem = attempt_log.file_stem().and_then(|s| s.to_str()).unwrap_or("attempt");
+    attempt_log.with_file_name(format!("{stem}.{local_rank}.log"))
+}
+
+/// Starts every worker; if one cannot start, those already started are killed.
+pub fn start(spec: &GroupSpec) -> Result<Group, String> {
+    let combined = Arc::new(Mutex::new(std::io::stdout()));
+    let (done, relayed) = channel();
+    let relays = if spec.workers > 1 { spec.workers as usize } else { 0 };
+    let mut group = Group { children: Vec::new(), pgids: Vec::new(), relayed, relays };
+    for local_rank in 0..spec.workers {
+        match start_worker(spec, local_rank, &combined, &done) {
+            Ok(child) => {
+                group.pgids.push(child.id() as i32);
+                group.children.push(child);
+            }
+            Err(e) => {
+                for pgid in &group.pgids {
+                    signal_group(*pgid, libc::SIGKILL);
+                }
+                return Err(format!("cannot start worker {local_rank} ({}): {e}", spec.command[0]));
+            }
+        }
+    }
+    Ok(group)
+}
+
+fn start_worker(
+    spec: &GroupSpec,
+    local_rank: u32,
+    combined: &Arc<Mutex<std::io::Stdout>>,
+    done: &Sender<()>,
+) -> std::io::Result<Child> {
+    let mut cmd = Command::new(&spec.command[0]);
+    cmd.args(&spec.command[1..]);
+    // Worker 0's variables are already in the supervisor's environment.
+    cmd.envs(ftdrive::driver::env_worker_vars(spec.group_rank, spec.workers, local_rank));
+    // SAFETY: between fork and exec only async-signal-safe calls on the child's own state.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setpgid(0, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    if spec.workers == 1 {
+        return cmd.spawn();
+    }
+    let (reader, writer) = std::io::pipe()?;
+    cmd.stdout(writer.try_clone()?).stderr(writer).stdin(Stdio::null());
+    let own_log = match &spec.log {
+        Some(log) => Some(std::fs::OpenOptions::new().create(true).append(true).open(worker_log(log, local_rank))?),
+        None => None,
+    };
+    let child = cmd.spawn()?;
+    drop(cmd);
+    let prefix = format!("[rank{}]: ", spec.group_rank * spec.workers + local_rank);
+    let (combined, done) = (combined.clone(), done.clone());
+    std::thread::spawn(move || {
+        relay(reader, own_log, &prefix, &combined);
+        let _ = done.send(());
+    });
+    Ok(child)
+}
+
+/// Copies a worker's output, line by line, to its own log and, prefixed, to the attempt's.
+fn relay(pipe: impl Read, mut own_log: Option<std::fs::File>, prefix: &str, combined: &Mutex<std::io::Stdout>) {
+    let mut reader = BufReader::new(pipe);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.by_ref().take(MAX_LINE_BYTES).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if !line.ends_with(b"\n") {
+            line.push(b'\n');
+        }
+        if let Some(log) = own_log.as_mut() {
+            let _ = log.write_all(&line);
+        }
+        let mut prefixed = Vec::with_capacity(prefix.len() + line.len());
+        prefixed.extend_from_slice(prefix.as_bytes());
+        prefixed.extend_from_slice(&line);
+        let mut out = combined.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = out.write_all(&prefixed);
+        let _ = out.flush();
+    }
+}
+
+pub fn signal_group(pgid: i32, signal: i32) {
+    // SAFETY: kill has no memory preconditions; a group that is gone is simply not found.
+    unsafe { libc::kill(-pgid, signal) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_logs_sit_beside_the_attempts() {
+        let log = Path::new("/state/logs/j1/2/attempt-3.log");
+        assert_eq!(worker_log(log, 5), PathBuf::from("/state/logs/j1/2/attempt-3.5.log"));
+    }
+}

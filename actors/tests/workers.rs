@@ -1,0 +1,146 @@
+//! Several workers per node and GPUs on a real cluster (loopback): a 3-node × 2-worker job's
+//! six processes and their environment, per-worker logs, one killed worker ending its group and
+//! restarting the gang, and GPU devices held by one bundle at a time.
+
+mod common;
+
+use common::{running, Cluster};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Stdio;
+
+/// Each worker writes its environment to `env.<RANK>` in the test's directory and says hello.
+const WRITE_ENV: &str = r#"env > "$OUT/env.$RANK"; echo "hello from rank $RANK"; sleep 0.3"#;
+
+fn read_env(path: &Path) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+#[test]
+fn three_nodes_of_two_workers_run_six_processes_with_torchruns_environment() {
+    let c = Cluster::start(&["n1", "n2", "n3"]);
+    let out_dir = c.dir.path().join("envs");
+    std::fs::create_dir(&out_dir).unwrap();
+    let command = format!("OUT={}; {WRITE_ENV}", out_dir.display());
+    let spec =
+        c.spec("six", json!({"command": ["sh", "-c", command], "min_nodes": 3, "max_nodes": 3, "nproc_per_node": 2}));
+    let out = c.try_ftdrive(&["submit", spec.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let mut masters = BTreeSet::new();
+    for rank in 0..6u32 {
+        let env = read_env(&out_dir.join(format!("env.{rank}")));
+        let expected = [
+            ("WORLD_SIZE", "6".to_string()),
+            ("LOCAL_WORLD_SIZE", "2".to_string()),
+            ("LOCAL_RANK", (rank % 2).to_string()),
+            ("GROUP_RANK", (rank / 2).to_string()),
+            ("GROUP_WORLD_SIZE", "3".to_string()),
+            ("ROLE_RANK", rank.to_string()),
+            ("ROLE_WORLD_SIZE", "6".to_string()),
+            ("ROLE_NAME", "six".to_string()),
+        ];
+        for (name, value) in expected {
+            assert_eq!(env.get(name), Some(&value), "rank {rank}: {name}");
+        }
+        masters.insert((env["MASTER_ADDR"].clone(), env["MASTER_PORT"].clone()));
+        assert!(!env.contains_key("FTDRIVE_TOKEN"), "rank {rank} sees the cluster's token");
+    }
+    assert_eq!(masters.len(), 1, "every worker meets at one rendezvous: {masters:?}");
+
+    let group = c.ftdrive(&["logs", "j1", "--actor", "j1/1"]);
+    assert!(
+        group.contains("[rank2]: hello from rank 2\n") && group.contains("[rank3]: hello from rank 3\n"),
+        "{group}"
+    );
+    let one = c.ftdrive(&["logs", "j1", "--actor", "j1/1", "--local-rank", "1"]);
+    assert_eq!(one, "hello from rank 3\n", "one worker's own log, unprefixed");
+    let bad = c.try_ftdrive(&["logs", "j1", "--actor", "j1/1", "--local-rank", "2"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("local ranks 0 to 1"), "{bad:?}");
+}
+
+/// Pid of this test's worker (`sleep`, not its supervisor) of `RANK=<rank>` in the first cycle.
+fn worker_pid(c: &Cluster, rank: u32) -> Option<u32> {
+    let want = [format!("RANK={rank}"), "TORCHELASTIC_RESTART_COUNT=0".to_string()];
+    let is_sleep = |pid: &u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep");
+    c.processes(None).into_iter().filter(is_sleep).find(|pid| {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let vars: Vec<String> = env.split(|b| *b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
+        want.iter().all(|w| vars.contains(w))
+    })
+}
+
+#[test]
+fn a_killed_worker_ends_its_group_and_the_gang_restarts() {
+    let c = Cluster::start(&["n1", "n2"]);
+    let first_cycle_waits = r#"if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exec sleep 60; fi"#;
+    let spec = c.spec(
+        "gang",
+        json!({"command": ["sh", "-c", first_cycle_waits], "min_nodes": 2, "max_nodes": 2, "nproc_per_node": 2,
+               "retries": {"user": 1, "backoff_ms": {"initial": 100, "max": 100}}}),
+    );
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "both groups run", |j| running(j, 2));
+    c.wait_until("all four workers run", |c| (0..4).all(|r| worker_pid(c, r).is_some()));
+    let victim = worker_pid(&c, 3).expect("rank 3 runs");
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+
+    let job = c.wait_for_job(&id, "the gang restarts and succeeds", |j| j["state"] == "SUCCEEDED");
+    assert_eq!(job["cycles"], 2, "{job:#}");
+    let ledger = job["ledger"].as_array().unwrap();
+    let failed = ledger.iter().find(|e| e["actor"] == "j1/1" && e["attempt"] == 1).unwrap();
+    assert_eq!((failed["cause"].as_str(), failed["signal"].as_i64()), (Some("user_error"), Some(9)), "{job:#}");
+    let evidence = failed["evidence"].as_str().unwrap();
+    assert!(evidence.contains("worker 1 (rank 3)"), "the ledger names the worker: {evidence}");
+    let peer = ledger.iter().find(|e| e["actor"] == "j1/0" && e["attempt"] == 1).unwrap();
+    assert_eq!(peer["cause"], "collateral", "{job:#}");
+    c.wait_until("no process of the job is left", |c| c.processes(None).is_empty());
+}
+
+#[test]
+fn a_gpu_bundle_holds_devices_no_other_bundle_holds_and_sees_them() {
+    let mut c = Cluster::start(&[]);
+    let node = c
+        .command()
+        .args(["node", "--name", "g1", "--resources", "cpu=4", "--gpus", "0,1,2,3", "--addr", "127.0.0.1"])
+        .arg("--work-dir")
+        .arg(c.dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    c.nodes.insert("g1".into(), node);
+    c.wait_until("g1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    assert_eq!(c.nodes_json()[0]["resources"]["gpu"], 4, "--gpus sets the gpu resource");
+
+    let out_dir = c.dir.path().join("cvd");
+    std::fs::create_dir(&out_dir).unwrap();
+    let command =
+        format!(r#"echo "$CUDA_VISIBLE_DEVICES" > {}/$FTDRIVE_JOB_ID.$LOCAL_RANK; exec sleep 60"#, out_dir.display());
+    let bundle = json!({"cpu": 1, "gpu": 2});
+    let spec = json!({"command": ["sh", "-c", command], "min_nodes": 1, "max_nodes": 1, "nproc_per_node": 2, "bundle": bundle});
+    let (a, b) = (c.submit_no_wait(&c.spec("a", spec.clone())), c.submit_no_wait(&c.spec("b", spec)));
+    let seen = |job: &str| -> Vec<String> {
+        (0..2)
+            .map(|l| std::fs::read_to_string(out_dir.join(format!("{job}.{l}"))).unwrap_or_default().trim().to_string())
+            .collect()
+    };
+    c.wait_until("both jobs' workers wrote their devices", |_| seen(&a).iter().chain(&seen(&b)).all(|d| !d.is_empty()));
+
+    let (da, db) = (seen(&a), seen(&b));
+    assert_eq!(da[0], da[1], "a group's workers see the same devices");
+    let held: BTreeSet<&str> = da[0].split(',').chain(db[0].split(',')).collect();
+    assert_eq!(held, BTreeSet::from(["0", "1", "2", "3"]), "two devices each, none shared: {da:?} {db:?}");
+    let shown = |job: &str| -> Value { c.job(job)["actors"][0]["devices"].clone() };
+    let as_text = |v: Value| v.as_array().unwrap().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(",");
+    assert_eq!(as_text(shown(&a)), da[0], "status shows the devices CUDA sees");
+    assert_eq!(c.nodes_json()[0]["devices_held"], json!([0, 1, 2, 3]));
+    let table = c.ftdrive(&["status", &a]);
+    assert!(table.contains("GPUS") && table.contains(&da[0]), "{table}");
+    c.ftdrive(&["stop", &a]);
+    c.ftdrive(&["stop", &b]);
+    c.wait_until("the workers are gone", |c| c.processes(None).is_empty());
+}
