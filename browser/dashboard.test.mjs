@@ -1,0 +1,233 @@
+// The dashboard's real-browser test: drives the page a head serves in headless Chromium, as a
+// person would, against a live cluster that actors/tests/dashboard.rs (or a person) set up.
+//
+// Environment:
+//   FTDRIVE_URL         the head's URL (http://127.0.0.1:PORT)
+//   FTDRIVE_TOKEN       its client API token
+//   FTDRIVE_JOB         a job that lost a node in cycle 1 (a `node_lost` / `system` ledger row),
+//                       recovered, and is still RUNNING its second cycle
+//   FTDRIVE_SCREENSHOT  where to save a full-page PNG of the job page (default dashboard.png);
+//                       a second one, `<name>-succeeded.png`, shows the page once the job ended
+//   FTDRIVE_CHROMIUM    the browser (default /usr/bin/chromium)
+//   FTDRIVE_END_WAIT_MS how long to wait for the job to end (default 60000)
+//
+// Exits 0 when every check passed, 1 with a FAIL line saying what did not hold.
+
+import { chromium } from 'playwright-core';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+const CHROMIUM_ARGS = [
+  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  // The machine has no outside network: without these Chromium keeps dialling out.
+  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+];
+const STEP_TIMEOUT_MS = 15_000;
+
+class CheckFailed extends Error {}
+
+function fail(message) {
+  throw new CheckFailed(message);
+}
+
+function ok(what) {
+  console.log(`ok - ${what}`);
+}
+
+function settings() {
+  const missing = ['FTDRIVE_URL', 'FTDRIVE_TOKEN', 'FTDRIVE_JOB'].filter((name) => !process.env[name]);
+  if (missing.length) fail(`set ${missing.join(', ')} (see the comment at the top of this file)`);
+  return {
+    url: process.env.FTDRIVE_URL.trim().replace(/\/$/, ''),
+    token: process.env.FTDRIVE_TOKEN.trim(),
+    job: process.env.FTDRIVE_JOB.trim(),
+    screenshot: path.resolve(process.env.FTDRIVE_SCREENSHOT || 'dashboard.png'),
+    chromium: process.env.FTDRIVE_CHROMIUM || '/usr/bin/chromium',
+    endWaitMs: Number(process.env.FTDRIVE_END_WAIT_MS || 60_000),
+  };
+}
+
+/** Waits until `locator` (its first match) is visible, or fails saying what was expected. */
+async function visible(locator, what, timeout = STEP_TIMEOUT_MS) {
+  try {
+    await locator.first().waitFor({ state: 'visible', timeout });
+  } catch {
+    fail(`${what}: not shown within ${timeout / 1000} s`);
+  }
+  return locator.first();
+}
+
+/** Waits until `locator`'s text contains `text`. */
+async function textContains(locator, text, what, timeout = STEP_TIMEOUT_MS) {
+  const deadline = Date.now() + timeout;
+  let last = '';
+  while (Date.now() < deadline) {
+    last = (await locator.first().textContent().catch(() => '')) || '';
+    if (last.includes(text)) return last;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  fail(`${what}: expected text "${text}", found "${last.trim()}"`);
+}
+
+async function count(locator) {
+  return locator.count();
+}
+
+/** Console errors and uncaught exceptions (a CSP violation shows up as one). */
+function watchForErrors(page) {
+  const problems = [];
+  page.on('pageerror', (error) => problems.push(`uncaught: ${error.message}`));
+  page.on('console', (message) => {
+    if (message.type() !== 'error') return;
+    // The wrong-token step gets its 401 on purpose; Chromium logs every non-2xx fetch.
+    const wrongToken = /status of 401/.test(message.text()) && message.location().url.endsWith('/v1/health');
+    if (wrongToken && problems.expect401) return;
+    problems.push(`console: ${message.text()} (${message.location().url})`);
+  });
+  return problems;
+}
+
+async function signIn(page, s, problems) {
+  await page.goto(s.url + '/', { waitUntil: 'domcontentloaded' });
+  const input = await visible(page.getByLabel('API token'), 'the token prompt');
+  ok('the page asks for the API token');
+
+  problems.expect401 = true;
+  await input.fill('not-the-token');
+  await page.getByRole('button', { name: 'Open dashboard' }).click();
+  await textContains(page.locator('#login-error'), '401', 'the error for a wrong token');
+  problems.expect401 = false;
+  ok('a wrong token is refused, and the prompt says so (401)');
+
+  await input.fill(s.token);
+  await input.press('Enter');
+  await visible(page.getByRole('heading', { level: 1, name: 'Jobs' }), 'the jobs page after signing in');
+  const stored = await page.evaluate(() => sessionStorage.getItem('ftdrive.token'));
+  if (stored !== s.token) fail('the token is not kept in sessionStorage');
+  ok('the right token opens the jobs page and is kept in sessionStorage');
+}
+
+async function openJob(page, s) {
+  const row = await visible(page.locator(`#jobs tbody tr[data-job="${s.job}"]`), `job ${s.job} in the jobs list`);
+  await textContains(row, 'RUNNING', `job ${s.job}'s row`);
+  ok(`the jobs list shows ${s.job} RUNNING`);
+
+  // By keyboard: focus the job's link and press Enter.
+  await row.getByRole('link', { name: s.job }).focus();
+  await page.keyboard.press('Enter');
+  await page.waitForFunction((id) => location.hash === `#/jobs/${id}`, s.job, { timeout: STEP_TIMEOUT_MS })
+    .catch(() => fail(`opening the job did not lead to #/jobs/${s.job}`));
+  await visible(page.getByRole('heading', { level: 1, name: new RegExp(`Job ${s.job}\\b`) }), 'the job page heading');
+  const state = await visible(page.locator('[data-job-state]'), 'the job state');
+  const shown = (await state.textContent()).trim();
+  if (shown !== 'RUNNING') {
+    fail(`the job is ${shown} already; it must still be RUNNING its second cycle when the page opens`);
+  }
+  ok(`the job's link opens #/jobs/${s.job} from the keyboard, state RUNNING`);
+}
+
+/** The `node_lost` row: returns the lost attempt's actor and node. */
+async function checkLedger(page) {
+  const row = await visible(page.locator('#ledger tbody tr[data-cause="node_lost"]'), 'a node_lost row in the ledger');
+  const text = await row.innerText();
+  if (!/\bnode_lost\b/.test(text)) fail(`the node_lost row does not say node_lost: "${text}"`);
+  if (!/\bsystem\b/.test(text)) fail(`the node_lost row does not say the system budget was charged: "${text}"`);
+  const actor = await row.getAttribute('data-actor');
+  const attempt = await row.getAttribute('data-attempt');
+  if (attempt !== '1') fail(`the node_lost row is attempt ${attempt} of ${actor}, expected attempt 1`);
+  const node = (await row.locator('td').nth(2).innerText()).trim();
+  ok(`the ledger shows ${actor} attempt 1 on ${node}: node_lost, charged to system ("${text.replace(/\s+/g, ' ').trim()}")`);
+  return { actor, node };
+}
+
+async function checkTimeline(page, actor) {
+  await visible(page.locator('#timeline-canvas svg'), 'the timeline');
+  const bars = page.locator(`#timeline-canvas g.attempt[data-actor="${actor}"]`);
+  const attempts = await count(bars);
+  if (attempts < 2) fail(`the timeline shows ${attempts} attempt(s) of ${actor}, expected at least 2`);
+  const lost = await count(page.locator(`#timeline-canvas g.attempt[data-actor="${actor}"][data-cause="node_lost"]`));
+  if (lost !== 1) fail(`the timeline has ${lost} node_lost bar(s) for ${actor}, expected 1`);
+  const title = await bars.first().locator('title').textContent();
+  if (!title || !title.includes(actor)) fail(`a timeline bar has no descriptive title: "${title}"`);
+  const marks = await count(page.locator('#timeline-canvas g.cycle-mark'));
+  const second = await count(page.locator('#timeline-canvas g.cycle-mark[data-cycle="2"]'));
+  if (marks < 1 || second < 1) fail(`the timeline marks ${marks} cycle start(s), none for cycle 2`);
+  await textContains(page.locator('#timeline-legend'), 'node_lost', 'the timeline legend');
+  ok(`the timeline shows ${attempts} attempts of ${actor} (one node_lost), ${marks} cycle marks incl. cycle 2, and a legend`);
+}
+
+async function checkNodes(page, lostNode) {
+  await page.getByRole('link', { name: 'Nodes', exact: true }).click();
+  await visible(page.getByRole('heading', { level: 1, name: 'Nodes' }), 'the nodes page');
+  const row = await visible(page.locator(`#nodes tbody tr[data-node="${lostNode}"]`), `node ${lostNode} in the nodes list`);
+  await textContains(row, 'DEAD', `node ${lostNode}'s row`);
+  const alive = await count(page.locator('#nodes tbody tr').filter({ hasText: 'ALIVE' }));
+  if (alive < 1) fail('the nodes page shows no ALIVE node');
+  ok(`the nodes page shows ${lostNode} DEAD and ${alive} ALIVE node(s) with their allocation`);
+  await page.goBack();
+  await visible(page.locator('#ledger'), 'the job page again after going back');
+  ok('the browser\'s back button returns to the job page');
+}
+
+async function waitForTheEnd(page, s) {
+  // A value only this page load holds: a reload would lose it.
+  await page.evaluate(() => { window.ftdriveTestMarker = 'still the same page'; });
+  const started = Date.now();
+  await page.waitForFunction(
+    () => document.querySelector('[data-job-state]')?.textContent.trim() === 'SUCCEEDED',
+    null,
+    { timeout: s.endWaitMs, polling: 200 },
+  ).catch(async () => {
+    const shown = await page.locator('[data-job-state]').first().textContent().catch(() => '?');
+    fail(`the page still shows ${shown} after ${s.endWaitMs / 1000} s; expected SUCCEEDED`);
+  });
+  const marker = await page.evaluate(() => window.ftdriveTestMarker);
+  if (marker !== 'still the same page') fail('the page reloaded; the update must come live');
+  ok(`the page shows SUCCEEDED ${((Date.now() - started) / 1000).toFixed(1)} s later, without a reload`);
+  await textContains(page.locator('#announce'), 'SUCCEEDED', 'the aria-live announcement');
+  ok('the state change is announced in the aria-live region');
+  const completed = await count(page.locator('#ledger tbody tr[data-cause="completed"]'));
+  if (completed < 1) fail('the ledger shows no completed attempt after the job succeeded');
+  ok(`the ledger shows ${completed} completed attempt(s)`);
+}
+
+async function run(s) {
+  const profile = mkdtempSync(path.join(tmpdir(), 'ftdrive-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: s.chromium,
+    headless: true,
+    args: CHROMIUM_ARGS,
+    viewport: { width: 1366, height: 768 },
+  });
+  try {
+    const page = context.pages()[0] || await context.newPage();
+    const problems = watchForErrors(page);
+    await signIn(page, s, problems);
+    await openJob(page, s);
+    const { actor, node } = await checkLedger(page);
+    await checkTimeline(page, actor);
+    await page.screenshot({ path: s.screenshot, fullPage: true });
+    ok(`saved a full-page screenshot to ${s.screenshot}`);
+    await checkNodes(page, node);
+    await waitForTheEnd(page, s);
+    const final = s.screenshot.replace(/(\.png)?$/i, '-succeeded.png');
+    await page.screenshot({ path: final, fullPage: true });
+    ok(`saved the ended job's page to ${final}`);
+    if (problems.length) fail(`the page reported errors:\n  ${problems.join('\n  ')}`);
+    ok('no console errors, uncaught exceptions or CSP violations');
+  } finally {
+    await context.close();
+    rmSync(profile, { recursive: true, force: true });
+  }
+}
+
+try {
+  const s = settings();
+  console.log(`dashboard test: ${s.url}, job ${s.job}, browser ${s.chromium}`);
+  await run(s);
+  console.log('dashboard test passed');
+} catch (error) {
+  console.error(`FAIL: ${error instanceof CheckFailed ? error.message : error.stack || error}`);
+  process.exit(1);
+}
