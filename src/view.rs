@@ -101,6 +101,10 @@ pub struct NodeView {
     pub devices: Devices,
     #[serde(default)]
     pub devices_held: Devices,
+    /// Where the node's agent serves its Prometheus metrics (the runtime knows; the core does
+    /// not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_url: Option<String>,
 }
 
 /// A job as its driver and the scheduler see it.
@@ -183,5 +187,6 @@ pub fn node_view(scheduler: &Scheduler, ix: NodeIx, addr: String) -> NodeView {
         addr,
         devices: node.devices,
         devices_held: node.devices.without(node.free_devices()),
+        metrics_url: None,
     }
 }

@@ -222,6 +222,9 @@ fn the_readme_command_runs_the_demo_to_success() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("job j1 (ring-allreduce) SUCCEEDED"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let dashboard = stderr.lines().find_map(|l| l.strip_prefix("dashboard: ")).expect("the dashboard's URL");
+    assert!(dashboard.starts_with("http://127.0.0.1:") && dashboard.ends_with("/#/jobs/j1"), "{dashboard}");
     let logs: Vec<PathBuf> =
         walk(&state.path().join("local")).into_iter().filter(|p| p.ends_with("attempt-1.log")).collect();
     let rank0 =

@@ -46,6 +46,7 @@ pub async fn submit_and_follow(
         return Ok(Outcome::Done);
     }
     eprintln!("submitted {} ({}) to {}", view.id, view.name, client.base());
+    eprintln!("dashboard: {}/#/jobs/{}", client.base(), view.id);
     let outcome = follow::follow(client, &view.id, on_interrupt).await?;
     if args.output == Output::Json {
         let final_view: JobView = client.get(&format!("/v1/jobs/{}", view.id)).await?;

@@ -10,10 +10,13 @@
 //! | `GET /v1/nodes`, `POST /v1/nodes/{name}/drain` | nodes; a preemption notice |
 //! | `GET /v1/agent` | the agents' WebSocket channel |
 //! | `GET /v1/health` | `recovering` (a restarted head waiting for its nodes), job and node counts |
+//! | `GET /metrics` | Prometheus text (`docs/metrics.md`) |
 //! | `GET /`, `GET /dashboard/{file}` | the dashboard (no token: the page asks for one) |
 
 use super::store::{Store, StoreError};
-use super::{agents, start_actor, ApiError, Drain, Follow, HeadActor, Health, Jobs, LocateLog, Nodes, Stop, Submit};
+use super::{
+    agents, start_actor, ApiError, Drain, Follow, HeadActor, Health, Jobs, LocateLog, Metrics, Nodes, Stop, Submit,
+};
 use actix::prelude::*;
 use actix_web::{
     dev::Payload, http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError,
@@ -111,6 +114,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .route("/v1/nodes/{name}/drain", web::post().to(drain_node))
         .route("/v1/agent", web::get().to(agents::channel))
         .route("/v1/health", web::get().to(health))
+        .route("/metrics", web::get().to(metrics))
         .configure(super::dashboard::routes)
         .default_service(web::to(|_: Authorized| async {
             ApiError::NotFound("no such route; see `ftdrive --help`".into()).error_response()
@@ -219,6 +223,12 @@ async fn events(state: web::Data<ApiState>, job: Option<JobId>) -> Result<HttpRe
 
 async fn health(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(state.head.send(Health).await.map_err(mailbox)?))
+}
+
+/// OpenMetrics text, as Prometheus scrapes it.
+async fn metrics(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    let text = state.head.send(Metrics).await.map_err(mailbox)?;
+    Ok(HttpResponse::Ok().content_type("application/openmetrics-text; version=1.0.0; charset=utf-8").body(text))
 }
 
 async fn list_nodes(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {

@@ -123,6 +123,18 @@ impl Handler<Health> for HeadActor {
     }
 }
 
+/// The Prometheus text exposition of the head's metrics.
+#[derive(Message)]
+#[rtype(result = "String")]
+pub struct Metrics;
+
+impl Handler<Metrics> for HeadActor {
+    type Result = String;
+    fn handle(&mut self, _: Metrics, _: &mut Context<Self>) -> String {
+        self.metrics.render(&self.head)
+    }
+}
+
 #[derive(Message)]
 #[rtype(result = "Vec<NodeView>")]
 pub struct Nodes;
@@ -130,7 +142,11 @@ pub struct Nodes;
 impl Handler<Nodes> for HeadActor {
     type Result = Vec<NodeView>;
     fn handle(&mut self, _: Nodes, _: &mut Context<Self>) -> Self::Result {
-        self.head.node_views()
+        let mut views = self.head.node_views();
+        for view in &mut views {
+            view.metrics_url = self.log_urls.get(view.name.as_str()).map(|url| format!("{url}/metrics"));
+        }
+        views
     }
 }
 
@@ -230,6 +246,9 @@ impl Handler<FromAgent> for HeadActor {
     fn handle(&mut self, msg: FromAgent, ctx: &mut Context<Self>) {
         let node = msg.msg.node().clone();
         let register = matches!(msg.msg, ToHead::Register(_));
+        if matches!(msg.msg, ToHead::Heartbeat { .. }) {
+            self.metrics.observe_heartbeat(&node, std::time::Instant::now());
+        }
         if let ToHead::Register(registration) = &msg.msg {
             self.sessions.insert(node.clone(), Session { id: msg.session, tx: msg.tx.clone() });
             self.log_urls.insert(node.clone(), registration.log_url.clone());
@@ -266,6 +285,7 @@ impl Handler<AgentGone> for HeadActor {
         if let Some(node) = msg.node {
             if self.sessions.get(&node).is_some_and(|s| s.id == msg.session) {
                 self.sessions.remove(&node);
+                self.metrics.forget_node(&node);
             }
         }
     }

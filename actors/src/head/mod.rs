@@ -9,6 +9,7 @@ mod agents;
 mod api;
 mod dashboard;
 mod messages;
+mod metrics;
 mod store;
 
 pub use api::{serve, HeadServer, ServeError, ServeOptions};
@@ -87,6 +88,7 @@ pub struct HeadActor {
     /// A write failed: the head answers with errors until it stops.
     failed: Option<String>,
     timer: Option<(Instant, SpawnHandle)>,
+    metrics: metrics::HeadMetrics,
 }
 
 impl HeadActor {
@@ -106,7 +108,9 @@ impl HeadActor {
                 head.config().node_timeout_ms
             );
         }
+        let metrics = metrics::HeadMetrics::new(head.config().heartbeat_interval_ms);
         HeadActor {
+            metrics,
             head,
             clock_base_ms,
             clock: std::time::Instant::now(),
@@ -294,6 +298,7 @@ impl HeadActor {
 
     fn notify(&mut self, event: Event) {
         log_event(&event);
+        self.metrics.observe_event(&event, std::time::Instant::now());
         let job = event.job().cloned();
         let ended = match &event {
             Event::Job { job, detail: JobEvent::JobState { to, .. } } if to.is_terminal() => Some(job.clone()),

@@ -27,6 +27,7 @@ fn safe_component(part: &str) -> bool {
 struct LogState {
     dir: PathBuf,
     credential: Credential,
+    metrics: super::metrics::AgentMetrics,
 }
 
 #[derive(serde::Deserialize)]
@@ -58,10 +59,14 @@ pub fn serve(
     addr: &str,
     state_dir: PathBuf,
     credential: Credential,
+    metrics: super::metrics::AgentMetrics,
 ) -> std::io::Result<(String, actix_web::dev::Server)> {
-    let state = web::Data::new(LogState { dir: state_dir, credential });
+    let state = web::Data::new(LogState { dir: state_dir, credential, metrics });
     let server = HttpServer::new(move || {
-        App::new().app_data(state.clone()).route("/v1/logs/{job}/{actor}/{attempt}", web::get().to(read_log))
+        App::new()
+            .app_data(state.clone())
+            .route("/v1/logs/{job}/{actor}/{attempt}", web::get().to(read_log))
+            .route("/metrics", web::get().to(metrics_text))
     })
     .workers(1)
     .disable_signals()
@@ -71,20 +76,37 @@ pub fn serve(
     Ok((format!("http://{bound}"), server.run()))
 }
 
+/// Whether the request carries the agent's own credential.
+fn authorized(req: &HttpRequest, state: &LogState) -> bool {
+    let given =
+        req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    match (given, state.credential.read()) {
+        (Some(given), Ok(token)) => crate::paths::constant_time_eq(given.as_bytes(), token.as_bytes()),
+        _ => false,
+    }
+}
+
+fn unauthorized() -> HttpResponse {
+    HttpResponse::Unauthorized().json(serde_json::json!({"error": "missing or wrong bearer token"}))
+}
+
+async fn metrics_text(req: HttpRequest, state: web::Data<LogState>) -> HttpResponse {
+    if !authorized(&req, &state) {
+        return unauthorized();
+    }
+    HttpResponse::Ok()
+        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        .body(state.metrics.render())
+}
+
 async fn read_log(
     req: HttpRequest,
     state: web::Data<LogState>,
     path: web::Path<(String, u32, u32)>,
     query: web::Query<LogQuery>,
 ) -> HttpResponse {
-    let given =
-        req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    let authorized = match (given, state.credential.read()) {
-        (Some(given), Ok(token)) => crate::paths::constant_time_eq(given.as_bytes(), token.as_bytes()),
-        _ => false,
-    };
-    if !authorized {
-        return HttpResponse::Unauthorized().json(serde_json::json!({"error": "missing or wrong bearer token"}));
+    if !authorized(&req, &state) {
+        return unauthorized();
     }
     let (job, actor, attempt) = path.into_inner();
     let Some(file) = log_path(&state.dir, &job, actor, attempt) else {

@@ -12,6 +12,7 @@ mod attempt;
 pub mod detect;
 mod link;
 pub mod logs;
+mod metrics;
 pub mod supervisor;
 mod workers;
 
@@ -79,6 +80,7 @@ pub struct NodeAgent {
     head_node_timeout_ms: Option<u64>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     timer: Option<SpawnHandle>,
+    metrics: metrics::AgentMetrics,
 }
 
 impl NodeAgent {
@@ -88,6 +90,7 @@ impl NodeAgent {
         recovered: Recovered,
         attached: Vec<(AttemptKey, UnboundedSender<Command>)>,
         reports: UnboundedSender<(AttemptKey, Report)>,
+        metrics: metrics::AgentMetrics,
     ) -> NodeAgent {
         let identity = AgentIdentity {
             name: opts.name.clone(),
@@ -113,6 +116,7 @@ impl NodeAgent {
             head_node_timeout_ms: None,
             shutdown: None,
             timer: None,
+            metrics,
         }
     }
 
@@ -208,6 +212,7 @@ impl NodeAgent {
             }
             Err(message) => {
                 self.supervisors.remove(&key);
+                self.metrics.spawn_failed();
                 self.input(AgentInput::SpawnFailed { key, message }, ctx);
             }
         }
@@ -229,14 +234,32 @@ impl NodeAgent {
                 if let Some(Supervision::Attached { pgids: known, .. }) = self.supervisors.get_mut(&key) {
                     *known = pgids;
                 }
+                self.metrics.attempt_started();
                 self.input(AgentInput::Spawned { key }, ctx);
             }
-            Report::SpawnFailed(message) => self.input(AgentInput::SpawnFailed { key, message }, ctx),
+            Report::SpawnFailed(message) => {
+                self.metrics.spawn_failed();
+                self.input(AgentInput::SpawnFailed { key, message }, ctx)
+            }
             Report::Ended(status) => {
                 self.supervisors.remove(&key);
+                self.metrics.attempt_ended(status.code == Some(0));
                 self.input(AgentInput::Exited { key, status }, ctx);
             }
         }
+        self.count_processes();
+    }
+
+    fn count_processes(&self) {
+        let processes = self
+            .supervisors
+            .values()
+            .map(|s| match s {
+                Supervision::Attached { pgids, .. } => pgids.len(),
+                Supervision::Launching { .. } => 0,
+            })
+            .sum();
+        self.metrics.supervising(self.supervisors.len(), processes);
     }
 
     /// Kills every attempt at once (an embedded cluster shutting down, Ctrl-C).
@@ -273,6 +296,7 @@ impl Handler<Linked> for NodeAgent {
     type Result = ();
     fn handle(&mut self, msg: Linked, ctx: &mut Context<Self>) {
         self.link = Some(msg.tx);
+        self.metrics.connected();
         self.input(AgentInput::LinkUp, ctx);
     }
 }
@@ -359,7 +383,8 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
     std::fs::create_dir_all(opts.state_dir.join("logs"))?;
     std::fs::create_dir_all(attempt::attempts_dir(&opts.state_dir))?;
     let bind = if opts.addr.parse::<std::net::IpAddr>().is_ok() { opts.addr.clone() } else { "0.0.0.0".to_string() };
-    let (log_url, log_server) = logs::serve(&bind, opts.state_dir.clone(), opts.credential.clone())?;
+    let metrics = metrics::AgentMetrics::new();
+    let (log_url, log_server) = logs::serve(&bind, opts.state_dir.clone(), opts.credential.clone(), metrics.clone())?;
     let logs = log_server.handle();
     actix::spawn(log_server);
     let (reports, mut incoming) = tokio::sync::mpsc::unbounded_channel();
@@ -372,7 +397,8 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
         );
     }
     let (head_url, credential) = (opts.head_url.clone(), opts.credential.clone());
-    let agent = NodeAgent::new(opts, log_url, recovered, attached, reports);
+    metrics.reattached(recovered.running.len());
+    let agent = NodeAgent::new(opts, log_url, recovered, attached, reports, metrics);
     let heartbeat_ms = agent.heartbeat_ms.clone();
     let agent = agent.start();
     let forward = agent.clone();

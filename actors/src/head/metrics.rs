@@ -1,0 +1,223 @@
+//! The head's Prometheus metrics (DESIGN §12; every name in `docs/metrics.md`): counters and
+//! histograms fed by the events the head already emits and by agents' heartbeats, gauges read
+//! from the core's views when scraped, so no gauge can drift from what `status` shows.
+
+use ftdrive::driver::ActorState;
+use ftdrive::event::{Event, JobEvent};
+use ftdrive::ids::{ActorId, JobId, NodeId};
+use ftdrive::Head;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabel {
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    cause: String,
+    budget: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Latencies from 1 ms to about 2 minutes.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 18))
+}
+
+/// The head's metrics, and the few timestamps needed to turn events into latencies. Each map
+/// holds at most one entry per live actor or node, and entries of a finished job are dropped.
+pub struct HeadMetrics {
+    registry: Registry,
+    jobs: Family<StateLabel, Gauge>,
+    actors: Family<StateLabel, Gauge>,
+    nodes: Family<StateLabel, Gauge>,
+    queue_depth: Family<ClassLabel, Gauge>,
+    attempts: Family<AttemptLabels, Counter>,
+    submissions: Counter,
+    placement_seconds: HistogramFamily<ClassLabel>,
+    replacement_seconds: Histogram,
+    heartbeat_lag_seconds: Histogram,
+    agent_restarts: Counter,
+    reattached: Counter,
+    heartbeat_interval_ms: u64,
+    /// Actors are created in SCHEDULING with their job: until one re-enters it, its wait
+    /// starts at the submission.
+    submitted_at: BTreeMap<JobId, Instant>,
+    scheduling_since: BTreeMap<ActorId, Instant>,
+    failed_at: BTreeMap<ActorId, Instant>,
+    last_heartbeat: BTreeMap<NodeId, Instant>,
+}
+
+impl HeadMetrics {
+    pub fn new(heartbeat_interval_ms: u64) -> HeadMetrics {
+        let mut m = HeadMetrics {
+            registry: Registry::with_prefix("ftdrive"),
+            jobs: Family::default(),
+            actors: Family::default(),
+            nodes: Family::default(),
+            queue_depth: Family::default(),
+            attempts: Family::default(),
+            submissions: Counter::default(),
+            placement_seconds: Family::new_with_constructor(latency_histogram),
+            replacement_seconds: latency_histogram(),
+            heartbeat_lag_seconds: latency_histogram(),
+            agent_restarts: Counter::default(),
+            reattached: Counter::default(),
+            heartbeat_interval_ms,
+            submitted_at: BTreeMap::new(),
+            scheduling_since: BTreeMap::new(),
+            failed_at: BTreeMap::new(),
+            last_heartbeat: BTreeMap::new(),
+        };
+        m.register();
+        m
+    }
+
+    fn register(&mut self) {
+        let r = &mut self.registry;
+        r.register("jobs", "Jobs the head holds, by state", self.jobs.clone());
+        r.register("actors", "Command actors of held jobs, by state", self.actors.clone());
+        r.register("nodes", "Nodes by state", self.nodes.clone());
+        r.register("queue_depth", "Bundles waiting to be placed, by queue class", self.queue_depth.clone());
+        r.register("attempts", "Ended attempts, by cause and the budget charged", self.attempts.clone());
+        r.register("job_submissions", "Jobs accepted", self.submissions.clone());
+        r.register(
+            "placement_seconds",
+            "From an actor entering SCHEDULING to its bundle placed, by queue class",
+            self.placement_seconds.clone(),
+        );
+        r.register(
+            "replacement_seconds",
+            "From an actor's failure to the failed actor (or the spare taking its place) RUNNING again",
+            self.replacement_seconds.clone(),
+        );
+        r.register(
+            "heartbeat_lag_seconds",
+            "How much later than the heartbeat interval each agent heartbeat arrived",
+            self.heartbeat_lag_seconds.clone(),
+        );
+        r.register("agent_restarts", "Agents that came back and re-attached", self.agent_restarts.clone());
+        r.register("reattached_attempts", "Attempts re-attached by restarted agents", self.reattached.clone());
+    }
+
+    /// Feeds one event the head emitted at `now`.
+    pub fn observe_event(&mut self, event: &Event, now: Instant) {
+        match event {
+            Event::JobSubmitted { job, .. } => {
+                self.submissions.inc();
+                self.submitted_at.insert(job.clone(), now);
+            }
+            Event::Placed { job, actor, class, .. } => {
+                let since = self.scheduling_since.remove(actor).or_else(|| self.submitted_at.get(job).copied());
+                if let Some(since) = since {
+                    let class = ClassLabel { class: label(class) };
+                    self.placement_seconds.get_or_create(&class).observe(seconds(since, now));
+                }
+            }
+            Event::AgentRestarted { reattached, .. } => {
+                self.agent_restarts.inc();
+                self.reattached.inc_by(u64::from(*reattached));
+            }
+            Event::Job { job, detail } => self.observe_job_event(job, detail, now),
+            Event::Released { .. } | Event::NodeState { .. } => {}
+        }
+    }
+
+    fn observe_job_event(&mut self, job: &JobId, detail: &JobEvent, now: Instant) {
+        match detail {
+            JobEvent::Transition { actor, to: ActorState::Scheduling, .. } => {
+                self.scheduling_since.insert(actor.clone(), now);
+            }
+            JobEvent::Transition { actor, to: ActorState::Running, .. } => self.replaced(actor, now),
+            JobEvent::Promoted { replaces, .. } => self.replaced(replaces, now),
+            JobEvent::Ledger { entry } => {
+                let labels = AttemptLabels { cause: entry.cause.to_string(), budget: entry.budget.to_string() };
+                self.attempts.get_or_create(&labels).inc();
+                let row = entry.cause.row();
+                if row.actor_failed && !row.fails_job {
+                    self.failed_at.insert(entry.actor.clone(), now);
+                }
+            }
+            JobEvent::JobState { to, .. } if to.is_terminal() => self.forget_job(job),
+            _ => {}
+        }
+    }
+
+    fn replaced(&mut self, actor: &ActorId, now: Instant) {
+        if let Some(failed) = self.failed_at.remove(actor) {
+            self.replacement_seconds.observe(seconds(failed, now));
+        }
+    }
+
+    fn forget_job(&mut self, job: &JobId) {
+        self.submitted_at.remove(job);
+        self.scheduling_since.retain(|actor, _| &actor.job != job);
+        self.failed_at.retain(|actor, _| &actor.job != job);
+    }
+
+    /// A heartbeat from `node` arrived at `now`.
+    pub fn observe_heartbeat(&mut self, node: &NodeId, now: Instant) {
+        if let Some(last) = self.last_heartbeat.insert(node.clone(), now) {
+            let late_ms = now.duration_since(last).as_secs_f64() * 1000.0 - self.heartbeat_interval_ms as f64;
+            self.heartbeat_lag_seconds.observe(late_ms.max(0.0) / 1000.0);
+        }
+    }
+
+    /// A node's session closed: its next heartbeat starts a new series.
+    pub fn forget_node(&mut self, node: &NodeId) {
+        self.last_heartbeat.remove(node);
+    }
+
+    /// The text exposition, with the gauges read from `head` now.
+    pub fn render(&mut self, head: &Head) -> String {
+        self.read_gauges(head);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        text
+    }
+
+    fn read_gauges(&mut self, head: &Head) {
+        for family in [&self.jobs, &self.actors, &self.nodes] {
+            family.clear();
+        }
+        self.queue_depth.clear();
+        for job in head.job_views() {
+            self.jobs.get_or_create(&StateLabel { state: job.state.to_string() }).inc();
+            for actor in &job.actors {
+                self.actors.get_or_create(&StateLabel { state: actor.state.to_string() }).inc();
+            }
+        }
+        for node in head.node_views() {
+            self.nodes.get_or_create(&StateLabel { state: label(&node.state) }).inc();
+        }
+        for key in head.scheduler().queue() {
+            self.queue_depth.get_or_create(&ClassLabel { class: label(&key.class) }).inc();
+        }
+    }
+}
+
+/// A value's name as the API writes it (`"alive"`, `"replacement"`).
+fn label<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        other => format!("{other:?}"),
+    }
+}
+
+fn seconds(from: Instant, to: Instant) -> f64 {
+    to.saturating_duration_since(from).as_secs_f64()
+}

@@ -1,0 +1,125 @@
+//! `/metrics` on the head and on the agents (DESIGN §12): the text is well-formed OpenMetrics
+//! that a Prometheus parser reads, it needs the token, and its counters move as a job runs,
+//! loses a node and recovers.
+
+mod common;
+
+use common::*;
+use prometheus_parse::{Sample, Scrape, Value};
+use serde_json::json;
+
+/// Answers `(status code, body)` of a GET to `url` (`http://host:port/path`).
+fn get(url: &str, token: Option<&str>) -> (u16, String) {
+    let rest = url.trim_start_matches("http://");
+    let (host, path) = rest.split_at(rest.find('/').expect("a URL with a path"));
+    let response = http(&format!("http://{host}"), "GET", path, token, "");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head.split(' ').nth(1).and_then(|code| code.parse().ok()).expect("a status line");
+    (status, body.to_string())
+}
+
+/// Every line is a `# HELP`, `# TYPE`, `# UNIT` or `# EOF` comment, or `name{labels} value`
+/// with a legal name and a number: the parser below skips what it cannot read, so this is the
+/// strict half of "parses as Prometheus text".
+fn assert_well_formed(text: &str) {
+    assert!(text.ends_with("# EOF\n"), "OpenMetrics text ends with # EOF:\n{text}");
+    for line in text.lines() {
+        if let Some(comment) = line.strip_prefix("# ") {
+            let keyword = comment.split(' ').next().unwrap();
+            assert!(["HELP", "TYPE", "UNIT", "EOF"].contains(&keyword), "unknown comment: {line}");
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("no value: {line}"));
+        let name_end = series.find('{').unwrap_or(series.len());
+        let name = &series[..name_end];
+        let legal = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+        assert!(name.starts_with("ftdrive_") && name.chars().all(legal), "bad metric name: {line}");
+        assert!(name_end == series.len() || series.ends_with('}'), "unclosed labels: {line}");
+        assert!(value.parse::<f64>().is_ok() || ["+Inf", "-Inf", "NaN"].contains(&value), "bad value: {line}");
+    }
+}
+
+fn scrape(url: &str, token: &str) -> Scrape {
+    let (status, body) = get(url, Some(token));
+    assert_eq!(status, 200, "{url}: {body}");
+    assert_well_formed(&body);
+    Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("Prometheus text")
+}
+
+fn find<'a>(scrape: &'a Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<&'a Sample> {
+    scrape.samples.iter().find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+}
+
+/// A counter's, gauge's or histogram count's value; 0 for a series not (yet) written.
+fn value(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    match find(scrape, metric, labels).map(|s| &s.value) {
+        None => 0.0,
+        Some(Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v)) => *v,
+        Some(other) => panic!("{metric} is not a single number: {other:?}"),
+    }
+}
+
+/// The summed `_count` of a histogram over all its label sets.
+fn observations(scrape: &Scrape, histogram: &str) -> f64 {
+    let count = format!("{histogram}_count");
+    let counts = scrape.samples.iter().filter(|s| s.metric == count);
+    counts
+        .map(|s| match s.value {
+            Value::Untyped(v) | Value::Counter(v) | Value::Gauge(v) => v,
+            _ => panic!("{count} is not a number: {:?}", s.value),
+        })
+        .sum()
+}
+
+#[test]
+fn metrics_need_the_token_and_move_as_a_job_recovers() {
+    let mut c = Cluster::start(&["n1", "n2", "n3"]);
+    let metrics_url = format!("{}/metrics", c.url);
+    let (status, body) = get(&metrics_url, None);
+    assert_eq!(status, 401, "no token, no metrics: {body}");
+    assert!(serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|v| v["error"].is_string()), "{body}");
+    assert_eq!(get(&metrics_url, Some("wrong")).0, 401);
+
+    let idle = scrape(&metrics_url, &c.token());
+    assert_eq!(value(&idle, "ftdrive_nodes", &[("state", "ALIVE")]), 3.0);
+    assert_eq!(value(&idle, "ftdrive_job_submissions_total", &[]), 0.0);
+
+    let spec = c.spec("recovers", json!({"command": ["sh", "-c", LONG_THEN_SHORT], "min_nodes": 2, "max_nodes": 2}));
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "it runs", |j| running(j, 2));
+    let busy = scrape(&metrics_url, &c.token());
+    assert_eq!(value(&busy, "ftdrive_job_submissions_total", &[]), 1.0);
+    assert_eq!(value(&busy, "ftdrive_jobs", &[("state", "RUNNING")]), 1.0);
+    assert_eq!(value(&busy, "ftdrive_actors", &[("state", "RUNNING")]), 2.0);
+    assert_eq!(observations(&busy, "ftdrive_placement_seconds"), 2.0, "both bundles placed once");
+    assert_eq!(value(&busy, "ftdrive_attempts_total", &[("cause", "node_lost")]), 0.0);
+
+    let (_, lost) = actor_on_rank(&job, 0);
+    c.kill_node(&lost);
+    c.wait_for_job(&id, "it recovers and succeeds", |j| j["state"] == "SUCCEEDED");
+    let after = scrape(&metrics_url, &c.token());
+    assert_eq!(value(&after, "ftdrive_attempts_total", &[("cause", "node_lost"), ("budget", "system")]), 1.0);
+    assert_eq!(value(&after, "ftdrive_attempts_total", &[("cause", "completed"), ("budget", "none")]), 2.0);
+    assert_eq!(observations(&after, "ftdrive_replacement_seconds"), 1.0, "one failure, one replacement");
+    assert!(observations(&after, "ftdrive_placement_seconds") >= 3.0, "the lost bundle was placed again");
+    assert_eq!(value(&after, "ftdrive_jobs", &[("state", "SUCCEEDED")]), 1.0);
+    assert_eq!(value(&after, "ftdrive_jobs", &[("state", "RUNNING")]), 0.0, "gauges are read afresh");
+    assert_eq!(value(&after, "ftdrive_nodes", &[("state", "DEAD")]), 1.0);
+    assert!(observations(&after, "ftdrive_heartbeat_lag_seconds") > 0.0, "heartbeats were measured");
+
+    // Each agent serves its own; together the survivors started and saw succeed the second
+    // cycle's two attempts.
+    let nodes = c.nodes_json();
+    let survivors: Vec<&serde_json::Value> =
+        nodes.as_array().unwrap().iter().filter(|n| n["name"] != lost.as_str()).collect();
+    let mut succeeded = 0.0;
+    for node in survivors {
+        let url = node["metrics_url"].as_str().expect("nodes say where their agent's metrics are");
+        assert_eq!(get(url, None).0, 401, "an agent's metrics need its credential too");
+        let agent = scrape(url, &c.token());
+        assert!(value(&agent, "ftdrive_agent_head_connections_total", &[]) >= 1.0);
+        assert_eq!(value(&agent, "ftdrive_agent_attempts", &[]), 0.0, "nothing left running");
+        succeeded += value(&agent, "ftdrive_agent_attempts_ended_total", &[("outcome", "succeeded")]);
+    }
+    assert_eq!(succeeded, 2.0);
+}
