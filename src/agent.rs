@@ -44,6 +44,8 @@ pub struct AgentIdentity {
     pub devices: Option<Devices>,
     /// Where this agent serves attempt logs (the runtime's; empty in the simulator).
     pub log_url: String,
+    /// The secret that tells this agent from another under the same name (the runtime's).
+    pub identity: String,
 }
 
 /// How an attempt ended, as the agent reports it.
@@ -314,6 +316,7 @@ impl Agent {
             addr: id.addr.clone(),
             devices: id.devices,
             log_url: id.log_url.clone(),
+            identity: id.identity.clone(),
             running: self.procs.keys().cloned().collect(),
             ended: self.unacked.keys().cloned().collect(),
         };
@@ -336,6 +339,8 @@ impl Agent {
                     self.register();
                 }
             }
+            // The runtime ends the agent; nothing here changes.
+            ToAgent::NameInUse { .. } => {}
             ToAgent::Start(spec) => self.start(spec),
             ToAgent::Stop { key, grace_ms } => self.stop(key, grace_ms),
             ToAgent::AckExit { key } => {
@@ -528,6 +533,7 @@ mod tests {
             addr: "10.0.0.1".into(),
             devices: None,
             log_url: String::new(),
+            identity: String::new(),
         };
         let mut a = Agent::new(identity, 7, recovered);
         a.handle(Instant::ZERO, AgentInput::LinkUp);

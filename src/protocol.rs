@@ -112,6 +112,9 @@ pub enum ToAgent {
     /// A message was refused. `register_again`: the head does not know this agent (declared
     /// dead, or the registration was lost) and it should register again.
     Refused { reason: String, register_again: bool },
+    /// The registration was refused: another agent, alive, holds this node name (DESIGN §11).
+    /// The agent exits rather than retry: two machines under one name would run work twice.
+    NameInUse { reason: String },
     /// Start this attempt unless it is already running or finished (the head may resend).
     Start(Box<StartSpec>),
     /// Stop this attempt: SIGTERM, then SIGKILL after `grace_ms`. An attempt the agent never
@@ -127,7 +130,7 @@ impl ToAgent {
         match self {
             ToAgent::Start(spec) => Some(&spec.key),
             ToAgent::Stop { key, .. } | ToAgent::AckExit { key } => Some(key),
-            ToAgent::Welcome { .. } | ToAgent::Refused { .. } => None,
+            ToAgent::Welcome { .. } | ToAgent::Refused { .. } | ToAgent::NameInUse { .. } => None,
         }
     }
 }
@@ -148,6 +151,11 @@ pub struct Registration {
     /// Base URL of this agent's log server (the runtime's; the core ignores it).
     #[serde(default)]
     pub log_url: String,
+    /// A secret the agent keeps with its state (the runtime's; the core ignores it): while a
+    /// session of this node is alive, only a registration with the same identity may take
+    /// the name over — the same agent reconnecting, not a second machine under its name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
     #[serde(default)]
     pub running: Vec<AttemptKey>,
     #[serde(default)]

@@ -184,6 +184,25 @@ fn hot_spare_takes_the_failed_rank_and_ends_gracefully() {
 }
 
 #[test]
+fn a_node_cannot_report_on_another_nodes_attempt() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    c.join("n2", cpu(1));
+    let job = c.submit(spec("mine", 1, 1));
+    let key = c.running_of(&job).next().unwrap().clone();
+    let owner = c.view(&job).actors[0].node.clone().unwrap();
+    let other: ftdrive::NodeId = if owner == "n1" { "n2" } else { "n1" }.into();
+    let before = c.view(&job);
+    let forged =
+        ftdrive::head::Input::ProcessExited { node: other.clone(), key: key.clone(), status: ExitStatus::code(1) };
+    let refusal = c.refused_input(forged);
+    assert!(matches!(refusal, ftdrive::head::Rejected::NotItsAttempt(ref n, ref k) if *n == other && *k == key));
+    let forged_start = ftdrive::head::Input::SpawnFailed { node: other, key, message: "forged".into() };
+    c.refused_input(forged_start);
+    assert_eq!(c.view(&job), before, "nothing changed");
+}
+
+#[test]
 fn exit_of_an_old_attempt_changes_nothing() {
     let mut c = TestCluster::new(config());
     c.join("n1", cpu(1));

@@ -1,6 +1,8 @@
-//! Where things live on disk, and the API token: the head creates a token in its state
-//! directory once (mode 0600) and reuses it at every start, unless `$FTDRIVE_TOKEN` is set;
-//! clients and agents read the same places.
+//! Where things live on disk, and the two credentials (DESIGN §11): the *client token* opens
+//! the client API and nothing else, the *agent token* opens the agent channel (and agents' log
+//! servers) and nothing else. The head creates each in its state directory once (mode 0600, in
+//! a 0700 directory) and reuses it at every start, unless `$FTDRIVE_TOKEN` /
+//! `$FTDRIVE_AGENT_TOKEN` is set; clients and agents read the same places.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -19,21 +21,48 @@ pub fn token_file(state_dir: &Path) -> PathBuf {
     state_dir.join("token")
 }
 
-/// The token a head uses: `$FTDRIVE_TOKEN`, else the one in `<state_dir>/token` — created on
-/// the first start and the same at every start after, so that agents and clients keep working
-/// across a head restart.
-pub fn head_token(state_dir: &Path) -> std::io::Result<String> {
-    if let Some(token) = std::env::var("FTDRIVE_TOKEN").ok().filter(|t| !t.is_empty()) {
-        return Ok(token);
-    }
-    stored_token(state_dir)
+pub fn agent_token_file(state_dir: &Path) -> PathBuf {
+    state_dir.join("agent-token")
 }
 
-/// The token in `<state_dir>/token`, created if there is none.
-pub fn stored_token(state_dir: &Path) -> std::io::Result<String> {
-    private_dir(state_dir)?;
-    let file = token_file(state_dir);
-    match std::fs::read_to_string(&file) {
+/// The head's two credentials.
+#[derive(Clone, Debug)]
+pub struct Tokens {
+    pub client: String,
+    pub agent: String,
+}
+
+impl Tokens {
+    /// Two fresh random tokens (an embedded cluster's, never written).
+    pub fn random() -> std::io::Result<Tokens> {
+        Ok(Tokens { client: random_token()?, agent: random_token()? })
+    }
+}
+
+/// The tokens a head uses: each from its variable, else its file in `state_dir` — created on
+/// the first start and the same at every start after, so that agents and clients keep working
+/// across a head restart.
+pub fn head_tokens(state_dir: &Path) -> std::io::Result<Tokens> {
+    let client = given("FTDRIVE_TOKEN").map_or_else(|| stored_token(&token_file(state_dir)), Ok)?;
+    let agent = given("FTDRIVE_AGENT_TOKEN").map_or_else(|| stored_token(&agent_token_file(state_dir)), Ok)?;
+    if constant_time_eq(client.as_bytes(), agent.as_bytes()) {
+        return Err(std::io::Error::other(
+            "the client token and the agent token are the same; give $FTDRIVE_AGENT_TOKEN another value",
+        ));
+    }
+    Ok(Tokens { client, agent })
+}
+
+fn given(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|t| !t.is_empty())
+}
+
+/// The token in `file` (inside a private state dir), created if there is none.
+pub fn stored_token(file: &Path) -> std::io::Result<String> {
+    if let Some(dir) = file.parent() {
+        private_dir(dir)?;
+    }
+    match std::fs::read_to_string(file) {
         Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_string()),
         Ok(_) => {
             return Err(std::io::Error::other(format!(
@@ -45,7 +74,7 @@ pub fn stored_token(state_dir: &Path) -> std::io::Result<String> {
         Err(e) => return Err(e),
     }
     let token = random_token()?;
-    create_private(&file, token.as_bytes())?;
+    create_private(file, token.as_bytes())?;
     Ok(token)
 }
 
@@ -101,9 +130,14 @@ impl Credential {
     }
 }
 
+/// The credential an agent presents: `$FTDRIVE_AGENT_TOKEN`, or the head's agent token file.
+pub fn agent_credential(state_dir: &Path) -> Credential {
+    Credential::from_env_or_file("FTDRIVE_AGENT_TOKEN", agent_token_file(state_dir))
+}
+
 /// The token a client presents: `$FTDRIVE_TOKEN`, or the head's token file.
 pub fn client_token(state_dir: &Path) -> Result<String, String> {
-    if let Some(token) = std::env::var("FTDRIVE_TOKEN").ok().filter(|t| !t.is_empty()) {
+    if let Some(token) = given("FTDRIVE_TOKEN") {
         return Ok(token);
     }
     let file = token_file(state_dir);
@@ -113,6 +147,23 @@ pub fn client_token(state_dir: &Path) -> Result<String, String> {
             file.display()
         )
     })
+}
+
+/// Holds `path` locked for as long as the returned file is open (and no longer: the lock
+/// goes with the process, however it ends). Fails at once if another process holds it.
+pub fn lock_exclusive(path: &Path) -> std::io::Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
 }
 
 /// Compares secrets in time that does not depend on where they differ.
@@ -168,8 +219,12 @@ mod tests {
     fn a_head_token_is_made_once_and_reused() {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
-        let first = stored_token(&state).unwrap();
-        assert_eq!(stored_token(&state).unwrap(), first, "the same token at the next start");
+        let first = stored_token(&token_file(&state)).unwrap();
+        assert_eq!(stored_token(&token_file(&state)).unwrap(), first, "the same token at the next start");
+        let agent = stored_token(&agent_token_file(&state)).unwrap();
+        assert_ne!(agent, first, "two credentials");
+        let file_mode = std::fs::metadata(agent_token_file(&state)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(file_mode, 0o600);
         let mode = std::fs::metadata(&state).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
         assert!(create_private(&token_file(&state), b"x").is_err(), "never replaced");

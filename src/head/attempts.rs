@@ -16,14 +16,22 @@ struct LiveAttempt {
 #[derive(Clone, Debug, Default)]
 pub struct AttemptIndex {
     by_node: BTreeMap<NodeIx, BTreeMap<AttemptKey, LiveAttempt>>,
+    /// Where each live attempt runs: a report about it from any other node is refused.
+    node_of: BTreeMap<AttemptKey, NodeIx>,
 }
 
 impl AttemptIndex {
     pub fn started(&mut self, node: NodeIx, spec: StartSpec) {
         let key = spec.key.clone();
+        self.node_of.insert(key.clone(), node);
         let previous =
             self.by_node.entry(node).or_default().insert(key, LiveAttempt { spec, acked: false, stop_grace_ms: None });
         assert!(previous.is_none(), "attempt started twice");
+    }
+
+    /// Whether `key` is live on a node other than `node` (so `node` may not report on it).
+    pub fn runs_elsewhere(&self, node: NodeIx, key: &AttemptKey) -> bool {
+        self.node_of.get(key).is_some_and(|owner| *owner != node)
     }
 
     pub fn acked(&mut self, node: NodeIx, key: &AttemptKey) {
@@ -40,7 +48,9 @@ impl AttemptIndex {
 
     pub fn ended(&mut self, node: NodeIx, key: &AttemptKey) {
         if let Some(map) = self.by_node.get_mut(&node) {
-            map.remove(key);
+            if map.remove(key).is_some() {
+                self.node_of.remove(key);
+            }
             if map.is_empty() {
                 self.by_node.remove(&node);
             }
@@ -59,7 +69,9 @@ impl AttemptIndex {
 
     /// The node is gone, and its processes with it.
     pub fn node_lost(&mut self, node: NodeIx) {
-        self.by_node.remove(&node);
+        for key in self.by_node.remove(&node).unwrap_or_default().into_keys() {
+            self.node_of.remove(&key);
+        }
     }
 
     #[cfg(test)]

@@ -125,6 +125,8 @@ pub enum Rejected {
     TooManyJobs(usize),
     #[error("the cluster has {0} nodes, the head's limit (`max_nodes`)")]
     TooManyNodes(usize),
+    #[error("node `{0}` reported on attempt {1}, which runs on another node; a node reports only on its own")]
+    NotItsAttempt(NodeId, AttemptKey),
 }
 
 /// What the head asks its runtime to do.
@@ -295,6 +297,9 @@ impl Head {
         if self.liveness.get(ix).is_none_or(|r| r.incarnation != incarnation) {
             return Err(Rejected::StaleIncarnation(node));
         }
+        if self.attempts.runs_elsewhere(ix, &key) {
+            return Err(Rejected::NotItsAttempt(node, key));
+        }
         self.attempts.acked(ix, &key);
         if let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) {
             self.feed(now, pg, DriverInput::Started { key });
@@ -312,6 +317,9 @@ impl Head {
         input: impl FnOnce(AttemptKey) -> DriverInput,
     ) -> Result<Reply, Rejected> {
         let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        if self.attempts.runs_elsewhere(ix, &key) {
+            return Err(Rejected::NotItsAttempt(node, key));
+        }
         self.effects.push_back(Effect::Send { node, msg: ToAgent::AckExit { key: key.clone() } });
         self.attempts.ended(ix, &key);
         if let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) {

@@ -80,5 +80,6 @@ fn identity(name: &NodeId, resources: &Resources, labels: &Labels) -> AgentIdent
         addr: format!("{name}.sim"),
         devices: None,
         log_url: String::new(),
+        identity: String::new(),
     }
 }

@@ -85,6 +85,7 @@ impl TestCluster {
             addr: format!("10.0.0.{number}"),
             devices,
             log_url: String::new(),
+            identity: String::new(),
         };
         let protocol = AgentProtocol::new(identity, incarnation, Recovered::default());
         self.agents.insert(name.into(), Agent { protocol, heartbeating: true, running: BTreeMap::new() });
@@ -111,6 +112,13 @@ impl TestCluster {
         let reply = self.head.handle(self.now, input).unwrap_or_else(|e| panic!("head refused input: {e}"));
         self.pump();
         reply
+    }
+
+    /// An input the head must refuse.
+    pub fn refused_input(&mut self, input: Input) -> ftdrive::head::Rejected {
+        let refusal = self.head.handle(self.now, input).expect_err("the head refuses it");
+        self.pump();
+        refusal
     }
 
     /// The head is killed and started again from what it made durable; every live agent

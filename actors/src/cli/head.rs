@@ -25,7 +25,7 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
             listen: args.listen.clone(),
             state_dir: state_dir.clone(),
             config,
-            token: None,
+            tokens: None,
             handle_signals: true,
             first_job_number: 1,
         };

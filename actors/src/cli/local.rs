@@ -74,12 +74,12 @@ impl LocalCluster {
     /// A head on 127.0.0.1 (a free port) and `count` agents that run commands in the current
     /// directory.
     pub async fn start(dir: &Path, count: u32, first_job_number: u64) -> std::io::Result<LocalCluster> {
-        let token = paths::random_token()?;
+        let tokens = paths::Tokens::random()?;
         let options = ServeOptions {
             listen: "127.0.0.1:0".into(),
             state_dir: dir.join("head"),
             config: HeadConfig::default(),
-            token: Some(token.clone()),
+            tokens: Some(tokens.clone()),
             handle_signals: false,
             first_job_number,
         };
@@ -94,7 +94,7 @@ impl LocalCluster {
             let devices = gpu_share(gpus.devices, count, i - 1);
             let options = NodeOptions {
                 head_url: url.clone(),
-                credential: paths::Credential::Given(token.clone()),
+                credential: paths::Credential::Given(tokens.agent.clone()),
                 name: NodeId::new(&format!("local-{i}")),
                 // The head counts `gpu` from the devices.
                 resources: share.clone(),
@@ -108,7 +108,7 @@ impl LocalCluster {
             };
             nodes.push(node::start(options).await?);
         }
-        Ok(LocalCluster { client: Client::new(&url, token), head, nodes })
+        Ok(LocalCluster { client: Client::new(&url, tokens.client), head, nodes })
     }
 
     /// Waits (a bounded time) until every agent has registered.

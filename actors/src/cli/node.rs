@@ -16,7 +16,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     super::init_logging();
     let state_dir = args.state_dir.clone().unwrap_or_else(paths::default_state_dir);
     // Read at every connection: an agent started before its head waits for the token.
-    let credential = paths::Credential::from_env_or_file("FTDRIVE_TOKEN", paths::token_file(&state_dir));
+    let credential = paths::agent_credential(&state_dir);
     let resources = match &args.resources {
         Some(text) => Resources::parse_pairs(text).map_err(|e| CliError::BadInput(format!("--resources: {e}")))?,
         None => detect::machine_resources(),
@@ -50,10 +50,11 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         drain_deadline_ms: args.drain_deadline_ms,
         reattach_grace_ms: args.reattach_grace_ms,
     };
+    let _lock = lock_node_state(&options.state_dir, &name)?;
     super::block_on(async move {
         let watch = |kind| signal(kind).map_err(|e| CliError::Failed(format!("cannot watch for signals: {e}")));
         let (mut term, mut detach) = (watch(SignalKind::terminate())?, watch(SignalKind::user_defined2())?);
-        let handle =
+        let mut handle =
             node::start(options.clone()).await.map_err(|e| CliError::Failed(format!("cannot start the agent: {e}")))?;
         tracing::info!("node {} ({}) reporting to {}", options.name, options.resources, options.head_url);
         tokio::select! {
@@ -63,6 +64,10 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
             }
             _ = detach.recv() => tracing::info!("SIGUSR2: exiting; attempts wait for the next agent"),
             _ = tokio::signal::ctrl_c() => handle.halt().await,
+            Ok(reason) = &mut handle.refused => {
+                handle.halt().await;
+                return Err(CliError::BadInput(reason));
+            }
         }
         Ok(Outcome::Done)
     })
@@ -95,6 +100,18 @@ fn offer_gpus(resources: Resources, gpus: &Gpus, flag_given: bool) -> Result<(Re
         return Ok((resources, devices));
     }
     Ok((resources.with_milli("gpu", u64::from(devices.count()) * 1000), devices))
+}
+
+/// One agent per node state dir: a second one would share its attempts' records.
+fn lock_node_state(dir: &std::path::Path, name: &str) -> Result<std::fs::File, CliError> {
+    paths::private_dir(dir).map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+    paths::lock_exclusive(&dir.join("agent.lock")).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => CliError::BadInput(format!(
+            "node name {name} is in use: another agent runs from {}; give this one another --name",
+            dir.display()
+        )),
+        _ => CliError::Failed(format!("cannot lock {}: {e}", dir.join("agent.lock").display())),
+    })
 }
 
 fn hostname() -> String {

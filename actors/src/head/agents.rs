@@ -1,7 +1,7 @@
 //! Agent sessions: one WebSocket per connected agent, relaying JSON messages between it and
 //! the `HeadActor`. A session knows its node once the agent registers.
 
-use super::api::{ApiState, Authorized};
+use super::api::{AgentAuthorized, ApiState};
 use super::{AgentGone, FromAgent};
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::Message;
@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
 pub(super) async fn channel(
-    _: Authorized,
+    _: AgentAuthorized,
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<ApiState>,

@@ -1,4 +1,5 @@
-//! The head's HTTP API (JSON, bearer token on every request) and the server around it.
+//! The head's HTTP API (JSON; the client token on every request, the agent token on the
+//! agent channel) and the server around it.
 //!
 //! | route | what |
 //! |---|---|
@@ -17,6 +18,7 @@ use super::store::{Store, StoreError};
 use super::{
     agents, start_actor, ApiError, Drain, Follow, HeadActor, Health, Jobs, LocateLog, Metrics, Nodes, Stop, Submit,
 };
+use crate::paths::Tokens;
 use actix::prelude::*;
 use actix_web::{
     dev::Payload, http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError,
@@ -34,8 +36,8 @@ pub struct ServeOptions {
     pub listen: String,
     pub state_dir: PathBuf,
     pub config: HeadConfig,
-    /// The API token; `None`: `$FTDRIVE_TOKEN`, else the state dir's token file (made once).
-    pub token: Option<String>,
+    /// The credentials; `None`: from the environment, else the state dir's files (made once).
+    pub tokens: Option<Tokens>,
     /// Stop on SIGINT/SIGTERM (the daemon), or leave signals to the caller (embedded).
     pub handle_signals: bool,
     /// Generated job ids start at `j<n>` with n at least this (ids already on record are
@@ -43,11 +45,11 @@ pub struct ServeOptions {
     pub first_job_number: u64,
 }
 
-/// A running head: where it listens, its actor, its token, and how to stop it.
+/// A running head: where it listens, its actor, its credentials, and how to stop it.
 pub struct HeadServer {
     pub addr: SocketAddr,
     pub head: Addr<HeadActor>,
-    pub token: String,
+    pub tokens: Tokens,
     pub handle: actix_web::dev::ServerHandle,
 }
 
@@ -60,13 +62,13 @@ pub enum ServeError {
     Listen(String, std::io::Error),
     #[error("{0}")]
     State(#[from] StoreError),
-    #[error("cannot make or read the API token in {0}: {1}")]
+    #[error("cannot make or read the API tokens in {0}: {1}")]
     Token(PathBuf, std::io::Error),
 }
 
 pub(super) struct ApiState {
     pub head: Addr<HeadActor>,
-    pub token: String,
+    pub tokens: Tokens,
     pub http: reqwest::Client,
 }
 
@@ -82,14 +84,13 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
     let (store, restored) = Store::open(&options.state_dir, move |commit| {
         let _ = commits_tx.send(commit);
     })?;
-    let token = match options.token {
-        Some(token) => token,
-        None => {
-            crate::paths::head_token(&options.state_dir).map_err(|e| ServeError::Token(options.state_dir.clone(), e))?
-        }
+    let tokens = match options.tokens {
+        Some(tokens) => tokens,
+        None => crate::paths::head_tokens(&options.state_dir)
+            .map_err(|e| ServeError::Token(options.state_dir.clone(), e))?,
     };
     let head = start_actor(options.config, store, restored, options.first_job_number, commits);
-    let state = web::Data::new(ApiState { head: head.clone(), token: token.clone(), http: reqwest::Client::new() });
+    let state = web::Data::new(ApiState { head: head.clone(), tokens: tokens.clone(), http: reqwest::Client::new() });
     let mut server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
         .workers(2)
         .shutdown_timeout(5)
@@ -99,7 +100,7 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
         server = server.disable_signals();
     }
     let running = server.run();
-    Ok((HeadServer { addr, head, token, handle: running.handle() }, running))
+    Ok((HeadServer { addr, head, tokens, handle: running.handle() }, running))
 }
 
 fn routes(cfg: &mut web::ServiceConfig) {
@@ -123,28 +124,77 @@ fn routes(cfg: &mut web::ServiceConfig) {
 
 // ---- auth -----------------------------------------------------------------------------
 
-/// Present on a request that carries the head's bearer token. Without it: 401, and nothing
-/// else happens.
+/// Present on a request that carries the client token. Without it: 401 (403 for the agent
+/// token), and nothing else happens.
 pub(super) struct Authorized;
+
+/// Present on a request that carries the agent token: the agent channel's only way in.
+pub(super) struct AgentAuthorized;
+
+/// Which credential a route takes.
+#[derive(Clone, Copy)]
+enum Credential {
+    Client,
+    Agent,
+}
+
+impl Credential {
+    fn expected(self, tokens: &Tokens) -> (&str, &str) {
+        match self {
+            Credential::Client => (&tokens.client, &tokens.agent),
+            Credential::Agent => (&tokens.agent, &tokens.client),
+        }
+    }
+
+    /// What to tell a caller who did not present this credential.
+    fn refusal(self, presented_the_other: bool) -> HttpResponse {
+        let message = match (self, presented_the_other) {
+            (Credential::Client, false) => "this route takes the client token: set $FTDRIVE_TOKEN or use the `token` file in the head's state dir",
+            (Credential::Client, true) => "the agent token opens only the agent channel; this route takes the client token ($FTDRIVE_TOKEN or the `token` file in the head's state dir)",
+            (Credential::Agent, false) => "the agent channel takes the agent token: set $FTDRIVE_AGENT_TOKEN or use the `agent-token` file in the head's state dir",
+            (Credential::Agent, true) => "the client token cannot open the agent channel; agents use the agent token ($FTDRIVE_AGENT_TOKEN or the `agent-token` file in the head's state dir)",
+        };
+        let body = serde_json::json!({ "error": message });
+        if presented_the_other {
+            HttpResponse::Forbidden().json(body)
+        } else {
+            HttpResponse::Unauthorized().json(body)
+        }
+    }
+
+    fn check(self, req: &HttpRequest) -> Result<(), actix_web::Error> {
+        let state = req.app_data::<web::Data<ApiState>>().expect("API state is registered");
+        let (expected, other) = self.expected(&state.tokens);
+        let given =
+            req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let eq = |a: &str, b: &str| crate::paths::constant_time_eq(a.as_bytes(), b.as_bytes());
+        match given {
+            Some(token) if eq(token, expected) => Ok(()),
+            Some(token) => Err(refused(self.refusal(eq(token, other)))),
+            None => Err(refused(self.refusal(false))),
+        }
+    }
+}
+
+fn refused(response: HttpResponse) -> actix_web::Error {
+    actix_web::error::InternalError::from_response("unauthorized", response).into()
+}
 
 impl FromRequest for Authorized {
     type Error = actix_web::Error;
     type Future = Ready<Result<Self, Self::Error>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let state = req.app_data::<web::Data<ApiState>>().expect("API state is registered");
-        let given =
-            req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-        ready(match given {
-            Some(token) if crate::paths::constant_time_eq(token.as_bytes(), state.token.as_bytes()) => Ok(Authorized),
-            _ => Err(actix_web::error::InternalError::from_response(
-                "unauthorized",
-                HttpResponse::Unauthorized().json(serde_json::json!({
-                    "error": "missing or wrong bearer token; set $FTDRIVE_TOKEN or use the token file in the head's state dir"
-                })),
-            )
-            .into()),
-        })
+        ready(Credential::Client.check(req).map(|()| Authorized))
+    }
+}
+
+impl FromRequest for AgentAuthorized {
+    type Error = actix_web::Error;
+    type Future = Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(Credential::Agent.check(req).map(|()| AgentAuthorized))
     }
 }
 
@@ -278,7 +328,7 @@ async fn job_logs(
     let response = state
         .http
         .get(format!("{}?offset={}{worker}", source.url, query.offset))
-        .bearer_auth(&state.token)
+        .bearer_auth(&state.tokens.agent)
         .send()
         .await
         .map_err(unreachable)?;

@@ -245,14 +245,15 @@ impl Handler<FromAgent> for HeadActor {
     type Result = ();
     fn handle(&mut self, msg: FromAgent, ctx: &mut Context<Self>) {
         let node = msg.msg.node().clone();
-        let register = matches!(msg.msg, ToHead::Register(_));
+        if let Err(refusal) = self.admit(&msg) {
+            tracing::warn!("session {} for node {node}: {refusal:?}", msg.session);
+            let _ = msg.tx.send(refusal);
+            return;
+        }
         if matches!(msg.msg, ToHead::Heartbeat { .. }) {
             self.metrics.observe_heartbeat(&node, std::time::Instant::now());
         }
-        if let ToHead::Register(registration) = &msg.msg {
-            self.sessions.insert(node.clone(), Session { id: msg.session, tx: msg.tx.clone() });
-            self.log_urls.insert(node.clone(), registration.log_url.clone());
-        }
+        let register = matches!(msg.msg, ToHead::Register(_));
         match self.input(Input::from(msg.msg), ctx) {
             Ok(_) if register => {
                 let config = self.head.config();
@@ -267,6 +268,35 @@ impl Handler<FromAgent> for HeadActor {
                 let register_again = matches!(e, Rejected::UnknownNode(_));
                 let _ = msg.tx.send(ToAgent::Refused { reason: e.to_string(), register_again });
             }
+        }
+    }
+}
+
+impl HeadActor {
+    /// Node identity (DESIGN §11): a registration binds the node name to its session unless
+    /// another live session holds the name under another identity; every other message must
+    /// come from the session its node is bound to.
+    fn admit(&mut self, msg: &FromAgent) -> Result<(), ToAgent> {
+        let node = msg.msg.node();
+        let bound = self.sessions.get(node);
+        if let ToHead::Register(registration) = &msg.msg {
+            if let Some(other) = bound.filter(|s| s.id != msg.session && s.identity != registration.identity) {
+                tracing::warn!("node {node}: refused a second agent (session {} holds the name)", other.id);
+                return Err(ToAgent::NameInUse {
+                    reason: format!("node name {node} is in use by another live agent; give this agent another --name"),
+                });
+            }
+            let session = Session { id: msg.session, tx: msg.tx.clone(), identity: registration.identity.clone() };
+            self.sessions.insert(node.clone(), session);
+            self.log_urls.insert(node.clone(), registration.log_url.clone());
+            return Ok(());
+        }
+        match bound {
+            Some(session) if session.id == msg.session => Ok(()),
+            _ => Err(ToAgent::Refused {
+                reason: format!("messages about node {node} are accepted only from the session it registered on"),
+                register_again: bound.is_none(),
+            }),
         }
     }
 }

@@ -54,6 +54,8 @@ impl From<Rejected> for ApiError {
 struct Session {
     id: u64,
     tx: UnboundedSender<ToAgent>,
+    /// The registration's identity secret: the same agent may take its name over.
+    identity: String,
 }
 
 /// Someone following events: all of them, or one job's (ends when the job ends).

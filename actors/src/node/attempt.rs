@@ -15,7 +15,7 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Environment variables no attempt may see: the agent's own credentials.
-pub const WITHHELD_ENV: [&str; 3] = ["FTDRIVE_TOKEN", "FTDRIVE_AGENT_TOKEN", "FTDRIVE_CA_CERT"];
+pub const WITHHELD_ENV: [&str; 4] = ["FTDRIVE_TOKEN", "FTDRIVE_AGENT_TOKEN", "FTDRIVE_CA_CERT", "FTDRIVE_STATE_DIR"];
 
 /// What the agent keeps of an attempt while it may still need it (`record.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -79,6 +79,8 @@ pub struct NodeAgent {
     reports: UnboundedSender<(AttemptKey, Report)>,
     head_node_timeout_ms: Option<u64>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Told why, when the agent must end: its name belongs to another agent.
+    refused: Option<tokio::sync::oneshot::Sender<String>>,
     timer: Option<SpawnHandle>,
     metrics: metrics::AgentMetrics,
 }
@@ -86,20 +88,13 @@ pub struct NodeAgent {
 impl NodeAgent {
     fn new(
         opts: NodeOptions,
-        log_url: String,
+        identity: AgentIdentity,
         recovered: Recovered,
         attached: Vec<(AttemptKey, UnboundedSender<Command>)>,
         reports: UnboundedSender<(AttemptKey, Report)>,
         metrics: metrics::AgentMetrics,
+        refused: tokio::sync::oneshot::Sender<String>,
     ) -> NodeAgent {
-        let identity = AgentIdentity {
-            name: opts.name.clone(),
-            resources: opts.resources.clone(),
-            labels: opts.labels.clone(),
-            addr: opts.addr.clone(),
-            devices: (!opts.devices.is_empty()).then_some(opts.devices),
-            log_url,
-        };
         let supervisors = attached
             .into_iter()
             .map(|(key, commands)| (key, Supervision::Attached { commands, pgids: Vec::new() }))
@@ -115,6 +110,7 @@ impl NodeAgent {
             reports,
             head_node_timeout_ms: None,
             shutdown: None,
+            refused: Some(refused),
             timer: None,
             metrics,
         }
@@ -323,6 +319,11 @@ impl Handler<FromHead> for NodeAgent {
         match &msg {
             ToAgent::Welcome { node_timeout_ms, .. } => self.head_node_timeout_ms = Some(*node_timeout_ms),
             ToAgent::Refused { reason, .. } => tracing::warn!("the head refused a message: {reason}"),
+            ToAgent::NameInUse { reason } => {
+                if let Some(refused) = self.refused.take() {
+                    let _ = refused.send(reason.clone());
+                }
+            }
             _ => {}
         }
         self.input(AgentInput::FromHead(msg), ctx);
@@ -375,6 +376,8 @@ impl Handler<Halt> for NodeAgent {
 pub struct NodeHandle {
     pub agent: Addr<NodeAgent>,
     pub logs: actix_web::dev::ServerHandle,
+    /// Resolves when the head refused this agent's name for good (another agent holds it).
+    pub refused: tokio::sync::oneshot::Receiver<String>,
 }
 
 /// Starts an agent (log server, re-attachment to surviving supervisors, actor, link to the
@@ -398,7 +401,18 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
     }
     let (head_url, credential) = (opts.head_url.clone(), opts.credential.clone());
     metrics.reattached(recovered.running.len());
-    let agent = NodeAgent::new(opts, log_url, recovered, attached, reports, metrics);
+    let identity = AgentIdentity {
+        name: opts.name.clone(),
+        resources: opts.resources.clone(),
+        labels: opts.labels.clone(),
+        addr: opts.addr.clone(),
+        devices: (!opts.devices.is_empty()).then_some(opts.devices),
+        log_url,
+        // A secret kept with the node's state: what tells this agent from another under its name.
+        identity: crate::paths::stored_token(&opts.state_dir.join("identity"))?,
+    };
+    let (refused_tx, refused) = tokio::sync::oneshot::channel();
+    let agent = NodeAgent::new(opts, identity, recovered, attached, reports, metrics, refused_tx);
     let heartbeat_ms = agent.heartbeat_ms.clone();
     let agent = agent.start();
     let forward = agent.clone();
@@ -408,7 +422,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
         }
     });
     actix::spawn(link::maintain(agent.clone(), head_url, credential, heartbeat_ms));
-    Ok(NodeHandle { agent, logs })
+    Ok(NodeHandle { agent, logs, refused })
 }
 
 impl NodeHandle {

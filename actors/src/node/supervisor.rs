@@ -18,6 +18,9 @@
 //!   killed.
 //! - **SV-4 stops escalate here.** `stop G` sends SIGTERM to every worker's group and SIGKILL
 //!   after G ms, whether or not an agent is still connected by then.
+//! - **SV-6 nothing escapes.** The supervisor is a child subreaper: whatever a worker leaves
+//!   behind — a `setsid` child, a daemon that double-forked, a process that ignores SIGTERM —
+//!   is re-parented to it, and before the end is recorded every such process is killed.
 //! - **SV-5 one failing worker ends the group.** As torchrun's agent does: the first worker to
 //!   fail has its peers stopped (SIGTERM, SIGKILL after the spec's `stop_grace_ms`), and the
 //!   group ends with that worker's status, naming its local rank. A worker that succeeds waits
@@ -76,8 +79,12 @@ pub fn run(args: &[String]) -> ! {
         );
         std::process::exit(2);
     };
-    // SAFETY: fcntl only changes a descriptor flag of this process.
-    unsafe { libc::fcntl(STATUS_FD, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: fcntl only changes a descriptor flag of this process; prctl only marks this
+    // process as the reaper of its orphaned descendants (SV-6).
+    unsafe {
+        libc::fcntl(STATUS_FD, libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    }
     // SAFETY: the agent put the write end of its status pipe at this descriptor for us.
     let mut status = unsafe { std::fs::File::from_raw_fd(STATUS_FD) };
     let listener = match bind(&args.dir) {
@@ -251,6 +258,7 @@ fn command(line: &str, pgids: &[i32]) -> Option<Instant> {
 
 /// SV-2: the group ended; record how, tell the agent if one is there, and go.
 fn finish(ended: ExitStatus, dir: &Path, agent: Option<&mut UnixStream>) -> ! {
+    kill_leftovers();
     let record = serde_json::to_vec(&ended).expect("statuses serialize");
     if write_atomic(&dir.join(EXIT_RECORD), &record).is_err() {
         std::process::exit(1);
@@ -260,6 +268,46 @@ fn finish(ended: ExitStatus, dir: &Path, agent: Option<&mut UnixStream>) -> ! {
     }
     let _ = std::fs::remove_file(dir.join(SOCKET));
     std::process::exit(0);
+}
+
+/// Rounds of killing re-parented leftovers: each round takes one generation (a killed
+/// process's children are re-parented here in turn); a fork bomb cannot hold the end forever.
+const MAX_LEFTOVER_ROUNDS: usize = 64;
+
+/// SV-6: kills every process still re-parented to this supervisor, and reaps it. Called once
+/// every worker has been reaped, so no worker's status can be taken from its waiter.
+fn kill_leftovers() {
+    for _ in 0..MAX_LEFTOVER_ROUNDS {
+        let children = children_of(std::process::id() as i32);
+        if children.is_empty() {
+            return;
+        }
+        for pid in &children {
+            // SAFETY: signalling and reaping our own children.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        for pid in children {
+            // SAFETY: as above; SIGKILL cannot be ignored, so this returns.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        }
+    }
+}
+
+/// The processes whose parent is `parent`, from `/proc/*/stat` (its fourth field).
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| parent_of(*pid) == Some(parent))
+        .collect()
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn signal_all(pgids: &[i32], signal: i32) {

@@ -82,14 +82,21 @@ impl Cluster {
         self.head = spawn_head(self.dir.path(), &listen, &self.head_args);
     }
 
+    /// The client token.
     pub fn token(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("token")).unwrap().trim().to_string()
+    }
+
+    /// The agent token (agents read it from the shared state dir).
+    pub fn agent_token(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent-token")).unwrap().trim().to_string()
     }
 
     /// Any `ftdrive` command, as a user of this cluster runs it.
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ftdrive"));
         cmd.env_remove("FTDRIVE_TOKEN")
+            .env_remove("FTDRIVE_AGENT_TOKEN")
             .env("FTDRIVE_HEAD", &self.url)
             .env("FTDRIVE_STATE_DIR", self.dir.path())
             .env("FTDRIVE_LOG", "warn");
@@ -174,6 +181,7 @@ pub fn spawn_head(dir: &Path, listen: &str, extra: &[String]) -> Child {
         .arg("--state-dir")
         .arg(dir)
         .env_remove("FTDRIVE_TOKEN")
+        .env_remove("FTDRIVE_AGENT_TOKEN")
         .env("FTDRIVE_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()

@@ -1,0 +1,237 @@
+//! Least privilege, tried as an attacker with a job or a second machine would (DESIGN §11):
+//! each credential opens only its own door, a job holds no credential, a node name belongs to
+//! one live agent and a node reports only on its own attempts, and nothing an attempt starts
+//! outlives it.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::net::TcpStream;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, stream::MaybeTlsStream, Message, WebSocket};
+
+/// Every client route, with a body where it takes one.
+const CLIENT_ROUTES: [(&str, &str, &str); 11] = [
+    ("GET", "/v1/jobs", ""),
+    ("POST", "/v1/jobs", r#"{"spec": {"name": "x", "command": ["true"], "min_nodes": 1, "max_nodes": 1}}"#),
+    ("GET", "/v1/jobs/j1", ""),
+    ("POST", "/v1/jobs/j1/stop", ""),
+    ("GET", "/v1/jobs/j1/events", ""),
+    ("GET", "/v1/jobs/j1/logs?actor=0", ""),
+    ("GET", "/v1/events", ""),
+    ("GET", "/v1/nodes", ""),
+    ("POST", "/v1/nodes/n1/drain", r#"{"deadline_ms": 1000}"#),
+    ("GET", "/v1/health", ""),
+    ("GET", "/metrics", ""),
+];
+
+fn status_and_json(response: &str) -> (u16, Value) {
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("a status line");
+    (status, serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}")))
+}
+
+/// A WebSocket upgrade of `/v1/agent` with `token`: its status code.
+fn agent_channel_status(url: &str, token: &str) -> u16 {
+    match open_agent_channel(url, token) {
+        Ok(_) => 101,
+        Err(tungstenite::Error::Http(response)) => response.status().as_u16(),
+        Err(e) => panic!("the upgrade failed otherwise: {e}"),
+    }
+}
+
+type Channel = WebSocket<MaybeTlsStream<TcpStream>>;
+
+fn open_agent_channel(url: &str, token: &str) -> Result<Channel, tungstenite::Error> {
+    let mut request = format!("{}/v1/agent", url.replace("http://", "ws://")).into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    tungstenite::connect(request).map(|(socket, _)| socket)
+}
+
+#[test]
+fn each_credential_opens_only_its_own_door() {
+    let c = Cluster::start(&["n1"]);
+    let (client, agent) = (c.token(), c.agent_token());
+    assert_ne!(client, agent);
+    for (method, path, body) in CLIENT_ROUTES {
+        let (status, error) = status_and_json(&http(&c.url, method, path, Some(&agent), body));
+        assert_eq!(status, 403, "{method} {path} with the agent token: {error}");
+        assert!(error["error"].as_str().unwrap().contains("client token"), "{error}");
+        let (status, error) = status_and_json(&http(&c.url, method, path, None, body));
+        assert_eq!(status, 401, "{method} {path} with no token: {error}");
+    }
+    assert_eq!(c.ftdrive(&["status", "--output", "json"]).trim(), "[]", "the refused submission changed nothing");
+    assert_eq!(c.nodes_json()[0]["state"], "ALIVE", "the refused drain changed nothing");
+
+    assert_eq!(agent_channel_status(&c.url, &client), 403, "the client token cannot open the agent channel");
+    assert_eq!(agent_channel_status(&c.url, "wrong"), 401);
+    assert_eq!(agent_channel_status(&c.url, &agent), 101, "the agent token can");
+}
+
+#[test]
+fn a_job_sees_no_credential() {
+    let mut c = Cluster::start(&[]);
+    let (client, agent) = (c.token(), c.agent_token());
+    // An agent given every credential in its environment, as a careless operator might.
+    let node = c
+        .node_command("n1")
+        .env("FTDRIVE_TOKEN", &client)
+        .env("FTDRIVE_AGENT_TOKEN", &agent)
+        .env("FTDRIVE_CA_CERT", "/etc/ftdrive/ca.pem")
+        .spawn()
+        .unwrap();
+    c.nodes.insert("n1".into(), node);
+    c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    let spec = c.spec("snoop", json!({"command": ["env"], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it ends", |j| j["state"] == "SUCCEEDED");
+    let env = c.ftdrive(&["logs", &id, "--actor", "0"]);
+    assert!(env.contains("FTDRIVE_JOB_ID="), "the job's own variables are there: {env}");
+    for withheld in ["FTDRIVE_TOKEN=", "FTDRIVE_AGENT_TOKEN=", "FTDRIVE_CA_CERT=", "FTDRIVE_STATE_DIR="] {
+        assert!(!env.lines().any(|l| l.starts_with(withheld)), "{withheld} reached the job:\n{env}");
+    }
+    assert!(!env.contains(&client) && !env.contains(&agent), "a token's value reached the job:\n{env}");
+}
+
+#[test]
+fn a_second_agent_under_a_live_name_exits_2_and_the_first_keeps_its_work() {
+    let c = Cluster::start(&["n1"]);
+    let spec = c.spec("kept", json!({"command": ["sleep", "300"], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    let before = c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let pids = c.processes(Some("n1"));
+
+    // Same machine, same state dir: the lock refuses it before it speaks to the head.
+    let same_dir = c.node_command("n1").stderr(Stdio::piped()).output().unwrap();
+    assert_eq!(same_dir.status.code(), Some(2), "{}", String::from_utf8_lossy(&same_dir.stderr));
+    assert!(String::from_utf8_lossy(&same_dir.stderr).contains("node name n1 is in use"));
+
+    // Another machine (its own state dir) under the same name: the head refuses it.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = c
+        .node_command("n1")
+        .args(["--state-dir", elsewhere.path().to_str().unwrap()])
+        .env("FTDRIVE_AGENT_TOKEN", c.agent_token())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(other.status.code(), Some(2), "{}", String::from_utf8_lossy(&other.stderr));
+    assert!(String::from_utf8_lossy(&other.stderr).contains("node name n1 is in use"));
+
+    std::thread::sleep(Duration::from_millis(1_500)); // past the head's node timeout
+    let after = c.job(&id);
+    assert_eq!(after["actors"][0]["attempt"], before["actors"][0]["attempt"], "the work was not restarted");
+    assert_eq!(after["state"], "RUNNING");
+    assert_eq!(c.processes(Some("n1")), pids, "the same processes run");
+    c.ftdrive(&["stop", &id]);
+    c.wait_for_job(&id, "the first agent still takes its stops", |j| j["state"] == "STOPPED");
+    c.wait_until("its processes are gone", |c| c.processes(None).is_empty());
+}
+
+fn send(channel: &mut Channel, msg: Value) {
+    channel.send(Message::text(msg.to_string())).unwrap();
+}
+
+/// The next message the head sends that is not a `start` or a `welcome`.
+fn next_answer(channel: &mut Channel) -> Value {
+    loop {
+        let text = match channel.read().unwrap() {
+            Message::Text(text) => text.to_string(),
+            _ => continue,
+        };
+        let msg: Value = serde_json::from_str(&text).unwrap();
+        if msg["type"] != "welcome" && msg["type"] != "start" {
+            return msg;
+        }
+    }
+}
+
+fn registration(node: &str) -> Value {
+    json!({"type": "register", "node": node, "incarnation": 1, "resources": {"cpu": 1}, "labels": {}, "addr": "127.0.0.1"})
+}
+
+#[test]
+fn a_node_reports_only_on_its_own_attempts_and_only_from_its_session() {
+    let c = Cluster::start(&["n1"]);
+    let spec = c.spec("theirs", json!({"command": ["sleep", "300"], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    let before = c.wait_for_job(&id, "it runs on n1", |j| running(j, 1));
+    let key = json!({"job": id, "actor": 0, "attempt": 1, "cycle": 1});
+
+    let mut intruder = open_agent_channel(&c.url, &c.agent_token()).unwrap();
+    send(&mut intruder, registration("n9"));
+    let status = json!({"code": 1, "signal": null, "signalled_by_agent": false});
+    let exit = json!({"type": "exited", "node": "n9", "key": key, "status": status});
+    send(&mut intruder, exit);
+    let refusal = next_answer(&mut intruder);
+    let reason = refusal["reason"].as_str().unwrap_or_else(|| panic!("{refusal}"));
+    assert!(reason.contains("runs on another node"), "{reason}");
+
+    // Speaking as n1 from n9's session.
+    let as_n1 = json!({"type": "exited", "node": "n1", "key": key, "status": status});
+    send(&mut intruder, as_n1);
+    let refusal = next_answer(&mut intruder);
+    let reason = refusal["reason"].as_str().unwrap_or_else(|| panic!("{refusal}"));
+    assert!(reason.contains("only from the session it registered on"), "{reason}");
+
+    let after = c.job(&id);
+    assert_eq!(after["actors"][0]["attempt"], before["actors"][0]["attempt"]);
+    assert_eq!(after["state"], "RUNNING", "neither forged exit was taken");
+    assert!(after["ledger"].as_array().unwrap().is_empty(), "{after:#}");
+}
+
+/// Waits until every process carrying this cluster's mark is gone (or a zombie).
+fn all_gone(c: &Cluster, what: &str) {
+    let start = Instant::now();
+    while !c.processes(None).is_empty() {
+        assert!(start.elapsed() < WAIT, "{what}: still running: {:?}", c.processes(None));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Leaves a background `sleep`, a `setsid` one in its own session, and one that ignores
+/// SIGTERM, then exits 0 or waits.
+const ESCAPES: &str = r#"sleep 300 & setsid sleep 300 & sh -c 'trap "" TERM; exec sleep 300' & "#;
+
+#[test]
+fn nothing_an_attempt_starts_outlives_it() {
+    let mut c = Cluster::start(&["n1"]);
+    let finished = c.spec(
+        "finished",
+        json!({"command": ["sh", "-c", format!("{ESCAPES} sleep 0.5; exit 0")], "min_nodes": 1, "max_nodes": 1}),
+    );
+    let id = c.submit_no_wait(&finished);
+    c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
+    all_gone(&c, "after a finished attempt");
+
+    let stopped = c.spec(
+        "stopped",
+        json!({"command": ["sh", "-c", format!("{ESCAPES} wait")], "min_nodes": 1, "max_nodes": 1, "stop_grace_ms": 500}),
+    );
+    let id = c.submit_no_wait(&stopped);
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    c.wait_until("its escapes are up", |c| c.processes(None).len() >= 5);
+    c.ftdrive(&["stop", &id]);
+    c.wait_for_job(&id, "it stops", |j| j["state"] == "STOPPED");
+    all_gone(&c, "after stop");
+
+    // kill -9 of the supervisor: its workers die with it, and the agent kills their groups.
+    let killed = c.spec(
+        "orphaned",
+        json!({"command": ["sh", "-c", "sleep 300 & wait"], "min_nodes": 1, "max_nodes": 1, "retries": {"system": 0, "user": 0}}),
+    );
+    let id = c.submit_no_wait(&killed);
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    c.wait_until("its sleep is up", |c| c.processes(None).len() >= 3);
+    let supervisor = c.processes(None).into_iter().find(|pid| is_supervisor(*pid)).expect("a supervisor");
+    // SAFETY: signalling a process this test's cluster started.
+    unsafe { libc::kill(supervisor as i32, libc::SIGKILL) };
+    all_gone(&c, "after kill -9 of the supervisor");
+    c.nodes.remove("n1").map(|mut n| n.kill());
+}
+
+fn is_supervisor(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmd| cmd.split(|b| *b == 0).nth(1) == Some(b"__attempt"))
+}
