@@ -1,0 +1,312 @@
+"""A client for the ftdrive head's HTTP API (``actors/src/head/api.rs``), standard library only.
+
+>>> from ftdrive import Client, JobSpec
+>>> client = Client()                      # $FTDRIVE_HEAD, token as the CLI finds it
+>>> job = client.submit(JobSpec(name="hello", command=["echo", "hi"], min_nodes=1, max_nodes=1))
+>>> client.wait(job.id).state
+'SUCCEEDED'
+
+Every method maps to one route; an error the head answers raises
+:class:`~ftdrive.errors.ApiError` with its status and message, and nothing else happens.
+"""
+
+from __future__ import annotations
+
+import codecs
+import http.client
+import json
+import socket
+import time
+import urllib.parse
+from typing import Any, Dict, Generator, Iterator, List, Mapping, Optional, Tuple, Union
+
+from . import connection
+from .connection import PathLike
+from .errors import ApiError, ConfigError, FtdriveError, HeadUnreachableError
+from .models import Drain, Event, Health, Job, LogChunk, Node
+from .spec import JobSpec
+
+#: How long ``events(follow=False)`` waits for the next line before it stops.
+PAUSE_S = 0.25
+
+
+class Client:
+    """Talks to one head. Arguments left out are found as the ``ftdrive`` CLI finds them:
+    ``head`` from ``$FTDRIVE_HEAD``; ``token`` from ``$FTDRIVE_TOKEN`` or the ``token`` file in
+    ``state_dir`` (``$FTDRIVE_STATE_DIR``, else ``~/.ftdrive``); for an ``https://`` head, the
+    CA certificate from ``ca_cert`` or ``$FTDRIVE_CA_CERT``. ``timeout`` bounds connecting and
+    each ordinary request, in seconds."""
+
+    def __init__(
+        self,
+        head: Optional[str] = None,
+        token: Optional[str] = None,
+        *,
+        state_dir: Optional[PathLike] = None,
+        ca_cert: Optional[PathLike] = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self._conn = connection.resolve(head=head, token=token, state_dir=state_dir, ca_cert=ca_cert)
+        self.timeout = timeout
+        parts = urllib.parse.urlsplit(self._conn.base_url)
+        if not parts.hostname:
+            raise ConfigError(f"head {self._conn.base_url!r} names no host")
+        self._scheme = parts.scheme
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+
+    @property
+    def base_url(self) -> str:
+        """The head's URL, e.g. ``http://127.0.0.1:7380``."""
+        return self._conn.base_url
+
+    def dashboard_url(self, job: Optional[str] = None) -> str:
+        """The head's web page, or one job's page on it."""
+        return f"{self.base_url}/#/jobs/{job}" if job else f"{self.base_url}/"
+
+    # ---- jobs ---------------------------------------------------------------------------
+
+    def submit(self, spec: Union[JobSpec, Mapping[str, Any]]) -> Job:
+        """Submits a job (a :class:`JobSpec` or a ``job.json`` dict) and returns it as the head
+        recorded it (``.id`` is the new job's id). Bad specs raise ApiError 400 naming the field."""
+        body = spec.to_dict() if isinstance(spec, JobSpec) else dict(spec)
+        return Job.from_json(self._json("POST", "/v1/jobs", {"spec": body}))
+
+    def status(self, job: str) -> Job:
+        """One job, with its actors and attempt ledger."""
+        return Job.from_json(self._json("GET", f"/v1/jobs/{_seg(job)}"))
+
+    def jobs(self) -> List[Job]:
+        """Every job the head keeps (running ones and recently finished ones)."""
+        return [Job.from_json(j) for j in self._json("GET", "/v1/jobs")]
+
+    def stop(self, job: str) -> Job:
+        """Stops a job (its processes get SIGTERM, then SIGKILL after ``stop_grace_ms``);
+        returns it as it stands. It reaches STOPPED once nothing of it runs any more."""
+        return Job.from_json(self._json("POST", f"/v1/jobs/{_seg(job)}/stop"))
+
+    def wait(self, job: str, timeout: Optional[float] = None, poll_interval: float = 0.2) -> Job:
+        """Polls until the job is SUCCEEDED, FAILED or STOPPED and returns it. Raises
+        TimeoutError when ``timeout`` seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            view = self.status(job)
+            if view.is_terminal:
+                return view
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job} is still {view.state} after {timeout} s")
+            time.sleep(poll_interval)
+
+    # ---- events -------------------------------------------------------------------------
+
+    def events(
+        self, job: Optional[str] = None, *, follow: bool = True, idle_timeout: Optional[float] = None
+    ) -> Generator[Event, None, None]:
+        """The head's NDJSON event stream, one :class:`Event` per line.
+
+        For one job, the first line is a ``snapshot`` of it; the stream ends when the job
+        ends (with a last snapshot). Without ``job``, every event of the cluster, for as long
+        as the caller reads. ``follow=False`` stops at the first pause in the stream (the lines
+        the head has ready now); ``idle_timeout`` stops once no line arrived for that long.
+
+        The stream is open when this returns (an unknown job or a refused token raise here),
+        so every event from then on is in it. Closing the iterator closes the connection."""
+        path = f"/v1/jobs/{_seg(job)}/events" if job else "/v1/events"
+        idle = PAUSE_S if not follow and idle_timeout is None else idle_timeout
+        conn, response = self._open("GET", path)
+        return self._event_lines(conn, response, path, idle)
+
+    def _event_lines(
+        self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse, path: str, idle: Optional[float]
+    ) -> Generator[Event, None, None]:
+        try:
+            if conn.sock is not None:
+                conn.sock.settimeout(idle)
+            while True:
+                try:
+                    line = response.readline()
+                except (socket.timeout, TimeoutError):
+                    return
+                except (OSError, http.client.HTTPException) as e:
+                    raise HeadUnreachableError(f"lost the head's event stream at {self.base_url}: {e}") from e
+                if not line:
+                    return
+                text = line.decode("utf-8", errors="replace").strip()
+                if text:
+                    yield Event.from_json(_parse(text, path))
+        finally:
+            conn.close()
+
+    # ---- logs ---------------------------------------------------------------------------
+
+    def log_chunk(
+        self,
+        job: str,
+        index: int,
+        *,
+        attempt: Optional[int] = None,
+        local_rank: Optional[int] = None,
+        offset: int = 0,
+    ) -> LogChunk:
+        """One read of an attempt's log from ``offset`` (default attempt: the latest)."""
+        query: Dict[str, Any] = {"actor": index, "offset": offset}
+        if attempt is not None:
+            query["attempt"] = attempt
+        if local_rank is not None:
+            query["local_rank"] = local_rank
+        path = f"/v1/jobs/{_seg(job)}/logs?{urllib.parse.urlencode(query)}"
+        conn, response = self._open("GET", path)
+        try:
+            data = response.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise HeadUnreachableError(f"lost the head at {self.base_url}: {e}") from e
+        finally:
+            conn.close()
+        next_offset = response.getheader("x-ftdrive-next-offset")
+        return LogChunk(
+            data=data,
+            attempt=int(response.getheader("x-ftdrive-attempt") or attempt or 0),
+            node=response.getheader("x-ftdrive-node") or "",
+            running=response.getheader("x-ftdrive-running") == "true",
+            next_offset=int(next_offset) if next_offset else offset + len(data),
+        )
+
+    def log_bytes(
+        self,
+        job: str,
+        index: int,
+        *,
+        attempt: Optional[int] = None,
+        local_rank: Optional[int] = None,
+        follow: bool = False,
+        poll_interval: float = 0.3,
+    ) -> Iterator[LogChunk]:
+        """The chunks of one attempt's log (stdout and stderr together; with several workers,
+        their lines interleaved and each prefixed ``[rankR]: ``, or one worker's with
+        ``local_rank``). Default attempt: the latest when called, kept while following.
+        ``follow`` keeps reading while the attempt runs and ends once it ended and all of its
+        output was read."""
+        offset = 0
+        while True:
+            chunk = self.log_chunk(job, index, attempt=attempt, local_rank=local_rank, offset=offset)
+            attempt = chunk.attempt or attempt
+            offset = chunk.next_offset
+            if chunk.data:
+                yield chunk
+                continue
+            if not follow or not chunk.running:
+                return
+            time.sleep(poll_interval)
+
+    def logs(
+        self,
+        job: str,
+        index: int,
+        *,
+        attempt: Optional[int] = None,
+        local_rank: Optional[int] = None,
+        follow: bool = False,
+        poll_interval: float = 0.3,
+    ) -> Iterator[str]:
+        """As :meth:`log_bytes`, as text lines (each with its ``\\n``, but for an unfinished
+        last line)."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""
+        chunks = self.log_bytes(
+            job, index, attempt=attempt, local_rank=local_rank, follow=follow, poll_interval=poll_interval
+        )
+        for chunk in chunks:
+            pending += decoder.decode(chunk.data)
+            lines = pending.splitlines(keepends=True)
+            pending = lines.pop() if lines and not lines[-1].endswith(("\n", "\r")) else ""
+            yield from lines
+        pending += decoder.decode(b"", final=True)
+        if pending:
+            yield pending
+
+    # ---- nodes and the head -------------------------------------------------------------
+
+    def nodes(self) -> List[Node]:
+        """Every node the head knows, with its state, resources, labels and allocation."""
+        return [Node.from_json(n) for n in self._json("GET", "/v1/nodes")]
+
+    def drain(self, node: str, deadline_ms: int = 30_000) -> Drain:
+        """Sends a node a preemption notice: its work moves (charged to the ``preemption``
+        budget) and it takes no new work."""
+        return Drain.from_json(self._json("POST", f"/v1/nodes/{_seg(node)}/drain", {"deadline_ms": deadline_ms}))
+
+    def health(self) -> Health:
+        """Whether the head is recovering after a restart, and job and node counts."""
+        return Health.from_json(self._json("GET", "/v1/health"))
+
+    # ---- HTTP ---------------------------------------------------------------------------
+
+    def _json(self, method: str, path: str, body: Any = None) -> Any:
+        conn, response = self._open(method, path, body)
+        try:
+            data = response.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise HeadUnreachableError(f"lost the head at {self.base_url}: {e}") from e
+        finally:
+            conn.close()
+        return _parse(data.decode("utf-8", errors="replace"), path)
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(
+                self._host, self._port, timeout=self.timeout, context=self._conn.ssl_context
+            )
+        return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+
+    def _open(
+        self, method: str, path: str, body: Any = None
+    ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Sends a request; answers the open connection and a 2xx response, or raises."""
+        headers = {"Authorization": f"Bearer {self._conn.token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        conn = self._connection()
+        try:
+            conn.request(method, self._prefix + path, body=data, headers=headers)
+            response = conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise HeadUnreachableError(
+                f"cannot reach the head at {self.base_url}: {e}; is `ftdrive head` running? "
+                "pass head= or set $FTDRIVE_HEAD"
+            ) from e
+        if 200 <= response.status < 300:
+            return conn, response
+        try:
+            text = response.read().decode("utf-8", errors="replace")
+        except (OSError, http.client.HTTPException):
+            text = ""
+        finally:
+            conn.close()
+        raise ApiError(response.status, _error_message(text, response.status), method, path.split("?")[0])
+
+
+def _seg(value: str) -> str:
+    """One path segment, escaped."""
+    return urllib.parse.quote(str(value), safe="")
+
+
+def _parse(text: str, path: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise FtdriveError(f"unexpected answer from the head to {path}: {e}: {text[:200]!r}") from e
+
+
+def _error_message(text: str, status: int) -> str:
+    """The head's ``{"error": ...}`` message, else the body's text."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return str(body["error"])
+    return text.strip() or f"HTTP {status} with no message"

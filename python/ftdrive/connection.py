@@ -1,0 +1,108 @@
+"""Where the head is and which credential to present, found exactly as the ``ftdrive`` CLI
+finds them (``actors/src/cli`` and ``actors/src/paths.rs``):
+
+* the head: an explicit ``head=`` argument, else ``$FTDRIVE_HEAD``; a value without a scheme
+  (``127.0.0.1:7380``) means ``http://``. There is no other fallback: with neither, the CLI
+  (except ``ftdrive submit``, which then starts an embedded cluster) refuses, and so does this
+  client.
+* the client token: an explicit ``token=`` argument, else ``$FTDRIVE_TOKEN`` when set and not
+  empty, else the ``token`` file in the state directory (surrounding whitespace trimmed).
+* the state directory: an explicit ``state_dir=`` argument, else ``$FTDRIVE_STATE_DIR``, else
+  ``$HOME/.ftdrive``.
+* TLS (DESIGN §11): an ``https://`` head is verified against ``ca_cert=`` or
+  ``$FTDRIVE_CA_CERT`` when given, else against the system's trusted certificates.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from .errors import ConfigError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A resolved head address, credential and TLS setting."""
+
+    base_url: str
+    token: str
+    ssl_context: Optional[ssl.SSLContext] = None
+
+
+def _given(var: str) -> Optional[str]:
+    """An environment variable's value, or None when it is unset or empty."""
+    value = os.environ.get(var)
+    return value if value else None
+
+
+def default_state_dir() -> Path:
+    """``$FTDRIVE_STATE_DIR``, else ``$HOME/.ftdrive`` (as the CLI's ``default_state_dir``)."""
+    if "FTDRIVE_STATE_DIR" in os.environ:
+        return Path(os.environ["FTDRIVE_STATE_DIR"])
+    return Path(os.environ.get("HOME", ".")) / ".ftdrive"
+
+
+def head_url(head: Optional[str] = None) -> str:
+    """The head's base URL: ``head``, else ``$FTDRIVE_HEAD``; ``http://`` when no scheme."""
+    value = head or _given("FTDRIVE_HEAD")
+    if not value:
+        raise ConfigError("no head given: pass head='http://HOST:PORT' or set $FTDRIVE_HEAD")
+    if "://" not in value:
+        return f"http://{value}"
+    if not value.startswith(("http://", "https://")):
+        raise ConfigError(f"head {value!r}: use an http:// or https:// URL, or HOST:PORT")
+    return value.rstrip("/")
+
+
+def client_token(token: Optional[str] = None, state_dir: Optional[PathLike] = None) -> str:
+    """The client token: ``token``, else ``$FTDRIVE_TOKEN``, else ``<state dir>/token``."""
+    if token:
+        return token
+    from_env = _given("FTDRIVE_TOKEN")
+    if from_env:
+        return from_env
+    path = (Path(state_dir) if state_dir is not None else default_state_dir()) / "token"
+    try:
+        return path.read_text().strip()
+    except OSError as e:
+        raise ConfigError(
+            f"no API token: set $FTDRIVE_TOKEN or make {path} readable ({e.strerror or e}); the head writes it at start"
+        ) from e
+
+
+def tls_context(base_url: str, ca_cert: Optional[PathLike] = None) -> Optional[ssl.SSLContext]:
+    """For an https head: a context verifying it against ``ca_cert`` / ``$FTDRIVE_CA_CERT``
+    (else the system's trusted certificates). None for plain http."""
+    cafile = str(ca_cert) if ca_cert else _given("FTDRIVE_CA_CERT")
+    if not base_url.startswith("https://"):
+        return None
+    if cafile is None:
+        return ssl.create_default_context()
+    try:
+        return ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(
+            f"cannot use the CA certificate {cafile} ({e}); pass ca_cert= or set $FTDRIVE_CA_CERT "
+            "to the PEM file the head's certificate is signed with"
+        ) from e
+
+
+def resolve(
+    head: Optional[str] = None,
+    token: Optional[str] = None,
+    state_dir: Optional[PathLike] = None,
+    ca_cert: Optional[PathLike] = None,
+) -> Connection:
+    """Everything a client needs to talk to the head, or a ConfigError saying what is missing."""
+    base_url = head_url(head)
+    return Connection(
+        base_url=base_url,
+        token=client_token(token, state_dir),
+        ssl_context=tls_context(base_url, ca_cert),
+    )

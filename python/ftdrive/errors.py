@@ -1,0 +1,39 @@
+"""The exceptions the ftdrive client raises.
+
+Every error the head answers becomes an :class:`ApiError` carrying the HTTP status and the
+head's own message (its JSON body is ``{"error": "..."}``). Problems found before a request
+is sent (no head configured, no token) are :class:`ConfigError`; a head that cannot be reached
+is :class:`HeadUnreachableError`. All of them derive from :class:`FtdriveError`.
+"""
+
+from __future__ import annotations
+
+
+class FtdriveError(Exception):
+    """Base class of every error this package raises."""
+
+
+class ConfigError(FtdriveError):
+    """The client cannot tell where the head is or which credential to present."""
+
+
+class HeadUnreachableError(FtdriveError):
+    """The head could not be reached (refused, timed out, TLS failure, connection lost)."""
+
+
+class ApiError(FtdriveError):
+    """The head answered with an error status.
+
+    ``status`` is the HTTP status code (400 bad input, 401/403 credentials, 404 unknown job,
+    node or actor, 502 an agent could not be reached); ``message`` is the head's own
+    explanation, taken from its ``{"error": ...}`` body (or the body's text when the head
+    answered something else).
+    """
+
+    def __init__(self, status: int, message: str, method: str = "", path: str = "") -> None:
+        self.status = status
+        self.message = message
+        self.method = method
+        self.path = path
+        where = f" ({method} {path})" if method else ""
+        super().__init__(f"the head answered {status}{where}: {message}")

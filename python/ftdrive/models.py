@@ -1,0 +1,338 @@
+"""What the head answers, as dataclasses: jobs with their actors and attempt ledger, nodes,
+health, event-stream lines and log chunks.
+
+Field names are those of the head's JSON (DESIGN §6, §7; ``src/view.rs``, ``src/event.rs``).
+Parsing is lenient about fields a newer head adds (they stay in ``raw``) and fills the
+documented default for fields an older head lacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+#: Job states (DESIGN §2). The last three are terminal.
+JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED")
+TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+#: Command actor states (DESIGN §2). The last three are terminal.
+ACTOR_STATES = ("SCHEDULING", "STANDBY", "RUNNING", "FAILING", "TASK_COMPLETED", "FAILED", "STOPPED")
+TERMINAL_ACTOR_STATES = frozenset({"TASK_COMPLETED", "FAILED", "STOPPED"})
+
+
+def _opt_int(value: Any) -> Optional[int]:
+    return None if value is None else int(value)
+
+
+@dataclass
+class Remaining:
+    """What is left of each retry budget; -1 is unlimited."""
+
+    user: int
+    system: int
+    preemption: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Remaining":
+        return cls(user=int(data["user"]), system=int(data["system"]), preemption=int(data["preemption"]))
+
+
+@dataclass
+class LedgerEntry:
+    """One ended attempt: its cause, the evidence, the budget charged and what remains."""
+
+    actor: str
+    rank: Optional[int]
+    attempt: int
+    cycle: int
+    node: str
+    start_ms: int
+    end_ms: int
+    exit_code: Optional[int]
+    signal: Optional[int]
+    cause: str
+    evidence: str
+    budget: str
+    remaining: Remaining
+
+    @property
+    def charged(self) -> bool:
+        """Whether this attempt used up a retry (its budget is not ``none``)."""
+        return self.budget != "none"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "LedgerEntry":
+        return cls(
+            actor=data["actor"],
+            rank=_opt_int(data.get("rank")),
+            attempt=int(data["attempt"]),
+            cycle=int(data["cycle"]),
+            node=data["node"],
+            start_ms=int(data["start_ms"]),
+            end_ms=int(data["end_ms"]),
+            exit_code=_opt_int(data.get("exit_code")),
+            signal=_opt_int(data.get("signal")),
+            cause=data["cause"],
+            evidence=data.get("evidence", ""),
+            budget=data["budget"],
+            remaining=Remaining.from_json(data["remaining"]),
+        )
+
+
+@dataclass
+class Actor:
+    """A command actor: ``<job>/<index>``, its state, node, rank and attempt count."""
+
+    name: str
+    state: str
+    node: Optional[str]
+    rank: Optional[int]
+    attempt: int
+    role: str = "active"
+    started_ms: Optional[int] = None
+    devices: List[int] = field(default_factory=list)
+
+    @property
+    def index(self) -> int:
+        """The actor's index within its job (``j1/2`` → 2), as ``logs`` takes it."""
+        return int(self.name.rsplit("/", 1)[-1])
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_ACTOR_STATES
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Actor":
+        return cls(
+            name=data["name"],
+            state=data["state"],
+            node=data.get("node"),
+            rank=_opt_int(data.get("rank")),
+            attempt=int(data.get("attempt", 0)),
+            role=data.get("role", "active"),
+            started_ms=_opt_int(data.get("started_ms")),
+            devices=[int(d) for d in data.get("devices") or []],
+        )
+
+
+@dataclass
+class Bundle:
+    """One bundle of a placement group."""
+
+    index: int
+    status: str
+    node: Optional[str]
+    devices: List[int] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Bundle":
+        return cls(
+            index=int(data["index"]),
+            status=data["status"],
+            node=data.get("node"),
+            devices=[int(d) for d in data.get("devices") or []],
+        )
+
+
+@dataclass
+class PlacementGroup:
+    """A job's reservation: its state, strategy, per-node bundle and where each bundle is."""
+
+    id: str
+    state: str
+    strategy: str
+    bundle: Dict[str, float]
+    bundles: List[Bundle]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "PlacementGroup":
+        return cls(
+            id=data["id"],
+            state=data["state"],
+            strategy=data["strategy"],
+            bundle=dict(data.get("bundle") or {}),
+            bundles=[Bundle.from_json(b) for b in data.get("bundles") or []],
+        )
+
+
+@dataclass
+class CycleStart:
+    """When a rendezvous cycle formed, and with how many ranks."""
+
+    cycle: int
+    at_ms: int
+    world_size: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "CycleStart":
+        return cls(cycle=int(data["cycle"]), at_ms=int(data["at_ms"]), world_size=int(data["world_size"]))
+
+
+@dataclass
+class Job:
+    """A job as ``ftdrive status JOB --output json`` shows it."""
+
+    id: str
+    name: str
+    state: str
+    cycles: int
+    min_nodes: int
+    max_nodes: int
+    nproc_per_node: int
+    submit_ms: int
+    message: Optional[str]
+    infeasible: Optional[str]
+    remaining: Remaining
+    actors: List[Actor]
+    ledger: List[LedgerEntry]
+    placement_groups: List[PlacementGroup]
+    cycle_starts: List[CycleStart] = field(default_factory=list)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_terminal(self) -> bool:
+        """SUCCEEDED, FAILED or STOPPED."""
+        return self.state in TERMINAL_JOB_STATES
+
+    def actor(self, index: int) -> Actor:
+        """The actor ``<job>/<index>``."""
+        for actor in self.actors:
+            if actor.index == index:
+                return actor
+        raise KeyError(f"job {self.id} has actors {self.id}/0 to {self.id}/{len(self.actors) - 1}; no {index}")
+
+    def attempts_of(self, index: int) -> List[LedgerEntry]:
+        """The ledger entries of actor ``index``, oldest first."""
+        name = f"{self.id}/{index}"
+        return [entry for entry in self.ledger if entry.actor == name]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Job":
+        return cls(
+            id=data["id"],
+            name=data["name"],
+            state=data["state"],
+            cycles=int(data.get("cycles", 0)),
+            min_nodes=int(data["min_nodes"]),
+            max_nodes=int(data["max_nodes"]),
+            nproc_per_node=int(data.get("nproc_per_node", 1)),
+            submit_ms=int(data.get("submit_ms", 0)),
+            message=data.get("message"),
+            infeasible=data.get("infeasible"),
+            remaining=Remaining.from_json(data["remaining"]),
+            actors=[Actor.from_json(a) for a in data.get("actors") or []],
+            ledger=[LedgerEntry.from_json(e) for e in data.get("ledger") or []],
+            placement_groups=[PlacementGroup.from_json(p) for p in data.get("placement_groups") or []],
+            cycle_starts=[CycleStart.from_json(c) for c in data.get("cycle_starts") or []],
+            raw=dict(data),
+        )
+
+
+@dataclass
+class Node:
+    """A node as ``ftdrive nodes --output json`` shows it."""
+
+    name: str
+    state: str
+    resources: Dict[str, float]
+    labels: Dict[str, str]
+    allocated: Dict[str, float] = field(default_factory=dict)
+    addr: str = ""
+    devices: List[int] = field(default_factory=list)
+    devices_held: List[int] = field(default_factory=list)
+    metrics_url: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Node":
+        return cls(
+            name=data["name"],
+            state=data["state"],
+            resources=dict(data.get("resources") or {}),
+            labels=dict(data.get("labels") or {}),
+            allocated=dict(data.get("allocated") or {}),
+            addr=data.get("addr", ""),
+            devices=[int(d) for d in data.get("devices") or []],
+            devices_held=[int(d) for d in data.get("devices_held") or []],
+            metrics_url=data.get("metrics_url"),
+            raw=dict(data),
+        )
+
+
+@dataclass
+class Drain:
+    """The head's answer to a preemption notice."""
+
+    node: str
+    draining: bool
+    deadline_ms: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Drain":
+        return cls(node=data["node"], draining=bool(data["draining"]), deadline_ms=int(data["deadline_ms"]))
+
+
+@dataclass
+class Health:
+    """``GET /v1/health``: whether a restarted head still waits for its nodes, and counts."""
+
+    recovering: bool
+    jobs: int
+    nodes: int
+    alive_nodes: int
+    failed: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Health":
+        return cls(
+            recovering=bool(data.get("recovering", False)),
+            jobs=int(data.get("jobs", 0)),
+            nodes=int(data.get("nodes", 0)),
+            alive_nodes=int(data.get("alive_nodes", 0)),
+            failed=data.get("failed"),
+            raw=dict(data),
+        )
+
+
+@dataclass
+class Event:
+    """One line of the head's NDJSON event stream.
+
+    ``event`` is the line's tag (``snapshot``, ``job_submitted``, ``transition``, ``ledger``,
+    ``cycle_formed``, ``job_state``, ``placed``, ``released``, ``node_state``, …); ``data`` is
+    the whole line. A ``snapshot`` line carries the job as it stands in ``job``; a ``ledger``
+    line its entry in ``entry``.
+    """
+
+    event: str
+    t_ms: Optional[int]
+    job_id: Optional[str]
+    data: Dict[str, Any]
+    job: Optional[Job] = None
+    entry: Optional[LedgerEntry] = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Event":
+        tag = str(data.get("event", ""))
+        job = Job.from_json(data["job"]) if tag == "snapshot" and isinstance(data.get("job"), Mapping) else None
+        job_id = job.id if job is not None else data.get("job")
+        entry = LedgerEntry.from_json(data["entry"]) if tag == "ledger" and "entry" in data else None
+        return cls(
+            event=tag,
+            t_ms=_opt_int(data.get("t_ms")),
+            job_id=job_id if isinstance(job_id, str) else None,
+            data=dict(data),
+            job=job,
+            entry=entry,
+        )
+
+
+@dataclass
+class LogChunk:
+    """A slice of one attempt's log, and where the next read starts."""
+
+    data: bytes
+    attempt: int
+    node: str
+    running: bool
+    next_offset: int

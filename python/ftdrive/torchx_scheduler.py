@@ -1,0 +1,478 @@
+"""The torchx scheduler ``ftdrive``: ``torchx run -s ftdrive dist.ddp -j 3:8x2 --script train.py``.
+
+An app's (single) role becomes one ftdrive job spec:
+
+* nodes and workers: a ``torchrun`` launch (``dist.ddp`` writes ``bash -c "torchrun … script
+  args"``) is translated by :mod:`ftdrive.torchrun`: its ``--nnodes MIN:MAX`` and
+  ``--nproc_per_node`` become ``min_nodes``/``max_nodes``/``nproc_per_node`` and the script runs
+  directly under ftdrive's own launcher. Any other role runs its ``entrypoint args`` as is,
+  one process per node, ``min_replicas``..``num_replicas`` nodes.
+* resources: ``cpu``, ``gpu``, ``memMB`` → the bundle's ``cpu``, ``gpu``, ``memory_mb``.
+* ``env`` → ``env``; ``max_retries`` → the ``user`` retry budget; ``retry_policy`` REPLICA →
+  ``restart: actor``, APPLICATION → ``gang``, HOT_SPARE → ``min_replicas`` nodes and the rest as
+  hot spares.
+* torchx macros: ``${rank0_env}`` is ``TORCHX_RANK0_HOST`` (ftdrive sets it), ``${img_root}`` the
+  working directory; ``${app_id}`` (the job id) and ``${replica_id}`` (the actor's index) are
+  known only once the head placed the job, so a value that uses them is set by a ``/bin/sh``
+  prologue from ``$FTDRIVE_JOB_ID`` / ``$FTDRIVE_ACTOR``.
+
+The app id is the ftdrive job id (``ftdrive://SESSION/j3`` ↔ ``ftdrive status j3``). The head is
+``-cfg head=URL`` (or ``head`` in the ``[ftdrive]`` section of ``.torchxconfig``), else
+``$FTDRIVE_HEAD``; the token as the ``ftdrive`` CLI finds it. ``status``, ``log``, ``cancel``
+and ``list`` use the same head.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import logging
+import os
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypedDict
+
+from torchx.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from torchx.specs import (
+    NONE,
+    NULL_RESOURCE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    ReplicaStatus,
+    RetryPolicy,
+    Role,
+    RoleStatus,
+    macros,
+    runopts,
+)
+
+from . import torchrun
+from .client import Client
+from .errors import ApiError
+from .models import Job
+from .spec import STRATEGIES, JobSpec, Retries
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+#: What torchx's ``${app_id}`` and ``${replica_id}`` stand for until the head placed the job,
+#: and the shell expression that gives each its value in the job's processes.
+_JOB_ID = "@FTDRIVE_JOB_ID@"
+_REPLICA_ID = "@FTDRIVE_REPLICA_ID@"
+_LATE = {_JOB_ID: '"${FTDRIVE_JOB_ID}"', _REPLICA_ID: '"${FTDRIVE_ACTOR##*/}"'}
+_LATE_RE = re.compile("|".join(re.escape(k) for k in _LATE))
+_NAME_RE = re.compile(r"[^A-Za-z0-9._-]+")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+_APP_STATE: Mapping[str, AppState] = {
+    "PENDING": AppState.PENDING,
+    "RUNNING": AppState.RUNNING,
+    "SUCCEEDED": AppState.SUCCEEDED,
+    "FAILED": AppState.FAILED,
+    "STOPPED": AppState.CANCELLED,
+}
+_REPLICA_STATE: Mapping[str, AppState] = {
+    "SCHEDULING": AppState.PENDING,
+    "STANDBY": AppState.PENDING,
+    "RUNNING": AppState.RUNNING,
+    "FAILING": AppState.RUNNING,
+    "TASK_COMPLETED": AppState.SUCCEEDED,
+    "FAILED": AppState.FAILED,
+    "STOPPED": AppState.CANCELLED,
+}
+_POLL_S = 0.5
+
+
+class FtdriveOpts(TypedDict, total=False):
+    head: Optional[str]
+    ca_cert: Optional[str]
+    cwd: Optional[str]
+    python: str
+    hot_spares: Optional[int]
+    priority: int
+    restart: Optional[str]
+    system_retries: Optional[int]
+    preemption_retries: Optional[int]
+    strategy: Optional[str]
+    node_selector: Optional[Dict[str, str]]
+
+
+@dataclass
+class FtdriveRequest:
+    """What ``schedule`` submits: the job spec, the head it goes to, and notes on how the
+    role was mapped (shown by ``--dryrun``)."""
+
+    spec: JobSpec
+    head: Optional[str] = None
+    ca_cert: Optional[str] = None
+    notes: List[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        head = self.head or os.environ.get("FTDRIVE_HEAD") or "(no head: set $FTDRIVE_HEAD or -cfg head=URL)"
+        lines = [f"# ftdrive job spec for {head}", self.spec.to_json()]
+        lines += [f"# {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+class FtdriveScheduler(Scheduler[FtdriveOpts]):
+    """Runs a torchx app's role as one ftdrive job (see the module's documentation).
+
+    .. compatibility::
+        type: scheduler
+        features:
+            cancel: true
+            logs: per replica (actor), every attempt in order; regex, since/until (by attempt
+                  times) and tailing supported; stdout and stderr come combined
+            distributed: true
+            describe: state, restarts, replicas with their nodes and failure evidence
+            workspaces: false (the job runs in ``cwd``, which every node must have)
+            mounts: false
+            elasticity: true (``-j MIN:MAX``; ftdrive grows the job as nodes free up)
+    """
+
+    def __init__(self, session_name: str, client: Optional[Client] = None) -> None:
+        super().__init__("ftdrive", session_name)
+        self._given_client = client
+
+    # ---- configuration ------------------------------------------------------------------
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add("head", type_=str, default=None, help="the head's URL (default: $FTDRIVE_HEAD)")
+        opts.add(
+            "ca_cert", type_=str, default=None, help="CA certificate for an https head (default: $FTDRIVE_CA_CERT)"
+        )
+        opts.add(
+            "cwd",
+            type_=str,
+            default=None,
+            help="working directory of the job on every node (default: the directory torchx runs in)",
+        )
+        opts.add("python", type_=str, default="python3", help="interpreter for a translated torchrun launch")
+        opts.add(
+            "hot_spares", type_=int, default=None, help="spare nodes kept ready (default: 0; HOT_SPARE: the extras)"
+        )
+        opts.add("priority", type_=int, default=0, help="queue priority; higher first")
+        opts.add("restart", type_=str, default=None, help="gang or actor (default: from the role's retry_policy)")
+        opts.add("system_retries", type_=int, default=None, help="retries after node losses (default: 3; -1: no limit)")
+        opts.add(
+            "preemption_retries", type_=int, default=None, help="retries after preemptions (default: -1, no limit)"
+        )
+        opts.add("strategy", type_=str, default=None, help=f"placement: one of {', '.join(STRATEGIES)}")
+        opts.add("node_selector", type_=Dict[str, str], default=None, help="node labels to match, e.g. zone:a;rack:r1")
+        return opts
+
+    def _client(self, head: Optional[str] = None, ca_cert: Optional[str] = None) -> Client:
+        if self._given_client is not None:
+            return self._given_client
+        return Client(head=head or _torchxconfig("head"), ca_cert=ca_cert or _torchxconfig("ca_cert"))
+
+    # ---- submitting ---------------------------------------------------------------------
+
+    def _validate(self, app: AppDef, scheduler: str) -> None:
+        if len(app.roles) != 1:
+            names = ", ".join(role.name for role in app.roles)
+            raise ValueError(
+                f"the ftdrive scheduler runs one role per app (one job); {app.name} has {len(app.roles)}: "
+                f"{names}. Submit each role as its own app."
+            )
+        if app.roles[0].resource == NULL_RESOURCE:
+            raise ValueError(f"role {app.roles[0].name} has no resource; give cpu/gpu/memMB or a named resource (-h)")
+
+    def _submit_dryrun(self, app: AppDef, cfg: FtdriveOpts) -> AppDryRunInfo[FtdriveRequest]:
+        self._validate(app, self.backend)
+        request = to_request(app, cfg)
+        return AppDryRunInfo(request, str)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[FtdriveRequest]) -> str:
+        request = dryrun_info.request
+        job = self._client(request.head, request.ca_cert).submit(request.spec)
+        return job.id
+
+    # ---- observing and cancelling -------------------------------------------------------
+
+    def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
+        client = self._client()
+        job = _status_or_none(client, app_id)
+        if job is None:
+            return None
+        role = job.name
+        replicas = [
+            ReplicaStatus(
+                id=actor.index,
+                state=_REPLICA_STATE.get(actor.state, AppState.UNKNOWN),
+                role=role,
+                hostname=actor.node or "",
+                structured_error_msg=_replica_error(job, actor.index, actor.state),
+            )
+            for actor in job.actors
+        ]
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=_APP_STATE.get(job.state, AppState.UNKNOWN),
+            num_restarts=max(job.cycles - 1, 0),
+            msg=job.message or job.infeasible or NONE,
+            ui_url=client.dashboard_url(job.id),
+            roles_statuses=[RoleStatus(role=role, replicas=replicas)],
+            roles=[Role(name=role, image="", num_replicas=len(job.actors), min_replicas=job.min_nodes)],
+        )
+
+    def list(self) -> List[ListAppResponse]:
+        return [
+            ListAppResponse(app_id=job.id, state=_APP_STATE.get(job.state, AppState.UNKNOWN))
+            for job in self._client().jobs()
+        ]
+
+    def _cancel_existing(self, app_id: str) -> None:
+        self._client().stop(app_id)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: Optional[str] = None,
+        since: Optional[datetime] = None,
+        until: Optional[datetime] = None,
+        should_tail: bool = False,
+        streams: Optional[Stream] = None,
+    ) -> Iterable[str]:
+        """Replica ``k`` is actor ``<job>/k``; its log is each of its attempts' output in turn
+        (every worker's lines, prefixed ``[rankR]: ``). ``since``/``until`` skip attempts that
+        ended before or started after them; ``should_tail`` follows the running attempt and
+        the ones after it until the job ends."""
+        if streams not in (None, Stream.COMBINED):
+            raise ValueError("ftdrive keeps stdout and stderr of an attempt in one log; use --streams combined")
+        client = self._client()
+        job = client.status(app_id)
+        if not 0 <= k < len(job.actors):
+            raise ValueError(f"{app_id} has replicas 0 to {len(job.actors) - 1}; there is no replica {k}")
+        lines = _replica_lines(client, app_id, k, _ms(since), _ms(until), should_tail)
+        if regex:
+            pattern = re.compile(regex)
+            return (line for line in lines if pattern.search(line))
+        return lines
+
+
+def create_scheduler(session_name: str, client: Optional[Client] = None, **kwargs: Any) -> FtdriveScheduler:
+    """The ``torchx.schedulers`` entry point."""
+    return FtdriveScheduler(session_name=session_name, client=client)
+
+
+# ---- AppDef → job spec ------------------------------------------------------------------
+
+
+def to_request(app: AppDef, cfg: Mapping[str, Any]) -> FtdriveRequest:
+    """The job spec an app becomes under ``cfg`` (the scheduler's run options)."""
+    cwd = cfg.get("cwd") or os.getcwd()
+    values = macros.Values(img_root=cwd, app_id=_JOB_ID, replica_id=_REPLICA_ID, rank0_env="TORCHX_RANK0_HOST")
+    role = values.apply(app.roles[0])
+    notes: List[str] = []
+    command, low, high, nproc = _launch_shape(role, str(cfg.get("python") or "python3"), notes)
+    min_nodes, max_nodes, hot_spares, restart = _topology(role.retry_policy, low, high, cfg)
+    command, env = _late_bound(command, dict(role.env))
+    if role.mounts:
+        notes.append("mounts are ignored: ftdrive runs processes on the nodes' own filesystems")
+    spec = JobSpec(
+        name=_job_name(app.name, role.name),
+        command=command,
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        env=env,
+        cwd=cwd,
+        hot_spares=hot_spares,
+        nproc_per_node=nproc,
+        bundle=_bundle(role.resource.cpu, role.resource.gpu, role.resource.memMB),
+        priority=int(cfg.get("priority") or 0),
+        restart=restart,
+        retries=_retries(role.max_retries, cfg),
+    )
+    if cfg.get("strategy"):
+        spec.strategy = str(cfg["strategy"])
+    if cfg.get("node_selector"):
+        spec.node_selector = dict(cfg["node_selector"])
+    return FtdriveRequest(spec=spec, head=cfg.get("head"), ca_cert=cfg.get("ca_cert"), notes=notes)
+
+
+def _launch_shape(role: Role, python: str, notes: List[str]) -> Tuple[List[str], int, int, int]:
+    """The command, node range and workers per node of a role: a torchrun launch translated
+    (see :mod:`ftdrive.torchrun`), anything else as it is on ``min_replicas..num_replicas``."""
+    gpus, cpus = max(int(role.resource.gpu), 0), max(int(role.resource.cpu), 1)
+    command = [role.entrypoint, *role.args]
+    launch = torchrun.translate(command, gpus=gpus, cpus=cpus, python=python)
+    if launch is not None:
+        notes.append(
+            f"torchrun launch translated: {launch.min_nodes}..{launch.max_nodes} node(s) x "
+            f"{launch.nproc_per_node} worker(s), ftdrive sets torchrun's environment; runs {shlex.join(launch.command)}"
+        )
+        return launch.command, launch.min_nodes, launch.max_nodes, launch.nproc_per_node
+    if _mentions_torchrun(command):
+        notes.append("the role runs torchrun inside a larger script: left as it is, one process per node")
+    high = role.num_replicas
+    low = role.min_replicas if role.min_replicas is not None else high
+    return command, low, high, 1
+
+
+def _topology(policy: RetryPolicy, low: int, high: int, cfg: Mapping[str, Any]) -> Tuple[int, int, int, str]:
+    """min_nodes, max_nodes, hot_spares and restart mode for a retry policy."""
+    spares = cfg.get("hot_spares")
+    restart = "actor" if policy == RetryPolicy.REPLICA else "gang"
+    if policy == RetryPolicy.HOT_SPARE:
+        high, spares = low, (high - low if spares is None else spares)
+    if cfg.get("restart"):
+        restart = str(cfg["restart"])
+    return low, high, int(spares or 0), restart
+
+
+def _retries(max_retries: int, cfg: Mapping[str, Any]) -> Retries:
+    retries = Retries(user=int(max_retries))
+    if cfg.get("system_retries") is not None:
+        retries.system = int(cfg["system_retries"])
+    if cfg.get("preemption_retries") is not None:
+        retries.preemption = int(cfg["preemption_retries"])
+    return retries
+
+
+def _bundle(cpu: float, gpu: float, mem_mb: float) -> Dict[str, float]:
+    bundle: Dict[str, float] = {}
+    if cpu > 0:
+        bundle["cpu"] = cpu
+    if gpu > 0:
+        bundle["gpu"] = gpu
+    if mem_mb > 0:
+        bundle["memory_mb"] = mem_mb
+    return bundle or {"cpu": 1}
+
+
+def _job_name(app_name: str, role_name: str) -> str:
+    """A valid job name (letters, digits, ``-``, ``_``, ``.``; at most 63) from the app's."""
+    for candidate in (app_name, role_name):
+        name = _NAME_RE.sub("-", candidate or "").strip("-")[:63]
+        if name:
+            return name
+    return "torchx"
+
+
+def _mentions_torchrun(command: List[str]) -> bool:
+    return any("torchrun" in word or "torch.distributed.run" in word for word in command)
+
+
+def _shell_word(text: str) -> str:
+    """``text`` as one shell word, with the late-bound values expanded."""
+    parts: List[str] = []
+    position = 0
+    for match in _LATE_RE.finditer(text):
+        if match.start() > position:
+            parts.append(shlex.quote(text[position : match.start()]))
+        parts.append(_LATE[match.group(0)])
+        position = match.end()
+    if position < len(text) or not parts:
+        parts.append(shlex.quote(text[position:]))
+    return "".join(parts)
+
+
+def _late_bound(command: List[str], env: Dict[str, str]) -> Tuple[List[str], Dict[str, str]]:
+    """The command and env with ``${app_id}``/``${replica_id}`` resolved in the job's own
+    processes: values that use them are set by a ``/bin/sh`` prologue."""
+    late_env = {key: value for key, value in env.items() if _LATE_RE.search(value)}
+    late_args = any(_LATE_RE.search(word) for word in command)
+    if not late_env and not late_args:
+        return command, env
+    lines = []
+    for key, value in late_env.items():
+        if not _ENV_NAME_RE.fullmatch(key):
+            raise ValueError(f"env {key!r} uses ${{app_id}} or ${{replica_id}} but is not a shell variable name")
+        lines.append(f"export {key}={_shell_word(value)}")
+    if late_args:
+        lines.append("exec " + " ".join(_shell_word(word) for word in command))
+        tail: List[str] = []
+    else:
+        lines.append('exec "$@"')
+        tail = ["ftdrive-torchx", *command]
+    rest = {key: value for key, value in env.items() if key not in late_env}
+    return ["/bin/sh", "-c", "; ".join(lines), *tail], rest
+
+
+# ---- observing ---------------------------------------------------------------------------
+
+
+def _torchxconfig(key: str) -> Optional[str]:
+    """``key`` of the ``[ftdrive]`` section in the ``.torchxconfig`` files torchx reads."""
+    try:
+        from torchx.runner.config import find_configs
+
+        files = find_configs()
+    except (ImportError, OSError):
+        return None
+    for path in files:
+        parser = configparser.ConfigParser()
+        parser.read(path)
+        if parser.has_option("ftdrive", key):
+            return parser.get("ftdrive", key)
+    return None
+
+
+def _status_or_none(client: Client, app_id: str) -> Optional[Job]:
+    try:
+        return client.status(app_id)
+    except ApiError as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def _replica_error(job: Job, index: int, state: str) -> str:
+    """For a failed or stopped replica, its last ended attempt in torchx's error format."""
+    if state not in ("FAILED", "STOPPED"):
+        return str(NONE)
+    attempts = [entry for entry in job.attempts_of(index) if entry.cause != "completed"]
+    if not attempts:
+        return str(NONE)
+    last = attempts[-1]
+    message = f"attempt {last.attempt}: {last.cause} (charged to {last.budget}): {last.evidence}"
+    return json.dumps(
+        {
+            "message": {
+                "message": message,
+                "errorCode": last.exit_code,
+                "extraInfo": {"timestamp": last.end_ms // 1000},
+            }
+        }
+    )
+
+
+def _ms(moment: Optional[datetime]) -> Optional[int]:
+    return None if moment is None else int(moment.timestamp() * 1000)
+
+
+def _in_window(job: Job, index: int, attempt: int, since: Optional[int], until: Optional[int]) -> bool:
+    ended = [e for e in job.attempts_of(index) if e.attempt == attempt]
+    if ended:
+        start, end = ended[0].start_ms, ended[0].end_ms
+    else:
+        start, end = job.actor(index).started_ms or 0, None
+    if since is not None and end is not None and end < since:
+        return False
+    return until is None or start <= until
+
+
+def _replica_lines(
+    client: Client, job_id: str, index: int, since: Optional[int], until: Optional[int], tail: bool
+) -> Iterator[str]:
+    attempt = 1
+    while True:
+        job = client.status(job_id)
+        if attempt > job.actor(index).attempt:
+            if not tail or job.is_terminal:
+                return
+            time.sleep(_POLL_S)
+            continue
+        if _in_window(job, index, attempt, since, until):
+            try:
+                yield from client.logs(job_id, index, attempt=attempt, follow=tail)
+            except ApiError as e:
+                yield f"[ftdrive] the log of {job_id}/{index} attempt {attempt} is not available: {e.message}\n"
+        attempt += 1

@@ -1,0 +1,243 @@
+"""The client against a real head and agents: every call, credentials as the CLI finds them,
+and bad input answered with the head's own message while nothing changes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List
+
+import pytest
+from conftest import Cluster
+
+from ftdrive import (
+    ApiError,
+    Client,
+    ConfigError,
+    Event,
+    HeadUnreachableError,
+    JobSpec,
+    Retries,
+)
+
+
+def check_env_spec(cluster: Cluster, name: str, nodes: int = 3, nproc: int = 2) -> JobSpec:
+    script = str(cluster.work / "check_env.py")
+    return JobSpec(
+        name=name,
+        command=[sys.executable, "-u", script, str(nodes * nproc), str(nproc)],
+        min_nodes=nodes,
+        max_nodes=nodes,
+        nproc_per_node=nproc,
+        bundle={"cpu": 1, "memory_mb": 256},
+    )
+
+
+def test_health_and_nodes(cluster: Cluster) -> None:
+    client = cluster.client()
+    health = client.health()
+    assert health.recovering is False
+    assert health.nodes >= 3 and health.alive_nodes >= 3, health
+    nodes = {n.name: n for n in client.nodes()}
+    assert {"n1", "n2", "n3"} <= set(nodes)
+    n1 = nodes["n1"]
+    assert (n1.state, n1.resources, n1.addr) == ("ALIVE", {"cpu": 4, "memory_mb": 8192}, "127.0.0.1")
+
+
+def test_submit_a_jobspec_and_read_status_ledger_and_jobs(cluster: Cluster) -> None:
+    client = cluster.client()
+    submitted = client.submit(check_env_spec(cluster, "client-check"))
+    assert submitted.id and submitted.name == "client-check" and submitted.nproc_per_node == 2
+    job = client.wait(submitted.id, timeout=45)
+    assert job.state == "SUCCEEDED", job
+    assert [a.state for a in job.actors] == ["TASK_COMPLETED"] * 3
+    assert sorted(a.rank for a in job.actors if a.rank is not None) == [0, 1, 2]
+    assert len(job.ledger) == 3
+    for entry in job.ledger:
+        assert (entry.cause, entry.budget, entry.exit_code, entry.charged) == ("completed", "none", 0, False)
+        assert entry.remaining.user == 0 and entry.remaining.system == 3 and entry.remaining.preemption == -1
+    assert job.placement_groups[0].state == "REMOVED"
+    assert submitted.id in [j.id for j in client.jobs()]
+
+
+def test_submit_a_dict_spec(cluster: Cluster) -> None:
+    client = cluster.client()
+    spec = {
+        "name": "dict-spec",
+        "command": [sys.executable, "-c", "print('from a dict')"],
+        "min_nodes": 1,
+        "max_nodes": 1,
+    }
+    job = client.wait(client.submit(spec).id, timeout=45)
+    assert job.state == "SUCCEEDED", job
+    assert "".join(client.logs(job.id, 0)) == "from a dict\n"
+
+
+def test_logs_of_every_worker_or_one(cluster: Cluster) -> None:
+    client = cluster.client()
+    job = client.wait(client.submit(check_env_spec(cluster, "client-logs", nodes=1, nproc=2)).id, timeout=45)
+    assert job.state == "SUCCEEDED", job
+    both = list(client.logs(job.id, 0))
+    assert sorted(line.split(" ")[0] for line in both) == ["[rank0]:", "[rank1]:"], both
+    assert all(line.endswith("\n") for line in both)
+    one = list(client.logs(job.id, 0, local_rank=1, attempt=1))
+    assert len(one) == 1 and one[0].startswith("check ok rank=1 local_rank=1 world=2"), one
+    chunk = client.log_chunk(job.id, 0)
+    assert (chunk.attempt, chunk.running, chunk.next_offset) == (1, False, len(chunk.data))
+    with pytest.raises(ApiError) as missing:
+        list(client.logs(job.id, 0, attempt=7))
+    assert missing.value.status == 404 and "no attempt 7" in missing.value.message
+
+
+def test_logs_follow_a_running_attempt(cluster: Cluster, tmp_path: Path) -> None:
+    client = cluster.client()
+    gate = tmp_path / "gate"
+    script = str(cluster.work / "gated.py")
+    spec = JobSpec(name="follow", command=[sys.executable, "-u", script, str(gate)], min_nodes=1, max_nodes=1)
+    job_id = client.submit(spec).id
+    cluster.wait_job(job_id, "its actor runs", lambda j: j.actors[0].state == "RUNNING")
+    lines = client.logs(job_id, 0, follow=True, poll_interval=0.1)
+    assert next(lines) == "line 0\n"
+    # The job waits for the gate: the first line came while it was running.
+    assert client.status(job_id).state == "RUNNING"
+    gate.touch()
+    assert list(lines) == [f"line {i}\n" for i in range(1, 6)]
+    assert client.wait(job_id, timeout=30).state == "SUCCEEDED"
+
+
+def test_events_of_a_job_start_with_a_snapshot_and_end_with_it(cluster: Cluster, tmp_path: Path) -> None:
+    client = cluster.client()
+    gate = tmp_path / "gate"
+    command = [sys.executable, "-u", str(cluster.work / "gated.py"), str(gate)]
+    job_id = client.submit(JobSpec(name="events", command=command, min_nodes=2, max_nodes=2)).id
+    stream = client.events(job_id, idle_timeout=30)
+    first = next(stream)
+    assert first.event == "snapshot" and first.job is not None and first.job.id == job_id
+    assert not first.job.is_terminal, "the job waits for the gate"
+    gate.touch()
+    events: List[Event] = [first, *stream]
+    tags = [e.event for e in events]
+    assert "ledger" in tags and "job_state" in tags, tags
+    ledger = [e.entry for e in events if e.entry is not None]
+    assert sorted((entry.actor, entry.cause) for entry in ledger) == [
+        (f"{job_id}/0", "completed"),
+        (f"{job_id}/1", "completed"),
+    ]
+    final = [e for e in events if e.event == "job_state"][-1]
+    assert final.data["to"] == "SUCCEEDED" and final.job_id == job_id
+    assert events[-1].event == "snapshot" and events[-1].job is not None and events[-1].job.state == "SUCCEEDED"
+    # Without follow: only what the head has ready (the snapshot of a finished job).
+    assert [e.event for e in client.events(job_id, follow=False)] == ["snapshot"]
+
+
+def test_events_of_the_cluster(cluster: Cluster) -> None:
+    client = cluster.client()
+    # Open before the submission: the cluster's stream has no backlog.
+    stream = client.events(idle_timeout=20)
+    job_id = client.submit(JobSpec(name="cluster-events", command=["true"], min_nodes=1, max_nodes=1)).id
+    seen: List[Event] = []
+    for event in stream:
+        seen.append(event)
+        if event.event == "job_state" and event.job_id == job_id and event.data.get("to") == "SUCCEEDED":
+            break
+    stream.close()
+    tags = [(e.event, e.job_id) for e in seen]
+    assert ("job_submitted", job_id) in tags, tags
+    assert ("job_state", job_id) in tags, tags
+    with pytest.raises(ApiError) as unknown:
+        client.events("j999999")
+    assert unknown.value.status == 404
+
+
+def test_stop_a_running_job(cluster: Cluster) -> None:
+    client = cluster.client()
+    spec = JobSpec(name="to-stop", command=[sys.executable, str(cluster.work / "sleep.py")], min_nodes=2, max_nodes=2)
+    job_id = client.submit(spec).id
+    cluster.wait_job(job_id, "both actors run", lambda j: [a.state for a in j.actors] == ["RUNNING"] * 2)
+    answered = client.stop(job_id)
+    assert answered.id == job_id
+    job = client.wait(job_id, timeout=30)
+    assert job.state == "STOPPED", job
+    assert {a.state for a in job.actors} == {"STOPPED"}
+    assert {(e.cause, e.budget) for e in job.ledger} == {("stopped", "none")}, job.ledger
+
+
+def test_drain_a_node(cluster: Cluster) -> None:
+    client = cluster.client()
+    cluster.add_node("drained")
+    try:
+        answer = client.drain("drained", deadline_ms=60_000)
+        assert (answer.node, answer.draining, answer.deadline_ms) == ("drained", True, 60_000)
+        states = {n.name: n.state for n in client.nodes()}
+        assert states["drained"] == "DRAINING" and states["n1"] == "ALIVE"
+    finally:
+        cluster.kill_node("drained")
+    with pytest.raises(ApiError) as unknown:
+        client.drain("no-such-node")
+    assert unknown.value.status == 404 and "no-such-node" in unknown.value.message
+
+
+@pytest.mark.parametrize(
+    "spec, status, fragment",
+    [
+        ({"name": "bad", "command": ["true"], "min_nodes": 0, "max_nodes": 1}, 400, "job spec field `min_nodes`"),
+        ({"name": "bad", "command": ["true"], "min_nodes": 3, "max_nodes": 2}, 400, "min_nodes <= max_nodes"),
+        ({"name": "bad", "command": [], "min_nodes": 1, "max_nodes": 1}, 400, "`command`: is empty"),
+        ({"name": "bad", "command": ["true"], "min_nodes": 1, "max_nodes": 1, "colour": 1}, 400, "unknown field"),
+        (
+            JobSpec(name="bad", command=["true"], min_nodes=1, max_nodes=1, retries=Retries(user=-2)),
+            400,
+            "retries.user",
+        ),
+    ],
+)
+def test_bad_input_is_refused_with_the_heads_message_and_changes_nothing(
+    cluster: Cluster, spec: object, status: int, fragment: str
+) -> None:
+    client = cluster.client()
+    before = [j.id for j in client.jobs()]
+    with pytest.raises(ApiError) as refused:
+        client.submit(spec)  # type: ignore[arg-type]
+    assert refused.value.status == status
+    assert fragment in refused.value.message, refused.value.message
+    assert fragment in str(refused.value)
+    assert [j.id for j in client.jobs()] == before
+
+
+def test_unknown_jobs_are_404(cluster: Cluster) -> None:
+    client = cluster.client()
+    for call in (client.status, client.stop):
+        with pytest.raises(ApiError) as unknown:
+            call("j999999")
+        assert unknown.value.status == 404 and "no job `j999999`" in unknown.value.message
+
+
+def test_credentials_are_found_as_the_cli_finds_them(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("FTDRIVE_HEAD", "FTDRIVE_TOKEN", "FTDRIVE_STATE_DIR", "FTDRIVE_CA_CERT"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ConfigError, match=r"\$FTDRIVE_HEAD"):
+        Client()
+    # Head from $FTDRIVE_HEAD (no scheme means http), token from the state dir's file.
+    monkeypatch.setenv("FTDRIVE_HEAD", cluster.url.replace("http://", ""))
+    monkeypatch.setenv("FTDRIVE_STATE_DIR", str(cluster.dir))
+    assert Client().base_url == cluster.url
+    assert Client().health().nodes >= 3
+    # $FTDRIVE_TOKEN wins over the file: a wrong one is refused by the head, saying why.
+    monkeypatch.setenv("FTDRIVE_TOKEN", "not-the-token")
+    with pytest.raises(ApiError) as refused:
+        Client().jobs()
+    assert refused.value.status == 401 and "token" in refused.value.message
+    # An empty $FTDRIVE_TOKEN counts as unset, as in the CLI.
+    monkeypatch.setenv("FTDRIVE_TOKEN", "")
+    assert Client().health().nodes >= 3
+    monkeypatch.setenv("FTDRIVE_STATE_DIR", str(cluster.dir / "nowhere"))
+    with pytest.raises(ConfigError, match="no API token"):
+        Client()
+
+
+def test_an_unreachable_head_and_a_bad_ca_certificate(cluster: Cluster, tmp_path: Path) -> None:
+    token = (cluster.dir / "token").read_text().strip()
+    with pytest.raises(HeadUnreachableError, match="cannot reach the head"):
+        Client("127.0.0.1:1", token=token, timeout=5).health()
+    with pytest.raises(ConfigError, match="CA certificate"):
+        Client("https://127.0.0.1:1", token=token, ca_cert=tmp_path / "missing.pem")

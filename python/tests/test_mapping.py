@@ -1,0 +1,110 @@
+"""How a torchx AppDef becomes a job spec (no cluster needed): torchrun translation, node
+ranges, resources, env, retry budgets and policies, and torchx macros."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any, Dict
+
+import pytest
+from torchx.components.dist import ddp
+from torchx.components.utils import python as utils_python
+from torchx.specs import AppDef, Resource, RetryPolicy, Role
+
+from ftdrive.spec import JobSpec
+from ftdrive.torchrun import translate
+from ftdrive.torchx_scheduler import create_scheduler, to_request
+
+CFG: Dict[str, Any] = {"cwd": "/srv/train", "python": "python3"}
+
+
+def spec_of(app: AppDef, **cfg: Any) -> JobSpec:
+    return to_request(app, {**CFG, **cfg}).spec
+
+
+def with_job_id(app: AppDef) -> AppDef:
+    """As torchx's runner hands it over: with ``TORCHX_JOB_ID`` using the ``${app_id}`` macro."""
+    app.roles[0].env["TORCHX_JOB_ID"] = "ftdrive://torchx/${app_id}"
+    return app
+
+
+def test_dist_ddp_elastic_becomes_a_node_range_with_workers_per_node() -> None:
+    app = ddp("--epochs", "3", script="train.py", j="3:8x4", cpu=8, gpu=4, memMB=65536, max_retries=2)
+    spec = spec_of(with_job_id(app))
+    assert (spec.min_nodes, spec.max_nodes, spec.nproc_per_node) == (3, 8, 4)
+    assert spec.bundle == {"cpu": 8, "gpu": 4, "memory_mb": 65536}
+    assert spec.retries.user == 2 and spec.restart == "gang" and spec.cwd == "/srv/train"
+    assert spec.command[-5:] == ["python3", "-u", "train.py", "--epochs", "3"]
+    assert spec.env["LOGLEVEL"] == "WARNING"
+    # ${app_id} is known only once the head placed the job: set from $FTDRIVE_JOB_ID.
+    assert spec.command[:2] == ["/bin/sh", "-c"] and "TORCHX_JOB_ID" not in spec.env
+    assert '"${FTDRIVE_JOB_ID}"' in spec.command[2] and spec.command[2].endswith('exec "$@"')
+
+
+def test_the_sh_prologue_sets_late_bound_values_in_the_process() -> None:
+    spec = spec_of(with_job_id(ddp(script="train.py", j="1x1")))
+    command = spec.command[:4] + ["sh", "-c", 'printf "%s|%s" "$TORCHX_JOB_ID" "$1"', "sh", "a b"]
+    env = {"FTDRIVE_JOB_ID": "j42", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    assert out == "ftdrive://torchx/j42|a b", out
+
+
+def test_a_module_launch_and_nproc_from_the_gpus() -> None:
+    spec = spec_of(ddp(m="pkg.train", j="2", gpu=8))
+    assert (spec.min_nodes, spec.max_nodes, spec.nproc_per_node) == (1, 1, 2)
+    assert spec.command[-4:] == ["python3", "-u", "-m", "pkg.train"]
+    role = Role(name="t", image="", entrypoint="torchrun", args=["--nproc-per-node=gpu", "--nnodes=2:4", "t.py"])
+    role.resource = Resource(cpu=4, gpu=8, memMB=0)
+    spec = spec_of(AppDef(name="t", roles=[role]), python="/venv/bin/python")
+    assert (spec.min_nodes, spec.max_nodes, spec.nproc_per_node) == (2, 4, 8)
+    assert spec.command == ["/venv/bin/python", "-u", "t.py"] and spec.bundle == {"cpu": 4, "gpu": 8}
+
+
+def test_shell_arguments_keep_the_shell() -> None:
+    launch = translate(["bash", "-c", "torchrun --nnodes 2 --nproc_per_node 1 train.py --data $DATA_DIR"])
+    assert launch is not None and launch.command == ["bash", "-c", "exec python3 -u train.py --data $DATA_DIR"]
+    assert translate(["bash", "-c", "cd /x && torchrun --nnodes 2 train.py"]) is None
+    assert translate(["bash", "-c", "torchrun --nnodes 2 train.py; echo done"]) is None
+    with pytest.raises(ValueError, match="--nnodes"):
+        translate(["torchrun", "--nnodes", "two", "train.py"])
+
+
+def test_a_role_without_torchrun_runs_as_is_on_its_replicas() -> None:
+    app = utils_python(c="print(1)", name="hello", num_replicas=2, cpu=1, gpu=0, memMB=512)
+    spec = spec_of(app)
+    assert (spec.min_nodes, spec.max_nodes, spec.nproc_per_node) == (2, 2, 1)
+    assert spec.command[-3:] == ["python", "-c", "print(1)"]
+    assert spec.bundle == {"cpu": 1, "memory_mb": 512}
+
+
+def test_retry_policies_map_to_restart_modes_and_spares() -> None:
+    def app(policy: RetryPolicy) -> AppDef:
+        role = Role(name="w", image="", entrypoint="worker", args=["--x"], num_replicas=5, min_replicas=3)
+        role.resource, role.retry_policy, role.max_retries = Resource(cpu=1, gpu=0, memMB=0), policy, 4
+        role.env = {"REPLICA": "r${replica_id}"}
+        return AppDef(name="my app/1", roles=[role])
+
+    gang = spec_of(app(RetryPolicy.APPLICATION))
+    assert (gang.min_nodes, gang.max_nodes, gang.hot_spares, gang.restart, gang.name) == (3, 5, 0, "gang", "my-app-1")
+    assert '"${FTDRIVE_ACTOR##*/}"' in gang.command[2] and gang.retries.user == 4
+    actor = spec_of(app(RetryPolicy.REPLICA), priority=5, system_retries=-1, node_selector={"zone": "a"})
+    assert (actor.restart, actor.priority, actor.retries.system, actor.node_selector) == ("actor", 5, -1, {"zone": "a"})
+    spares = spec_of(app(RetryPolicy.HOT_SPARE))
+    assert (spares.min_nodes, spares.max_nodes, spares.hot_spares) == (3, 3, 2)
+
+
+def test_multi_role_apps_are_refused() -> None:
+    role = Role(name="a", image="", entrypoint="x", resource=Resource(cpu=1, gpu=0, memMB=0))
+    scheduler = create_scheduler("test")
+    with pytest.raises(ValueError, match="one role per app"):
+        scheduler.submit_dryrun(AppDef(name="two", roles=[role, role]), {})
+
+
+def test_dryrun_is_the_spec_json_and_round_trips() -> None:
+    info = create_scheduler("test").submit_dryrun(ddp(script="train.py", j="2x2"), {"head": "h:1"})
+    text = str(info)
+    assert text.startswith("# ftdrive job spec for h:1")
+    assert JobSpec.from_dict(info.request.spec.to_dict()) == info.request.spec
+    assert "torchrun launch translated: 2..2 node(s) x 2 worker(s)" in text
+    with pytest.raises(ValueError, match="`retries.colour`"):
+        JobSpec.from_dict({"name": "x", "command": ["y"], "min_nodes": 1, "max_nodes": 1, "retries": {"colour": 1}})
