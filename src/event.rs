@@ -198,6 +198,9 @@ pub enum StreamLine {
     /// `{"event": "snapshot", "job": {...}}`: the job as `status JOB --output json` shows it.
     Snapshot(Box<JobView>),
     Event(EventLine),
+    /// `{"event": "error", "error": "..."}`: the stream ends here, and why (the follower fell
+    /// too far behind, say).
+    Error(String),
 }
 
 impl StreamLine {
@@ -205,6 +208,7 @@ impl StreamLine {
         match self {
             StreamLine::Snapshot(job) => serde_json::json!({"event": "snapshot", "job": job}).to_string(),
             StreamLine::Event(line) => line.to_json(),
+            StreamLine::Error(error) => serde_json::json!({"event": "error", "error": error}).to_string(),
         }
     }
 
@@ -213,6 +217,10 @@ impl StreamLine {
         if map.get("event").and_then(Value::as_str) == Some("snapshot") {
             let job = map.remove("job").ok_or("a snapshot needs `job`")?;
             return serde_json::from_value(job).map(|j| StreamLine::Snapshot(Box::new(j))).map_err(|e| e.to_string());
+        }
+        if map.get("event").and_then(Value::as_str) == Some("error") {
+            let error = map.get("error").and_then(Value::as_str).ok_or("an error line needs `error`")?;
+            return Ok(StreamLine::Error(error.to_string()));
         }
         EventLine::from_map(map).map(StreamLine::Event)
     }

@@ -172,6 +172,36 @@ impl<'de> Deserialize<'de> for Resources {
 /// Node labels, `key=value`.
 pub type Labels = BTreeMap<String, String>;
 
+/// Most labels a node or a selector may carry.
+pub const MAX_LABELS: usize = 64;
+/// Longest label key or value, in bytes (a DNS name's length).
+pub const MAX_LABEL_BYTES: usize = 253;
+/// Most resource kinds a node or a bundle may name.
+pub const MAX_RESOURCE_KINDS: usize = 32;
+
+/// Whether `labels` are within the bounds; the error names the bound broken.
+pub fn check_labels(labels: &Labels) -> Result<(), String> {
+    if labels.len() > MAX_LABELS {
+        return Err(format!("has {} labels; at most {MAX_LABELS} are allowed", labels.len()));
+    }
+    match labels.iter().find(|(k, v)| k.is_empty() || k.len() > MAX_LABEL_BYTES || v.len() > MAX_LABEL_BYTES) {
+        Some((key, _)) => Err(format!(
+            "label `{}` has an empty or over-long key or an over-long value; keys are 1 to {MAX_LABEL_BYTES} bytes, values at most {MAX_LABEL_BYTES}",
+            key.chars().take(40).collect::<String>()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Whether `resources` name few enough kinds.
+pub fn check_kinds(resources: &Resources) -> Result<(), String> {
+    let kinds = resources.iter().count();
+    if kinds > MAX_RESOURCE_KINDS {
+        return Err(format!("names {kinds} resource kinds; at most {MAX_RESOURCE_KINDS} are allowed"));
+    }
+    Ok(())
+}
+
 /// Parses `zone=a,preemptible=true` (the command-line form).
 pub fn parse_labels(text: &str) -> Result<Labels, String> {
     let mut labels = Labels::new();

@@ -21,6 +21,10 @@ const MAX_NAME_LEN: usize = 63;
 const MAX_ARGS: usize = 1_024;
 const MAX_ARG_BYTES: usize = 4_096;
 const MAX_ENV_VARS: usize = 1_024;
+/// Longest value of one `env` variable: every start of every attempt carries it.
+pub const MAX_ENV_VALUE_BYTES: usize = 32 * 1024;
+/// Most bytes of `env` in all, names and values.
+pub const MAX_ENV_TOTAL_BYTES: usize = 256 * 1024;
 
 /// How the bundles of one placement group are laid out over nodes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -248,6 +252,10 @@ impl RawJobSpec {
         check_range("nproc_per_node", nproc_per_node, 1, MAX_NPROC_PER_NODE)?;
         let bundle = self.bundle.unwrap_or_else(|| Resources::units(&[("cpu", 1)]));
         check_whole_gpus(&bundle)?;
+        crate::resources::check_kinds(&bundle).map_err(|e| SpecError::new("bundle", e))?;
+        if let Some(selector) = &self.node_selector {
+            crate::resources::check_labels(selector).map_err(|e| SpecError::new("node_selector", e))?;
+        }
         if self.pack_by.as_deref() == Some("") {
             return Err(SpecError::new("pack_by", "is empty; give a label key such as \"rack\", or null"));
         }
@@ -376,6 +384,20 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), SpecError> {
                 "is not a valid variable; names are non-empty without `=`, and no NUL bytes anywhere",
             ));
         }
+        if key.len() + value.len() > MAX_ENV_VALUE_BYTES {
+            let shown: String = key.chars().take(40).collect();
+            return Err(SpecError::new(
+                &format!("env.{shown}"),
+                format!("is {} bytes; a variable may have at most {MAX_ENV_VALUE_BYTES}", key.len() + value.len()),
+            ));
+        }
+    }
+    let total: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total > MAX_ENV_TOTAL_BYTES {
+        return Err(SpecError::new(
+            "env",
+            format!("is {total} bytes in all; at most {MAX_ENV_TOTAL_BYTES} are allowed"),
+        ));
     }
     Ok(())
 }

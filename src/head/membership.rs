@@ -17,6 +17,8 @@ impl Head {
     pub(super) fn register(&mut self, now: Instant, agent: Registration) -> Result<Reply, Rejected> {
         let node = agent.node.clone();
         check_name(node.as_str())?;
+        crate::resources::check_labels(&agent.labels).map_err(|e| Rejected::BadRegistration(node.clone(), e))?;
+        crate::resources::check_kinds(&agent.resources).map_err(|e| Rejected::BadRegistration(node.clone(), e))?;
         let known = self.scheduler.node_ix(&node);
         if known.is_none() && self.scheduler.node_count() >= self.config.max_nodes {
             return Err(Rejected::TooManyNodes(self.scheduler.node_count()));

@@ -125,6 +125,8 @@ pub enum Rejected {
     TooManyJobs(usize),
     #[error("the cluster has {0} nodes, the head's limit (`max_nodes`)")]
     TooManyNodes(usize),
+    #[error("node `{0}`'s registration {1}")]
+    BadRegistration(NodeId, String),
     #[error("node `{0}` reported on attempt {1}, which runs on another node; a node reports only on its own")]
     NotItsAttempt(NodeId, AttemptKey),
 }

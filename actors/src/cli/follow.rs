@@ -43,6 +43,9 @@ pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Re
                         }
                         view = Some(*snapshot);
                     }
+                    StreamLine::Error(error) => {
+                        return Err(CliError::Failed(format!("the head ended the event stream: {error}")));
+                    }
                     StreamLine::Event(line) => {
                         if let Some(v) = view.as_mut() {
                             render::apply(v, &line.event);
