@@ -46,6 +46,12 @@ impl Default for HeadConfig {
 }
 
 impl HeadConfig {
+    /// Silence after which a node is suspect (DESIGN §3): a heartbeat was missed, with one
+    /// interval of slack for a busy network.
+    pub fn suspect_after_ms(&self) -> u64 {
+        self.heartbeat_interval_ms.saturating_mul(2)
+    }
+
     /// Checks relations between fields; returns what is wrong and how to fix it.
     pub fn validate(&self) -> Result<(), String> {
         if self.heartbeat_interval_ms == 0 {

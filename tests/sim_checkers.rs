@@ -57,6 +57,15 @@ fn a_head_that_forgets_running_attempts_on_restart_is_caught() {
 }
 
 #[test]
+fn a_pending_gang_taking_capacity_held_for_a_suspect_node_is_caught() {
+    let name = "suspect_node_holds_capacity_for_its_bundles";
+    assert!(run(name, PolicyFault::None).is_empty(), "{name} is clean when suspects hold capacity");
+    let found = run(name, PolicyFault::IgnoreSuspects);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("suspect_held: b/0 was placed on n4"), "{found:?}");
+}
+
+#[test]
 fn two_bundles_given_the_same_gpu_device_is_caught() {
     let name = "gpu_workers_replaced_with_their_devices";
     assert!(run(name, PolicyFault::None).is_empty(), "{name} is clean when devices are held once");

@@ -82,6 +82,16 @@ type Expectation = fn(&Run);
 const EXPECTED: &[(&str, Expectation)] = &[
     ("replacement_before_pending_job", replacement_first),
     ("replacement_beats_higher_priority", replacement_first),
+    // n4 joins while n2 is suspect but not yet DEAD: the capacity is held for a's bundle.
+    ("suspect_node_holds_capacity_for_its_bundles", |r| {
+        replacement_first(r);
+        let joined = r.events("node_state").into_iter().find(|e| e["node"] == "n4").expect("n4 joined")["t_ms"].clone();
+        let dead =
+            r.events("node_state").into_iter().find(|e| e["node"] == "n2" && e["state"] == "DEAD").expect("n2 died")
+                ["t_ms"]
+                .clone();
+        assert!(joined.as_u64() < dead.as_u64(), "n4 joined before n2 was declared dead: {joined} vs {dead}");
+    }),
     ("strict_spread_waits_for_whole_gang", |r| {
         assert_eq!((r.state("g"), r.job("g")["cycles"].as_u64()), ("SUCCEEDED", Some(1)));
         let placed = r.events("placed");

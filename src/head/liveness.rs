@@ -6,7 +6,7 @@
 
 use crate::scheduler::NodeIx;
 use crate::time::Instant;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 /// What the head knows of one node's agent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +20,8 @@ pub struct NodeRecord {
     pub last_heard: Instant,
     pub deadline: Instant,
     pub alive: bool,
+    /// The runtime saw the agent's connection drop and nothing has been heard since.
+    pub link_lost: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -36,8 +38,15 @@ impl Liveness {
             self.records.resize(slot + 1, None);
         }
         let deadline = now.plus_ms(timeout_ms);
-        self.records[slot] =
-            Some(NodeRecord { addr, incarnation, last_seq: 0, last_heard: now, deadline, alive: true });
+        self.records[slot] = Some(NodeRecord {
+            addr,
+            incarnation,
+            last_seq: 0,
+            last_heard: now,
+            deadline,
+            alive: true,
+            link_lost: false,
+        });
         self.expiries.push_back((deadline, ix));
     }
 
@@ -54,10 +63,26 @@ impl Liveness {
         let record = self.get_mut(ix).expect("heard from a registered node");
         assert!(record.alive, "heard from a dead node");
         record.last_heard = now;
+        record.link_lost = false;
         record.deadline = now.plus_ms(timeout_ms);
         let deadline = record.deadline;
         self.expiries.push_back((deadline, ix));
         self.drop_stale_front();
+    }
+
+    /// The agent's connection dropped: the node is suspect until heard from again.
+    pub fn lose_link(&mut self, ix: NodeIx) {
+        if let Some(record) = self.get_mut(ix).filter(|r| r.alive) {
+            record.link_lost = true;
+        }
+    }
+
+    /// Alive nodes that are suspect (DESIGN §3): their connection dropped, or nothing was heard
+    /// from them for `after_ms` (a missed heartbeat).
+    pub fn suspects(&self, now: Instant, after_ms: u64) -> BTreeSet<NodeIx> {
+        let silent = |r: &NodeRecord| r.link_lost || now >= r.last_heard.plus_ms(after_ms);
+        let records = self.records.iter().enumerate();
+        records.filter(|(_, r)| r.as_ref().is_some_and(|r| r.alive && silent(r))).map(|(ix, _)| ix as NodeIx).collect()
     }
 
     pub fn mark_dead(&mut self, ix: NodeIx) {

@@ -14,6 +14,20 @@ use crate::time::Instant;
 use std::collections::BTreeMap;
 
 impl Head {
+    /// A sign of life: the node's deadline moves on, and it is no longer suspect.
+    fn heard_from(&mut self, ix: NodeIx, now: Instant) {
+        self.liveness.heard(ix, now, self.config.node_timeout_ms);
+        self.scheduler.clear_suspect(ix);
+    }
+
+    /// The agent's connection dropped (the runtime saw it): suspect until heard from again.
+    pub(super) fn link_lost(&mut self, node: NodeId) -> Reply {
+        if let Some(ix) = self.scheduler.node_ix(&node) {
+            self.liveness.lose_link(ix);
+        }
+        Reply::Done
+    }
+
     pub(super) fn register(&mut self, now: Instant, agent: Registration) -> Result<Reply, Rejected> {
         let node = agent.node.clone();
         check_name(node.as_str())?;
@@ -34,7 +48,7 @@ impl Head {
                 // The same agent reconnecting: nothing was lost — unless the head restarted
                 // meanwhile and this is its report (DU-3).
                 self.liveness.get_mut(ix).expect("record").addr = agent.addr.clone();
-                self.liveness.heard(ix, now, self.config.node_timeout_ms);
+                self.heard_from(ix, now);
                 if self.reported(ix) {
                     self.lose_missing(now, ix, &agent, "was not running there when the head restarted");
                 }
@@ -55,6 +69,7 @@ impl Head {
         }
         let ix = self.scheduler.add_node(node.clone(), agent.resources, agent.labels, agent.devices);
         self.liveness.register(ix, agent.addr, agent.incarnation, now, self.config.node_timeout_ms);
+        self.scheduler.clear_suspect(ix);
         self.reported(ix);
         self.touch_node(ix);
         self.notify(Event::NodeState { node, state: NodeState::Alive, evidence: "registered".into() });
@@ -75,6 +90,7 @@ impl Head {
     /// there is gone with the old agent. The node keeps its bundles.
     fn readopt(&mut self, now: Instant, ix: NodeIx, agent: Registration) {
         self.liveness.register(ix, agent.addr.clone(), agent.incarnation, now, self.config.node_timeout_ms);
+        self.scheduler.clear_suspect(ix);
         self.reported(ix);
         let gone = self.attempts.missing(ix, &agent.running, &agent.ended);
         self.notify(Event::AgentRestarted {
@@ -112,7 +128,7 @@ impl Head {
             return Ok(Reply::Done); // duplicated or overtaken by a newer heartbeat
         }
         record.last_seq = seq;
-        self.liveness.heard(ix, now, self.config.node_timeout_ms);
+        self.heard_from(ix, now);
         let grace = |key: &AttemptKey| self.jobs.get(&key.job).map_or(10_000, |j| j.driver.spec().stop_grace_ms);
         for msg in self.attempts.reconcile(ix, running, &grace) {
             self.effects.push_back(Effect::Send { node: node.clone(), msg });

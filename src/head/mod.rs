@@ -84,6 +84,11 @@ pub enum Input {
     Stop {
         job: JobId,
     },
+    /// The runtime saw a node's agent connection drop: the node is suspect (DESIGN §3) until
+    /// it is heard from again or declared DEAD.
+    LinkLost {
+        node: NodeId,
+    },
 }
 
 impl From<ToHead> for Input {
@@ -248,6 +253,7 @@ impl Head {
             Input::PreemptionNotice { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms)?,
             Input::Submit { id, spec } => self.submit(now, id, *spec)?,
             Input::Stop { job } => self.stop(now, job)?,
+            Input::LinkLost { node } => self.link_lost(node),
         };
         self.settle(now);
         self.emit_persists();
@@ -379,6 +385,7 @@ impl Head {
             if !self.scheduler.is_dirty() || self.recovery.is_some() {
                 return;
             }
+            self.scheduler.set_suspects(self.liveness.suspects(now, self.config.suspect_after_ms()));
             self.scheduler.schedule(now);
         }
         panic!("head did not settle after {MAX_SETTLE_ROUNDS} rounds");

@@ -99,6 +99,8 @@ pub enum PolicyFault {
     ForgetAttemptsOnRestart,
     /// Placements report a node's lowest GPU devices, whoever holds them.
     DevicesIgnoreHolders,
+    /// Suspect nodes hold no capacity for their bundles.
+    IgnoreSuspects,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over
@@ -116,6 +118,9 @@ struct Shape {
 #[derive(Clone, Debug)]
 pub struct Scheduler {
     config: SchedulerConfig,
+    /// Alive nodes the head suspects (DESIGN §3): capacity their bundles could be re-placed on
+    /// is held from pending gangs, spares and growth.
+    suspects: BTreeSet<NodeIx>,
     cluster: Cluster,
     pgs: BTreeMap<PgId, PlacementGroup>,
     queue: WaitQueue,
@@ -136,6 +141,7 @@ impl Scheduler {
             pgs: BTreeMap::new(),
             queue: WaitQueue::default(),
             infeasible: BTreeSet::new(),
+            suspects: BTreeSet::new(),
             events: VecDeque::new(),
             dirty: false,
             fault: PolicyFault::None,
@@ -365,13 +371,48 @@ impl Scheduler {
         self.passes += 1;
         let mut holds = Holds::default();
         let mut failed_shapes: BTreeSet<Shape> = BTreeSet::new();
+        let mut suspects_held = false;
         for class in policy::class_order(self.fault) {
+            if class != QueueClass::Replacement && !suspects_held {
+                self.hold_for_suspects(&mut holds);
+                suspects_held = true;
+            }
             let mut cursor = None;
             // Re-read the queue after each item: an admission queues its deferred spares and
             // elastic bundles (classes 3 and 4) during this very pass.
             while let Some(key) = self.queue.next_in_class(class, cursor) {
                 cursor = Some(key);
                 self.try_place(key, now, &mut holds, &mut failed_shapes);
+            }
+        }
+    }
+
+    /// The head's view of which alive nodes are suspect. Capacity held for them is freed (and a
+    /// pass is due) when one stops being suspect.
+    pub fn set_suspects(&mut self, suspects: BTreeSet<NodeIx>) {
+        if !self.suspects.is_subset(&suspects) {
+            self.dirty = true;
+        }
+        self.suspects = suspects;
+    }
+
+    /// A suspect node was heard from again.
+    pub fn clear_suspect(&mut self, ix: NodeIx) {
+        if self.suspects.remove(&ix) {
+            self.dirty = true;
+        }
+    }
+
+    /// Every group with a bundle on a suspect node holds the capacity it could be re-placed on
+    /// (after replacements have had theirs): a replacement machine that joins before the loss
+    /// is confirmed goes to the running job.
+    fn hold_for_suspects(&self, holds: &mut Holds) {
+        if self.fault == PolicyFault::IgnoreSuspects {
+            return;
+        }
+        for &ix in &self.suspects {
+            for &(pg, _) in &self.cluster.node(ix).bundles {
+                holds.add(pg, &self.pgs);
             }
         }
     }

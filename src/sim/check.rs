@@ -9,6 +9,7 @@
 //! | `one_live_attempt` | at most one running process per actor whose attempt the head has not ended |
 //! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
 //! | `replacement_first` | no lower class placed on a node a waiting replacement could use |
+//! | `suspect_held` | no lower class placed on a node a bundle of a surely-suspect node could use: one whose machine was lost long enough ago that the head must have missed a heartbeat, not yet declared DEAD (DESIGN §3) |
 //! | `budget` | each ledger charge follows the cause table; remaining counts down, never below 0 |
 //! | `legal_transition` | every actor transition is an edge of DESIGN §2, from the state it was in |
 //! | `released_when_terminal` | a terminal job holds no bundle |
@@ -73,6 +74,10 @@ pub struct Checker {
     /// The network loses nothing: every charge must have a fault behind it.
     lossless: bool,
     lost_machines: BTreeSet<NodeId>,
+    /// Machines lost and not yet declared DEAD (or back), with when they went silent.
+    silent_since: BTreeMap<NodeId, Instant>,
+    /// After this much silence (plus the network's delay) the head must suspect a node.
+    suspect_bound_ms: Option<u64>,
     drained: BTreeSet<NodeId>,
     failed_by_fault: BTreeSet<(ActorKey, u32)>,
     found: Vec<Violation>,
@@ -87,9 +92,23 @@ impl Checker {
         Checker { stale_bound_ms, lossless, ..Checker::default() }
     }
 
-    /// A machine went away with its processes (crash, reboot, the end of a drain).
-    pub fn machine_lost(&mut self, node: &NodeId) {
+    /// A machine went away with its processes (crash, reboot, the end of a drain) at `at`.
+    pub fn machine_lost(&mut self, node: &NodeId, at: Instant) {
         self.lost_machines.insert(node.clone());
+        self.silent_since.insert(node.clone(), at);
+    }
+
+    /// Enables `suspect_held`: a machine silent for `bound_ms` is surely suspect to the head.
+    pub fn check_suspect_holds(&mut self, bound_ms: u64) {
+        self.suspect_bound_ms = Some(bound_ms);
+    }
+
+    /// The head came back at `at`: it starts every node's clock afresh, so silence counts from
+    /// then.
+    pub fn head_restarted(&mut self, at: Instant) {
+        for since in self.silent_since.values_mut() {
+            *since = (*since).max(at);
+        }
     }
 
     /// A machine received a preemption notice.
@@ -118,6 +137,7 @@ impl Checker {
 
     /// An agent started with these resources; they count once the head reports it ALIVE.
     pub fn node_booted(&mut self, node: &NodeId, resources: &Resources, labels: &Labels) {
+        self.silent_since.remove(node);
         self.booted.insert(node.clone(), (resources.clone(), labels.clone()));
     }
 
@@ -189,12 +209,30 @@ impl Checker {
         if !lower.is_empty() {
             let waiting = head.waiting_replacements();
             if !waiting.is_empty() {
-                self.check_replacement_first(&lower, &waiting);
+                self.check_lower_placements("replacement_first", "replacement", &lower, &waiting);
+            }
+            let held = self.surely_suspect_bundles();
+            if !held.is_empty() {
+                self.check_lower_placements("suspect_held", "a bundle of a suspect node", &lower, &held);
             }
         }
     }
 
+    /// Bundles on nodes the head must suspect now, as waiting bundles (never on preemptible
+    /// nodes: a held group may avoid them, so the checker does not judge them).
+    fn surely_suspect_bundles(&self) -> Vec<WaitingBundle> {
+        let Some(bound_ms) = self.suspect_bound_ms else { return Vec::new() };
+        let silent = self.silent_since.iter().filter(|(_, at)| self.now >= at.plus_ms(bound_ms));
+        silent
+            .flat_map(|(node, _)| self.on_node.get(node).into_iter().flatten())
+            .map(|(job, actor)| WaitingBundle { job: job.clone(), actor: *actor, avoid_preemptible: true })
+            .collect()
+    }
+
     fn node_state(&mut self, node: &NodeId, state: NodeState) {
+        if state == NodeState::Dead || state == NodeState::Alive {
+            self.silent_since.remove(node);
+        }
         if state == NodeState::Dead || state == NodeState::Alive {
             // Death (or a fresh registration) frees everything that was on the node.
             for key in self.on_node.remove(node).unwrap_or_default() {
@@ -287,8 +325,15 @@ impl Checker {
         }
     }
 
-    /// No lower-class placement took capacity on a node a still-waiting replacement could use.
-    fn check_replacement_first(&mut self, lower: &BTreeMap<NodeId, Vec<ActorKey>>, waiting: &[WaitingBundle]) {
+    /// No lower-class placement took capacity on a node one of `waiting` could use (a still
+    /// waiting replacement, or a bundle whose capacity is held).
+    fn check_lower_placements(
+        &mut self,
+        invariant: &str,
+        what: &str,
+        lower: &BTreeMap<NodeId, Vec<ActorKey>>,
+        waiting: &[WaitingBundle],
+    ) {
         for (node, taken) in lower {
             let Some(n) = self.nodes.get(node).cloned() else { continue };
             let mut free_before: BTreeMap<String, i128> =
@@ -308,12 +353,14 @@ impl Checker {
                 }
             }
             for w in waiting {
-                if self.could_use(w, node, &n, &free_before) {
+                if self.placed_on.get(&(w.job.clone(), w.actor)) != Some(node)
+                    && self.could_use(w, node, &n, &free_before)
+                {
                     let detail = format!(
-                        "{}/{} was placed on {node} (a lower class) while replacement {}/{} waited and could use it",
+                        "{}/{} was placed on {node} (a lower class) while {what} {}/{} waited and could use it",
                         still_held[0].0, still_held[0].1, w.job, w.actor
                     );
-                    self.violation("replacement_first", detail);
+                    self.violation(invariant, detail);
                 }
             }
         }

@@ -217,7 +217,11 @@ impl Simulation {
             next_seq: 0,
             network: Network::new(scenario.network, streams ^ 0x6e65_7477),
             process_rng: ChaCha8Rng::seed_from_u64(streams ^ 0x7072_6f63),
-            checker: options.checks.then(|| Checker::new(stale_bound_ms, scenario.network.drop_ppm == 0)),
+            checker: options.checks.then(|| {
+                let mut checker = Checker::new(stale_bound_ms, scenario.network.drop_ppm == 0);
+                checker.check_suspect_holds(config.suspect_after_ms() + scenario.network.max_delay_ms);
+                checker
+            }),
             trace: Trace { keep: options.keep_trace, ..Trace::default() },
             step_events: Vec::new(),
             violations: Vec::new(),
@@ -516,6 +520,9 @@ impl Simulation {
         self.head = Head::restore(self.config.clone(), state, self.now);
         self.head.inject_policy_fault(self.options.policy_fault);
         self.head_up = true;
+        if let Some(checker) = self.checker.as_mut() {
+            checker.head_restarted(self.now);
+        }
         let interval = self.config.heartbeat_interval_ms;
         for ix in 0..self.agents.len() as u32 {
             let machine = &self.agents[ix as usize];
@@ -551,7 +558,7 @@ impl Simulation {
     fn crash(&mut self, ix: u32) {
         let machine = &mut self.agents[ix as usize];
         if let Some(checker) = self.checker.as_mut() {
-            checker.machine_lost(&machine.name);
+            checker.machine_lost(&machine.name, self.now);
             for key in machine.processes.keys() {
                 checker.process_ended(&machine.name, key);
             }
