@@ -5,3 +5,4 @@ pub mod cli;
 pub mod head;
 pub mod node;
 pub mod paths;
+pub mod tls;

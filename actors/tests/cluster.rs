@@ -328,3 +328,25 @@ fn ctrl_c_detaches_and_says_how_to_follow_or_stop() {
     );
     assert_eq!(c.job("j1")["state"], "RUNNING", "the job keeps running");
 }
+
+/// DESIGN §3: a machine that joins right after a node is lost, before the loss is confirmed,
+/// goes to the running job whose bundle was there, not to a pending job.
+#[test]
+fn a_node_joining_while_another_is_suspect_goes_to_the_running_job() {
+    let mut c = Cluster::start(&["n1", "n2"]);
+    let a = c.spec("a", json!({"command": ["sh", "-c", LONG_THEN_SHORT], "min_nodes": 2, "max_nodes": 2}));
+    let a = c.submit_no_wait(&a);
+    let job = c.wait_for_job(&a, "a runs", |j| running(j, 2));
+    let b = c.spec("b", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1}));
+    let b = c.submit_no_wait(&b);
+    let (lost_actor, lost_node) = actor_on_rank(&job, 1);
+    c.kill_node(&lost_node); // its connection drops: suspect at once, DEAD after the timeout
+    c.add_node("n3");
+    let a_after = c.wait_for_job(&a, "a's bundle is re-placed on n3", |j| {
+        j["actors"].as_array().unwrap().iter().any(|x| x["name"] == lost_actor.as_str() && x["node"] == "n3")
+    });
+    assert_eq!(a_after["ledger"][0]["cause"], "node_lost", "{a_after:#}");
+    let b_view = c.job(&b);
+    assert!(b_view["actors"][0]["node"].is_null(), "b did not take n3: {b_view:#}");
+    c.wait_for_job(&b, "b runs once a is done", |j| j["state"] == "SUCCEEDED");
+}

@@ -52,6 +52,26 @@ pub struct HeadUrl {
     /// The head's URL (default: $FTDRIVE_HEAD).
     #[arg(long, env = "FTDRIVE_HEAD")]
     pub head: Option<String>,
+    /// The CA certificate (PEM) that an https:// head's certificate is verified with (default:
+    /// $FTDRIVE_CA_CERT, else the public roots).
+    #[arg(long, env = "FTDRIVE_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+}
+
+/// How a server of ours (the head, an agent's log server) speaks: HTTPS, or plain HTTP on
+/// loopback only unless `--insecure-http`.
+#[derive(Debug, Args)]
+pub struct ServeTls {
+    /// Serve HTTPS with this certificate chain (PEM, the server's own certificate first).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP even on an address other machines reach: tokens and logs cross the
+    /// network in clear.
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub insecure_http: bool,
 }
 
 #[derive(Debug, Args)]
@@ -76,6 +96,12 @@ pub struct HeadArgs {
     /// How long a finished job is kept, in hours.
     #[arg(long, default_value_t = 168)]
     pub retain_finished_hours: u64,
+    #[command(flatten)]
+    pub tls: ServeTls,
+    /// The CA certificate (PEM) that agents' https:// log servers are verified with (default:
+    /// $FTDRIVE_CA_CERT, else the public roots).
+    #[arg(long, env = "FTDRIVE_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -112,6 +138,13 @@ pub struct NodeArgs {
     /// node timeout).
     #[arg(long)]
     pub reattach_grace_ms: Option<u64>,
+    // How this agent's log server, which binds --addr, speaks.
+    #[command(flatten)]
+    pub tls: ServeTls,
+    /// The CA certificate (PEM) that an https:// head's certificate is verified with (default:
+    /// $FTDRIVE_CA_CERT, else the public roots).
+    #[arg(long, env = "FTDRIVE_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -1,5 +1,6 @@
 //! A small client for the head's HTTP API, mapping failures onto the command line's errors.
 
+use super::args::HeadUrl;
 use super::error::CliError;
 use crate::paths;
 use futures_util::StreamExt;
@@ -28,10 +29,18 @@ impl Client {
     }
 
     /// For `--head URL` (or `$FTDRIVE_HEAD`), with the token from `$FTDRIVE_TOKEN` or the
-    /// token file in the default state dir.
-    pub fn connect(head: &str) -> Result<Client, CliError> {
+    /// token file in the default state dir; an https:// head is verified with `--ca-cert` (or
+    /// `$FTDRIVE_CA_CERT`), else the public roots.
+    pub fn connect(head: &HeadUrl) -> Result<Client, CliError> {
+        let url = super::head_url(head.head.clone())?;
         let token = paths::client_token(&paths::default_state_dir()).map_err(CliError::Failed)?;
-        Ok(Client::new(head, token))
+        let mut client = Client::new(&url, token);
+        if client.base.starts_with("https://") {
+            let bad_ca = |e: crate::tls::TlsError| CliError::BadInput(format!("--ca-cert: {e}"));
+            let builder = crate::tls::http_client(head.ca_cert.as_deref()).map_err(bad_ca)?;
+            client.http = builder.build().map_err(|e| CliError::Failed(format!("cannot set up HTTPS: {e}")))?;
+        }
+        Ok(client)
     }
 
     pub fn base(&self) -> &str {
@@ -39,12 +48,10 @@ impl Client {
     }
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, CliError> {
-        let response = request.bearer_auth(&self.token).send().await.map_err(|e| {
-            CliError::Unreachable(format!(
-                "cannot reach the head at {}: {e}\n  is `ftdrive head` running? pass --head URL or set $FTDRIVE_HEAD",
-                self.base
-            ))
-        })?;
+        let response = match request.bearer_auth(&self.token).send().await {
+            Ok(response) => response,
+            Err(e) => return Err(self.unreachable(e).await),
+        };
         if response.status().is_success() {
             return Ok(response);
         }
@@ -56,6 +63,19 @@ impl Client {
             reqwest::StatusCode::UNAUTHORIZED => CliError::Failed(format!("the head refused the token: {message}")),
             _ => CliError::Failed(message),
         })
+    }
+
+    /// Why the head did not answer: TLS's doing when it can be told (a wrong scheme, a
+    /// certificate not trusted), else the error and where to look.
+    async fn unreachable(&self, e: reqwest::Error) -> CliError {
+        let message = match crate::tls::diagnose("the head", &self.base, &e).await {
+            Some(why) => format!("cannot reach the head: {why}"),
+            None => format!(
+                "cannot reach the head at {}: {e}\n  is `ftdrive head` running? pass --head URL or set $FTDRIVE_HEAD",
+                self.base
+            ),
+        };
+        CliError::Unreachable(message)
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {

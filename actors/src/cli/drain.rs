@@ -6,7 +6,7 @@ use super::error::{CliError, Outcome};
 use serde_json::{json, Value};
 
 pub fn run(args: DrainArgs) -> Result<Outcome, CliError> {
-    let client = Client::connect(&super::head_url(args.head.head)?)?;
+    let client = Client::connect(&args.head)?;
     super::block_on(async move {
         let _: Value =
             client.post(&format!("/v1/nodes/{}/drain", args.node), json!({"deadline_ms": args.deadline_ms})).await?;

@@ -20,6 +20,8 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
         ..HeadConfig::default()
     };
     config.validate().map_err(CliError::BadInput)?;
+    let tls = super::server_tls(&args.tls)?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     super::block_on(async move {
         let options = ServeOptions {
             listen: args.listen.clone(),
@@ -28,12 +30,15 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
             tokens: None,
             handle_signals: true,
             first_job_number: 1,
+            tls,
+            insecure_http: args.tls.insecure_http,
+            agent_ca: args.ca_cert.clone(),
         };
         let (server, running) = head::serve(options).map_err(|e| match e {
-            ServeError::Config(_) | ServeError::State(_) => CliError::BadInput(e.to_string()),
+            ServeError::Config(_) | ServeError::State(_) | ServeError::Insecure(_) => CliError::BadInput(e.to_string()),
             ServeError::Listen(..) | ServeError::Token(..) => CliError::Failed(e.to_string()),
         })?;
-        let url = format!("http://{}", server.addr);
+        let url = format!("{scheme}://{}", server.addr);
         if let Err(e) = paths::write_atomic(&state_dir.join("head.url"), url.as_bytes()) {
             tracing::warn!("cannot record the head's address in {}: {e}", state_dir.display());
         }

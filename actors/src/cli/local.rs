@@ -82,6 +82,10 @@ impl LocalCluster {
             tokens: Some(tokens.clone()),
             handle_signals: false,
             first_job_number,
+            // On loopback, in this process: plain HTTP.
+            tls: None,
+            insecure_http: false,
+            agent_ca: None,
         };
         let (head, server) = head::serve(options).map_err(std::io::Error::other)?;
         actix::spawn(server);
@@ -105,6 +109,8 @@ impl LocalCluster {
                 work_dir: work_dir.clone(),
                 drain_deadline_ms: 5_000,
                 reattach_grace_ms: None,
+                head_tls: None,
+                log_tls: None,
             };
             nodes.push(node::start(options).await?);
         }

@@ -13,7 +13,7 @@ use std::time::Duration;
 const POLL_MS: u64 = 300;
 
 pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
-    let client = Client::connect(&super::head_url(args.head.head)?)?;
+    let client = Client::connect(&args.head)?;
     super::block_on(async move {
         let view: JobView = client.get(&format!("/v1/jobs/{}", args.job)).await?;
         if let Some(local_rank) = args.local_rank.filter(|l| *l >= view.nproc_per_node) {

@@ -59,6 +59,14 @@ fn head_url(head: Option<String>) -> Result<String, CliError> {
     head.ok_or_else(|| CliError::BadInput("no head given: pass --head URL or set $FTDRIVE_HEAD".into()))
 }
 
+/// The TLS config that `--tls-cert` and `--tls-key` give, if they are given.
+fn server_tls(args: &args::ServeTls) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, CliError> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else { return Ok(None) };
+    let config =
+        crate::tls::server_config(cert, key).map_err(|e| CliError::BadInput(format!("--tls-cert/--tls-key: {e}")))?;
+    Ok(Some(std::sync::Arc::new(config)))
+}
+
 /// Logs for the daemons, to stderr; `$FTDRIVE_LOG` filters (default `info`).
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FTDRIVE_LOG").unwrap_or_else(|_| "info".into());

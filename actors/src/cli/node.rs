@@ -10,6 +10,7 @@ use crate::node::{self, NodeOptions};
 use crate::paths;
 use ftdrive::resources::{parse_labels, Devices};
 use ftdrive::{NodeId, Resources};
+use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 
 pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
@@ -33,6 +34,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     }
     let name = args.name.clone().unwrap_or_else(hostname);
     let head_url = if args.head.contains("://") { args.head.clone() } else { format!("http://{}", args.head) };
+    let (head_tls, log_tls) = (head_tls(&head_url, args.ca_cert.as_deref())?, super::server_tls(&args.tls)?);
     let options = NodeOptions {
         addr: args.addr.clone().unwrap_or_else(|| detect::address_towards(&head_url)),
         head_url,
@@ -49,7 +51,10 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
             .map_err(|e| CliError::Failed(e.to_string()))?,
         drain_deadline_ms: args.drain_deadline_ms,
         reattach_grace_ms: args.reattach_grace_ms,
+        head_tls,
+        log_tls,
     };
+    refuse_plain_logs_off_loopback(&options, args.tls.insecure_http)?;
     let _lock = lock_node_state(&options.state_dir, &name)?;
     super::block_on(async move {
         let watch = |kind| signal(kind).map_err(|e| CliError::Failed(format!("cannot watch for signals: {e}")));
@@ -71,6 +76,25 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         }
         Ok(Outcome::Done)
     })
+}
+
+/// How an https:// head is verified: `--ca-cert` (or `$FTDRIVE_CA_CERT`), else the public roots.
+fn head_tls(head_url: &str, ca: Option<&std::path::Path>) -> Result<Option<Arc<rustls::ClientConfig>>, CliError> {
+    if !head_url.starts_with("https://") {
+        return Ok(None);
+    }
+    let config = crate::tls::client_config(ca).map_err(|e| CliError::BadInput(format!("--ca-cert: {e}")))?;
+    Ok(Some(Arc::new(config)))
+}
+
+/// The log server binds `--addr`: off loopback it must speak TLS, unless `--insecure-http`.
+fn refuse_plain_logs_off_loopback(options: &NodeOptions, insecure_http: bool) -> Result<(), CliError> {
+    if options.log_tls.is_some() {
+        return Ok(());
+    }
+    let ip = node::logs::bind_ip(&options.addr)
+        .map_err(|e| CliError::BadInput(format!("--addr {}: cannot resolve it: {e}", options.addr)))?;
+    crate::tls::refuse_plain_off_loopback("this agent's logs", ip, insecure_http).map_err(CliError::BadInput)
 }
 
 /// The node's `gpu` resource and the devices behind it. `--gpus` decides; else a `gpu=N` in

@@ -7,7 +7,7 @@ use super::render;
 use ftdrive::view::NodeView;
 
 pub fn run(args: OutputArgs) -> Result<Outcome, CliError> {
-    let client = Client::connect(&super::head_url(args.head.head)?)?;
+    let client = Client::connect(&args.head)?;
     super::block_on(async move {
         let nodes: Vec<NodeView> = client.get("/v1/nodes").await?;
         match args.output {

@@ -7,7 +7,7 @@ use super::render;
 use ftdrive::view::JobView;
 
 pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
-    let client = Client::connect(&super::head_url(args.out.head.head)?)?;
+    let client = Client::connect(&args.out.head)?;
     super::block_on(async move {
         match args.job {
             Some(job) => {

@@ -7,7 +7,7 @@ use ftdrive::view::JobView;
 use serde_json::Value;
 
 pub fn run(args: JobArg) -> Result<Outcome, CliError> {
-    let client = Client::connect(&super::head_url(args.head.head)?)?;
+    let client = Client::connect(&args.head)?;
     super::block_on(async move {
         let view: JobView = client.post(&format!("/v1/jobs/{}/stop", args.job), Value::Null).await?;
         println!("stopping {} ({}); it is {}", view.id, view.name, view.state);

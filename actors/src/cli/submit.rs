@@ -25,7 +25,7 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         JobSpec::parse(&text, &overrides).map_err(|e| CliError::BadInput(format!("{}: {e}", args.job.display())))?;
     super::block_on(async move {
         match &args.head.head {
-            Some(head) => submit_and_follow(&Client::connect(head)?, spec, &args, OnInterrupt::Detach).await,
+            Some(_) => submit_and_follow(&Client::connect(&args.head)?, spec, &args, OnInterrupt::Detach).await,
             None => local::run(spec, &args).await,
         }
     })

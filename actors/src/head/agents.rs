@@ -11,16 +11,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
+/// Messages queued for one agent. An agent that lets this many pile up loses its binding
+/// and registers again once it catches up; the head never waits for it.
+pub(super) const SESSION_QUEUE_MESSAGES: usize = 16_384;
+
+/// Largest WebSocket message an agent may send (a registration listing thousands of
+/// attempts fits many times over).
+const MAX_AGENT_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
 pub(super) async fn channel(
     _: AgentAuthorized,
     req: HttpRequest,
     body: web::Payload,
     state: web::Data<ApiState>,
 ) -> actix_web::Result<HttpResponse> {
-    let (response, mut session, mut incoming) = actix_ws::handle(&req, body)?;
+    let (response, mut session, incoming) = actix_ws::handle(&req, body)?;
+    let mut incoming = incoming.max_frame_size(MAX_AGENT_MESSAGE_BYTES);
     let head = state.head.clone();
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
-    let (tx, mut outgoing) = tokio::sync::mpsc::unbounded_channel::<ToAgent>();
+    let (tx, mut outgoing) = tokio::sync::mpsc::channel::<ToAgent>(SESSION_QUEUE_MESSAGES);
     actix_web::rt::spawn(async move {
         let mut node = None;
         loop {
@@ -33,7 +42,7 @@ pub(super) async fn channel(
                         }
                         Err(e) => {
                             let refusal = ToAgent::Refused { reason: format!("unreadable message: {e}"), register_again: false };
-                            let _ = tx.send(refusal);
+                            let _ = tx.try_send(refusal);
                         }
                     },
                     Some(Ok(Message::Ping(bytes))) => {

@@ -20,9 +20,9 @@ use super::{
 };
 use crate::paths::Tokens;
 use actix::prelude::*;
-use actix_web::{
-    dev::Payload, http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError,
-};
+use actix_web::dev::{Payload, ServiceResponse};
+use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
+use actix_web::{http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError};
 use bytes::Bytes;
 use ftdrive::event::StreamLine;
 use ftdrive::spec::{JobSpec, Overrides};
@@ -43,6 +43,12 @@ pub struct ServeOptions {
     /// Generated job ids start at `j<n>` with n at least this (ids already on record are
     /// skipped either way).
     pub first_job_number: u64,
+    /// Serve HTTPS (the API and the agent channel) with this; `None`: plain HTTP, which
+    /// listens on loopback only unless `insecure_http`.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    pub insecure_http: bool,
+    /// The CA that agents' https:// log servers are verified with (default: the public roots).
+    pub agent_ca: Option<PathBuf>,
 }
 
 /// A running head: where it listens, its actor, its credentials, and how to stop it.
@@ -64,6 +70,18 @@ pub enum ServeError {
     State(#[from] StoreError),
     #[error("cannot make or read the API tokens in {0}: {1}")]
     Token(PathBuf, std::io::Error),
+    /// Plain HTTP off loopback without `insecure_http`.
+    #[error("{0}")]
+    Insecure(String),
+}
+
+/// How long the head waits for an agent's log server (a stuck agent must not hold a request).
+const AGENT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The head's client for agents' log servers.
+fn agent_client(ca: Option<&std::path::Path>) -> Result<reqwest::Client, ServeError> {
+    let builder = crate::tls::http_client(ca).map_err(|e| ServeError::Config(format!("--ca-cert: {e}")))?;
+    builder.timeout(AGENT_REQUEST_TIMEOUT).build().map_err(|e| ServeError::Config(format!("cannot set up HTTPS: {e}")))
 }
 
 pub(super) struct ApiState {
@@ -77,9 +95,14 @@ pub(super) struct ApiState {
 /// returned future runs the server until it is stopped (by a signal, or `HeadServer::handle`).
 pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Server), ServeError> {
     options.config.validate().map_err(ServeError::Config)?;
+    let http = agent_client(options.agent_ca.as_deref())?;
     let listen = |e| ServeError::Listen(options.listen.clone(), e);
     let listener = std::net::TcpListener::bind(&options.listen).map_err(listen)?;
     let addr = listener.local_addr().map_err(listen)?;
+    if options.tls.is_none() {
+        crate::tls::refuse_plain_off_loopback("the head's API", addr.ip(), options.insecure_http)
+            .map_err(ServeError::Insecure)?;
+    }
     let (commits_tx, commits) = tokio::sync::mpsc::unbounded_channel();
     let (store, restored) = Store::open(&options.state_dir, move |commit| {
         let _ = commits_tx.send(commit);
@@ -90,12 +113,17 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
             .map_err(|e| ServeError::Token(options.state_dir.clone(), e))?,
     };
     let head = start_actor(options.config, store, restored, options.first_job_number, commits);
-    let state = web::Data::new(ApiState { head: head.clone(), tokens: tokens.clone(), http: reqwest::Client::new() });
-    let mut server = HttpServer::new(move || App::new().app_data(state.clone()).configure(routes))
-        .workers(2)
-        .shutdown_timeout(5)
-        .listen(listener)
-        .map_err(listen)?;
+    let state = web::Data::new(ApiState { head: head.clone(), tokens: tokens.clone(), http });
+    let server = HttpServer::new(move || {
+        App::new().app_data(state.clone()).configure(input_limits).wrap(json_errors()).configure(routes)
+    })
+    .workers(2)
+    .shutdown_timeout(5);
+    let mut server = match options.tls {
+        Some(tls) => server.listen_rustls_0_23(listener, (*tls).clone()),
+        None => server.listen(listener),
+    }
+    .map_err(listen)?;
     if !options.handle_signals {
         server = server.disable_signals();
     }
@@ -120,6 +148,56 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .default_service(web::to(|_: Authorized| async {
             ApiError::NotFound("no such route; see `ftdrive --help`".into()).error_response()
         }));
+}
+
+// ---- bounds and errors -----------------------------------------------------------------
+
+/// Largest request body the head reads; a job spec is far smaller (its `env` is bounded at
+/// 256 KiB in all).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Bounds on bodies, and JSON errors naming what was wrong with a body, a path or a query.
+fn input_limits(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(web::JsonConfig::default().limit(MAX_BODY_BYTES).error_handler(|e, _| body_error(e).into()))
+        .app_data(
+            web::PathConfig::default().error_handler(|e, _| ApiError::BadRequest(format!("bad path: {e}")).into()),
+        )
+        .app_data(
+            web::QueryConfig::default().error_handler(|e, _| ApiError::BadRequest(format!("bad query: {e}")).into()),
+        );
+}
+
+fn body_error(e: actix_web::error::JsonPayloadError) -> ApiError {
+    use actix_web::error::JsonPayloadError as E;
+    match e {
+        E::Overflow { .. } | E::OverflowKnownLength { .. } => {
+            ApiError::TooLarge(format!("the request body is over {MAX_BODY_BYTES} bytes, the head's limit"))
+        }
+        E::ContentType => ApiError::BadRequest("the request body must be JSON (Content-Type: application/json)".into()),
+        other => ApiError::BadRequest(format!("the request body is not the JSON expected: {other}")),
+    }
+}
+
+/// Every error the head answers is JSON `{"error": ...}` (DESIGN §11), including those actix
+/// answers itself (a method a route does not take, a bad WebSocket handshake).
+fn json_errors<B: 'static>() -> ErrorHandlers<B> {
+    ErrorHandlers::new().default_handler(|res: ServiceResponse<B>| {
+        let is_json = res
+            .headers()
+            .get(actix_web::http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+        if is_json {
+            return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
+        }
+        let status = res.status();
+        let message = match status {
+            StatusCode::METHOD_NOT_ALLOWED => "this route does not take that method".to_string(),
+            _ => format!("{} ({})", status.canonical_reason().unwrap_or("error"), status.as_u16()),
+        };
+        let (req, _) = res.into_parts();
+        let json = HttpResponse::build(status).json(serde_json::json!({ "error": message }));
+        Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, json).map_into_right_body()))
+    })
 }
 
 // ---- auth -----------------------------------------------------------------------------
@@ -203,6 +281,8 @@ impl ResponseError for ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::BAD_GATEWAY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -322,8 +402,17 @@ async fn job_logs(
     let job = JobId::from(id.into_inner());
     let source =
         state.head.send(LocateLog { job, actor: query.actor, attempt: query.attempt }).await.map_err(mailbox)??;
-    let unreachable =
-        |e: reqwest::Error| ApiError::Unavailable(format!("cannot reach the agent on {}: {e}", source.node));
+    let unreachable = |e: reqwest::Error| {
+        let why = crate::tls::tls_cause("the agent", &source.url, &e);
+        let why = why.unwrap_or_else(|| {
+            if e.is_timeout() {
+                format!("no answer within {AGENT_REQUEST_TIMEOUT:?}")
+            } else {
+                e.to_string()
+            }
+        });
+        ApiError::Unavailable(format!("the head cannot reach the agent on {}: {why}", source.node))
+    };
     let worker = query.local_rank.map(|l| format!("&local_rank={l}")).unwrap_or_default();
     let response = state
         .http
@@ -353,3 +442,6 @@ async fn job_logs(
         .content_type("text/plain; charset=utf-8")
         .body(bytes))
 }
+
+#[cfg(test)]
+mod fuzz;

@@ -9,7 +9,7 @@ use ftdrive::protocol::{ToAgent, ToHead};
 use ftdrive::spec::JobSpec;
 use ftdrive::view::{JobView, NodeView};
 use ftdrive::{JobId, NodeId};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{Receiver, Sender};
 
 impl HeadActor {
     /// Feeds a client's input; the answer (built now) is given once the change is durable.
@@ -152,15 +152,22 @@ impl Handler<Nodes> for HeadActor {
 
 /// Subscribe to events (one job's, or all). Returns the job's current view first.
 #[derive(Message)]
-#[rtype(result = "Result<(Option<JobView>, UnboundedReceiver<Bytes>), ApiError>")]
+#[rtype(result = "Result<(Option<JobView>, Receiver<Bytes>), ApiError>")]
 pub struct Follow {
     pub job: Option<JobId>,
 }
 
 impl Handler<Follow> for HeadActor {
-    type Result = Result<(Option<JobView>, UnboundedReceiver<Bytes>), ApiError>;
+    type Result = Result<(Option<JobView>, Receiver<Bytes>), ApiError>;
     fn handle(&mut self, msg: Follow, _: &mut Context<Self>) -> Self::Result {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.followers.retain(|f| !f.tx.is_closed());
+        if self.followers.len() >= super::MAX_FOLLOWERS {
+            return Err(ApiError::TooMany(format!(
+                "the head has {} event followers, its limit; close one and follow again",
+                super::MAX_FOLLOWERS
+            )));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(super::FOLLOWER_QUEUE_LINES);
         let snapshot = match &msg.job {
             Some(job) => {
                 let view = self.view(job).ok_or_else(|| ApiError::NotFound(format!("no job `{job}`")))?;
@@ -237,7 +244,7 @@ impl Handler<LocateLog> for HeadActor {
 #[rtype(result = "()")]
 pub struct FromAgent {
     pub session: u64,
-    pub tx: UnboundedSender<ToAgent>,
+    pub tx: Sender<ToAgent>,
     pub msg: ToHead,
 }
 
@@ -247,7 +254,7 @@ impl Handler<FromAgent> for HeadActor {
         let node = msg.msg.node().clone();
         if let Err(refusal) = self.admit(&msg) {
             tracing::warn!("session {} for node {node}: {refusal:?}", msg.session);
-            let _ = msg.tx.send(refusal);
+            let _ = msg.tx.try_send(refusal);
             return;
         }
         if matches!(msg.msg, ToHead::Heartbeat { .. }) {
@@ -261,12 +268,12 @@ impl Handler<FromAgent> for HeadActor {
                     heartbeat_interval_ms: config.heartbeat_interval_ms,
                     node_timeout_ms: config.node_timeout_ms,
                 };
-                let _ = msg.tx.send(welcome);
+                let _ = msg.tx.try_send(welcome);
             }
             Ok(_) => {}
             Err(e) => {
                 let register_again = matches!(e, Rejected::UnknownNode(_));
-                let _ = msg.tx.send(ToAgent::Refused { reason: e.to_string(), register_again });
+                let _ = msg.tx.try_send(ToAgent::Refused { reason: e.to_string(), register_again });
             }
         }
     }
@@ -311,12 +318,13 @@ pub struct AgentGone {
 
 impl Handler<AgentGone> for HeadActor {
     type Result = ();
-    fn handle(&mut self, msg: AgentGone, _: &mut Context<Self>) {
-        if let Some(node) = msg.node {
-            if self.sessions.get(&node).is_some_and(|s| s.id == msg.session) {
-                self.sessions.remove(&node);
-                self.metrics.forget_node(&node);
-            }
+    fn handle(&mut self, msg: AgentGone, ctx: &mut Context<Self>) {
+        let Some(node) = msg.node else { return };
+        if self.sessions.get(&node).is_some_and(|s| s.id == msg.session) {
+            self.sessions.remove(&node);
+            self.metrics.forget_node(&node);
+            // The node is suspect from now on, not only once a heartbeat is missed (DESIGN §3).
+            let _ = self.input(Input::LinkLost { node }, ctx);
         }
     }
 }

@@ -26,7 +26,6 @@ use ftdrive::{HeadConfig, Instant, JobId, NodeId};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 use store::{Batch, Commit, Store, Write};
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
 /// A request the API could not satisfy, by HTTP status.
@@ -36,6 +35,12 @@ pub enum ApiError {
     BadRequest(String),
     #[error("{0}")]
     NotFound(String),
+    /// A body over a bound (413).
+    #[error("{0}")]
+    TooLarge(String),
+    /// Over a bound on concurrent use, such as event followers (429).
+    #[error("{0}")]
+    TooMany(String),
     #[error("{0}")]
     Unavailable(String),
     #[error("{0}")]
@@ -53,7 +58,7 @@ impl From<Rejected> for ApiError {
 
 struct Session {
     id: u64,
-    tx: UnboundedSender<ToAgent>,
+    tx: tokio::sync::mpsc::Sender<ToAgent>,
     /// The registration's identity secret: the same agent may take its name over.
     identity: String,
 }
@@ -61,7 +66,29 @@ struct Session {
 /// Someone following events: all of them, or one job's (ends when the job ends).
 struct Follower {
     job: Option<JobId>,
-    tx: UnboundedSender<Bytes>,
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+}
+
+/// Most event followers at once; one more is refused with 429.
+pub const MAX_FOLLOWERS: usize = 1_024;
+/// Lines queued for one follower; a follower that falls this far behind is dropped with an
+/// error line (its memory is bounded, and the head never waits for it).
+pub const FOLLOWER_QUEUE_LINES: usize = 4_096;
+
+impl Follower {
+    /// Queues `line`; false when the follower is gone, or was too slow and has been told so.
+    fn offer(&self, line: &Bytes) -> bool {
+        match self.tx.capacity() {
+            0 => false,
+            1 => {
+                let error =
+                    format!("this follower fell {FOLLOWER_QUEUE_LINES} lines behind and was dropped; follow again");
+                let _ = self.tx.try_send(Bytes::from(StreamLine::Error(error).to_json() + "\n"));
+                false
+            }
+            _ => self.tx.try_send(line.clone()).is_ok(),
+        }
+    }
 }
 
 /// The effects of one input, held until its writes (and every earlier batch) are durable.
@@ -222,14 +249,23 @@ impl HeadActor {
         ctx.run_later(Duration::from_millis(200), |_, _| std::process::exit(1));
     }
 
+    /// A full queue unbinds the session (see `agents::SESSION_QUEUE_MESSAGES`): the agent's
+    /// next message is refused, it registers again and the heartbeats reconcile the rest.
+    fn send_to(&mut self, node: &NodeId, msg: ToAgent) {
+        let Some(session) = self.sessions.get(node) else { return };
+        if let Err(tokio::sync::mpsc::error::TrySendError::Full(_)) = session.tx.try_send(msg) {
+            tracing::warn!(
+                "node {node}: its agent fell behind by {} messages; it must register again",
+                agents::SESSION_QUEUE_MESSAGES
+            );
+            self.sessions.remove(node);
+        }
+    }
+
     fn execute(&mut self, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
-                Effect::Send { node, msg } => {
-                    if let Some(session) = self.sessions.get(&node) {
-                        let _ = session.tx.send(msg);
-                    }
-                }
+                Effect::Send { node, msg } => self.send_to(&node, msg),
                 Effect::Notify(event) => self.notify(event),
                 Effect::Persist(_) => unreachable!("writes are taken out before"),
             }
@@ -308,8 +344,8 @@ impl HeadActor {
         };
         let line = Bytes::from(StreamLine::Event(EventLine::new(self.now(), event)).to_json() + "\n");
         self.followers.retain(|f| match (&f.job, &job) {
-            (None, _) => f.tx.send(line.clone()).is_ok(),
-            (Some(want), Some(got)) if want == got => f.tx.send(line.clone()).is_ok(),
+            (None, _) => f.offer(&line),
+            (Some(want), Some(got)) if want == got => f.offer(&line),
             _ => !f.tx.is_closed(),
         });
         if let Some(job) = ended {
@@ -323,7 +359,7 @@ impl HeadActor {
         let last = snapshot_line(&view);
         self.followers.retain(|f| {
             if f.job.as_ref() == Some(job) {
-                let _ = f.tx.send(last.clone());
+                let _ = f.offer(&last);
                 false
             } else {
                 true
@@ -404,7 +440,7 @@ fn log_event(event: &Event) {
 }
 
 /// Starts the head actor over an opened store; commit reports reach it through `commits`.
-fn start_actor(
+pub(super) fn start_actor(
     config: HeadConfig,
     store: Store,
     state: DurableState,

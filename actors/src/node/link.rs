@@ -18,13 +18,19 @@ const FIRST_BACKOFF_MS: u64 = 50;
 /// A failure is logged at most this often (the link retries much faster).
 const LOG_EVERY_MS: u64 = 10_000;
 
-/// Keeps a link up until the agent actor stops.
-pub async fn maintain(agent: Addr<NodeAgent>, head_url: String, credential: Credential, heartbeat_ms: Arc<AtomicU64>) {
+/// Keeps a link up until the agent actor stops. A wss:// link verifies the head with `tls`.
+pub async fn maintain(
+    agent: Addr<NodeAgent>,
+    head_url: String,
+    credential: Credential,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    heartbeat_ms: Arc<AtomicU64>,
+) {
     let ws_url = format!("{}/v1/agent", head_url.replacen("http://", "ws://", 1).replacen("https://", "wss://", 1));
     let mut backoff = FIRST_BACKOFF_MS;
     let mut last_logged: Option<std::time::Instant> = None;
     while agent.connected() {
-        match connect(&ws_url, &credential).await {
+        match connect(&ws_url, &credential, tls.clone()).await {
             Ok(socket) => {
                 backoff = FIRST_BACKOFF_MS;
                 last_logged = None;
@@ -32,7 +38,10 @@ pub async fn maintain(agent: Addr<NodeAgent>, head_url: String, credential: Cred
                 agent.do_send(Unlinked);
             }
             Err(e) if last_logged.is_none_or(|t| t.elapsed() >= Duration::from_millis(LOG_EVERY_MS)) => {
-                tracing::warn!("cannot reach the head at {head_url}: {e}; retrying");
+                match crate::tls::diagnose("the head", &head_url, &*e).await {
+                    Some(why) => tracing::warn!("cannot reach the head: {why}; retrying"),
+                    None => tracing::warn!("cannot reach the head at {head_url}: {e}; retrying"),
+                }
                 last_logged = Some(std::time::Instant::now());
             }
             Err(_) => {}
@@ -44,12 +53,19 @@ pub async fn maintain(agent: Addr<NodeAgent>, head_url: String, credential: Cred
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn connect(url: &str, credential: &Credential) -> Result<Socket, String> {
+type LinkError = Box<dyn std::error::Error + Send + Sync>;
+
+async fn connect(
+    url: &str,
+    credential: &Credential,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> Result<Socket, LinkError> {
     let token = credential.read()?;
-    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
+    let mut request = url.into_client_request()?;
     let bearer = format!("Bearer {token}").parse().map_err(|_| "the token is not a valid header value".to_string())?;
     request.headers_mut().insert("authorization", bearer);
-    let (socket, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| e.to_string())?;
+    let connector = tls.map(tokio_tungstenite::Connector::Rustls);
+    let (socket, _) = tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector).await?;
     Ok(socket)
 }
 

@@ -5,7 +5,9 @@
 use crate::paths::Credential;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use std::io::{Read, Seek, SeekFrom};
+use std::net::{IpAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Most bytes one read returns.
 const MAX_CHUNK: u64 = 1 << 20;
@@ -54,12 +56,28 @@ fn chosen_file(attempt_log: PathBuf, local_rank: Option<u32>) -> PathBuf {
     }
 }
 
-/// Starts the log server on `addr:0`; returns its base URL and the server to run.
+/// The address the log server binds for `--addr`: an IP as given, loopback for `localhost`,
+/// else the first address the name resolves to (never every interface).
+pub fn bind_ip(addr: &str) -> std::io::Result<IpAddr> {
+    if let Ok(ip) = addr.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+        return Ok(ip);
+    }
+    if addr.eq_ignore_ascii_case("localhost") {
+        return Ok(IpAddr::from([127, 0, 0, 1]));
+    }
+    let mut resolved = (addr, 0).to_socket_addrs()?;
+    let first = resolved.next().ok_or_else(|| std::io::Error::other(format!("{addr} resolves to no address")))?;
+    Ok(first.ip())
+}
+
+/// Starts the log server on `ip:0`, HTTPS when `tls` is given; returns its base URL and the
+/// server to run.
 pub fn serve(
-    addr: &str,
+    ip: IpAddr,
     state_dir: PathBuf,
     credential: Credential,
     metrics: super::metrics::AgentMetrics,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<(String, actix_web::dev::Server)> {
     let state = web::Data::new(LogState { dir: state_dir, credential, metrics });
     let server = HttpServer::new(move || {
@@ -70,10 +88,13 @@ pub fn serve(
     })
     .workers(1)
     .disable_signals()
-    .shutdown_timeout(1)
-    .bind((addr, 0))?;
+    .shutdown_timeout(1);
+    let (server, scheme) = match tls {
+        Some(tls) => (server.bind_rustls_0_23((ip, 0), (*tls).clone())?, "https"),
+        None => (server.bind((ip, 0))?, "http"),
+    };
     let bound = *server.addrs().first().ok_or_else(|| std::io::Error::other("no address bound"))?;
-    Ok((format!("http://{bound}"), server.run()))
+    Ok((format!("{scheme}://{bound}"), server.run()))
 }
 
 /// Whether the request carries the agent's own credential.
@@ -140,5 +161,13 @@ mod tests {
         assert_eq!(log_path(dir, "j1", 2, 3), Some(PathBuf::from("/state/logs/j1/2/attempt-3.log")));
         assert_eq!(log_path(dir, "..", 0, 1), None);
         assert_eq!(log_path(dir, "a/b", 0, 1), None);
+    }
+
+    #[test]
+    fn binds_the_address_given_never_every_interface() {
+        assert_eq!(bind_ip("10.1.2.3").unwrap(), IpAddr::from([10, 1, 2, 3]));
+        assert_eq!(bind_ip("::1").unwrap(), "::1".parse::<IpAddr>().unwrap());
+        assert_eq!(bind_ip("[::1]").unwrap(), "::1".parse::<IpAddr>().unwrap());
+        assert_eq!(bind_ip("localhost").unwrap(), IpAddr::from([127, 0, 0, 1]));
     }
 }

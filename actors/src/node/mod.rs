@@ -54,6 +54,10 @@ pub struct NodeOptions {
     pub drain_deadline_ms: u64,
     /// How long supervisors wait for a restarted agent (default: the head's node timeout).
     pub reattach_grace_ms: Option<u64>,
+    /// How an https:// head is verified (`None` for an http:// head).
+    pub head_tls: Option<Arc<rustls::ClientConfig>>,
+    /// The log server serves HTTPS with this; `None`: plain HTTP.
+    pub log_tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// How the agent reaches one attempt's supervisor.
@@ -385,9 +389,10 @@ pub struct NodeHandle {
 pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
     std::fs::create_dir_all(opts.state_dir.join("logs"))?;
     std::fs::create_dir_all(attempt::attempts_dir(&opts.state_dir))?;
-    let bind = if opts.addr.parse::<std::net::IpAddr>().is_ok() { opts.addr.clone() } else { "0.0.0.0".to_string() };
+    let bind = logs::bind_ip(&opts.addr)?;
     let metrics = metrics::AgentMetrics::new();
-    let (log_url, log_server) = logs::serve(&bind, opts.state_dir.clone(), opts.credential.clone(), metrics.clone())?;
+    let (log_url, log_server) =
+        logs::serve(bind, opts.state_dir.clone(), opts.credential.clone(), metrics.clone(), opts.log_tls.clone())?;
     let logs = log_server.handle();
     actix::spawn(log_server);
     let (reports, mut incoming) = tokio::sync::mpsc::unbounded_channel();
@@ -399,7 +404,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
             recovered.ended.len()
         );
     }
-    let (head_url, credential) = (opts.head_url.clone(), opts.credential.clone());
+    let (head_url, credential, head_tls) = (opts.head_url.clone(), opts.credential.clone(), opts.head_tls.clone());
     metrics.reattached(recovered.running.len());
     let identity = AgentIdentity {
         name: opts.name.clone(),
@@ -421,7 +426,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
             forward.do_send(Supervised(key, report));
         }
     });
-    actix::spawn(link::maintain(agent.clone(), head_url, credential, heartbeat_ms));
+    actix::spawn(link::maintain(agent.clone(), head_url, credential, head_tls, heartbeat_ms));
     Ok(NodeHandle { agent, logs, refused })
 }
 

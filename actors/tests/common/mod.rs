@@ -25,6 +25,8 @@ pub struct Cluster {
     pub mark: String,
     /// Extra arguments every `ftdrive head` of this cluster gets.
     head_args: Vec<String>,
+    /// Extra environment every other `ftdrive` command of this cluster gets.
+    env: Vec<(String, String)>,
 }
 
 static CLUSTERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -37,13 +39,19 @@ impl Cluster {
 
     /// As `start`, with extra arguments for the head.
     pub fn start_with(nodes: &[&str], head_args: &[&str]) -> Cluster {
+        Cluster::start_configured(nodes, head_args, &[])
+    }
+
+    /// As `start_with`, and `env` for every agent and client command.
+    pub fn start_configured(nodes: &[&str], head_args: &[&str], env: &[(&str, &str)]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let n = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mark = format!("cluster-{}-{n}", std::process::id());
         let head_args: Vec<String> = head_args.iter().map(|a| a.to_string()).collect();
         let head = spawn_head(dir.path(), "127.0.0.1:0", &head_args);
         let url = wait_for_url(dir.path());
-        let mut cluster = Cluster { dir, url, head, nodes: BTreeMap::new(), mark, head_args };
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut cluster = Cluster { dir, url, head, nodes: BTreeMap::new(), mark, head_args, env };
         cluster.wait_until("the head answers", |c| c.try_ftdrive(&["nodes", "--output", "json"]).status.success());
         for name in nodes {
             cluster.add_node(name);
@@ -78,7 +86,7 @@ impl Cluster {
     pub fn restart_head(&mut self) {
         self.head.kill().unwrap();
         self.head.wait().unwrap();
-        let listen = self.url.trim_start_matches("http://").to_string();
+        let listen = self.url.trim_start_matches("https://").trim_start_matches("http://").to_string();
         self.head = spawn_head(self.dir.path(), &listen, &self.head_args);
     }
 
@@ -99,7 +107,8 @@ impl Cluster {
             .env_remove("FTDRIVE_AGENT_TOKEN")
             .env("FTDRIVE_HEAD", &self.url)
             .env("FTDRIVE_STATE_DIR", self.dir.path())
-            .env("FTDRIVE_LOG", "warn");
+            .env("FTDRIVE_LOG", "warn")
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd
     }
 
@@ -175,17 +184,21 @@ impl Cluster {
 /// A head with fast failure detection on `listen`, state in `dir`.
 pub fn spawn_head(dir: &Path, listen: &str, extra: &[String]) -> Child {
     let _ = std::fs::remove_file(dir.join("head.url"));
-    Command::new(env!("CARGO_BIN_EXE_ftdrive"))
-        .args(["head", "--listen", listen, "--heartbeat-interval-ms", "200", "--node-timeout-ms", "1000"])
+    head_command(dir, listen, extra).spawn().unwrap()
+}
+
+/// The command `spawn_head` runs.
+pub fn head_command(dir: &Path, listen: &str, extra: &[String]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ftdrive"));
+    cmd.args(["head", "--listen", listen, "--heartbeat-interval-ms", "200", "--node-timeout-ms", "1000"])
         .args(extra)
         .arg("--state-dir")
         .arg(dir)
         .env_remove("FTDRIVE_TOKEN")
         .env_remove("FTDRIVE_AGENT_TOKEN")
         .env("FTDRIVE_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap()
+        .stdout(Stdio::null());
+    cmd
 }
 
 /// The URL a head started on `dir` announces once it listens (and has made its token).
