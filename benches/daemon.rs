@@ -14,6 +14,12 @@
 //!   and submit → RUNNING p50/p99.
 //! - `daemon_recover_from_kill`: with node_timeout_ms 1000, `kill -9` of one agent of a
 //!   running 3-node job until the replacement is RUNNING, median of 5.
+//! - `daemon_latency_ratios`: on 8 one-CPU agents, one job at a time: a 1-bundle job from
+//!   submit to `placed` against the round trip of a trivial authenticated request (target ≤
+//!   3×); an 8-bundle STRICT_SPREAD gang from submit to its 8th `placed` (targets p50 ≤ 1 ms,
+//!   p99 ≤ 5 ms), beside one `fdatasync`, which every acknowledged submission includes; and the
+//!   gang from submit to all 8 processes running against forking and exec'ing 8 such processes
+//!   directly (target ≤ 3×).
 //!
 //! Times are taken by the client: requests and kills from its clock, events from the moment
 //! the head's event stream delivers them.
@@ -385,11 +391,128 @@ async fn recover_from_kill() {
     );
 }
 
-const BENCHES: [&str; 4] = [
+// ---- latency ratios -------------------------------------------------------------------
+
+const SAMPLES: usize = 60;
+
+/// p50 of a trivial authenticated request's round trip (`GET /v1/health`).
+async fn trivial_round_trip(api: &Api) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for _ in 0..SAMPLES * 2 {
+        let at = Instant::now();
+        api.get("/v1/health").await;
+        times.push(at.elapsed());
+    }
+    times.sort();
+    times
+}
+
+/// Times from one submission until `count` events matching `wanted` arrived; the job then
+/// runs to its end before the next sample (the agents are free again).
+async fn submit_until(
+    api: &Api,
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<(Instant, Value)>,
+    spec: &Value,
+    count: usize,
+    wanted: impl Fn(&Value) -> bool,
+) -> Duration {
+    let sent = Instant::now();
+    let job = api.submit(spec).await;
+    let (mut seen, mut last) = (0, sent);
+    let mut ended = false;
+    while seen < count || !ended {
+        let (at, event) = tokio::time::timeout(Duration::from_secs(30), events.recv()).await.unwrap().unwrap();
+        if event["job"] != job.as_str() {
+            continue;
+        }
+        if wanted(&event) {
+            seen += 1;
+            last = at;
+        }
+        ended |= event["event"] == "job_state" && event["to"] == "SUCCEEDED";
+    }
+    last.duration_since(sent)
+}
+
+async fn sample(api: &Api, spec: &Value, count: usize, wanted: impl Fn(&Value) -> bool + Copy) -> Vec<Duration> {
+    let mut events = api.events().await;
+    let mut times = Vec::new();
+    for _ in 0..SAMPLES {
+        times.push(submit_until(api, &mut events, spec, count, wanted).await);
+    }
+    times.sort();
+    times
+}
+
+/// Forking and exec'ing 8 copies of `command` here, until the last has started.
+fn spawn_eight_directly(command: &[&str]) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for _ in 0..SAMPLES {
+        let at = Instant::now();
+        let children: Vec<Child> =
+            (0..8).map(|_| Command::new(command[0]).args(&command[1..]).spawn().unwrap()).collect();
+        times.push(at.elapsed());
+        for mut child in children {
+            child.wait().unwrap();
+        }
+    }
+    times.sort();
+    times
+}
+
+/// One `fdatasync` of a 4 KiB append, p50.
+fn fsync_p50(dir: &Path) -> Duration {
+    let mut file = std::fs::File::create(dir.join("fsync-probe")).unwrap();
+    let mut times: Vec<Duration> = (0..SAMPLES)
+        .map(|_| {
+            let at = Instant::now();
+            file.write_all(&[7u8; 4096]).unwrap();
+            file.sync_data().unwrap();
+            at.elapsed()
+        })
+        .collect();
+    times.sort();
+    percentile(&times, 0.5)
+}
+
+async fn latency_ratios() {
+    let cluster = Cluster::start(8, 1, &[]);
+    let api = cluster.api();
+    api.wait_for_nodes(8).await;
+    let rtt = trivial_round_trip(&api).await;
+    let fsync = fsync_p50(cluster.dir.path());
+    let one = json!({"name": "one", "command": ["true"], "min_nodes": 1, "max_nodes": 1});
+    let placed = |e: &Value| e["event"] == "placed";
+    let single = sample(&api, &one, 1, placed).await;
+    let gang = json!({"name": "gang", "command": ["true"], "min_nodes": 8, "max_nodes": 8});
+    let gang_placed = sample(&api, &gang, 8, placed).await;
+    let running = |e: &Value| e["event"] == "transition" && e["to"] == "RUNNING";
+    let gang_running = sample(&api, &gang, 8, running).await;
+    let direct = spawn_eight_directly(&["true"]);
+    let (rtt50, single50) = (ms(percentile(&rtt, 0.5)), ms(percentile(&single, 0.5)));
+    println!(
+        "daemon_latency_ratios: 1-bundle submit→placed p50 {single50:.2} ms / trivial request p50 {rtt50:.2} ms = {:.1}× (target <= 3)",
+        single50 / rtt50
+    );
+    println!(
+        "daemon_latency_ratios: 8-bundle gang submit→placed p50 {:.2} ms, p99 {:.2} ms (targets 1 / 5 ms); one fdatasync p50 {:.2} ms and a round trip p50 {rtt50:.2} ms are in each",
+        ms(percentile(&gang_placed, 0.5)),
+        ms(percentile(&gang_placed, 0.99)),
+        ms(fsync)
+    );
+    let (running50, direct50) = (ms(percentile(&gang_running, 0.5)), ms(percentile(&direct, 0.5)));
+    println!(
+        "daemon_latency_ratios: gang submit→8 processes running p50 {running50:.2} ms / fork+exec of 8 here p50 {direct50:.2} ms = {:.1}× (target <= 3)",
+        running50 / direct50
+    );
+}
+
+const BENCHES: [&str; 5] = [
     "daemon_durable_submissions",
     "daemon_readopt_after_head_restart",
     "daemon_submit_1000_jobs",
     "daemon_recover_from_kill",
+    "daemon_latency_ratios",
 ];
 
 fn main() {
@@ -406,6 +529,7 @@ fn main() {
             "daemon_durable_submissions" => runtime.block_on(durable_submissions()),
             "daemon_readopt_after_head_restart" => runtime.block_on(readopt_after_head_restart()),
             "daemon_submit_1000_jobs" => runtime.block_on(submit_thousand_jobs()),
+            "daemon_latency_ratios" => runtime.block_on(latency_ratios()),
             _ => runtime.block_on(recover_from_kill()),
         }
     }

@@ -403,16 +403,24 @@ impl Scheduler {
         }
     }
 
-    /// Every group with a bundle on a suspect node holds the capacity it could be re-placed on
-    /// (after replacements have had theirs): a replacement machine that joins before the loss
-    /// is confirmed goes to the running job.
+    /// Each bundle on a suspect node has a node set aside that it could be re-placed on, the
+    /// one its group's strategy would choose (after replacements have had theirs): a machine
+    /// that joins before the loss is confirmed goes to the running job. Only as much is held
+    /// as the bundles need, so a busy agent's late heartbeat does not stall the cluster.
     fn hold_for_suspects(&self, holds: &mut Holds) {
         if self.fault == PolicyFault::IgnoreSuspects {
             return;
         }
         for &ix in &self.suspects {
-            for &(pg, _) in &self.cluster.node(ix).bundles {
-                holds.add(pg, &self.pgs);
+            for &(id, _) in &self.cluster.node(ix).bundles {
+                let pg = &self.pgs[&id];
+                let cluster = &self.cluster;
+                let ok = |n: NodeIx| {
+                    !self.suspects.contains(&n) && !holds.holds_node(n) && feasibility::usable(cluster.node(n), pg)
+                };
+                if let Some(chosen) = select::prepare(cluster, pg, 1, &ok) {
+                    holds.hold_node(chosen[0]);
+                }
             }
         }
     }
@@ -428,9 +436,14 @@ impl Scheduler {
             Some(shape) if failed.contains(shape) => None,
             _ => {
                 let (cluster, pgs) = (&self.cluster, &self.pgs);
+                // Nothing new goes to a node that may be dead already.
+                let suspects =
+                    if self.fault == PolicyFault::IgnoreSuspects { &BTreeSet::new() } else { &self.suspects };
                 let ok = |ix: NodeIx| {
                     let node = cluster.node(ix);
-                    feasibility::usable(node, pg) && (holds.is_empty() || !holds.held(node, ix, pgs))
+                    feasibility::usable(node, pg)
+                        && !suspects.contains(&ix)
+                        && (holds.is_empty() || !holds.held(node, ix, pgs))
                 };
                 select::prepare(cluster, pg, count, &ok)
             }

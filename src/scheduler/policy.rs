@@ -22,7 +22,7 @@ use super::queue::{QueueClass, QueueKey};
 use super::{PgId, PolicyFault};
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a job needs one bundle for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,10 +76,12 @@ pub fn is_protected(key: &QueueKey, now: Instant, starvation_ms: u64) -> bool {
     key.class == QueueClass::Replacement || now.ms_since(key.since) >= starvation_ms
 }
 
-/// Placement groups whose blocked, protected items lower items must not take capacity from.
+/// Capacity lower items must not take: every node a blocked, protected group could use, and
+/// single nodes set aside for the bundles of suspect nodes.
 #[derive(Default)]
 pub struct Holds {
     groups: Vec<PgId>,
+    nodes: BTreeSet<NodeIx>,
 }
 
 impl Holds {
@@ -101,13 +103,22 @@ impl Holds {
         }
     }
 
-    /// Is `node` capacity some held group could use now?
+    /// Sets `ix` aside whole (for a suspect node's bundle, which needs one node).
+    pub fn hold_node(&mut self, ix: NodeIx) {
+        self.nodes.insert(ix);
+    }
+
+    pub fn holds_node(&self, ix: NodeIx) -> bool {
+        self.nodes.contains(&ix)
+    }
+
+    /// Is `node` capacity some held group could use now, or set aside?
     pub fn held(&self, node: &Node, ix: NodeIx, pgs: &BTreeMap<PgId, PlacementGroup>) -> bool {
-        self.groups.iter().any(|id| could_use_now(node, ix, &pgs[id]))
+        self.nodes.contains(&ix) || self.groups.iter().any(|id| could_use_now(node, ix, &pgs[id]))
     }
 
     pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
+        self.groups.is_empty() && self.nodes.is_empty()
     }
 }
 

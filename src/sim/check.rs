@@ -9,7 +9,7 @@
 //! | `one_live_attempt` | at most one running process per actor whose attempt the head has not ended |
 //! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
 //! | `replacement_first` | no lower class placed on a node a waiting replacement could use |
-//! | `suspect_held` | no lower class placed on a node a bundle of a surely-suspect node could use: one whose machine was lost long enough ago that the head must have missed a heartbeat, not yet declared DEAD (DESIGN §3) |
+//! | `suspect_held` | no lower class placed on the last node a bundle of a surely-suspect node could use: one whose machine was lost long enough ago that the head must have missed a heartbeat, not yet declared DEAD (DESIGN §3) |
 //! | `budget` | each ledger charge follows the cause table; remaining counts down, never below 0 |
 //! | `legal_transition` | every actor transition is an edge of DESIGN §2, from the state it was in |
 //! | `released_when_terminal` | a terminal job holds no bundle |
@@ -212,8 +212,10 @@ impl Checker {
                 self.check_lower_placements("replacement_first", "replacement", &lower, &waiting);
             }
             let held = self.surely_suspect_bundles();
-            if !held.is_empty() {
-                self.check_lower_placements("suspect_held", "a bundle of a suspect node", &lower, &held);
+            let stranded: Vec<WaitingBundle> =
+                held.into_iter().filter(|w| !self.has_room_elsewhere(w, &lower)).collect();
+            if !stranded.is_empty() {
+                self.check_lower_placements("suspect_held", "a bundle of a suspect node", &lower, &stranded);
             }
         }
     }
@@ -227,6 +229,25 @@ impl Checker {
             .flat_map(|(node, _)| self.on_node.get(node).into_iter().flatten())
             .map(|(job, actor)| WaitingBundle { job: job.clone(), actor: *actor, avoid_preemptible: true })
             .collect()
+    }
+
+    /// Is there still a node, other than those just given to lower classes and the silent
+    /// ones, that `w` could be re-placed on? The head holds one node per suspect bundle, so
+    /// lower items may take the rest.
+    fn has_room_elsewhere(&self, w: &WaitingBundle, lower: &BTreeMap<NodeId, Vec<ActorKey>>) -> bool {
+        // Any node counts here, preemptible ones too: the head may have held one of those.
+        let w = &WaitingBundle { avoid_preemptible: false, ..w.clone() };
+        self.nodes.iter().any(|(node, n)| {
+            if lower.contains_key(node) || self.silent_since.contains_key(node) {
+                return false;
+            }
+            let mut free: BTreeMap<String, i128> =
+                n.capacity.iter().map(|(r, q)| (r.to_string(), i128::from(q))).collect();
+            for (r, q) in self.used_on(node) {
+                *free.entry(r).or_default() -= i128::from(q);
+            }
+            self.could_use(w, node, n, &free)
+        })
     }
 
     fn node_state(&mut self, node: &NodeId, state: NodeState) {
