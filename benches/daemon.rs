@@ -421,7 +421,9 @@ async fn submit_until(
     let (mut seen, mut last) = (0, sent);
     let mut ended = false;
     while seen < count || !ended {
-        let (at, event) = tokio::time::timeout(Duration::from_secs(30), events.recv()).await.unwrap().unwrap();
+        let Ok(Some((at, event))) = tokio::time::timeout(Duration::from_secs(30), events.recv()).await else {
+            panic!("job {job}: {seen} of {count} events after 30 s: {:#}", api.get(&format!("/v1/jobs/{job}")).await);
+        };
         if event["job"] != job.as_str() {
             continue;
         }

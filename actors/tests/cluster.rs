@@ -350,3 +350,16 @@ fn a_node_joining_while_another_is_suspect_goes_to_the_running_job() {
     assert!(b_view["actors"][0]["node"].is_null(), "b did not take n3: {b_view:#}");
     c.wait_for_job(&b, "b runs once a is done", |j| j["state"] == "SUCCEEDED");
 }
+
+/// A command that ends at once may have its supervisor record the end and go before the agent
+/// connects to it: that is a start and an exit, never a spawn failure.
+#[test]
+fn commands_that_end_at_once_succeed() {
+    let c = Cluster::start(&["n1", "n2"]);
+    let spec = c.spec("instant", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1}));
+    let ids: Vec<String> = (0..12).map(|_| c.submit_no_wait(&spec)).collect();
+    for id in ids {
+        let job = c.wait_for_job(&id, "it ends", |j| j["state"] != "PENDING" && j["state"] != "RUNNING");
+        assert_eq!(job["state"], "SUCCEEDED", "{job:#}");
+    }
+}

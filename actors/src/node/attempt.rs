@@ -77,9 +77,27 @@ pub async fn launch(
         let _ = child.wait().await;
     });
     match handshake(read_end).await? {
-        Ok(()) => attach(spec.key.clone(), &dir, reports).await,
+        Ok(()) => match attach(spec.key.clone(), &dir, reports.clone()).await {
+            Err(_) if dir.join(EXIT_RECORD).exists() => Ok(already_ended(spec.key.clone(), &dir, &reports)),
+            attached => attached,
+        },
         Err(message) => Err(message),
     }
+}
+
+/// A command that ends at once (`true`) may have its supervisor record the end and go before
+/// the agent connects: report the start and the recorded end, as an attached agent would have
+/// heard them. Commands to it have nowhere to go.
+fn already_ended(
+    key: AttemptKey,
+    dir: &Path,
+    reports: &UnboundedSender<(AttemptKey, Report)>,
+) -> UnboundedSender<Command> {
+    let pgids = std::fs::read_to_string(dir.join(PID_RECORD)).unwrap_or_default();
+    let pgids = pgids.lines().filter_map(|p| p.trim().parse().ok()).collect();
+    let _ = reports.send((key.clone(), Report::Started { pgids }));
+    let _ = reports.send((key, ended(dir)));
+    tokio::sync::mpsc::unbounded_channel().0
 }
 
 fn prepare(dir: &Path, spec: &StartSpec) -> Result<(), String> {
