@@ -13,6 +13,10 @@
 //!                ▼
 //!   Effect: Send (to an agent) · Notify (events) · Persist (a job's durable state changed)
 //! ```
+//!
+//! Over 600 lines: the head's one `handle`/`poll` surface and the settle loop that ties the
+//! drivers to the scheduler; membership, attempts, liveness and durability live in their own
+//! files.
 
 mod attempts;
 mod durable;

@@ -16,6 +16,9 @@
 //! | `liveness` | once faults stop, every job ends (checked at the end of a healed phase) |
 //! | `stop_accounted` | every process the head had stopped has a ledger entry for its attempt by the time its job ends: no work is stopped unaccounted (say, by a head that forgot it after a restart) |
 //! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
+//!
+//! Over 600 lines: every checker in one place, so that all of them stay apart from the code
+//! under test and share one accounting.
 
 use crate::driver::{ActorState, Budget, BudgetKind, Cause, JobState, LedgerEntry, Remaining};
 use crate::event::{Event, JobEvent};

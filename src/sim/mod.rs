@@ -12,6 +12,9 @@
 //!                                       ▼
 //!                          Notify ──► trace line + checkers (after every step)
 //! ```
+//!
+//! One file, over 600 lines: the step loop, the fault injection and the simulated machines
+//! share the one `Simulation` state; split, they would only hand it back and forth.
 
 mod agent;
 pub mod check;
