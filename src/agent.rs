@@ -21,7 +21,7 @@
 //! periodic timer (at the interval the head's welcome names, `AgentEffect::HeartbeatEvery`).
 //! The agent's own timer is the shutdown deadline.
 //!
-//! Over 600 lines, a third of them the unit tests beside the state machine.
+//! Over 600 lines, about 130 of them the unit tests beside the state machine.
 
 use crate::ids::NodeId;
 use crate::protocol::{AttemptKey, ExitStatus, Registration, StartSpec, ToAgent, ToHead};
