@@ -96,6 +96,11 @@ pub fn infeasible_reason(cluster: &Cluster, pg: &PlacementGroup) -> Option<Strin
     if cluster.is_empty() {
         return Some("infeasible: no node has joined the cluster yet".to_string());
     }
+    // The common case first: some node passes every filter, found without building the
+    // per-filter lists the reason needs (a submission to 10,000 nodes paid ~1 ms for them).
+    if cluster.all().any(|(_, n)| FILTERS.iter().all(|f| f.passes(n, pg))) {
+        return None;
+    }
     let mut survivors: Vec<&Node> = cluster.all().map(|(_, n)| n).collect();
     for filter in FILTERS {
         let passed: Vec<&Node> = survivors.iter().copied().filter(|n| filter.passes(n, pg)).collect();
