@@ -266,3 +266,27 @@ fn a_failed_write_is_an_error_to_the_client_and_the_job_never_exists() {
     let _ = again.kill();
     let _ = again.wait();
 }
+
+/// A head stopped for longer than the node timeout (SIGSTOP: a stall, a swap storm) finds every
+/// agent's heartbeats waiting in its sockets when it resumes; it reads them before any node
+/// can expire, so nothing is declared DEAD and nothing is charged.
+#[test]
+fn a_stalled_head_declares_no_live_node_dead() {
+    let c = Cluster::start(&["n1", "n2"]);
+    let spec = c.spec("steady", json!({"command": ["sleep", "300"], "min_nodes": 2, "max_nodes": 2}));
+    let id = c.submit_no_wait(&spec);
+    let before = c.wait_for_job(&id, "it runs", |j| running(j, 2));
+    let head = c.head.id() as i32;
+    // SAFETY: signalling the head process this test started.
+    unsafe { libc::kill(head, libc::SIGSTOP) };
+    std::thread::sleep(std::time::Duration::from_millis(3_000)); // three node timeouts
+                                                                 // SAFETY: as above.
+    unsafe { libc::kill(head, libc::SIGCONT) };
+    std::thread::sleep(std::time::Duration::from_millis(1_500)); // past any deferred timeout
+    let after = c.job(&id);
+    assert!(after["ledger"].as_array().unwrap().is_empty(), "nothing charged: {after:#}");
+    assert_eq!(after["actors"], before["actors"], "the same attempts run");
+    let nodes = c.nodes_json();
+    assert!(nodes.as_array().unwrap().iter().all(|n| n["state"] == "ALIVE"), "{nodes:#}");
+    c.ftdrive(&["stop", &id]);
+}

@@ -117,6 +117,9 @@ pub struct HeadActor {
     /// A write failed: the head answers with errors until it stops.
     failed: Option<String>,
     timer: Option<(Instant, SpawnHandle)>,
+    /// After a stall of this process, timeouts wait until then, so that the heartbeats queued
+    /// meanwhile are read before any node is declared DEAD.
+    stalled_until: Option<Instant>,
     metrics: metrics::HeadMetrics,
 }
 
@@ -154,6 +157,7 @@ impl HeadActor {
             held: VecDeque::new(),
             failed: None,
             timer: None,
+            stalled_until: None,
         }
     }
 
@@ -368,7 +372,7 @@ impl HeadActor {
     }
 
     fn arm_timer(&mut self, ctx: &mut Context<Self>) {
-        let wanted = self.head.poll_timeout();
+        let wanted = self.head.poll_timeout().map(|at| self.stalled_until.map_or(at, |until| at.max(until)));
         if self.timer.as_ref().map(|(at, _)| *at) == wanted {
             return;
         }
@@ -377,14 +381,31 @@ impl HeadActor {
         }
         if let Some(at) = wanted {
             let delay = Duration::from_millis(at.ms_since(self.now()));
-            let handle = ctx.run_later(delay, |act, ctx| {
-                act.timer = None;
-                let now = act.now();
-                act.head.handle_timeout(now);
-                act.carry_out(ctx);
-            });
+            let handle = ctx.run_later(delay, move |act, ctx| act.timer_fired(at, ctx));
             self.timer = Some((at, handle));
         }
+    }
+
+    /// A timer due at `due` fired. Far later than due means this process was stalled
+    /// (stopped, starved, swapped): every agent's heartbeats from meanwhile sit unread in
+    /// their sockets, and expiring nodes now would declare a live fleet DEAD. So timeouts wait
+    /// one heartbeat interval while those are read; only nodes still silent then expire.
+    fn timer_fired(&mut self, due: Instant, ctx: &mut Context<Self>) {
+        self.timer = None;
+        let now = self.now();
+        let interval_ms = self.head.config().heartbeat_interval_ms;
+        if self.stalled_until.is_none() && now.ms_since(due) > interval_ms {
+            tracing::warn!(
+                "the head was stalled for {} ms; reading agents' reports before any timeout",
+                now.ms_since(due)
+            );
+            self.stalled_until = Some(now.plus_ms(interval_ms));
+            self.arm_timer(ctx);
+            return;
+        }
+        self.stalled_until = None;
+        self.head.handle_timeout(now);
+        self.carry_out(ctx);
     }
 
     fn view(&self, job: &JobId) -> Option<JobView> {
