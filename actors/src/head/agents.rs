@@ -25,7 +25,11 @@ pub(super) async fn channel(
     body: web::Payload,
     state: web::Data<ApiState>,
 ) -> actix_web::Result<HttpResponse> {
-    let (response, mut session, incoming) = actix_ws::handle(&req, body)?;
+    let (response, mut session, incoming) = actix_ws::handle(&req, body).map_err(|e| {
+        super::ApiError::BadRequest(format!(
+            "the agent channel is a WebSocket ({e}); `ftdrive node` connects to it, nothing else should"
+        ))
+    })?;
     let mut incoming = incoming.max_frame_size(MAX_AGENT_MESSAGE_BYTES);
     let head = state.head.clone();
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);

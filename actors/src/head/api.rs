@@ -180,7 +180,7 @@ fn body_error(e: actix_web::error::JsonPayloadError) -> ApiError {
 
 /// Every error the head answers is JSON `{"error": ...}` (DESIGN §11), including those actix
 /// answers itself (a method a route does not take, a bad WebSocket handshake).
-fn json_errors<B: 'static>() -> ErrorHandlers<B> {
+fn json_errors<B: actix_web::body::MessageBody + 'static>() -> ErrorHandlers<B> {
     ErrorHandlers::new().default_handler(|res: ServiceResponse<B>| {
         let is_json = res
             .headers()
@@ -189,15 +189,25 @@ fn json_errors<B: 'static>() -> ErrorHandlers<B> {
         if is_json {
             return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
         }
-        let status = res.status();
-        let message = match status {
-            StatusCode::METHOD_NOT_ALLOWED => "this route does not take that method".to_string(),
-            _ => format!("{} ({})", status.canonical_reason().unwrap_or("error"), status.as_u16()),
-        };
-        let (req, _) = res.into_parts();
-        let json = HttpResponse::build(status).json(serde_json::json!({ "error": message }));
-        Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, json).map_into_right_body()))
+        Ok(ErrorHandlerResponse::Future(Box::pin(async move {
+            let (req, res) = res.into_parts();
+            let status = res.status();
+            // What the framework said (a handshake's or a parser's reason) is kept as the error.
+            let said = actix_web::body::to_bytes(res.into_body()).await.unwrap_or_default();
+            let json = HttpResponse::build(status).json(serde_json::json!({ "error": error_text(status, &said) }));
+            Ok(ServiceResponse::new(req, json).map_into_right_body())
+        })))
     })
+}
+
+/// The message of an error the framework answered in plain text (or with no body).
+fn error_text(status: StatusCode, said: &[u8]) -> String {
+    let said = std::str::from_utf8(said).map(str::trim).unwrap_or("");
+    match status {
+        StatusCode::METHOD_NOT_ALLOWED => "this route does not take that method; see `ftdrive --help`".into(),
+        _ if !said.is_empty() && said.len() <= 1_000 => said.to_string(),
+        _ => format!("{} ({})", status.canonical_reason().unwrap_or("error"), status.as_u16()),
+    }
 }
 
 // ---- auth -----------------------------------------------------------------------------

@@ -257,9 +257,6 @@ impl Handler<FromAgent> for HeadActor {
             let _ = msg.tx.try_send(refusal);
             return;
         }
-        if matches!(msg.msg, ToHead::Heartbeat { .. }) {
-            self.metrics.observe_heartbeat(&node, std::time::Instant::now());
-        }
         let register = matches!(msg.msg, ToHead::Register(_));
         match self.input(Input::from(msg.msg), ctx) {
             Ok(_) if register => {
@@ -293,14 +290,23 @@ impl HeadActor {
                     reason: format!("node name {node} is in use by another live agent; give this agent another --name"),
                 });
             }
-            let session = Session { id: msg.session, tx: msg.tx.clone(), identity: registration.identity.clone() };
+            let identity = registration.identity.clone();
+            let session = Session { id: msg.session, tx: msg.tx.clone(), identity, last_heartbeat: None };
             self.sessions.insert(node.clone(), session);
             self.log_urls.insert(node.clone(), registration.log_url.clone());
             return Ok(());
         }
-        match bound {
-            Some(session) if session.id == msg.session => Ok(()),
-            _ => Err(ToAgent::Refused {
+        match self.sessions.get_mut(node) {
+            Some(session) if session.id == msg.session => {
+                if matches!(msg.msg, ToHead::Heartbeat { .. }) {
+                    let now = std::time::Instant::now();
+                    if let Some(last) = session.last_heartbeat.replace(now) {
+                        self.metrics.observe_heartbeat_gap(now - last);
+                    }
+                }
+                Ok(())
+            }
+            bound => Err(ToAgent::Refused {
                 reason: format!("messages about node {node} are accepted only from the session it registered on"),
                 register_again: bound.is_none(),
             }),
@@ -322,7 +328,6 @@ impl Handler<AgentGone> for HeadActor {
         let Some(node) = msg.node else { return };
         if self.sessions.get(&node).is_some_and(|s| s.id == msg.session) {
             self.sessions.remove(&node);
-            self.metrics.forget_node(&node);
             // The node is suspect from now on, not only once a heartbeat is missed (DESIGN §3).
             let _ = self.input(Input::LinkLost { node }, ctx);
         }

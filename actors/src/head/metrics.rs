@@ -4,7 +4,7 @@
 
 use ftdrive::driver::ActorState;
 use ftdrive::event::{Event, JobEvent};
-use ftdrive::ids::{ActorId, JobId, NodeId};
+use ftdrive::ids::{ActorId, JobId};
 use ftdrive::Head;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -59,7 +59,6 @@ pub struct HeadMetrics {
     submitted_at: BTreeMap<JobId, Instant>,
     scheduling_since: BTreeMap<ActorId, Instant>,
     failed_at: BTreeMap<ActorId, Instant>,
-    last_heartbeat: BTreeMap<NodeId, Instant>,
 }
 
 impl HeadMetrics {
@@ -81,7 +80,6 @@ impl HeadMetrics {
             submitted_at: BTreeMap::new(),
             scheduling_since: BTreeMap::new(),
             failed_at: BTreeMap::new(),
-            last_heartbeat: BTreeMap::new(),
         };
         m.register();
         m
@@ -169,17 +167,10 @@ impl HeadMetrics {
         self.failed_at.retain(|actor, _| &actor.job != job);
     }
 
-    /// A heartbeat from `node` arrived at `now`.
-    pub fn observe_heartbeat(&mut self, node: &NodeId, now: Instant) {
-        if let Some(last) = self.last_heartbeat.insert(node.clone(), now) {
-            let late_ms = now.duration_since(last).as_secs_f64() * 1000.0 - self.heartbeat_interval_ms as f64;
-            self.heartbeat_lag_seconds.observe(late_ms.max(0.0) / 1000.0);
-        }
-    }
-
-    /// A node's session closed: its next heartbeat starts a new series.
-    pub fn forget_node(&mut self, node: &NodeId) {
-        self.last_heartbeat.remove(node);
+    /// A session's heartbeat arrived `gap` after its previous one.
+    pub fn observe_heartbeat_gap(&mut self, gap: std::time::Duration) {
+        let late_ms = gap.as_secs_f64() * 1000.0 - self.heartbeat_interval_ms as f64;
+        self.heartbeat_lag_seconds.observe(late_ms.max(0.0) / 1000.0);
     }
 
     /// The text exposition, with the gauges read from `head` now.

@@ -61,6 +61,8 @@ struct Session {
     tx: tokio::sync::mpsc::Sender<ToAgent>,
     /// The registration's identity secret: the same agent may take its name over.
     identity: String,
+    /// When this session's last heartbeat arrived (the lag metric's reference).
+    last_heartbeat: Option<std::time::Instant>,
 }
 
 /// Someone following events: all of them, or one job's (ends when the job ends).
