@@ -110,13 +110,14 @@ pub struct Health;
 impl Handler<Health> for HeadActor {
     type Result = MessageResult<Health>;
     fn handle(&mut self, _: Health, _: &mut Context<Self>) -> Self::Result {
-        let nodes = self.head.node_views();
-        let alive = nodes.iter().filter(|n| n.state == ftdrive::scheduler::NodeState::Alive).count();
+        // Counted on the scheduler's nodes: building every node's view costs ms at 10,000.
+        let scheduler = self.head.scheduler();
+        let alive = scheduler.nodes().filter(|(_, n)| n.state == ftdrive::scheduler::NodeState::Alive).count();
         MessageResult(serde_json::json!({
             "recovering": self.head.recovering(),
             "failed": self.failed,
             "jobs": self.head.job_count(),
-            "nodes": nodes.len(),
+            "nodes": scheduler.node_count(),
             "alive_nodes": alive,
             "store": {"batches": self.batches, "commits": self.commits},
         }))
