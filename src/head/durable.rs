@@ -7,7 +7,9 @@
 //!   a client). So whatever an agent or a client has seen is on disk.
 //! - **DU-2 exact re-adoption.** A job is stored as its driver's state (placements, live
 //!   attempts with their ports and rendezvous, cycles, budgets, timers), its spec (once) and its
-//!   ledger (an entry at a time). `Head::restore` rebuilds drivers, placements — every port
+//!   ledger (an entry at a time). The counters of ids handed out are written only when a job
+//!   is forgotten: while a job's record exists, `Head::restore` takes them from it — so a
+//!   submission writes one record, and no id is ever handed out twice. `Head::restore` rebuilds drivers, placements — every port
 //!   taken again before anything else is placed — and the attempts each node should be
 //!   running, so that an attempt an agent reports is re-bound with its attempt number, cycle,
 //!   node and port, and nothing restarts.
@@ -34,7 +36,10 @@ pub enum Durable {
     Job(JobId),
     Node(NodeId),
     /// Retention dropped a finished job: its records go.
-    Forgotten(JobId),
+    Forgotten {
+        id: JobId,
+        pg: PgId,
+    },
     Counters,
 }
 
@@ -246,7 +251,7 @@ impl Head {
                     Some(id) => Durable::Job(id.clone()),
                     None => continue,
                 },
-                DirtyKey::Forgotten(id) => Durable::Forgotten(id),
+                DirtyKey::Forgotten(pg, id) => Durable::Forgotten { id, pg },
             };
             self.effects.push_back(super::Effect::Persist(durable));
         }
@@ -279,9 +284,14 @@ impl Head {
 
     // ---- retention -----------------------------------------------------------------------
 
-    /// A job reached its final state: keep at most `retain_finished` finished jobs.
+    /// A job reached its final state; `trim_finished` applies the count once the input is done
+    /// with its driver.
     pub(super) fn note_finished(&mut self, pg: PgId, at: Instant) {
         self.finished.insert((at, pg));
+    }
+
+    /// Keeps at most `retain_finished` finished jobs (none with 0).
+    pub(super) fn trim_finished(&mut self) {
         while self.finished.len() > self.config.retain_finished {
             let (_, oldest) = self.finished.pop_first().expect("not empty");
             self.forget(oldest);
@@ -307,7 +317,9 @@ impl Head {
         let Some(id) = self.by_pg.remove(&pg) else { return };
         self.jobs.remove(&id);
         self.dirty.remove(&DirtyKey::Job(pg));
-        self.dirty.insert(DirtyKey::Forgotten(id));
+        self.dirty.insert(DirtyKey::Forgotten(pg, id));
+        // DU-2: the counters were read from this job's record; once it is gone they are kept.
+        self.touch_counters();
     }
 }
 
@@ -317,5 +329,5 @@ pub(super) enum DirtyKey {
     Counters,
     Node(NodeIx),
     Job(PgId),
-    Forgotten(JobId),
+    Forgotten(PgId, JobId),
 }

@@ -260,6 +260,7 @@ impl Head {
             Input::LinkLost { node } => self.link_lost(node),
         };
         self.settle(now);
+        self.trim_finished();
         self.emit_persists();
         Ok(reply)
     }
@@ -277,6 +278,7 @@ impl Head {
             self.flush_driver(pg);
         }
         self.settle(now);
+        self.trim_finished();
         self.emit_persists();
     }
 
@@ -357,7 +359,6 @@ impl Head {
             }
             None => self.job_ids.mint(|id| self.jobs.contains_key(id)),
         };
-        self.touch_counters();
         let pg = self.next_pg;
         self.next_pg += 1;
         self.scheduler.create_pg(pg, pg_spec(&spec, now));

@@ -34,7 +34,7 @@ impl MemoryStore {
                 let record = head.node_record(&name).expect("a persisted node is known");
                 self.nodes.insert(name, record);
             }
-            Durable::Forgotten(id) => {
+            Durable::Forgotten { id, .. } => {
                 self.jobs.remove(&id);
             }
             Durable::Job(id) => {
@@ -66,5 +66,48 @@ impl MemoryStore {
             })
             .collect();
         DurableState { counters: self.counters, nodes: self.nodes.values().cloned().collect(), jobs }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::HeadConfig;
+    use crate::head::{Input, Reply};
+    use crate::time::Instant;
+
+    fn submit(head: &mut Head, store: &mut MemoryStore, now: Instant) -> JobId {
+        let spec = Box::new(JobSpec::minimal("j", &["true"], 1, 1));
+        let Ok(Reply::Submitted(id)) = head.handle(now, Input::Submit { id: None, spec }) else { panic!("accepted") };
+        persist(head, store);
+        id
+    }
+
+    fn persist(head: &mut Head, store: &mut MemoryStore) {
+        while let Some(effect) = head.poll_effect() {
+            if let crate::head::Effect::Persist(durable) = effect {
+                store.write(head, durable);
+            }
+        }
+    }
+
+    /// DU-2: a submission writes no counters, yet no id comes back after a restart — neither
+    /// while the jobs are stored nor once retention has forgotten them.
+    #[test]
+    fn ids_are_not_handed_out_again_after_a_restart() {
+        let config = HeadConfig { retain_finished: 0, ..HeadConfig::default() };
+        let (mut head, mut store, now) = (Head::new(config.clone()), MemoryStore::default(), Instant::from_ms(0));
+        assert_eq!(submit(&mut head, &mut store, now).as_str(), "j1");
+        assert_eq!(store.read().counters, Counters::default(), "a submission writes its job alone");
+        let mut head = Head::restore(config.clone(), store.read(), now);
+        assert_eq!(submit(&mut head, &mut store, now).as_str(), "j2");
+        assert_eq!(submit(&mut head, &mut store, now).as_str(), "j3");
+        for job in ["j1", "j2", "j3"] {
+            head.handle(now, Input::Stop { job: JobId::new(job) }).expect("stopped");
+            persist(&mut head, &mut store);
+        }
+        assert!(store.read().jobs.is_empty(), "retention forgot every finished job");
+        let mut head = Head::restore(config, store.read(), now);
+        assert_eq!(submit(&mut head, &mut store, now).as_str(), "j4");
     }
 }

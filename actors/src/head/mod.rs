@@ -290,9 +290,9 @@ impl HeadActor {
                     record: serde_json::to_string(&record).expect("serializes"),
                 })
             }
-            Durable::Forgotten(id) => {
+            Durable::Forgotten { id, pg } => {
                 self.ledger_written.remove(&id);
-                Some(Write::Forget { id: id.to_string() })
+                Some(Write::Forget { pg })
             }
             Durable::Job(id) => self.job_write(&id),
         }
@@ -324,10 +324,11 @@ impl HeadActor {
     /// The history row of an attempt being started.
     fn attempt_row(&self, spec: &StartSpec) -> Option<Write> {
         let key = &spec.key;
-        let actor = self.head.driver(&key.job)?.actors().get(key.actor as usize)?;
+        let record = self.head.job_record(&key.job)?;
+        let actor = record.driver.actors().get(key.actor as usize)?;
         let run = actor.run.as_ref().filter(|r| r.attempt == key.attempt && r.cycle == key.cycle)?;
         Some(Write::Attempt {
-            job: key.job.to_string(),
+            pg: record.pg,
             actor: key.actor,
             attempt: key.attempt,
             cycle: key.cycle,

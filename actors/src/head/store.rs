@@ -5,11 +5,14 @@
 //!
 //! | table | holds |
 //! |---|---|
-//! | `meta` | the schema version, and counters never handed out twice (job numbers, groups) |
-//! | `jobs` | a job's spec (written once), its state, and its driver's state snapshot (placements, live attempts with their ports and rendezvous, cycles, budgets, timers) |
+//! | `meta` | the schema version, and counters never handed out twice (job numbers, groups), written when a job is forgotten |
+//! | `jobs` | keyed by the job's group number: its id, its spec (written once), its state, and its driver's state snapshot (placements, live attempts with their ports and rendezvous, cycles, budgets, timers) |
 //! | `ledger` | one row per ended attempt, appended |
 //! | `attempts` | one row per attempt started: key, node, rank, port, start time |
 //! | `nodes` | every node the head knows, with its agent's address and incarnation |
+//!
+//! Each commit is synced, so its cost is the pages it touches: every table is keyed by what it
+//! is looked up with and has no other index, so a submission writes one page and a start two.
 
 use ftdrive::driver::{Driver, LedgerEntry};
 use ftdrive::head::{Counters, DurableState, NodeRecord, StoredJob};
@@ -20,24 +23,43 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Sender};
 
 /// The schema this build writes; a database with a newer one is refused.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 pub const DATABASE: &str = "state.db";
 /// Test hook: the head dies (abort) right after this many commits, before answering — a crash
 /// between a durable write and its acknowledgement.
 const CRASH_AFTER_COMMITS: &str = "FTDRIVE_CRASH_AFTER_COMMITS";
 
 const SCHEMA: &str = "
-    CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+    CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS jobs (
-        id TEXT PRIMARY KEY, pg INTEGER NOT NULL UNIQUE, spec TEXT NOT NULL, state TEXT NOT NULL,
+        pg INTEGER PRIMARY KEY, id TEXT NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
         submit_ms INTEGER NOT NULL, finished_ms INTEGER, driver TEXT NOT NULL);
     CREATE TABLE IF NOT EXISTS ledger (
-        job TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (job, seq));
+        pg INTEGER NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (pg, seq)) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS attempts (
-        job TEXT NOT NULL, actor INTEGER NOT NULL, attempt INTEGER NOT NULL, cycle INTEGER NOT NULL,
+        pg INTEGER NOT NULL, actor INTEGER NOT NULL, attempt INTEGER NOT NULL, cycle INTEGER NOT NULL,
         node TEXT NOT NULL, rank INTEGER NOT NULL, port INTEGER NOT NULL, start_ms INTEGER NOT NULL,
-        PRIMARY KEY (job, actor, attempt));
-    CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, record TEXT NOT NULL);
+        PRIMARY KEY (pg, actor, attempt)) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID;
+";
+
+/// Schema 1 keyed jobs by id with a second index on their group, and every other table by job
+/// id: its rows move to schema 2's tables, keyed by group.
+const MIGRATE_FROM_1: &str = "
+    ALTER TABLE meta RENAME TO meta_1;
+    ALTER TABLE jobs RENAME TO jobs_1;
+    ALTER TABLE ledger RENAME TO ledger_1;
+    ALTER TABLE attempts RENAME TO attempts_1;
+    ALTER TABLE nodes RENAME TO nodes_1;
+";
+const COPY_FROM_1: &str = "
+    INSERT INTO meta SELECT key, value FROM meta_1;
+    INSERT INTO jobs SELECT pg, id, spec, state, submit_ms, finished_ms, driver FROM jobs_1;
+    INSERT INTO ledger SELECT j.pg, l.seq, l.entry FROM ledger_1 l JOIN jobs_1 j ON j.id = l.job;
+    INSERT INTO attempts SELECT j.pg, a.actor, a.attempt, a.cycle, a.node, a.rank, a.port, a.start_ms
+        FROM attempts_1 a JOIN jobs_1 j ON j.id = a.job;
+    INSERT INTO nodes SELECT name, record FROM nodes_1;
+    DROP TABLE meta_1; DROP TABLE jobs_1; DROP TABLE ledger_1; DROP TABLE attempts_1; DROP TABLE nodes_1;
 ";
 
 /// Why the state dir cannot be used. Each message names the file and the way out.
@@ -73,7 +95,7 @@ pub enum Write {
         ledger: Vec<(usize, String)>,
     },
     Attempt {
-        job: String,
+        pg: u64,
         actor: u32,
         attempt: u32,
         cycle: u32,
@@ -87,7 +109,7 @@ pub enum Write {
         record: String,
     },
     Forget {
-        id: String,
+        pg: u64,
     },
     Counters(Counters),
 }
@@ -182,8 +204,9 @@ fn prepare(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     }
     conn.pragma_update(None, "journal_mode", "WAL").map_err(unreadable)?;
     conn.pragma_update(None, "synchronous", "FULL").map_err(unreadable)?;
-    conn.execute_batch(SCHEMA).map_err(unreadable)?;
-    conn.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(unreadable)?;
+    let migrate = if version == 1 { MIGRATE_FROM_1.to_string() + SCHEMA + COPY_FROM_1 } else { SCHEMA.to_string() };
+    let upgrade = format!("BEGIN; {migrate} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;");
+    conn.execute_batch(&upgrade).map_err(unreadable)?;
     Ok(())
 }
 
@@ -211,20 +234,24 @@ fn load(conn: &Connection) -> Result<DurableState, String> {
 fn load_jobs(conn: &Connection) -> Result<Vec<StoredJob>, String> {
     let mut jobs = Vec::new();
     let mut rows = conn.prepare("SELECT id, pg, spec, driver FROM jobs ORDER BY pg").map_err(|e| e.to_string())?;
+    let mut ids = std::collections::BTreeSet::new();
     let read = |r: &rusqlite::Row| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?, r.get(3)?));
     for row in rows.query_map([], read).map_err(|e| e.to_string())? {
         let (id, pg, spec, driver): (String, i64, String, String) = row.map_err(|e| e.to_string())?;
+        if !ids.insert(id.clone()) {
+            return Err(format!("job {id} is stored twice"));
+        }
         let spec = serde_json::from_str(&spec).map_err(|e| format!("job {id}'s spec: {e}"))?;
         let driver: Driver = serde_json::from_str(&driver).map_err(|e| format!("job {id}'s state: {e}"))?;
-        jobs.push(StoredJob { pg: pg as u64, spec, driver, ledger: load_ledger(conn, &id)? });
+        jobs.push(StoredJob { pg: pg as u64, spec, driver, ledger: load_ledger(conn, &id, pg)? });
     }
     Ok(jobs)
 }
 
-fn load_ledger(conn: &Connection, job: &str) -> Result<Vec<LedgerEntry>, String> {
+fn load_ledger(conn: &Connection, job: &str, pg: i64) -> Result<Vec<LedgerEntry>, String> {
     let mut rows =
-        conn.prepare_cached("SELECT entry FROM ledger WHERE job = ?1 ORDER BY seq").map_err(|e| e.to_string())?;
-    let entries = rows.query_map([job], |r| r.get::<_, String>(0)).map_err(|e| e.to_string())?;
+        conn.prepare_cached("SELECT entry FROM ledger WHERE pg = ?1 ORDER BY seq").map_err(|e| e.to_string())?;
+    let entries = rows.query_map([pg], |r| r.get::<_, String>(0)).map_err(|e| e.to_string())?;
     entries
         .map(|e| {
             let text = e.map_err(|e| e.to_string())?;
@@ -274,39 +301,39 @@ fn apply(tx: &rusqlite::Transaction, write: &Write) -> rusqlite::Result<()> {
         Write::Job { id, pg, spec, state, submit_ms, finished_ms, driver, ledger } => {
             if let Some(spec) = spec {
                 tx.prepare_cached(
-                    "INSERT INTO jobs (id, pg, spec, state, submit_ms, finished_ms, driver) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    "INSERT INTO jobs (pg, id, spec, state, submit_ms, finished_ms, driver) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )?
-                .execute(params![id, *pg as i64, spec, state, *submit_ms as i64, finished_ms.map(|t| t as i64), driver])?;
+                .execute(params![*pg as i64, id, spec, state, *submit_ms as i64, finished_ms.map(|t| t as i64), driver])?;
             } else {
-                tx.prepare_cached("UPDATE jobs SET state = ?2, finished_ms = ?3, driver = ?4 WHERE id = ?1")?
-                    .execute(params![id, state, finished_ms.map(|t| t as i64), driver])?;
+                tx.prepare_cached("UPDATE jobs SET state = ?2, finished_ms = ?3, driver = ?4 WHERE pg = ?1")?
+                    .execute(params![*pg as i64, state, finished_ms.map(|t| t as i64), driver])?;
             }
             for (seq, entry) in ledger {
-                tx.prepare_cached("INSERT INTO ledger (job, seq, entry) VALUES (?1, ?2, ?3)")?.execute(params![
-                    id,
+                tx.prepare_cached("INSERT INTO ledger (pg, seq, entry) VALUES (?1, ?2, ?3)")?.execute(params![
+                    *pg as i64,
                     *seq as i64,
                     entry
                 ])?;
             }
         }
-        Write::Attempt { job, actor, attempt, cycle, node, rank, port, start_ms } => {
+        Write::Attempt { pg, actor, attempt, cycle, node, rank, port, start_ms } => {
             tx.prepare_cached(
-                "INSERT OR REPLACE INTO attempts (job, actor, attempt, cycle, node, rank, port, start_ms) \
+                "INSERT OR REPLACE INTO attempts (pg, actor, attempt, cycle, node, rank, port, start_ms) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
-            .execute(params![job, actor, attempt, cycle, node, rank, port, *start_ms as i64])?;
+            .execute(params![*pg as i64, actor, attempt, cycle, node, rank, port, *start_ms as i64])?;
         }
         Write::Node { name, record } => {
             tx.prepare_cached("INSERT OR REPLACE INTO nodes (name, record) VALUES (?1, ?2)")?
                 .execute(params![name, record])?;
         }
-        Write::Forget { id } => {
+        Write::Forget { pg } => {
             for table in [
-                "DELETE FROM jobs WHERE id = ?1",
-                "DELETE FROM ledger WHERE job = ?1",
-                "DELETE FROM attempts WHERE job = ?1",
+                "DELETE FROM jobs WHERE pg = ?1",
+                "DELETE FROM ledger WHERE pg = ?1",
+                "DELETE FROM attempts WHERE pg = ?1",
             ] {
-                tx.prepare_cached(table)?.execute([id])?;
+                tx.prepare_cached(table)?.execute([*pg as i64])?;
             }
         }
         Write::Counters(c) => {
@@ -316,4 +343,79 @@ fn apply(tx: &rusqlite::Transaction, write: &Write) -> rusqlite::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ftdrive::driver::{BudgetKind, Cause};
+    use ftdrive::ids::{ActorId, JobId};
+    use ftdrive::spec::JobSpec;
+    use ftdrive::Instant;
+
+    /// The tables as schema 1 made them.
+    const SCHEMA_1: &str = "
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+        CREATE TABLE jobs (
+            id TEXT PRIMARY KEY, pg INTEGER NOT NULL UNIQUE, spec TEXT NOT NULL, state TEXT NOT NULL,
+            submit_ms INTEGER NOT NULL, finished_ms INTEGER, driver TEXT NOT NULL);
+        CREATE TABLE ledger (job TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (job, seq));
+        CREATE TABLE attempts (
+            job TEXT NOT NULL, actor INTEGER NOT NULL, attempt INTEGER NOT NULL, cycle INTEGER NOT NULL,
+            node TEXT NOT NULL, rank INTEGER NOT NULL, port INTEGER NOT NULL, start_ms INTEGER NOT NULL,
+            PRIMARY KEY (job, actor, attempt));
+        CREATE TABLE nodes (name TEXT PRIMARY KEY, record TEXT NOT NULL);
+        PRAGMA user_version = 1;
+    ";
+
+    fn entry(driver: &Driver) -> LedgerEntry {
+        LedgerEntry {
+            actor: ActorId::new(driver.id().clone(), 0),
+            rank: Some(0),
+            attempt: 1,
+            cycle: 1,
+            node: "n1".into(),
+            start_ms: 1,
+            end_ms: 2,
+            exit_code: Some(1),
+            signal: None,
+            cause: Cause::UserError,
+            evidence: "exited with code 1".into(),
+            budget: BudgetKind::User,
+            remaining: driver.remaining(),
+        }
+    }
+
+    /// A state dir written by schema 1 opens with every job, its ledger and the counters.
+    #[test]
+    fn a_schema_1_database_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = JobSpec::minimal("old", &["true"], 1, 1);
+        let driver = Driver::new(JobId::new("j7"), spec.clone(), Instant::from_ms(5), 1, 3000);
+        let conn = Connection::open(dir.path().join(DATABASE)).unwrap();
+        conn.execute_batch(SCHEMA_1).unwrap();
+        let (spec_text, driver_text) = (serde_json::to_string(&spec).unwrap(), serde_json::to_string(&driver).unwrap());
+        conn.execute("INSERT INTO jobs VALUES ('j7', 7, ?1, 'PENDING', 5, NULL, ?2)", params![spec_text, driver_text])
+            .unwrap();
+        let entry_text = serde_json::to_string(&entry(&driver)).unwrap();
+        conn.execute("INSERT INTO ledger VALUES ('j7', 0, ?1)", [entry_text]).unwrap();
+        conn.execute("INSERT INTO attempts VALUES ('j7', 0, 1, 1, 'n1', 0, 29500, 1)", []).unwrap();
+        conn.execute("INSERT INTO meta VALUES ('next_job_number', 9), ('next_pg', 9)", []).unwrap();
+        drop(conn);
+
+        let (store, state) = Store::open(dir.path(), |_| {}).unwrap();
+        assert_eq!(state.counters, Counters { next_job_number: 9, next_pg: 9 });
+        assert_eq!(state.jobs.len(), 1);
+        let job = &state.jobs[0];
+        assert_eq!((job.pg, job.driver.id().as_str()), (7, "j7"));
+        assert_eq!(job.ledger, vec![entry(&driver)]);
+        drop(store);
+
+        let conn = Connection::open(dir.path().join(DATABASE)).unwrap();
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        let attempts: i64 = conn.query_row("SELECT count(*) FROM attempts WHERE pg = 7", [], |r| r.get(0)).unwrap();
+        let left: i64 =
+            conn.query_row("SELECT count(*) FROM sqlite_master WHERE name LIKE '%_1'", [], |r| r.get(0)).unwrap();
+        assert_eq!((version, attempts, left), (SCHEMA_VERSION, 1, 0));
+    }
 }
