@@ -309,14 +309,19 @@ fn mailbox(e: MailboxError) -> ApiError {
 
 // ---- handlers ---------------------------------------------------------------------------
 
+/// `POST /v1/jobs`: the spec is kept as text and parsed once, by `JobSpec::parse`.
+#[derive(Deserialize)]
+struct SubmitBody {
+    spec: Option<Box<serde_json::value::RawValue>>,
+}
+
 async fn submit(
     _: Authorized,
     state: web::Data<ApiState>,
-    body: web::Json<serde_json::Value>,
+    body: web::Json<SubmitBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let spec = body.get("spec").ok_or_else(|| ApiError::BadRequest("the request needs a `spec` object".into()))?;
-    let spec =
-        JobSpec::parse(&spec.to_string(), &Overrides::default()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let spec = body.spec.as_ref().ok_or_else(|| ApiError::BadRequest("the request needs a `spec` object".into()))?;
+    let spec = JobSpec::parse(spec.get(), &Overrides::default()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let view = state.head.send(Submit { spec }).await.map_err(mailbox)??;
     Ok(HttpResponse::Ok().json(view))
 }
