@@ -98,6 +98,9 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
     let http = agent_client(options.agent_ca.as_deref())?;
     let listen = |e| ServeError::Listen(options.listen.clone(), e);
     let listener = std::net::TcpListener::bind(&options.listen).map_err(listen)?;
+    // After a head restart every agent reconnects at once: std's backlog of 128 would drop
+    // the rest of the storm's SYNs, and each dropped agent retries a second or more later.
+    socket2::SockRef::from(&listener).listen(ACCEPT_BACKLOG).map_err(listen)?;
     let addr = listener.local_addr().map_err(listen)?;
     if options.tls.is_none() {
         crate::tls::refuse_plain_off_loopback("the head's API", addr.ip(), options.insecure_http)
@@ -151,6 +154,9 @@ fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 // ---- bounds and errors -----------------------------------------------------------------
+
+/// Connections waiting to be accepted (the kernel caps it at `net.core.somaxconn`).
+const ACCEPT_BACKLOG: i32 = 4096;
 
 /// Largest request body the head reads; a job spec is far smaller (its `env` is bounded at
 /// 256 KiB in all).
