@@ -20,6 +20,10 @@
 //!   fired (the load generator shares the machine with the head);
 //! - time to place 1,000 gangs of 8: the jobs submitted through the HTTP API by concurrent
 //!   clients, until all 8,000 `Start`s have reached agents;
+//! - a stalled head: the head is stopped (`SIGSTOP`) for longer than `node_timeout_ms` — a
+//!   swapped or starved machine — while every agent goes on heartbeating into its socket; once
+//!   it runs again, how many nodes it still counts alive after two heartbeat intervals (all of
+//!   them, if it reads what is queued before it expires anyone);
 //! - recovery: 1% of the agents holding bundles drop their connections without a goodbye (as
 //!   at a `kill -9`), until every bundle they held is started on another agent. The head
 //!   waits `node_timeout_ms` after a node's last heartbeat before it declares it dead, so that
@@ -56,6 +60,8 @@ const GANG_SIZE: usize = 8;
 const SUBMIT_CLIENTS: usize = 32;
 const WINDOW: Duration = Duration::from_secs(10);
 const SETTLE: Duration = Duration::from_secs(3);
+/// How long the head is stopped: longer than the node timeout.
+const STALL: Duration = Duration::from_millis(NODE_TIMEOUT_MS + 2_000);
 /// Connections being opened at once: a storm of 10,000 would overflow the head's accept queue.
 const CONNECTS_IN_FLIGHT: usize = 256;
 /// One heartbeat in this many (per agent) is a round-trip probe while probing.
@@ -661,6 +667,7 @@ struct Figures {
     peak_rss_mib: f64,
     links_dropped: usize,
     refusals: usize,
+    alive_after_stall: u64,
 }
 
 /// The steady window: head CPU and RSS, the head's own lag histogram, this process's timers.
@@ -726,6 +733,18 @@ async fn place_gangs(api: &Api, fleet: &Fleet, figures: &mut Figures) {
     figures.placed = placed.then(|| start.elapsed());
 }
 
+/// Stops the head for `STALL`, then counts the nodes it holds alive two heartbeats after it
+/// resumed.
+async fn stall(head: &HeadProcess, api: &Api, figures: &mut Figures) {
+    let pid = head.pid() as libc::pid_t;
+    // SAFETY: signals to the head process this bench started and still owns.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    tokio::time::sleep(STALL).await;
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    tokio::time::sleep(Duration::from_millis(2 * HEARTBEAT_MS)).await;
+    figures.alive_after_stall = api.get("/v1/health").await["alive_nodes"].as_u64().unwrap_or(0);
+}
+
 /// Polls `done` every few milliseconds until it holds (true) or `limit` passes (false).
 async fn until(limit: Duration, done: impl Fn() -> bool) -> bool {
     let start = Instant::now();
@@ -760,6 +779,8 @@ async fn run_size(head: &HeadProcess, size: usize) -> Figures {
     tokio::time::sleep(SETTLE).await;
     steady(head, &api, &fleet, &mut figures).await;
     probe(head, &fleet, &mut figures).await;
+    stall(head, &api, &mut figures).await;
+    api.wait_all_alive(size).await;
     place_gangs(&api, &fleet, &mut figures).await;
     tokio::time::sleep(SETTLE).await;
     (figures.running_cpu_cores, _) = cpu_window(head.pid(), WINDOW).await;
@@ -828,6 +849,11 @@ impl Figures {
             "  this load generator:                    {:.3} cores; heartbeat timers fired p99 {:.1} ms late",
             self.own_cores,
             ms(self.timer_delay_p99)
+        );
+        println!(
+            "  head stopped {:.0} s (SIGSTOP), then run 2 s:  {} of {n} nodes still alive (all should be)",
+            STALL.as_secs_f64(),
+            self.alive_after_stall
         );
         println!(
             "  place {GANGS} gangs of {GANG_SIZE}:                   all {} Starts at agents {} after the first submit ({SUBMIT_CLIENTS} clients; all accepted after {:.2} s, each in p50 {:.0} ms, p99 {:.0} ms)",
