@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, TypeVar
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 import pytest
 
@@ -110,6 +110,8 @@ class Cluster:
         self.head: Optional[subprocess.Popen[bytes]] = None
         self.nodes: Dict[str, subprocess.Popen[bytes]] = {}
         self.url = ""
+        # With TLS: (CA certificate, server certificate, server key) the head serves https with.
+        self.tls: Optional[Tuple[Path, Path, Path]] = None
         for name, text in SCRIPTS.items():
             (self.work / name).write_text(text.lstrip())
         # An empty torchx config, so that no ~/.torchxconfig changes what the tests run.
@@ -121,6 +123,8 @@ class Cluster:
     def _env(self) -> Dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FTDRIVE_")}
         env.update(FTDRIVE_LOG="warn", FTDRIVE_STATE_DIR=str(self.dir), PYTEST_FTDRIVE_MARK=self.mark)
+        if self.tls is not None:
+            env["FTDRIVE_CA_CERT"] = str(self.tls[0])  # agents verify the head with it
         return env
 
     def _spawn(self, name: str, args: List[str]) -> "subprocess.Popen[bytes]":
@@ -130,8 +134,12 @@ class Cluster:
         finally:
             log.close()
 
-    def start_head(self) -> None:
+    def start_head(self, tls: Optional[Tuple[Path, Path, Path]] = None) -> None:
+        """Starts the head; with ``tls`` (CA, certificate, key) it serves https itself."""
         args = ["head", "--listen", "127.0.0.1:0", "--heartbeat-interval-ms", "200", "--node-timeout-ms", "1000"]
+        self.tls = tls
+        if tls is not None:
+            args += ["--tls-cert", str(tls[1]), "--tls-key", str(tls[2])]
         self.head = self._spawn("head", [*args, "--state-dir", str(self.dir)])
         url_file = self.dir / "head.url"
 
@@ -220,7 +228,8 @@ class Cluster:
     # ---- clients ------------------------------------------------------------------------
 
     def client(self, timeout: float = 30.0) -> Client:
-        return Client(head=self.url, state_dir=self.dir, timeout=timeout)
+        ca_cert = self.tls[0] if self.tls is not None else None
+        return Client(head=self.url, state_dir=self.dir, timeout=timeout, ca_cert=ca_cert)
 
     def user_env(self) -> Dict[str, str]:
         """The environment of a user of this cluster (the CLI's way: head and state dir)."""

@@ -1,19 +1,15 @@
 """An https head, verified with a CA certificate given as ``ca_cert=`` or ``$FTDRIVE_CA_CERT``.
 
-The head serves plain HTTP on loopback until it terminates TLS itself (DESIGN §11), so the
-test puts a TLS-terminating relay in front of it, with a certificate signed by a CA the test
-makes with ``openssl``.
+The head terminates TLS itself (``--tls-cert``/``--tls-key``, DESIGN §11) with a certificate
+signed by a CA the test makes with ``openssl``; its agents verify it with the same CA.
 """
 
 from __future__ import annotations
 
 import shutil
-import socket
-import ssl
 import subprocess
-import threading
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import Iterator, Tuple
 
 import pytest
 from conftest import Cluster
@@ -45,77 +41,27 @@ def make_certificates(directory: Path) -> Tuple[Path, Path, Path]:
     return ca, cert, key
 
 
-class TlsRelay:
-    """Accepts TLS on a loopback port and relays each connection to ``target`` in plain TCP."""
-
-    def __init__(self, target: Tuple[str, int], cert: Path, key: Path) -> None:
-        self.target = target
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.load_cert_chain(str(cert), str(key))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.open: List[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                raw, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
-
-    def _serve(self, raw: socket.socket) -> None:
-        try:
-            client = self.context.wrap_socket(raw, server_side=True)
-        except (OSError, ssl.SSLError):
-            raw.close()  # e.g. a client that refused our certificate
-            return
-        upstream = socket.create_connection(self.target)
-        self.open += [client, upstream]
-        threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
-        self._pump(client, upstream)
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while True:
-                data = source.recv(65536)
-                if not data:
-                    break
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (source, sink):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.listener.close()
-        for s in self.open:
-            s.close()
-
-
 @pytest.fixture
-def https_head(cluster: Cluster, tmp_path: Path) -> Iterator[Tuple[str, Path]]:
-    ca, cert, key = make_certificates(tmp_path)
-    host, port = cluster.url.replace("http://", "").rsplit(":", 1)
-    relay = TlsRelay((host, int(port)), cert, key)
+def https_cluster(tmp_path: Path) -> Iterator[Tuple[Cluster, Path]]:
+    """A head serving https, and one agent that reaches it over https: (cluster, CA)."""
+    certificates = make_certificates(tmp_path)
+    cluster = Cluster(tmp_path)
     try:
-        yield f"https://localhost:{relay.port}", ca
+        cluster.start_head(tls=certificates)
+        cluster.add_node("t1")
+        yield cluster, certificates[0]
     finally:
-        relay.close()
+        cluster.stop()
 
 
 def test_an_https_head_verified_with_a_ca_certificate(
-    cluster: Cluster, https_head: Tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+    https_cluster: Tuple[Cluster, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url, ca = https_head
+    cluster, ca = https_cluster
+    url = cluster.url
+    assert url.startswith("https://"), url
     client = Client(url, state_dir=cluster.dir, ca_cert=ca)
-    assert client.health().nodes >= 3
+    assert client.health().nodes == 1
     stream = client.events(idle_timeout=30)  # open before the job exists: no event is missed
     job_id = client.submit(JobSpec(name="over-tls", command=["echo", "tls"], min_nodes=1, max_nodes=1)).id
     for event in stream:
@@ -128,7 +74,7 @@ def test_an_https_head_verified_with_a_ca_certificate(
     assert list(client.logs(job_id, 0)) == ["tls\n"]
 
     monkeypatch.setenv("FTDRIVE_CA_CERT", str(ca))
-    assert Client(url, state_dir=cluster.dir).health().nodes >= 3
+    assert Client(url, state_dir=cluster.dir).health().nodes == 1
     monkeypatch.delenv("FTDRIVE_CA_CERT")
     with pytest.raises(HeadUnreachableError, match="CERTIFICATE_VERIFY_FAILED"):
         Client(url, state_dir=cluster.dir, timeout=10).health()
