@@ -344,6 +344,9 @@ impl HeadActor {
     fn notify(&mut self, event: Event) {
         log_event(&event);
         self.metrics.observe_event(&event, std::time::Instant::now());
+        if self.followers.is_empty() {
+            return; // no line to build: most events of a busy head have no follower
+        }
         let job = event.job().cloned();
         let ended = match &event {
             Event::Job { job, detail: JobEvent::JobState { to, .. } } if to.is_terminal() => Some(job.clone()),
