@@ -220,24 +220,48 @@ fn fsyncs_per_second(dir: &Path) -> f64 {
 }
 
 async fn durable_submissions() {
-    const CLIENTS: usize = 8;
-    const IN_FLIGHT: usize = 16;
-    const JOBS: usize = 16_000;
     let cluster = Cluster::start(0, 1, &[]);
     let fsyncs = fsyncs_per_second(cluster.dir.path());
-    let api = cluster.api();
     let spec = json!({"name": "durable", "command": ["true"], "min_nodes": 1, "max_nodes": 1});
+    let submit = LeanClient::submission(&cluster.url, &cluster.token, &spec);
+    let rate = requests_per_second(&cluster.url, &submit, "\"id\":\"j").await;
+    let api = cluster.api();
+    let health = api.get("/v1/health").await;
+    assert_eq!(health["jobs"], LOAD_REQUESTS, "every acknowledged submission is a job");
+    let store = &health["store"];
+    let per_commit = store["batches"].as_f64().unwrap_or(0.0) / store["commits"].as_f64().unwrap_or(1.0).max(1.0);
+    let trivial = LeanClient::trivial(&cluster.url, &cluster.token);
+    let ceiling = requests_per_second(&cluster.url, &trivial, "\"recovering\"").await;
+    println!(
+        "daemon_durable_submissions: {rate:.0} durable submissions/s by {LOAD_CLIENTS} clients with {LOAD_IN_FLIGHT} requests in flight each; \
+         this machine: {fsyncs:.0} fdatasyncs/s in the state dir; ratio {:.1} (target >= 10); {per_commit:.1} submissions share each commit's sync",
+        rate / fsyncs
+    );
+    println!(
+        "daemon_durable_submissions: the same load generator's trivial authenticated requests (GET /v1/health, through the head actor, nothing written): \
+         {ceiling:.0}/s = {:.1}× the fdatasync rate, the most any request reaches here",
+        ceiling / fsyncs
+    );
+}
+
+const LOAD_CLIENTS: usize = 8;
+const LOAD_IN_FLIGHT: usize = 16;
+const LOAD_REQUESTS: usize = 16_000;
+
+/// `LOAD_REQUESTS` of `request` by `LOAD_CLIENTS` × `LOAD_IN_FLIGHT` keep-alive connections,
+/// each answer checked for `expect`: requests per second.
+async fn requests_per_second(url: &str, request: &[u8], expect: &'static str) -> f64 {
     let mut connections = Vec::new();
-    for _ in 0..CLIENTS * IN_FLIGHT {
-        connections.push(LeanClient::connect(&cluster.url, &cluster.token, &spec).await);
+    for _ in 0..LOAD_CLIENTS * LOAD_IN_FLIGHT {
+        connections.push(LeanClient::connect(url, request.to_vec()).await);
     }
     let start = Instant::now();
     let tasks: Vec<_> = connections
         .into_iter()
         .map(|mut client| {
             tokio::spawn(async move {
-                for _ in 0..JOBS / (CLIENTS * IN_FLIGHT) {
-                    client.submit().await;
+                for _ in 0..LOAD_REQUESTS / (LOAD_CLIENTS * LOAD_IN_FLIGHT) {
+                    client.request(expect).await;
                 }
             })
         })
@@ -245,16 +269,7 @@ async fn durable_submissions() {
     for task in tasks {
         task.await.unwrap();
     }
-    let rate = JOBS as f64 / start.elapsed().as_secs_f64();
-    let health = api.get("/v1/health").await;
-    assert_eq!(health["jobs"], JOBS, "every acknowledged submission is a job");
-    let store = &health["store"];
-    let per_commit = store["batches"].as_f64().unwrap_or(0.0) / store["commits"].as_f64().unwrap_or(1.0).max(1.0);
-    println!(
-        "daemon_durable_submissions: {rate:.0} durable submissions/s by {CLIENTS} clients with {IN_FLIGHT} requests in flight each; \
-         this machine: {fsyncs:.0} fdatasyncs/s in the state dir; ratio {:.1} (target >= 10); {per_commit:.1} submissions share each commit's sync",
-        rate / fsyncs
-    );
+    LOAD_REQUESTS as f64 / start.elapsed().as_secs_f64()
 }
 
 /// A load generator as lean as what it sends: one keep-alive HTTP/1.1 connection, the request
@@ -268,28 +283,37 @@ struct LeanClient {
 }
 
 impl LeanClient {
-    async fn connect(url: &str, token: &str, spec: &Value) -> LeanClient {
+    fn submission(url: &str, token: &str, spec: &Value) -> Vec<u8> {
         let addr = url.trim_start_matches("http://");
         let body = json!({"spec": spec}).to_string();
-        let request = format!(
+        format!(
             "POST /v1/jobs HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
              Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
-        );
-        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        LeanClient { stream, request: request.into_bytes(), buffer: Vec::with_capacity(8192) }
+        )
+        .into_bytes()
     }
 
-    /// One submission, answered (so durable).
-    async fn submit(&mut self) {
+    fn trivial(url: &str, token: &str) -> Vec<u8> {
+        let addr = url.trim_start_matches("http://");
+        format!("GET /v1/health HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n").into_bytes()
+    }
+
+    async fn connect(url: &str, request: Vec<u8>) -> LeanClient {
+        let stream = tokio::net::TcpStream::connect(url.trim_start_matches("http://")).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        LeanClient { stream, request, buffer: Vec::with_capacity(8192) }
+    }
+
+    /// One request, answered 200 with `expect` in the answer.
+    async fn request(&mut self, expect: &str) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         self.stream.write_all(&self.request).await.unwrap();
         loop {
             if let Some(total) = self.answer_length() {
                 if self.buffer.len() >= total {
                     let answer = String::from_utf8_lossy(&self.buffer[..total]);
-                    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("\"id\":\"j"), "{answer}");
+                    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains(expect), "{answer}");
                     self.buffer.drain(..total);
                     return;
                 }
