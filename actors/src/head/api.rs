@@ -86,8 +86,16 @@ fn agent_client(ca: Option<&std::path::Path>) -> Result<reqwest::Client, ServeEr
 
 pub(super) struct ApiState {
     pub head: Addr<HeadActor>,
+    pub agent_backlog: std::sync::Arc<super::agents::AgentBacklog>,
     pub tokens: Tokens,
     pub http: reqwest::Client,
+}
+
+impl ApiState {
+    fn new(head: Addr<HeadActor>, tokens: Tokens, http: reqwest::Client) -> ApiState {
+        let agent_backlog = super::agents::AgentBacklog::new(super::agents::MAX_AGENT_MESSAGES_QUEUED);
+        ApiState { head, agent_backlog, tokens, http }
+    }
 }
 
 /// Starts the head: binds the listener first (so that a head that cannot listen changes no
@@ -116,7 +124,7 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
             .map_err(|e| ServeError::Token(options.state_dir.clone(), e))?,
     };
     let head = start_actor(options.config, store, restored, options.first_job_number, commits);
-    let state = web::Data::new(ApiState { head: head.clone(), tokens: tokens.clone(), http });
+    let state = web::Data::new(ApiState::new(head.clone(), tokens.clone(), http));
     let server = HttpServer::new(move || {
         App::new().app_data(state.clone()).configure(input_limits).wrap(json_errors()).configure(routes)
     })

@@ -247,6 +247,8 @@ pub struct FromAgent {
     pub session: u64,
     pub tx: Sender<ToAgent>,
     pub msg: ToHead,
+    /// Its place in the agent backlog, given back once handled.
+    pub queued: super::agents::Queued,
 }
 
 impl Handler<FromAgent> for HeadActor {
