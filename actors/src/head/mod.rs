@@ -3,7 +3,10 @@
 //! messages to agents, events to followers — but only once what the same input changed is
 //! durable (DU-1 in the core's `head/durable.rs`): each input's writes go to the store as one
 //! batch, and its other effects wait until the store reports that batch committed. Batches
-//! arriving while a commit is under way share the next one (group commit). It holds no policy.
+//! arriving while a commit is under way share the next one (group commit). A lone batch after
+//! a quiet spell is committed on the actor's own thread before its effects (`commit_inline`):
+//! waking the store thread and being woken by it again costs more than the write on an idle
+//! machine. It holds no policy.
 
 mod agents;
 mod api;
@@ -71,6 +74,11 @@ struct Follower {
     tx: tokio::sync::mpsc::Sender<Bytes>,
 }
 
+/// A batch is committed on the actor's thread only after the store was quiet this long...
+const INLINE_AFTER_QUIET: Duration = Duration::from_millis(2);
+/// ...and only if the last commit took less than this (a slow disk stays on its thread).
+const INLINE_MAX_COMMIT: Duration = Duration::from_millis(5);
+
 /// Most event followers at once; one more is refused with 429.
 pub const MAX_FOLLOWERS: usize = 1_024;
 /// Lines queued for one follower; a follower that falls this far behind is dropped with an
@@ -115,6 +123,8 @@ pub struct HeadActor {
     committed: u64,
     /// Transactions committed (each one sync): batches per commit is the group commit's gain.
     commits: u64,
+    /// When the last commit ended, and how long it took.
+    last_commit: Option<(std::time::Instant, Duration)>,
     held: VecDeque<Held>,
     /// A write failed: the head answers with errors until it stops.
     failed: Option<String>,
@@ -156,6 +166,7 @@ impl HeadActor {
             batches: 0,
             committed: 0,
             commits: 0,
+            last_commit: None,
             held: VecDeque::new(),
             failed: None,
             timer: None,
@@ -188,16 +199,45 @@ impl HeadActor {
                 other => effects.push(other),
             }
         }
+        let mut failed = None;
         if !writes.is_empty() {
             self.batches += 1;
-            self.store.write(Batch { seq: self.batches, writes });
+            let batch = Batch { seq: self.batches, writes };
+            if self.commit_inline() {
+                failed = self.write_now(batch).err();
+            } else {
+                self.store.write(batch);
+            }
         }
         if self.committed == self.batches && self.held.is_empty() {
             self.execute(effects);
         } else if !effects.is_empty() {
             self.held.push_back(Held { upto: self.batches, effects, waiters: Vec::new() });
         }
+        if let Some(error) = failed {
+            self.write_failed(error, ctx);
+        }
         self.arm_timer(ctx);
+    }
+
+    /// Whether to commit the batch just made here: it is the only one not yet durable, the
+    /// store has been quiet for `INLINE_AFTER_QUIET`, and its last commit was quick — so that
+    /// a burst still shares the writer thread's commits, and a slow disk never blocks the
+    /// actor twice in a row.
+    fn commit_inline(&self) -> bool {
+        self.failed.is_none()
+            && self.committed + 1 == self.batches
+            && self.held.is_empty()
+            && self.last_commit.is_none_or(|(at, took)| at.elapsed() >= INLINE_AFTER_QUIET && took < INLINE_MAX_COMMIT)
+    }
+
+    fn write_now(&mut self, batch: Batch) -> Result<(), String> {
+        let started = std::time::Instant::now();
+        self.store.write_now(batch)?;
+        self.committed = self.batches;
+        self.commits += 1;
+        self.last_commit = Some((std::time::Instant::now(), started.elapsed()));
+        Ok(())
     }
 
     /// Resolves once everything done so far is durable.
@@ -222,9 +262,12 @@ impl HeadActor {
 
     fn committed(&mut self, commit: Commit, ctx: &mut Context<Self>) {
         match commit {
-            Commit::Done { upto } => {
+            Commit::Done { upto, took } => {
+                // A batch commits on this thread only when every earlier one is reported.
+                assert!(upto > self.committed, "commit reports in order: {upto} after {}", self.committed);
                 self.committed = upto;
                 self.commits += 1;
+                self.last_commit = Some((std::time::Instant::now(), took));
                 while self.held.front().is_some_and(|h| h.upto <= upto) {
                     let held = self.held.pop_front().expect("just checked");
                     self.execute(held.effects);

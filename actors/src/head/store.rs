@@ -1,7 +1,8 @@
 //! The head's durable state (DESIGN §10): an SQLite database in WAL mode at
 //! `<state-dir>/state.db`, written by one thread with group commit — every batch of writes
 //! waiting when a commit starts goes into that one transaction and shares its fsync — and a lock
-//! file so that two heads never share a state dir.
+//! file so that two heads never share a state dir. A lone write after a quiet spell is
+//! committed on the caller's thread instead (`write_now`), sparing it two thread hand-offs.
 //!
 //! | table | holds |
 //! |---|---|
@@ -21,6 +22,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
 
 /// The schema this build writes; a database with a newer one is refused.
 const SCHEMA_VERSION: i64 = 2;
@@ -123,21 +125,45 @@ pub struct Batch {
 /// What became of the batches written so far.
 #[derive(Debug)]
 pub enum Commit {
-    /// Every batch up to `upto` is durable.
-    Done { upto: u64 },
+    /// Every batch up to `upto` is durable; the commit took `took`.
+    Done { upto: u64, took: std::time::Duration },
     /// A write failed; nothing after the last `Done` is durable, and nothing more will be.
     Failed { error: String },
 }
 
 pub struct Store {
     batches: Sender<Batch>,
+    writer: Arc<Mutex<Writer>>,
     path: PathBuf,
     _lock: std::fs::File,
 }
 
+/// The connection and what is counted across commits, whichever thread commits.
+struct Writer {
+    conn: Connection,
+    commits: u64,
+    crash_after: Option<u64>,
+}
+
+impl Writer {
+    /// One transaction for `batches`, synced when it returns.
+    fn commit(&mut self, batches: &[Batch]) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        for write in batches.iter().flat_map(|b| &b.writes) {
+            apply(&tx, write)?;
+        }
+        tx.commit()?;
+        self.commits += 1;
+        if self.crash_after == Some(self.commits) {
+            std::process::abort();
+        }
+        Ok(())
+    }
+}
+
 impl Store {
     /// Locks the state dir, opens (or creates) the database, checks it and reads it back.
-    /// Commit outcomes are reported to `on_commit`, from the writer thread.
+    /// Commit outcomes of `write` are reported to `on_commit`, from the writer thread.
     pub fn open(
         state_dir: &Path,
         on_commit: impl Fn(Commit) + Send + 'static,
@@ -154,21 +180,30 @@ impl Store {
         let (batches, incoming) = channel::<Batch>();
         #[allow(clippy::disallowed_methods)]
         let crash_after = std::env::var(CRASH_AFTER_COMMITS).ok().and_then(|n| n.parse().ok());
+        let writer = Arc::new(Mutex::new(Writer { conn, commits: 0, crash_after }));
+        let thread_writer = writer.clone();
         std::thread::Builder::new()
             .name("ftdrive-store".into())
-            .spawn(move || write_loop(conn, incoming, on_commit, crash_after))
+            .spawn(move || write_loop(&thread_writer, incoming, on_commit))
             .map_err(|e| StoreError::Io(path.clone(), e))?;
-        Ok((Store { batches, path, _lock: lock }, state))
+        Ok((Store { batches, writer, path, _lock: lock }, state))
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Queues a batch; its commit is reported in order.
+    /// Queues a batch for the writer thread; its commit is reported in order.
     pub fn write(&self, batch: Batch) {
         // If the writer is gone it has reported the failure already.
         let _ = self.batches.send(batch);
+    }
+
+    /// Commits a batch on the calling thread, synced when this returns. Only for a caller
+    /// with nothing queued or being written: batches commit in order.
+    pub fn write_now(&self, batch: Batch) -> Result<(), String> {
+        let mut writer = self.writer.lock().map_err(|_| "the store's writer panicked".to_string())?;
+        writer.commit(std::slice::from_ref(&batch)).map_err(|e| e.to_string())
     }
 }
 
@@ -261,39 +296,24 @@ fn load_ledger(conn: &Connection, job: &str, pg: i64) -> Result<Vec<LedgerEntry>
 }
 
 /// Group commit: every batch waiting when a transaction starts goes into it.
-fn write_loop(
-    mut conn: Connection,
-    incoming: std::sync::mpsc::Receiver<Batch>,
-    on_commit: impl Fn(Commit),
-    crash_after: Option<u64>,
-) {
-    let mut commits = 0u64;
+fn write_loop(writer: &Mutex<Writer>, incoming: std::sync::mpsc::Receiver<Batch>, on_commit: impl Fn(Commit)) {
     while let Ok(first) = incoming.recv() {
         let mut batches = vec![first];
         batches.extend(incoming.try_iter());
         let upto = batches.last().map_or(0, |b| b.seq);
-        match commit(&mut conn, &batches) {
-            Ok(()) => {
-                commits += 1;
-                if crash_after == Some(commits) {
-                    std::process::abort();
-                }
-                on_commit(Commit::Done { upto })
-            }
-            Err(e) => {
-                on_commit(Commit::Failed { error: e.to_string() });
+        let started = std::time::Instant::now();
+        let done = match writer.lock() {
+            Ok(mut writer) => writer.commit(&batches).map_err(|e| e.to_string()),
+            Err(_) => Err("the store's writer panicked".to_string()),
+        };
+        match done {
+            Ok(()) => on_commit(Commit::Done { upto, took: started.elapsed() }),
+            Err(error) => {
+                on_commit(Commit::Failed { error });
                 return;
             }
         }
     }
-}
-
-fn commit(conn: &mut Connection, batches: &[Batch]) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
-    for write in batches.iter().flat_map(|b| &b.writes) {
-        apply(&tx, write)?;
-    }
-    tx.commit()
 }
 
 fn apply(tx: &rusqlite::Transaction, write: &Write) -> rusqlite::Result<()> {
