@@ -79,6 +79,11 @@ const INLINE_AFTER_QUIET: Duration = Duration::from_millis(2);
 /// ...and only if the last commit took less than this (a slow disk stays on its thread).
 const INLINE_MAX_COMMIT: Duration = Duration::from_millis(5);
 
+/// Whether the store has been quiet since a quick last commit (see `commit_inline`).
+fn store_quiet(last_commit: Option<(std::time::Instant, Duration)>, now: std::time::Instant) -> bool {
+    last_commit.is_none_or(|(at, took)| now.duration_since(at) >= INLINE_AFTER_QUIET && took < INLINE_MAX_COMMIT)
+}
+
 /// Most event followers at once; one more is refused with 429.
 pub const MAX_FOLLOWERS: usize = 1_024;
 /// Lines queued for one follower; a follower that falls this far behind is dropped with an
@@ -225,10 +230,8 @@ impl HeadActor {
     /// a burst still shares the writer thread's commits, and a slow disk never blocks the
     /// actor twice in a row.
     fn commit_inline(&self) -> bool {
-        self.failed.is_none()
-            && self.committed + 1 == self.batches
-            && self.held.is_empty()
-            && self.last_commit.is_none_or(|(at, took)| at.elapsed() >= INLINE_AFTER_QUIET && took < INLINE_MAX_COMMIT)
+        let alone = self.failed.is_none() && self.committed + 1 == self.batches && self.held.is_empty();
+        alone && store_quiet(self.last_commit, std::time::Instant::now())
     }
 
     fn write_now(&mut self, batch: Batch) -> Result<(), String> {
@@ -524,4 +527,21 @@ pub(super) fn start_actor(
         ctx.add_message_stream(stream);
         actor
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn a_lone_write_commits_inline_only_after_a_quiet_spell_and_a_quick_commit() {
+        let ended = Instant::now();
+        let quick = Duration::from_micros(300);
+        assert!(store_quiet(None, ended), "nothing written yet");
+        assert!(!store_quiet(Some((ended, quick)), ended), "a burst shares the writer thread's commits");
+        assert!(store_quiet(Some((ended, quick)), ended + INLINE_AFTER_QUIET));
+        let slow = INLINE_MAX_COMMIT;
+        assert!(!store_quiet(Some((ended, slow)), ended + Duration::from_secs(60)), "a slow disk stays on its thread");
+    }
 }
