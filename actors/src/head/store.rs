@@ -78,6 +78,11 @@ pub enum StoreError {
         "the state database {0} was written by a newer ftdrive (schema {1}, this one knows {2}); run that version"
     )]
     Newer(PathBuf, i64, i64),
+    #[error(
+        "cannot bring the state database {0} from schema {1} to schema {2}: {3}. Nothing was changed (it is one \
+         transaction); make the state dir writable, with room on its disk, and start again"
+    )]
+    Upgrade(PathBuf, i64, i64, String),
     #[error("cannot use the state dir {0}: {1}")]
     Io(PathBuf, std::io::Error),
 }
@@ -241,7 +246,8 @@ fn prepare(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     conn.pragma_update(None, "synchronous", "FULL").map_err(unreadable)?;
     let migrate = if version == 1 { MIGRATE_FROM_1.to_string() + SCHEMA + COPY_FROM_1 } else { SCHEMA.to_string() };
     let upgrade = format!("BEGIN; {migrate} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;");
-    conn.execute_batch(&upgrade).map_err(unreadable)?;
+    conn.execute_batch(&upgrade)
+        .map_err(|e| StoreError::Upgrade(path.to_path_buf(), version, SCHEMA_VERSION, e.to_string()))?;
     Ok(())
 }
 
@@ -437,5 +443,23 @@ mod tests {
         let left: i64 =
             conn.query_row("SELECT count(*) FROM sqlite_master WHERE name LIKE '%_1'", [], |r| r.get(0)).unwrap();
         assert_eq!((version, attempts, left), (SCHEMA_VERSION, 1, 0));
+    }
+
+    /// An upgrade that fails names the file and changes nothing.
+    #[test]
+    fn a_failed_upgrade_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join(DATABASE)).unwrap();
+        conn.execute_batch(SCHEMA_1).unwrap();
+        conn.execute_batch("DROP TABLE nodes").unwrap();
+        drop(conn);
+        let error = Store::open(dir.path(), |_| {}).err().expect("refused");
+        let message = error.to_string();
+        assert!(matches!(error, StoreError::Upgrade(_, 1, SCHEMA_VERSION, _)), "{message}");
+        assert!(message.contains(DATABASE) && message.contains("Nothing was changed"), "{message}");
+        let conn = Connection::open(dir.path().join(DATABASE)).unwrap();
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        let jobs_1: i64 = conn.query_row("SELECT count(*) FROM jobs_1", [], |r| r.get(0)).unwrap_or(-1);
+        assert_eq!((version, jobs_1), (1, -1), "still schema 1, no table renamed");
     }
 }
