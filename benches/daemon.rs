@@ -25,6 +25,9 @@
 //! Times are taken by the client: requests and kills from its clock, events from the moment
 //! the head's event stream delivers them.
 
+mod common;
+
+use common::{ms, percentile, wait_for_file};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::io::Write;
@@ -113,17 +116,6 @@ fn spawn_head(dir: &Path, listen: &str, extra: &[String]) -> Child {
         .unwrap()
 }
 
-fn wait_for_file(path: &Path) -> String {
-    let start = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            return text;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[derive(Clone)]
 struct Api {
     http: reqwest::Client,
@@ -191,14 +183,6 @@ impl Api {
         });
         rx
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 // ---- durable submissions against fsyncs ---------------------------------------------------

@@ -29,6 +29,9 @@
 //!   waits `node_timeout_ms` after a node's last heartbeat before it declares it dead, so that
 //!   part is printed apart.
 
+mod common;
+
+use common::{ms, percentile, wait_for_file};
 use ftdrive::agent::{Agent, AgentEffect, AgentIdentity, AgentInput, Recovered};
 use ftdrive::protocol::{AttemptKey, ExitStatus, ToAgent, ToHead};
 use ftdrive::{ActorIx, Instant as CoreInstant, JobId, NodeId, Resources};
@@ -38,7 +41,6 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -137,17 +139,6 @@ impl Drop for HeadProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-fn wait_for_file(path: &Path) -> String {
-    let start = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            return text;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -609,14 +600,6 @@ impl Fleet {
 }
 
 // ---- measurements -------------------------------------------------------------------------
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default()
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 /// CPU used by the head and by this process over `window`, in cores.
 async fn cpu_window(head_pid: u32, window: Duration) -> (f64, f64) {
