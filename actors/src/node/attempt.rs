@@ -54,6 +54,10 @@ fn attempt_dir(state_dir: &Path, key: &AttemptKey) -> PathBuf {
     attempts_dir(state_dir).join(format!("{hash:016x}"))
 }
 
+/// Supervisors being started at once: a burst of starts forks one after another, as it did
+/// on the agent's own thread, instead of a thread each competing for the machine.
+static SPAWNING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
 /// Launches a supervisor for `spec` and connects to it. Its reports go to `reports`; commands
 /// are read from the returned channel. An error means the supervisor itself could not start.
 pub async fn launch(
@@ -66,12 +70,20 @@ pub async fn launch(
     reports: UnboundedSender<(AttemptKey, Report)>,
 ) -> Result<UnboundedSender<Command>, String> {
     let dir = attempt_dir(state_dir, &spec.key);
-    prepare(&dir, spec)?;
-    let (read_end, write_end) = pipe()?;
-    let mut child = supervisor_command(spec, &dir, log, cwd, extra_env, reattach_grace_ms, &write_end)?
-        .spawn()
-        .map_err(|e| format!("cannot start the attempt supervisor: {e}"))?;
-    drop(write_end);
+    // What may block — the synced record, the fork that waits for its child's exec — runs
+    // off this thread, which also carries the agent's heartbeats: a burst of starts on a busy
+    // machine would hold them back long enough for the head to declare a healthy node dead.
+    let spawning = {
+        let (spec, dir, log, cwd) = (spec.clone(), dir.clone(), log.to_path_buf(), cwd.to_path_buf());
+        let extra_env: Vec<(String, String)> = extra_env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        move || spawn_supervisor(&spec, &dir, &log, &cwd, &extra_env, reattach_grace_ms)
+    };
+    let (mut child, read_end) = {
+        let _turn = SPAWNING.acquire().await.expect("never closed");
+        tokio::task::spawn_blocking(spawning)
+            .await
+            .map_err(|e| format!("cannot start the attempt supervisor: {e}"))??
+    };
     // The supervisor outlives us if we die; while we live, we reap it.
     tokio::spawn(async move {
         let _ = child.wait().await;
@@ -100,6 +112,24 @@ fn already_ended(
     tokio::sync::mpsc::unbounded_channel().0
 }
 
+/// The attempt's directory and record, then its supervisor, started: the child and the read
+/// end of its status pipe.
+fn spawn_supervisor(
+    spec: &StartSpec,
+    dir: &Path,
+    log: &Path,
+    cwd: &Path,
+    extra_env: &[(String, String)],
+    reattach_grace_ms: u64,
+) -> Result<(tokio::process::Child, OwnedFd), String> {
+    prepare(dir, spec)?;
+    let (read_end, write_end) = pipe()?;
+    let child = supervisor_command(spec, dir, log, cwd, extra_env, reattach_grace_ms, &write_end)?
+        .spawn()
+        .map_err(|e| format!("cannot start the attempt supervisor: {e}"))?;
+    Ok((child, read_end))
+}
+
 fn prepare(dir: &Path, spec: &StartSpec) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let record = Record { key: spec.key.clone(), stop_grace_ms: spec.stop_grace_ms };
@@ -113,7 +143,7 @@ fn supervisor_command(
     dir: &Path,
     log: &Path,
     cwd: &Path,
-    extra_env: &[(&str, String)],
+    extra_env: &[(String, String)],
     reattach_grace_ms: u64,
     status: &OwnedFd,
 ) -> Result<tokio::process::Command, String> {
@@ -139,7 +169,7 @@ fn supervisor_command(
         .arg(log)
         .arg("--")
         .args(&spec.command)
-        .envs(extra_env.iter().map(|(k, v)| (*k, v.as_str())))
+        .envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .envs(&spec.env)
         .current_dir(cwd)
         .stdin(Stdio::null())
