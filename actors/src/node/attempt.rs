@@ -22,6 +22,15 @@ pub const WITHHELD_ENV: [&str; 4] = ["FTDRIVE_TOKEN", "FTDRIVE_AGENT_TOKEN", "FT
 struct Record {
     key: AttemptKey,
     stop_grace_ms: u64,
+    /// The machine's boot the attempt started in (`boot_id`); none in records written before
+    /// it was kept.
+    #[serde(default)]
+    boot: Option<String>,
+}
+
+/// This boot of the machine. Process ids recorded in another one name other processes now.
+fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|id| id.trim().to_string())
 }
 
 /// What a supervisor said about its attempt.
@@ -132,7 +141,7 @@ fn spawn_supervisor(
 
 fn prepare(dir: &Path, spec: &StartSpec) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let record = Record { key: spec.key.clone(), stop_grace_ms: spec.stop_grace_ms };
+    let record = Record { key: spec.key.clone(), stop_grace_ms: spec.stop_grace_ms, boot: boot_id() };
     let text = serde_json::to_vec(&record).expect("records serialize");
     crate::paths::write_atomic(&dir.join("record.json"), &text)
         .map_err(|e| format!("cannot write in {}: {e}", dir.display()))
@@ -273,10 +282,14 @@ fn ended(dir: &Path) -> Report {
     if let Ok(message) = std::fs::read_to_string(dir.join(FAILED_RECORD)) {
         return Report::SpawnFailed(message);
     }
-    // The supervisor died without a record (killed outright): take its workers down too.
-    let pgids = std::fs::read_to_string(dir.join(PID_RECORD)).unwrap_or_default();
-    for pgid in pgids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
-        super::workers::signal_group(pgid, libc::SIGKILL);
+    // The supervisor died without a record (killed outright): take its workers down too —
+    // unless the machine restarted since (its workers went with it, and their ids may now
+    // belong to anyone's processes).
+    if started_this_boot(dir) {
+        let pgids = std::fs::read_to_string(dir.join(PID_RECORD)).unwrap_or_default();
+        for pgid in pgids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+            super::workers::signal_group(pgid, libc::SIGKILL);
+        }
     }
     Report::Ended(ExitStatus::signal(libc::SIGKILL, false))
 }
@@ -318,6 +331,11 @@ pub async fn recover(
     (recovered, attached)
 }
 
+fn started_this_boot(dir: &Path) -> bool {
+    let started = read_record(dir).and_then(|r| r.boot);
+    started.is_some() && started == boot_id()
+}
+
 fn read_record(dir: &Path) -> Option<Record> {
     serde_json::from_slice(&std::fs::read(dir.join("record.json")).ok()?).ok()
 }
@@ -325,4 +343,44 @@ fn read_record(dir: &Path) -> Option<Record> {
 /// The head has the attempt's end: its records go (its log stays).
 pub fn forget(state_dir: &Path, key: &AttemptKey) {
     let _ = std::fs::remove_dir_all(attempt_dir(state_dir, key));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+
+    fn write_record(dir: &Path, boot: Option<String>) {
+        let key = AttemptKey { job: "j1".into(), actor: 0, attempt: 1, cycle: 1 };
+        let record = Record { key, stop_grace_ms: 0, boot };
+        std::fs::write(dir.join("record.json"), serde_json::to_vec(&record).unwrap()).unwrap();
+    }
+
+    /// A worker in a process group of its own, killed when the test ends however it ends.
+    struct Worker(std::process::Child);
+
+    impl Drop for Worker {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn a_dead_supervisors_groups_are_killed_only_in_the_boot_they_started_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut worker = Worker(std::process::Command::new("sleep").arg("600").process_group(0).spawn().unwrap());
+        std::fs::write(dir.path().join(PID_RECORD), worker.0.id().to_string()).unwrap();
+        let killed = Report::Ended(ExitStatus::signal(libc::SIGKILL, false));
+
+        write_record(dir.path(), Some("an-earlier-boot".into()));
+        assert_eq!(ended(dir.path()), killed);
+        write_record(dir.path(), None);
+        assert_eq!(ended(dir.path()), killed);
+        assert!(worker.0.try_wait().unwrap().is_none(), "a process group recorded in another boot is left alone");
+
+        write_record(dir.path(), boot_id());
+        assert_eq!(ended(dir.path()), killed);
+        assert_eq!(worker.0.wait().unwrap().signal(), Some(libc::SIGKILL), "this boot's group is killed");
+    }
 }
