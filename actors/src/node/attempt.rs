@@ -82,14 +82,17 @@ pub async fn launch(
     // What may block — the synced record, the fork that waits for its child's exec — runs
     // off this thread, which also carries the agent's heartbeats: a burst of starts on a busy
     // machine would hold them back long enough for the head to declare a healthy node dead.
-    let spawning = {
-        let (spec, dir, log, cwd) = (spec.clone(), dir.clone(), log.to_path_buf(), cwd.to_path_buf());
-        let extra_env: Vec<(String, String)> = extra_env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-        move || spawn_supervisor(&spec, &dir, &log, &cwd, &extra_env, reattach_grace_ms)
+    let start = Start {
+        spec: spec.clone(),
+        dir: dir.clone(),
+        log: log.to_path_buf(),
+        cwd: cwd.to_path_buf(),
+        extra_env: extra_env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+        reattach_grace_ms,
     };
     let (mut child, read_end) = {
         let _turn = SPAWNING.acquire().await.expect("never closed");
-        tokio::task::spawn_blocking(spawning)
+        tokio::task::spawn_blocking(move || start.spawn())
             .await
             .map_err(|e| format!("cannot start the attempt supervisor: {e}"))??
     };
@@ -121,86 +124,87 @@ fn already_ended(
     tokio::sync::mpsc::unbounded_channel().0
 }
 
-/// The attempt's directory and record, then its supervisor, started: the child and the read
-/// end of its status pipe.
-fn spawn_supervisor(
-    spec: &StartSpec,
-    dir: &Path,
-    log: &Path,
-    cwd: &Path,
-    extra_env: &[(String, String)],
+/// What starting one supervisor needs, owned so that it can move to a blocking thread.
+struct Start {
+    spec: StartSpec,
+    dir: PathBuf,
+    log: PathBuf,
+    cwd: PathBuf,
+    extra_env: Vec<(String, String)>,
     reattach_grace_ms: u64,
-) -> Result<(tokio::process::Child, OwnedFd), String> {
-    prepare(dir, spec)?;
-    let (read_end, write_end) = pipe()?;
-    let child = supervisor_command(spec, dir, log, cwd, extra_env, reattach_grace_ms, &write_end)?
-        .spawn()
-        .map_err(|e| format!("cannot start the attempt supervisor: {e}"))?;
-    Ok((child, read_end))
 }
 
-fn prepare(dir: &Path, spec: &StartSpec) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let record = Record { key: spec.key.clone(), stop_grace_ms: spec.stop_grace_ms, boot: boot_id() };
-    let text = serde_json::to_vec(&record).expect("records serialize");
-    crate::paths::write_atomic(&dir.join("record.json"), &text)
-        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))
-}
+impl Start {
+    /// The attempt's directory and record, then its supervisor, started: the child and the
+    /// read end of its status pipe.
+    fn spawn(&self) -> Result<(tokio::process::Child, OwnedFd), String> {
+        self.prepare()?;
+        let (read_end, write_end) = pipe()?;
+        let child = self
+            .supervisor_command(&write_end)?
+            .spawn()
+            .map_err(|e| format!("cannot start the attempt supervisor: {e}"))?;
+        Ok((child, read_end))
+    }
 
-fn supervisor_command(
-    spec: &StartSpec,
-    dir: &Path,
-    log: &Path,
-    cwd: &Path,
-    extra_env: &[(String, String)],
-    reattach_grace_ms: u64,
-    status: &OwnedFd,
-) -> Result<tokio::process::Command, String> {
-    if let Some(parent) = log.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create log dir {}: {e}", parent.display()))?;
+    /// The attempt's directory, with the record a restarted agent finds it by.
+    fn prepare(&self) -> Result<(), String> {
+        let (dir, spec) = (&self.dir, &self.spec);
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let record = Record { key: spec.key.clone(), stop_grace_ms: spec.stop_grace_ms, boot: boot_id() };
+        let text = serde_json::to_vec(&record).expect("records serialize");
+        crate::paths::write_atomic(&dir.join("record.json"), &text)
+            .map_err(|e| format!("cannot write in {}: {e}", dir.display()))
     }
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .map_err(|e| format!("cannot open log {}: {e}", log.display()))?;
-    let err = out.try_clone().map_err(|e| e.to_string())?;
-    // The running binary, even if its file was replaced or deleted since.
-    let mut cmd = tokio::process::Command::new("/proc/self/exe");
-    cmd.arg("__attempt")
-        .arg("--dir")
-        .arg(dir)
-        .arg("--reattach-grace-ms")
-        .arg(reattach_grace_ms.to_string())
-        .args(["--workers", &spec.nproc_per_node.to_string(), "--group-rank", &spec.group_rank.to_string()])
-        .args(["--stop-grace-ms", &spec.stop_grace_ms.to_string()])
-        .arg("--log")
-        .arg(log)
-        .arg("--")
-        .args(&spec.command)
-        .envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .envs(&spec.env)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .kill_on_drop(false);
-    for name in WITHHELD_ENV {
-        cmd.env_remove(name);
+
+    fn supervisor_command(&self, status: &OwnedFd) -> Result<tokio::process::Command, String> {
+        let Start { spec, dir, log, cwd, extra_env, reattach_grace_ms } = self;
+        if let Some(parent) = log.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("cannot create log dir {}: {e}", parent.display()))?;
+        }
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| format!("cannot open log {}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        // The running binary, even if its file was replaced or deleted since.
+        let mut cmd = tokio::process::Command::new("/proc/self/exe");
+        cmd.arg("__attempt")
+            .arg("--dir")
+            .arg(dir)
+            .arg("--reattach-grace-ms")
+            .arg(reattach_grace_ms.to_string())
+            .args(["--workers", &spec.nproc_per_node.to_string(), "--group-rank", &spec.group_rank.to_string()])
+            .args(["--stop-grace-ms", &spec.stop_grace_ms.to_string()])
+            .arg("--log")
+            .arg(log)
+            .arg("--")
+            .args(&spec.command)
+            .envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(&spec.env)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(false);
+        for name in WITHHELD_ENV {
+            cmd.env_remove(name);
+        }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(status);
+        // SAFETY: between fork and exec only async-signal-safe calls: a new session (so that the
+        // agent's terminal and group signals do not reach the supervisor), and the status pipe
+        // placed where the supervisor reads it (dup2 clears close-on-exec on the copy).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setsid() < 0 || libc::dup2(fd, STATUS_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Ok(cmd)
     }
-    let fd = std::os::fd::AsRawFd::as_raw_fd(status);
-    // SAFETY: between fork and exec only async-signal-safe calls: a new session (so that the
-    // agent's terminal and group signals do not reach the supervisor), and the status pipe
-    // placed where the supervisor reads it (dup2 clears close-on-exec on the copy).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 || libc::dup2(fd, STATUS_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    Ok(cmd)
 }
 
 /// "ok PID" once the supervisor listens and the command runs, or why not.
