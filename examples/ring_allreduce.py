@@ -5,6 +5,8 @@ Each process is one rank of a gang started by ftdrive with the torchrun-style en
 ring of TCP connections, and for every step all-reduce a vector whose expected sum is known,
 so a wrong reduction is caught. Rank 0 checkpoints after every step; when ftdrive restarts the
 gang in a new cycle (possibly with another world size) the ranks resume where they left off.
+The first cycle always starts at step 1: job ids start again at j1 on a fresh cluster, so a
+checkpoint found then belongs to an earlier job of the same id and is overwritten.
 
 Exit codes: 0 done, 1 a peer or the rendezvous failed (or --fail-at-step fired; the runtime
 restarts the gang), 2 bad arguments, environment or checkpoint, 3 the reduction was wrong.
@@ -241,13 +243,13 @@ def write_checkpoint(ckpt_dir, step, world, total):
 def rendezvous(ctx, args, master, advertise, my_port, ckpt_dir):
     """Meets every rank at rank 0. Returns (peer table, start step, running total).
 
-    Rank 0 alone reads the checkpoint and hands out the start step, so all ranks agree on it
-    even if they see different file systems.
+    Rank 0 alone reads the checkpoint (from the second cycle on) and hands out the start step,
+    so all ranks agree on it even if they see different file systems.
     """
     deadline = time.monotonic() + args.rendezvous_timeout
     me = [advertise, my_port]
     if ctx.rank == 0:
-        step, total, ckpt_world = read_checkpoint(ckpt_dir)
+        step, total, ckpt_world = read_checkpoint(ckpt_dir) if ctx.cycle > 1 else (0, 0.0, None)
         if ckpt_world is not None and ckpt_world != ctx.world:
             ctx.log(f"checkpoint was written with world size {ckpt_world}; continuing with {ctx.world}")
         table = {"peers": [None] * ctx.world, "start_step": step + 1, "total": total, "cycle": ctx.cycle}

@@ -209,6 +209,11 @@ fn an_agent_stopped_with_sigterm_drains_its_work_as_preempted() {
 #[test]
 fn the_readme_command_runs_the_demo_to_success() {
     let state = tempfile::tempdir().unwrap();
+    // A finished run of an earlier cluster's j1 (ids start again on a fresh cluster) must not
+    // be resumed: the first cycle starts at step 1.
+    let stale = state.path().join("ftdrive-ring/j1");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("checkpoint.json"), r#"{"step": 30, "world_size": 3, "total": 1.0}"#).unwrap();
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
         .args(["submit", "examples/jobs/ring.json"])
@@ -229,6 +234,7 @@ fn the_readme_command_runs_the_demo_to_success() {
         walk(&state.path().join("local")).into_iter().filter(|p| p.ends_with("attempt-1.log")).collect();
     let rank0 =
         logs.iter().map(|p| std::fs::read_to_string(p).unwrap()).find(|l| l.contains("done:")).expect("rank 0's log");
+    assert!(rank0.contains("starting at step 1 of 30"), "{rank0}");
     assert!(rank0.contains("done: steps=30 total=2790.0 world=3"), "{rank0}");
 }
 
