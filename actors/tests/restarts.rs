@@ -12,13 +12,20 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A job of `n` ranks that runs long enough for a restart in the middle.
+fn steady_spec(c: &Cluster, name: &str, n: u32) -> std::path::PathBuf {
+    c.spec(name, json!({"command": ["sleep", "8"], "min_nodes": n, "max_nodes": n}))
+}
+
 fn steady_job(c: &Cluster, name: &str, n: u32) -> String {
-    let spec = c.spec(name, json!({"command": ["sleep", "8"], "min_nodes": n, "max_nodes": n}));
-    let id = c.submit_no_wait(&spec);
-    c.wait_for_job(&id, "every rank runs", |j| running(j, n as usize));
+    let id = c.submit_no_wait(&steady_spec(c, name, n));
+    wait_until_steady(c, &id, n);
+    id
+}
+
+fn wait_until_steady(c: &Cluster, id: &str, n: u32) {
+    c.wait_for_job(id, "every rank runs", |j| running(j, n as usize));
     // Each rank is two processes with the job's environment: its supervisor and `sleep`.
     c.wait_until("every rank's processes run", |c| c.processes(None).len() == 2 * n as usize);
-    id
 }
 
 fn pids(c: &Cluster, node: Option<&str>) -> BTreeSet<u32> {
@@ -41,7 +48,13 @@ fn only_first_attempts_completed(job: &Value, ranks: usize) {
 #[test]
 fn a_head_killed_mid_job_and_restarted_readopts_the_running_job() {
     let mut c = Cluster::start(&["n1", "n2", "n3"]);
-    let id = steady_job(&c, "through-a-head-restart", 3);
+    // Submitted and followed as a user does: the follower rides out the restart.
+    let spec = steady_spec(&c, "through-a-head-restart", 3);
+    let follower = c.command().arg("submit").arg(&spec).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let mut follower = Ended(follower.unwrap());
+    let id = "j1".to_string(); // the cluster's first job
+    c.wait_until("the follower's job is accepted", |c| job_ids(c).contains(&id));
+    wait_until_steady(&c, &id, 3);
     let before = pids(&c, None);
     c.restart_head();
     c.wait_until("the agents reconnect", |c| {
@@ -60,6 +73,27 @@ fn a_head_killed_mid_job_and_restarted_readopts_the_running_job() {
     assert_eq!(pids(&c, None), before, "the same processes run");
     let done = c.wait_for_job(&id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
     only_first_attempts_completed(&done, 3);
+    let (code, stdout, stderr) = output_within(&mut follower, WAIT);
+    assert_eq!(code, Some(0), "submit exits with the job's success\n{stdout}\n{stderr}");
+    assert!(stdout.contains("job j1 (through-a-head-restart) SUCCEEDED"), "{stdout}");
+    assert!(stderr.contains("lost the head") && stderr.contains("reached the head again"), "{stderr}");
+}
+
+/// The child's exit code and output, once it ends (within `limit`).
+fn output_within(child: &mut Ended, limit: Duration) -> (Option<i32>, String, String) {
+    let start = Instant::now();
+    while child.0.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < limit, "the follower did not end within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let read = |pipe: Option<&mut dyn Read>| {
+        let mut text = String::new();
+        pipe.map(|p| p.read_to_string(&mut text));
+        text
+    };
+    let stdout = read(child.0.stdout.as_mut().map(|p| p as &mut dyn Read));
+    let stderr = read(child.0.stderr.as_mut().map(|p| p as &mut dyn Read));
+    (child.0.wait().unwrap().code(), stdout, stderr)
 }
 
 #[test]

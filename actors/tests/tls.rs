@@ -8,7 +8,7 @@ use common::*;
 use serde_json::json;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// A CA, and a server certificate it signed for 127.0.0.1 and localhost.
@@ -46,16 +46,6 @@ impl Pki {
 
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// A child process that is ended whatever the test does.
-struct Ended(Child);
-
-impl Drop for Ended {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn stderr_of(out: &std::process::Output) -> String {

@@ -7,6 +7,9 @@ use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// An NDJSON stream's lines, as they arrive.
+pub type Lines = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<String, CliError>> + Send>>;
+
 pub struct Client {
     base: String,
     token: String,
@@ -89,10 +92,7 @@ impl Client {
     }
 
     /// An NDJSON stream, line by line.
-    pub async fn lines(
-        &self,
-        path: &str,
-    ) -> Result<impl futures_util::Stream<Item = Result<String, CliError>>, CliError> {
+    pub async fn lines(&self, path: &str) -> Result<Lines, CliError> {
         let response = self.send(self.http.get(format!("{}{path}", self.base))).await?;
         let bytes = response.bytes_stream();
         let lines = futures_util::stream::unfold((bytes, Vec::<u8>::new()), |(mut bytes, mut buffer)| async move {
@@ -104,13 +104,16 @@ impl Client {
                 match bytes.next().await {
                     Some(Ok(chunk)) => buffer.extend_from_slice(&chunk),
                     Some(Err(e)) => {
-                        return Some((Err(CliError::Unreachable(format!("lost the head: {e}"))), (bytes, buffer)))
+                        return Some((
+                            Err(CliError::Unreachable(format!("the connection broke: {e}"))),
+                            (bytes, buffer),
+                        ))
                     }
                     None => return None,
                 }
             }
         });
-        Ok(lines)
+        Ok(Box::pin(lines))
     }
 
     pub async fn log_chunk(
@@ -137,7 +140,8 @@ impl Client {
             header("x-ftdrive-running"),
             header("x-ftdrive-next-offset"),
         );
-        let bytes = response.bytes().await.map_err(|e| CliError::Unreachable(format!("lost the head: {e}")))?;
+        let bytes =
+            response.bytes().await.map_err(|e| CliError::Unreachable(format!("lost the head mid-answer: {e}")))?;
         Ok(LogChunk {
             attempt: attempt.parse().unwrap_or(0),
             node,

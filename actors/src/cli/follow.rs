@@ -3,6 +3,7 @@
 
 use super::client::Client;
 use super::error::{CliError, Outcome};
+use super::reconnect::until_head_returns;
 use super::render;
 use ftdrive::driver::JobState;
 use ftdrive::event::StreamLine;
@@ -26,50 +27,33 @@ pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Re
     // Registered before anything is printed: whoever sees our output may press Ctrl-C at once.
     let mut interrupt =
         signal(SignalKind::interrupt()).map_err(|e| CliError::Failed(format!("cannot watch for Ctrl-C: {e}")))?;
-    let live = std::io::stdout().is_terminal();
-    let mut lines = Box::pin(client.lines(&format!("/v1/jobs/{job}/events")).await?);
-    let mut view: Option<JobView> = None;
-    let mut recent: VecDeque<String> = VecDeque::new();
+    let path = format!("/v1/jobs/{job}/events");
+    let mut lines = client.lines(&path).await?;
+    let mut screen = Screen::new(std::io::stdout().is_terminal());
     let mut interrupted = false;
     loop {
         tokio::select! {
             line = lines.next() => {
-                let Some(line) = line else { break };
-                let line = StreamLine::parse(&line?).map_err(|e| CliError::Failed(format!("unreadable event: {e}")))?;
-                match line {
-                    StreamLine::Snapshot(snapshot) => {
-                        if view.is_none() && !live {
-                            print!("{}", render::snapshot_lines(&snapshot));
-                        }
-                        view = Some(*snapshot);
+                let why = match line {
+                    Some(Ok(text)) => {
+                        screen.show(StreamLine::parse(&text).map_err(|e| CliError::Failed(format!("unreadable event: {e}")))?)?;
+                        continue;
                     }
-                    StreamLine::Error(error) => {
-                        return Err(CliError::Failed(format!("the head ended the event stream: {error}")));
-                    }
-                    StreamLine::Event(line) => {
-                        if let Some(v) = view.as_mut() {
-                            render::apply(v, &line.event);
-                        }
-                        // Times count from the job's submission.
-                        let origin = view.as_ref().map_or(line.t_ms, |v| v.submit_ms);
-                        if let Some(text) = render::event_line(&line, origin) {
-                            show(live, &mut recent, text);
-                        }
-                    }
+                    None if screen.view.as_ref().is_some_and(|v| v.state.is_terminal()) => break,
+                    None => "it closed the event stream".to_string(),
+                    Some(Err(CliError::Unreachable(why))) => why,
+                    Some(Err(e)) => return Err(e),
+                };
+                tokio::select! {
+                    back = until_head_returns(&why, || client.lines(&path)) => lines = back?,
+                    _ = interrupt.recv() => return Ok(detached(job)),
                 }
-                if live {
-                    if let Some(v) = &view {
-                        redraw(v, &recent);
-                    }
-                }
+                screen.reprint = true;
             }
             _ = interrupt.recv(), if !interrupted => {
                 interrupted = true;
                 match on_interrupt {
-                    OnInterrupt::Detach => {
-                        eprintln!("\ndetached from {job}; it keeps running.\n  follow: ftdrive status {job}\n  stop:   ftdrive stop {job}");
-                        return Ok(Outcome::Done);
-                    }
+                    OnInterrupt::Detach => return Ok(detached(job)),
                     OnInterrupt::StopJob => {
                         eprintln!("\nstopping {job} (the local cluster ends with this command)…");
                         let _: Value = client.post(&format!("/v1/jobs/{job}/stop"), Value::Null).await?;
@@ -78,10 +62,64 @@ pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Re
             }
         }
     }
-    let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
+    // The final snapshot stands in if the head is gone again by now.
+    let view = match client.get::<JobView>(&format!("/v1/jobs/{job}")).await {
+        Err(CliError::Unreachable(_)) => screen.view.expect("the stream ended on a final snapshot"),
+        answer => answer?,
+    };
     print!("{}", render::job_summary(&view));
     let _ = std::io::stdout().flush();
     Ok(outcome(view.state))
+}
+
+/// What the follower shows: a live table redrawn on a terminal, else one printed line each.
+struct Screen {
+    live: bool,
+    view: Option<JobView>,
+    /// After the head came back, its first snapshot is printed too: it tells what changed meanwhile.
+    reprint: bool,
+    recent: VecDeque<String>,
+}
+
+impl Screen {
+    fn new(live: bool) -> Screen {
+        Screen { live, view: None, reprint: false, recent: VecDeque::new() }
+    }
+
+    /// One line of the stream: folded into the view, and shown.
+    fn show(&mut self, line: StreamLine) -> Result<(), CliError> {
+        match line {
+            StreamLine::Snapshot(snapshot) => {
+                if (self.view.is_none() || self.reprint) && !self.live {
+                    print!("{}", render::snapshot_lines(&snapshot));
+                }
+                self.reprint = false;
+                self.view = Some(*snapshot);
+            }
+            StreamLine::Error(error) => {
+                return Err(CliError::Failed(format!("the head ended the event stream: {error}")));
+            }
+            StreamLine::Event(line) => {
+                if let Some(v) = self.view.as_mut() {
+                    render::apply(v, &line.event);
+                }
+                // Times count from the job's submission.
+                let origin = self.view.as_ref().map_or(line.t_ms, |v| v.submit_ms);
+                if let Some(text) = render::event_line(&line, origin) {
+                    show(self.live, &mut self.recent, text);
+                }
+            }
+        }
+        if let (true, Some(v)) = (self.live, &self.view) {
+            redraw(v, &self.recent);
+        }
+        Ok(())
+    }
+}
+
+fn detached(job: &str) -> Outcome {
+    eprintln!("\ndetached from {job}; it keeps running.\n  follow: ftdrive status {job}\n  stop:   ftdrive stop {job}");
+    Outcome::Done
 }
 
 pub fn outcome(state: JobState) -> Outcome {

@@ -6,6 +6,7 @@
 use super::args::LogsArgs;
 use super::client::Client;
 use super::error::{CliError, Outcome};
+use super::reconnect::until_head_returns;
 use ftdrive::view::JobView;
 use std::io::Write;
 use std::time::Duration;
@@ -66,7 +67,12 @@ async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, h
     let mut offset = 0;
     let mut printed_header = false;
     loop {
-        let chunk = client.log_chunk(job, actor, attempt, local_rank, offset).await?;
+        let chunk = match client.log_chunk(job, actor, attempt, local_rank, offset).await {
+            Err(CliError::Unreachable(why)) if follow => {
+                until_head_returns(&why, || client.log_chunk(job, actor, attempt, local_rank, offset)).await?
+            }
+            answer => answer?,
+        };
         if header && !printed_header {
             println!("==> {job}/{actor} attempt {} on {} <==", chunk.attempt, chunk.node);
             printed_header = true;

@@ -11,6 +11,7 @@ mod local;
 mod logs;
 mod node;
 mod nodes;
+mod reconnect;
 mod render;
 mod sim;
 mod status;

@@ -218,6 +218,16 @@ pub fn is_zombie(pid: u32) -> bool {
         .map_or(true, |s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
 }
 
+/// A child process that is ended whatever the test does.
+pub struct Ended(pub Child);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         for child in self.nodes.values_mut() {
