@@ -28,6 +28,8 @@ from .spec import JobSpec
 
 #: How long ``events(follow=False)`` waits for the next line before it stops.
 PAUSE_S = 0.25
+#: How long ``wait`` polls a head that cannot be reached (restarting, say) before giving up.
+HEAD_RETURN_TIMEOUT_S = 120.0
 
 
 class Client:
@@ -86,16 +88,34 @@ class Client:
         returns it as it stands. It reaches STOPPED once nothing of it runs any more."""
         return Job.from_json(self._json("POST", f"/v1/jobs/{_seg(job)}/stop"))
 
-    def wait(self, job: str, timeout: Optional[float] = None, poll_interval: float = 0.2) -> Job:
+    def wait(
+        self,
+        job: str,
+        timeout: Optional[float] = None,
+        poll_interval: float = 0.2,
+        head_return_timeout: float = HEAD_RETURN_TIMEOUT_S,
+    ) -> Job:
         """Polls until the job is SUCCEEDED, FAILED or STOPPED and returns it. Raises
-        TimeoutError when ``timeout`` seconds pass first."""
+        TimeoutError when ``timeout`` seconds pass first.
+
+        A head restart loses no job, so a head that cannot be reached is polled on for up to
+        ``head_return_timeout`` seconds before :class:`HeadUnreachableError` is raised."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        lost_since: Optional[float] = None
         while True:
-            view = self.status(job)
-            if view.is_terminal:
+            try:
+                view: Optional[Job] = self.status(job)
+                lost_since = None
+            except HeadUnreachableError:
+                lost_since = lost_since if lost_since is not None else time.monotonic()
+                if time.monotonic() - lost_since >= head_return_timeout:
+                    raise
+                view = None
+            if view is not None and view.is_terminal:
                 return view
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"job {job} is still {view.state} after {timeout} s")
+                where = view.state if view is not None else "unknown (the head cannot be reached)"
+                raise TimeoutError(f"job {job} is still {where} after {timeout} s")
             time.sleep(poll_interval)
 
     # ---- events -------------------------------------------------------------------------

@@ -134,9 +134,9 @@ class Cluster:
         finally:
             log.close()
 
-    def start_head(self, tls: Optional[Tuple[Path, Path, Path]] = None) -> None:
+    def start_head(self, tls: Optional[Tuple[Path, Path, Path]] = None, listen: str = "127.0.0.1:0") -> None:
         """Starts the head; with ``tls`` (CA, certificate, key) it serves https itself."""
-        args = ["head", "--listen", "127.0.0.1:0", "--heartbeat-interval-ms", "200", "--node-timeout-ms", "1000"]
+        args = ["head", "--listen", listen, "--heartbeat-interval-ms", "200", "--node-timeout-ms", "1000"]
         self.tls = tls
         if tls is not None:
             args += ["--tls-cert", str(tls[1]), "--tls-key", str(tls[2])]
@@ -149,6 +149,17 @@ class Cluster:
 
         self.url = wait_for("the head listens", listening)
         wait_for("the head answers", lambda: self._answers())
+
+    def kill_head(self) -> None:
+        """SIGKILL for the head: its state stays in ``dir`` for the next one."""
+        assert self.head is not None
+        self.head.kill()
+        self.head.wait(timeout=10)
+        (self.dir / "head.url").unlink()
+
+    def restart_head(self) -> None:
+        """A new head on the killed one's address and state dir, as a user restarts it."""
+        self.start_head(self.tls, listen=self.url.split("://", 1)[1])
 
     def _answers(self) -> bool:
         try:

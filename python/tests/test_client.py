@@ -4,11 +4,12 @@ and bad input answered with the head's own message while nothing changes."""
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 from typing import List
 
 import pytest
-from conftest import Cluster
+from conftest import Cluster, wait_for
 
 from ftdrive import (
     ApiError,
@@ -160,6 +161,23 @@ def test_stop_a_running_job(cluster: Cluster) -> None:
     assert job.state == "STOPPED", job
     assert {a.state for a in job.actors} == {"STOPPED"}
     assert {(e.cause, e.budget) for e in job.ledger} == {("stopped", "none")}, job.ledger
+
+
+def test_wait_rides_out_a_head_restart(cluster: Cluster) -> None:
+    client = cluster.client()
+    spec = JobSpec(name="through-a-restart", command=["sleep", "3"], min_nodes=1, max_nodes=1)
+    job_id = client.submit(spec).id
+    cluster.wait_job(job_id, "it runs", lambda j: [a.state for a in j.actors] == ["RUNNING"])
+    cluster.kill_head()
+    restarter = threading.Timer(1.0, cluster.restart_head)
+    restarter.start()
+    try:
+        job = client.wait(job_id, timeout=60, head_return_timeout=30)
+    finally:
+        restarter.join()
+    assert job.state == "SUCCEEDED", job
+    assert [(e.cause, e.attempt, e.cycle) for e in job.ledger] == [("completed", 1, 1)], job.ledger
+    wait_for("every agent is back", lambda: all(n.state == "ALIVE" for n in client.nodes()))
 
 
 def test_drain_a_node(cluster: Cluster) -> None:
