@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// A job of `n` ranks that runs long enough for a restart in the middle.
 fn steady_spec(c: &Cluster, name: &str, n: u32) -> std::path::PathBuf {
-    c.spec(name, json!({"command": ["sleep", "8"], "min_nodes": n, "max_nodes": n}))
+    c.spec(name, json!({"command": ["sh", "-c", "echo up; exec sleep 8"], "min_nodes": n, "max_nodes": n}))
 }
 
 fn steady_job(c: &Cluster, name: &str, n: u32) -> String {
@@ -55,8 +55,17 @@ fn a_head_killed_mid_job_and_restarted_readopts_the_running_job() {
     let id = "j1".to_string(); // the cluster's first job
     c.wait_until("the follower's job is accepted", |c| job_ids(c).contains(&id));
     wait_until_steady(&c, &id, 3);
+    // And its log followed, once it has shown the first line.
+    let log = c.dir.path().join("followed.log");
+    let std_log = || Stdio::from(std::fs::File::options().create(true).append(true).open(&log).unwrap());
+    let logs = c.command().args(["logs", &id, "--actor", "0", "--follow"]).stdout(std_log()).stderr(std_log()).spawn();
+    let mut logs = Ended(logs.unwrap());
+    c.wait_until("the log follower shows the first line", |_| std::fs::read_to_string(&log).unwrap().contains("up"));
     let before = pids(&c, None);
-    c.restart_head();
+    c.kill_head();
+    // Away for longer than `logs --follow` pauses between polls, so that it sees the head gone.
+    std::thread::sleep(Duration::from_secs(1));
+    c.start_head_again();
     c.wait_until("the agents reconnect", |c| {
         let out = c.try_ftdrive(&["nodes", "--output", "json"]);
         out.status.success()
@@ -76,7 +85,11 @@ fn a_head_killed_mid_job_and_restarted_readopts_the_running_job() {
     let (code, stdout, stderr) = output_within(&mut follower, WAIT);
     assert_eq!(code, Some(0), "submit exits with the job's success\n{stdout}\n{stderr}");
     assert!(stdout.contains("job j1 (through-a-head-restart) SUCCEEDED"), "{stdout}");
-    assert!(stderr.contains("lost the head") && stderr.contains("reached the head again"), "{stderr}");
+    assert!(stderr.contains("lost the head") && stderr.contains("answered again"), "{stderr}");
+    let (code, ..) = output_within(&mut logs, WAIT);
+    let followed = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(code, Some(0), "logs --follow ends with the attempt: {followed}");
+    assert!(followed.starts_with("up\n") && followed.contains("answered again"), "{followed}");
 }
 
 /// The child's exit code and output, once it ends (within `limit`).

@@ -64,6 +64,7 @@ impl Client {
         Err(match status {
             reqwest::StatusCode::BAD_REQUEST => CliError::BadInput(message),
             reqwest::StatusCode::UNAUTHORIZED => CliError::Failed(format!("the head refused the token: {message}")),
+            reqwest::StatusCode::BAD_GATEWAY => CliError::Unavailable(message),
             _ => CliError::Failed(message),
         })
     }

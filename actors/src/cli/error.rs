@@ -9,6 +9,9 @@ pub enum CliError {
     /// The head could not be reached. Exit 4.
     #[error("{0}")]
     Unreachable(String),
+    /// The head is up but cannot reach what the request needs now (an agent): 502. Exit 1.
+    #[error("{0}")]
+    Unavailable(String),
     /// Anything else that stops the command. Exit 1.
     #[error("{0}")]
     Failed(String),
@@ -31,6 +34,6 @@ pub fn exit_code(result: &Result<Outcome, CliError>) -> i32 {
         Ok(Outcome::Stopped) => 3,
         Err(CliError::BadInput(_)) => 2,
         Err(CliError::Unreachable(_)) => 4,
-        Err(CliError::Failed(_)) => 1,
+        Err(CliError::Unavailable(_) | CliError::Failed(_)) => 1,
     }
 }

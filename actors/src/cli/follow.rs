@@ -3,7 +3,7 @@
 
 use super::client::Client;
 use super::error::{CliError, Outcome};
-use super::reconnect::until_head_returns;
+use super::reconnect::{is_passing, until_answered};
 use super::render;
 use ftdrive::driver::JobState;
 use ftdrive::event::StreamLine;
@@ -34,18 +34,18 @@ pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Re
     loop {
         tokio::select! {
             line = lines.next() => {
-                let why = match line {
+                let lost = match line {
                     Some(Ok(text)) => {
                         screen.show(StreamLine::parse(&text).map_err(|e| CliError::Failed(format!("unreadable event: {e}")))?)?;
                         continue;
                     }
                     None if screen.view.as_ref().is_some_and(|v| v.state.is_terminal()) => break,
-                    None => "it closed the event stream".to_string(),
-                    Some(Err(CliError::Unreachable(why))) => why,
+                    None => CliError::Unreachable("it closed the event stream".to_string()),
+                    Some(Err(e)) if is_passing(&e) => e,
                     Some(Err(e)) => return Err(e),
                 };
                 tokio::select! {
-                    back = until_head_returns(&why, || client.lines(&path)) => lines = back?,
+                    back = until_answered(lost, || client.lines(&path)) => lines = back?,
                     _ = interrupt.recv() => return Ok(detached(job)),
                 }
                 screen.reprint = true;

@@ -6,7 +6,7 @@
 use super::args::LogsArgs;
 use super::client::Client;
 use super::error::{CliError, Outcome};
-use super::reconnect::until_head_returns;
+use super::reconnect::{is_passing, until_answered};
 use ftdrive::view::JobView;
 use std::io::Write;
 use std::time::Duration;
@@ -68,8 +68,8 @@ async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, h
     let mut printed_header = false;
     loop {
         let chunk = match client.log_chunk(job, actor, attempt, local_rank, offset).await {
-            Err(CliError::Unreachable(why)) if follow => {
-                until_head_returns(&why, || client.log_chunk(job, actor, attempt, local_rank, offset)).await?
+            Err(e) if follow && is_passing(&e) => {
+                until_answered(e, || client.log_chunk(job, actor, attempt, local_rank, offset)).await?
             }
             answer => answer?,
         };

@@ -84,8 +84,18 @@ impl Cluster {
 
     /// SIGKILL for the head, then a new head on the same port and state dir.
     pub fn restart_head(&mut self) {
+        self.kill_head();
+        self.start_head_again();
+    }
+
+    /// SIGKILL for the head; `start_head_again` brings it back.
+    pub fn kill_head(&mut self) {
         self.head.kill().unwrap();
         self.head.wait().unwrap();
+    }
+
+    /// A new head on the killed one's port and state dir.
+    pub fn start_head_again(&mut self) {
         let listen = self.url.trim_start_matches("https://").trim_start_matches("http://").to_string();
         self.head = spawn_head(self.dir.path(), &listen, &self.head_args);
     }
