@@ -254,16 +254,7 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
 #[test]
 fn the_head_stops_cleanly_on_sigterm() {
     let mut c = Cluster::start(&["n1"]);
-    // SAFETY: signalling a child process we started.
-    unsafe { libc::kill(c.head.id() as i32, libc::SIGTERM) };
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = c.head.try_wait().unwrap() {
-            break status;
-        }
-        assert!(start.elapsed() < WAIT, "the head did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = c.stop_head();
     assert!(status.success(), "{status:?}");
 }
 

@@ -92,6 +92,25 @@ fn a_head_killed_mid_job_and_restarted_readopts_the_running_job() {
     assert!(followed.starts_with("up\n") && followed.contains("answered again"), "{followed}");
 }
 
+#[test]
+fn a_head_stopped_with_sigterm_ends_its_streams_and_its_followers_carry_on_with_the_next() {
+    let mut c = Cluster::start(&["n1"]);
+    let spec = steady_spec(&c, "through-a-graceful-restart", 1);
+    let follower = c.command().arg("submit").arg(&spec).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let mut follower = Ended(follower.unwrap());
+    let id = "j1".to_string();
+    c.wait_until("the follower's job is accepted", |c| job_ids(c).contains(&id));
+    wait_until_steady(&c, &id, 1);
+    assert!(c.stop_head().success());
+    c.start_head_again();
+    let done = c.wait_for_job(&id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
+    only_first_attempts_completed(&done, 1);
+    let (code, stdout, stderr) = output_within(&mut follower, WAIT);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    // Ended by the head, not broken off when its shutdown timeout ran out.
+    assert!(stderr.contains("lost the head (it closed the event stream)"), "{stderr}");
+}
+
 /// The child's exit code and output, once it ends (within `limit`).
 fn output_within(child: &mut Ended, limit: Duration) -> (Option<i32>, String, String) {
     let start = Instant::now();

@@ -134,7 +134,7 @@ impl LocalCluster {
         for node in self.nodes {
             node.halt().await;
         }
-        self.head.handle.stop(true).await;
+        self.head.stop().await;
     }
 }
 

@@ -90,10 +90,14 @@ pub(super) async fn channel(
     let backlog = state.agent_backlog.clone();
     let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
     let (tx, mut outgoing) = tokio::sync::mpsc::channel::<ToAgent>(SESSION_QUEUE_MESSAGES);
+    let stopping = super::api::stopping(state.closing.clone());
     actix_web::rt::spawn(async move {
         let mut node = None;
+        tokio::pin!(stopping);
         loop {
             tokio::select! {
+                // A stopping head closes the channel: the agent then reconnects to the next one.
+                _ = &mut stopping => break,
                 msg = incoming.next() => match msg {
                     Some(Ok(Message::Text(text))) => match serde_json::from_str::<ToHead>(&text) {
                         Ok(msg) => {

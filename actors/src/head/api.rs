@@ -16,7 +16,8 @@
 
 use super::store::{Store, StoreError};
 use super::{
-    agents, start_actor, ApiError, Drain, Follow, HeadActor, Health, Jobs, LocateLog, Metrics, Nodes, Stop, Submit,
+    agents, start_actor, ApiError, Drain, Follow, HeadActor, Health, Jobs, LocateLog, Metrics, Nodes, Stop, Stopping,
+    Submit,
 };
 use crate::paths::Tokens;
 use actix::prelude::*;
@@ -56,7 +57,50 @@ pub struct HeadServer {
     pub addr: SocketAddr,
     pub head: Addr<HeadActor>,
     pub tokens: Tokens,
-    pub handle: actix_web::dev::ServerHandle,
+    handle: actix_web::dev::ServerHandle,
+    closing: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl HeadServer {
+    /// Stops the head: agent channels and event streams close at once (agents and followers
+    /// then wait for the next head), other requests get up to `SHUTDOWN_TIMEOUT_S` to finish.
+    pub async fn stop(&self) {
+        stop_server(&self.head, &self.closing, &self.handle).await;
+    }
+}
+
+/// How long requests in flight get to finish when the head stops.
+const SHUTDOWN_TIMEOUT_S: u64 = 5;
+
+/// Long-lived connections would hold a graceful stop for its whole timeout: they end first,
+/// once the head has stopped changing things on its own (HD-1), so that closing its agents'
+/// channels does not make them look lost.
+async fn stop_server(
+    head: &Addr<HeadActor>,
+    closing: &tokio::sync::watch::Sender<bool>,
+    handle: &actix_web::dev::ServerHandle,
+) {
+    let _ = head.send(Stopping).await;
+    closing.send_replace(true);
+    handle.stop(true).await;
+}
+
+/// The daemon's stop: SIGTERM or SIGINT.
+async fn stop_on_signal(
+    head: Addr<HeadActor>,
+    closing: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    handle: actix_web::dev::ServerHandle,
+) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot watch for SIGTERM and SIGINT; stop the head with SIGKILL");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+    stop_server(&head, &closing, &handle).await;
 }
 
 /// Why a head did not start. It changed no file before the listener was bound.
@@ -89,13 +133,26 @@ pub(super) struct ApiState {
     pub agent_backlog: std::sync::Arc<super::agents::AgentBacklog>,
     pub tokens: Tokens,
     pub http: reqwest::Client,
+    /// Turns true when the head stops: agent channels and event streams end on it.
+    pub closing: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ApiState {
-    fn new(head: Addr<HeadActor>, tokens: Tokens, http: reqwest::Client) -> ApiState {
+    fn new(
+        head: Addr<HeadActor>,
+        tokens: Tokens,
+        http: reqwest::Client,
+        closing: tokio::sync::watch::Receiver<bool>,
+    ) -> ApiState {
         let agent_backlog = super::agents::AgentBacklog::new(super::agents::MAX_AGENT_MESSAGES_QUEUED);
-        ApiState { head, agent_backlog, tokens, http }
+        ApiState { head, agent_backlog, tokens, http, closing }
     }
+}
+
+/// Resolves once the head is stopping.
+pub(super) async fn stopping(mut closing: tokio::sync::watch::Receiver<bool>) {
+    // An Err means the sender is gone: the server is gone with it.
+    let _ = closing.wait_for(|closing| *closing).await;
 }
 
 /// Starts the head: binds the listener first (so that a head that cannot listen changes no
@@ -124,22 +181,27 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
             .map_err(|e| ServeError::Token(options.state_dir.clone(), e))?,
     };
     let head = start_actor(options.config, store, restored, options.first_job_number, commits);
-    let state = web::Data::new(ApiState::new(head.clone(), tokens.clone(), http));
+    let (closing, closing_rx) = tokio::sync::watch::channel(false);
+    let closing = std::sync::Arc::new(closing);
+    let state = web::Data::new(ApiState::new(head.clone(), tokens.clone(), http, closing_rx));
     let server = HttpServer::new(move || {
         App::new().app_data(state.clone()).configure(input_limits).wrap(json_errors()).configure(routes)
     })
     .workers(2)
-    .shutdown_timeout(5);
-    let mut server = match options.tls {
+    .shutdown_timeout(SHUTDOWN_TIMEOUT_S)
+    // Signals are ours: actix's own stop would wait out the long-lived connections.
+    .disable_signals();
+    let server = match options.tls {
         Some(tls) => server.listen_rustls_0_23(listener, (*tls).clone()),
         None => server.listen(listener),
     }
     .map_err(listen)?;
-    if !options.handle_signals {
-        server = server.disable_signals();
-    }
     let running = server.run();
-    Ok((HeadServer { addr, head, tokens, handle: running.handle() }, running))
+    let handle = running.handle();
+    if options.handle_signals {
+        actix_web::rt::spawn(stop_on_signal(head.clone(), closing.clone(), handle.clone()));
+    }
+    Ok((HeadServer { addr, head, tokens, handle, closing }, running))
 }
 
 fn routes(cfg: &mut web::ServiceConfig) {
@@ -371,11 +433,16 @@ async fn all_events(_: Authorized, state: web::Data<ApiState>) -> Result<HttpRes
 async fn events(state: web::Data<ApiState>, job: Option<JobId>) -> Result<HttpResponse, ApiError> {
     let (snapshot, rx) = state.head.send(Follow { job }).await.map_err(mailbox)??;
     let first = snapshot.map(|view| Bytes::from(StreamLine::Snapshot(Box::new(view)).to_json() + "\n"));
-    let stream = futures_util::stream::unfold((first, rx), |(first, mut rx)| async move {
+    let closing = state.closing.clone();
+    let stream = futures_util::stream::unfold((first, rx, closing), |(first, mut rx, closing)| async move {
         if let Some(line) = first {
-            return Some((Ok::<Bytes, actix_web::Error>(line), (None, rx)));
+            return Some((Ok::<Bytes, actix_web::Error>(line), (None, rx, closing)));
         }
-        rx.recv().await.map(|line| (Ok(line), (None, rx)))
+        // A stopping head ends the stream cleanly; followers then wait for the next head.
+        tokio::select! {
+            line = rx.recv() => line.map(|line| (Ok(line), (None, rx, closing))),
+            _ = stopping(closing.clone()) => None,
+        }
     });
     Ok(HttpResponse::Ok().content_type("application/x-ndjson").streaming(stream))
 }

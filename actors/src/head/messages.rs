@@ -331,8 +331,24 @@ impl Handler<AgentGone> for HeadActor {
         let Some(node) = msg.node else { return };
         if self.sessions.get(&node).is_some_and(|s| s.id == msg.session) {
             self.sessions.remove(&node);
-            // The node is suspect from now on, not only once a heartbeat is missed (DESIGN §3).
-            let _ = self.input(Input::LinkLost { node }, ctx);
+            // The node is suspect from now on, not only once a heartbeat is missed (DESIGN §3);
+            // but a stopping head closed the channel itself (HD-1).
+            if !self.stopping {
+                let _ = self.input(Input::LinkLost { node }, ctx);
+            }
         }
+    }
+}
+
+/// The head is about to stop: it starts no change of its own from now on (HD-1).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Stopping;
+
+impl Handler<Stopping> for HeadActor {
+    type Result = ();
+    fn handle(&mut self, _: Stopping, ctx: &mut Context<Self>) {
+        self.stopping = true;
+        self.arm_timer(ctx);
     }
 }

@@ -7,6 +7,11 @@
 //! a quiet spell is committed on the actor's own thread before its effects (`commit_inline`):
 //! waking the store thread and being woken by it again costs more than the write on an idle
 //! machine. It holds no policy.
+//!
+//! HD-1: a stopping head changes nothing on its own. Once `Stopping` arrives its timer is off
+//! and a closed agent channel is not a lost link, so no node is declared DEAD and nothing is
+//! charged because the head itself went away; the next head learns what happened meanwhile
+//! from the agents (DESIGN §10).
 
 mod agents;
 mod api;
@@ -133,6 +138,8 @@ pub struct HeadActor {
     held: VecDeque<Held>,
     /// A write failed: the head answers with errors until it stops.
     failed: Option<String>,
+    /// The head is stopping (HD-1).
+    stopping: bool,
     timer: Option<(Instant, SpawnHandle)>,
     /// After a stall of this process, timeouts wait until then, so that the heartbeats queued
     /// meanwhile are read before any node is declared DEAD.
@@ -174,6 +181,7 @@ impl HeadActor {
             last_commit: None,
             held: VecDeque::new(),
             failed: None,
+            stopping: false,
             timer: None,
             stalled_until: None,
         }
@@ -425,6 +433,8 @@ impl HeadActor {
 
     fn arm_timer(&mut self, ctx: &mut Context<Self>) {
         let wanted = self.head.poll_timeout().map(|at| self.stalled_until.map_or(at, |until| at.max(until)));
+        // HD-1: no timeout of a stopping head.
+        let wanted = wanted.filter(|_| !self.stopping);
         if self.timer.as_ref().map(|(at, _)| *at) == wanted {
             return;
         }

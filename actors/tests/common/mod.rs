@@ -88,6 +88,20 @@ impl Cluster {
         self.start_head_again();
     }
 
+    /// SIGTERM for the head, and its exit status once it has stopped.
+    pub fn stop_head(&mut self) -> std::process::ExitStatus {
+        // SAFETY: signalling a child process we started.
+        unsafe { libc::kill(self.head.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.head.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < WAIT, "the head did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// SIGKILL for the head; `start_head_again` brings it back.
     pub fn kill_head(&mut self) {
         self.head.kill().unwrap();
