@@ -131,7 +131,9 @@ class Client:
         the head has ready now); ``idle_timeout`` stops once no line arrived for that long.
 
         The stream is open when this returns (an unknown job or a refused token raise here),
-        so every event from then on is in it. Closing the iterator closes the connection."""
+        so every event from then on is in it. Closing the iterator closes the connection. A
+        stream the head ends otherwise (it is stopping or restarting; the jobs run on) raises
+        :class:`HeadUnreachableError`: call ``events`` again once it is back."""
         path = f"/v1/jobs/{_seg(job)}/events" if job else "/v1/events"
         idle = PAUSE_S if not follow and idle_timeout is None else idle_timeout
         conn, response = self._open("GET", path)
@@ -140,6 +142,8 @@ class Client:
     def _event_lines(
         self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse, path: str, idle: Optional[float]
     ) -> Generator[Event, None, None]:
+        # A job's stream ends on its final snapshot; any other end is the head's going away.
+        finished = False
         try:
             if conn.sock is not None:
                 conn.sock.settimeout(idle)
@@ -151,10 +155,17 @@ class Client:
                 except (OSError, http.client.HTTPException) as e:
                     raise HeadUnreachableError(f"lost the head's event stream at {self.base_url}: {e}") from e
                 if not line:
-                    return
+                    if finished:
+                        return
+                    raise HeadUnreachableError(
+                        f"the head at {self.base_url} ended the event stream: it is stopping or restarting, "
+                        "and the jobs run on; follow again once it is back"
+                    )
                 text = line.decode("utf-8", errors="replace").strip()
                 if text:
-                    yield Event.from_json(_parse(text, path))
+                    event = Event.from_json(_parse(text, path))
+                    finished = event.job is not None and event.job.is_terminal
+                    yield event
         finally:
             conn.close()
 

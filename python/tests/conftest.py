@@ -157,6 +157,13 @@ class Cluster:
         self.head.wait(timeout=10)
         (self.dir / "head.url").unlink()
 
+    def stop_head(self) -> None:
+        """SIGTERM for the head, as a service manager stops it; waits until it has exited."""
+        assert self.head is not None
+        self.head.send_signal(signal.SIGTERM)
+        self.head.wait(timeout=WAIT_S)
+        (self.dir / "head.url").unlink()
+
     def restart_head(self) -> None:
         """A new head on the killed one's address and state dir, as a user restarts it."""
         self.start_head(self.tls, listen=self.url.split("://", 1)[1])

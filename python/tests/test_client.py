@@ -180,6 +180,22 @@ def test_wait_rides_out_a_head_restart(cluster: Cluster) -> None:
     wait_for("every agent is back", lambda: all(n.state == "ALIVE" for n in client.nodes()))
 
 
+def test_a_stopping_head_ends_a_job_stream_with_an_error_not_an_end(cluster: Cluster) -> None:
+    client = cluster.client()
+    spec = JobSpec(name="through-a-stop", command=["sleep", "3"], min_nodes=1, max_nodes=1)
+    job_id = client.submit(spec).id
+    cluster.wait_job(job_id, "it runs", lambda j: [a.state for a in j.actors] == ["RUNNING"])
+    stream = client.events(job_id, idle_timeout=30)
+    assert next(stream).event == "snapshot"
+    cluster.stop_head()
+    with pytest.raises(HeadUnreachableError, match="ended the event stream"):
+        list(stream)
+    cluster.restart_head()
+    job = client.wait(job_id, timeout=60)
+    assert [(e.cause, e.attempt, e.cycle) for e in job.ledger] == [("completed", 1, 1)], job.ledger
+    wait_for("every agent is back", lambda: all(n.state == "ALIVE" for n in client.nodes()))
+
+
 def test_drain_a_node(cluster: Cluster) -> None:
     client = cluster.client()
     cluster.add_node("drained")
