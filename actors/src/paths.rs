@@ -152,6 +152,15 @@ pub fn client_token(state_dir: &Path) -> Result<String, String> {
 /// Holds `path` locked for as long as the returned file is open (and no longer: the lock
 /// goes with the process, however it ends). Fails at once if another process holds it.
 pub fn lock_exclusive(path: &Path) -> std::io::Result<std::fs::File> {
+    lock(path, libc::LOCK_EX | libc::LOCK_NB)
+}
+
+/// As `lock_exclusive`, but waits for whoever holds the lock to let go.
+pub fn lock_in_turn(path: &Path) -> std::io::Result<std::fs::File> {
+    lock(path, libc::LOCK_EX)
+}
+
+fn lock(path: &Path, operation: libc::c_int) -> std::io::Result<std::fs::File> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -160,7 +169,7 @@ pub fn lock_exclusive(path: &Path) -> std::io::Result<std::fs::File> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)?;
     // SAFETY: flock on a descriptor this function owns.
-    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), operation) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(file)

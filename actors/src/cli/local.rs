@@ -48,7 +48,17 @@ pub async fn run(spec: JobSpec, args: &SubmitArgs) -> Result<Outcome, CliError> 
 /// Each local run gets the next job number (`j1`, `j2`, …), so that job ids — and whatever a
 /// program keys on them, such as checkpoint directories — do not repeat across runs.
 fn next_job_number() -> u64 {
-    let file = paths::default_state_dir().join("local").join("next-job-number");
+    next_job_number_in(&paths::default_state_dir().join("local"))
+}
+
+/// The counter in `dir`, read and advanced by one run at a time: runs started together (a CI
+/// pipeline's parallel steps) would otherwise read the same number.
+fn next_job_number_in(dir: &Path) -> u64 {
+    let file = dir.join("next-job-number");
+    let turn = paths::lock_in_turn(&dir.join("next-job-number.lock"));
+    if let Err(e) = &turn {
+        tracing::warn!("cannot lock the job counter in {}: {e}; a run started now may repeat ids", dir.display());
+    }
     let next = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(1u64);
     if let Err(e) = paths::write_atomic(&file, (next + 1).to_string().as_bytes()) {
         tracing::warn!("cannot record the next job number in {}: {e}", file.display());
@@ -150,4 +160,23 @@ fn machine_share(count: u32) -> Resources {
     let n = u64::from(count);
     let cpu = (all.milli("cpu") / n / 1000).max(1);
     Resources::units(&[("cpu", cpu)]).with_milli("memory_mb", all.milli("memory_mb") / n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_started_together_never_share_a_job_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let dir = dir.path().to_path_buf();
+                std::thread::spawn(move || (0..25).map(|_| next_job_number_in(&dir)).collect::<Vec<u64>>())
+            })
+            .collect();
+        let mut numbers: Vec<u64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        numbers.sort_unstable();
+        assert_eq!(numbers, (1..=200).collect::<Vec<u64>>());
+    }
 }
