@@ -36,8 +36,12 @@ pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Re
             line = lines.next() => {
                 let lost = match line {
                     Some(Ok(text)) => {
-                        screen.show(StreamLine::parse(&text).map_err(|e| CliError::Failed(format!("unreadable event: {e}")))?)?;
-                        continue;
+                        let line = StreamLine::parse(&text).map_err(|e| CliError::Failed(format!("unreadable event: {e}")))?;
+                        match screen.show(line) {
+                            Ok(()) => continue,
+                            Err(e) if is_passing(&e) => e,
+                            Err(e) => return Err(e),
+                        }
                     }
                     None if screen.view.as_ref().is_some_and(|v| v.state.is_terminal()) => break,
                     None => CliError::Unreachable("it closed the event stream".to_string()),
@@ -96,8 +100,9 @@ impl Screen {
                 self.reprint = false;
                 self.view = Some(*snapshot);
             }
+            // The head dropped this follower (it fell behind): following again catches up.
             StreamLine::Error(error) => {
-                return Err(CliError::Failed(format!("the head ended the event stream: {error}")));
+                return Err(CliError::Unavailable(format!("the head ended the event stream: {error}")));
             }
             StreamLine::Event(line) => {
                 if let Some(v) = self.view.as_mut() {
@@ -153,4 +158,16 @@ fn redraw(view: &JobView, recent: &VecDeque<String>) {
     }
     print!("{out}");
     let _ = std::io::stdout().flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_follower_the_head_dropped_follows_again() {
+        let dropped = StreamLine::Error("this follower fell 4096 lines behind and was dropped; follow again".into());
+        let error = Screen::new(false).show(dropped).unwrap_err();
+        assert!(is_passing(&error), "{error}");
+    }
 }
