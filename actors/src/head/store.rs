@@ -67,7 +67,10 @@ const COPY_FROM_1: &str = "
 /// Why the state dir cannot be used. Each message names the file and the way out.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("another ftdrive head is using the state dir {0} (it holds the lock on {1}); one head per state dir")]
+    #[error(
+        "another ftdrive head is using the state dir {0} (it holds the lock on {1}); one head per state dir: \
+         stop it, or wait until a stopping one has exited"
+    )]
     Locked(PathBuf, PathBuf),
     #[error(
         "cannot read the state database {0}: {1}. If it is damaged, move it aside to start with no jobs \
