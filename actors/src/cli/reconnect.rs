@@ -27,7 +27,8 @@ where
 {
     let timeout_s = HEAD_RETURN_TIMEOUT_MS / 1000;
     let why = match &lost {
-        CliError::Unreachable(e) => format!("lost the head ({e})"),
+        // Its first line: the hint below it is for a head never reached, not one that went away.
+        CliError::Unreachable(e) => format!("lost the head ({})", e.lines().next().unwrap_or_default()),
         other => other.to_string(),
     };
     eprintln!("ftdrive: {why}; trying again for up to {timeout_s} s, the job runs on");
