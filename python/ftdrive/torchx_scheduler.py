@@ -20,6 +20,12 @@ The app id is the ftdrive job id (``ftdrive://SESSION/j3`` ↔ ``ftdrive status 
 ``-cfg head=URL`` (or ``head`` in the ``[ftdrive]`` section of ``.torchxconfig``), else
 ``$FTDRIVE_HEAD``; the token as the ``ftdrive`` CLI finds it. ``status``, ``log``, ``cancel``
 and ``list`` use the same head.
+
+A head restart loses no job, so an app this scheduler has seen answered (submitted or
+described) is ``UNKNOWN`` while the head cannot be reached, for up to ``HEAD_RETURN_TIMEOUT_S``
+(120 s), as a Kubernetes pod is ``Unknown`` while its node is out of touch: ``torchx run --wait``
+polls on through the restart. An app never answered here (a one-shot ``torchx status``, a wrong
+head) raises :class:`~ftdrive.errors.HeadUnreachableError` at once.
 """
 
 from __future__ import annotations
@@ -51,8 +57,8 @@ from torchx.specs import (
 )
 
 from . import torchrun
-from .client import Client
-from .errors import ApiError
+from .client import HEAD_RETURN_TIMEOUT_S, Client
+from .errors import ApiError, HeadUnreachableError
 from .models import Job
 from .spec import STRATEGIES, JobSpec, Retries
 
@@ -133,9 +139,15 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             elasticity: true (``-j MIN:MAX``; ftdrive grows the job as nodes free up)
     """
 
-    def __init__(self, session_name: str, client: Optional[Client] = None) -> None:
+    def __init__(
+        self, session_name: str, client: Optional[Client] = None, head_return_timeout: float = HEAD_RETURN_TIMEOUT_S
+    ) -> None:
         super().__init__("ftdrive", session_name)
         self._given_client = client
+        self._head_return_timeout_s = head_return_timeout
+        # Apps the head answered for here, each with when it was first unreachable since
+        # (None while it answers).
+        self._lost_since: Dict[str, Optional[float]] = {}
 
     # ---- configuration ------------------------------------------------------------------
 
@@ -190,13 +202,18 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
     def schedule(self, dryrun_info: AppDryRunInfo[FtdriveRequest]) -> str:
         request = dryrun_info.request
         job = self._client(request.head, request.ca_cert).submit(request.spec)
+        self._lost_since[job.id] = None
         return job.id
 
     # ---- observing and cancelling -------------------------------------------------------
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
         client = self._client()
-        job = _status_or_none(client, app_id)
+        try:
+            job = _status_or_none(client, app_id)
+        except HeadUnreachableError as e:
+            return self._while_the_head_is_away(app_id, client, e)
+        self._lost_since[app_id] = None
         if job is None:
             return None
         role = job.name
@@ -218,6 +235,29 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             ui_url=client.dashboard_url(job.id),
             roles_statuses=[RoleStatus(role=role, replicas=replicas)],
             roles=[Role(name=role, image="", num_replicas=len(job.actors), min_replicas=job.min_nodes)],
+        )
+
+    def _while_the_head_is_away(self, app_id: str, client: Client, error: HeadUnreachableError) -> DescribeAppResponse:
+        """``UNKNOWN`` for an app answered here before, until the head has been away for
+        ``head_return_timeout`` seconds; the error itself for any other app, or after that."""
+        if app_id not in self._lost_since:
+            raise error
+        now = time.monotonic()
+        since = self._lost_since[app_id]
+        if since is None:
+            since = self._lost_since[app_id] = now
+        if now - since >= self._head_return_timeout_s:
+            raise HeadUnreachableError(
+                f"the head at {client.base_url} did not come back within {self._head_return_timeout_s:.0f} s "
+                f"({error.__cause__ or error}); app {app_id} may still be running"
+            ) from error
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=AppState.UNKNOWN,
+            msg=(
+                f"lost the head at {client.base_url} ({error.__cause__ or error}); the app runs on, "
+                f"asked again for up to {self._head_return_timeout_s:.0f} s"
+            ),
         )
 
     def list(self) -> List[ListAppResponse]:
@@ -257,9 +297,14 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         return lines
 
 
-def create_scheduler(session_name: str, client: Optional[Client] = None, **kwargs: Any) -> FtdriveScheduler:
+def create_scheduler(
+    session_name: str,
+    client: Optional[Client] = None,
+    head_return_timeout: float = HEAD_RETURN_TIMEOUT_S,
+    **kwargs: Any,
+) -> FtdriveScheduler:
     """The ``torchx.schedulers`` entry point."""
-    return FtdriveScheduler(session_name=session_name, client=client)
+    return FtdriveScheduler(session_name=session_name, client=client, head_return_timeout=head_return_timeout)
 
 
 # ---- AppDef → job spec ------------------------------------------------------------------

@@ -1,18 +1,23 @@
 """The ``ftdrive`` torchx scheduler through the real ``torchx`` CLI against a real cluster:
 ``dist.ddp`` apps that succeed, fail and are cancelled; ``status``, ``log``, ``list``,
-``cancel`` and ``--dryrun``."""
+``cancel`` and ``--dryrun``; ``run --wait`` across a head restart."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import subprocess
 import sys
+import threading
 from typing import Any, Dict, List
 
-from conftest import Cluster
+import pytest
+from conftest import Cluster, wait_for
+from torchx.specs import AppState
 
-from ftdrive import Job
+from ftdrive import Client, HeadUnreachableError, Job
+from ftdrive.torchx_scheduler import create_scheduler
 
 
 def torchx(cli: List[str], cluster: Cluster, *args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":
@@ -118,3 +123,75 @@ def test_a_failing_app_ends_failed_with_its_ledger_charged_to_the_user_budget(
     assert "FAILED" in status and "user_error" in status, status
     log = torchx(torchx_cli, cluster, "log", handle).stdout
     assert "failing on purpose, attempt 1" in log and "failing on purpose, attempt 2" in log, log
+
+
+def test_run_wait_rides_out_a_head_restart(cluster: Cluster, torchx_cli: List[str]) -> None:
+    gate = cluster.work / "restart-gate"
+    before = {j.id for j in cluster.client().jobs()}
+    args = ["run", "-s", "ftdrive", "--wait", "dist.ddp", "-j", "1x1", "--script", "gated.py", "--", str(gate)]
+    waiting = subprocess.Popen(
+        [*torchx_cli, *args],
+        cwd=cluster.work,
+        env=cluster.user_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        client = cluster.client()
+        job_id = wait_for("torchx submitted the app", lambda: next(iter({j.id for j in client.jobs()} - before), None))
+        cluster.wait_job(job_id, "it runs", lambda j: [a.state for a in j.actors] == ["RUNNING"])
+        cluster.kill_head()
+        gate.touch()  # the app ends while the head is away
+        restarter = threading.Timer(1.5, cluster.restart_head)
+        restarter.start()
+        try:
+            output, _ = waiting.communicate(timeout=90)
+        finally:
+            restarter.join()
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    assert waiting.returncode == 0, output
+    assert "SUCCEEDED" in output, output
+    job = cluster.client().status(job_id)
+    assert [(e.cause, e.attempt, e.cycle) for e in job.ledger] == [("completed", 1, 1)], job.ledger
+    running = set(cluster.nodes)  # agents of earlier tests that were stopped stay listed, DEAD
+    wait_for("every agent is back", lambda: all(n.state == "ALIVE" for n in client.nodes() if n.name in running))
+
+
+class _NoSuchJob(http.server.BaseHTTPRequestHandler):
+    """A head that knows no job: every request is answered 404."""
+
+    def do_GET(self) -> None:
+        body = b'{"error": "no job j7"}'
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_describe_is_unknown_only_for_an_app_answered_before_and_only_for_a_while() -> None:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _NoSuchJob)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    client = Client(head=f"http://127.0.0.1:{server.server_port}", token="t", timeout=5)
+    patient = create_scheduler("s", client=client)
+    impatient = create_scheduler("s", client=client, head_return_timeout=0)
+    assert patient.describe("j7") is None and impatient.describe("j7") is None  # both were answered
+    server.shutdown()
+    server.server_close()
+    serving.join()
+
+    away = patient.describe("j7")
+    assert away is not None and away.state == AppState.UNKNOWN, away
+    assert "lost the head" in away.msg and "runs on" in away.msg, away.msg
+    with pytest.raises(HeadUnreachableError, match="did not come back within 0 s"):
+        impatient.describe("j7")
+    with pytest.raises(HeadUnreachableError, match="cannot reach the head"):
+        patient.describe("j8")  # never answered here: a wrong head looks the same
