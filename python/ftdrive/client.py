@@ -13,12 +13,13 @@ Every method maps to one route; an error the head answers raises
 from __future__ import annotations
 
 import codecs
+import functools
 import http.client
 import json
 import socket
 import time
 import urllib.parse
-from typing import Any, Dict, Generator, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from . import connection
 from .connection import PathLike
@@ -28,8 +29,13 @@ from .spec import JobSpec
 
 #: How long ``events(follow=False)`` waits for the next line before it stops.
 PAUSE_S = 0.25
-#: How long ``wait`` polls a head that cannot be reached (restarting, say) before giving up.
+#: How long ``wait`` and a followed log ask again a head that cannot be reached (restarting,
+#: say) before giving up.
 HEAD_RETURN_TIMEOUT_S = 120.0
+#: The first and the longest pause between asking a head that is away again.
+_AWAY_PAUSE_S = (0.1, 2.0)
+
+T = TypeVar("T")
 
 
 class Client:
@@ -101,15 +107,13 @@ class Client:
         A head restart loses no job, so a head that cannot be reached is polled on for up to
         ``head_return_timeout`` seconds before :class:`HeadUnreachableError` is raised."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        lost_since: Optional[float] = None
+        away = HeadAway(self.base_url, head_return_timeout)
         while True:
             try:
                 view: Optional[Job] = self.status(job)
-                lost_since = None
-            except HeadUnreachableError:
-                lost_since = lost_since if lost_since is not None else time.monotonic()
-                if time.monotonic() - lost_since >= head_return_timeout:
-                    raise
+                away.answered()
+            except HeadUnreachableError as e:
+                away.ride_out(e)
                 view = None
             if view is not None and view.is_terminal:
                 return view
@@ -212,15 +216,19 @@ class Client:
         local_rank: Optional[int] = None,
         follow: bool = False,
         poll_interval: float = 0.3,
+        head_return_timeout: float = HEAD_RETURN_TIMEOUT_S,
     ) -> Iterator[LogChunk]:
         """The chunks of one attempt's log (stdout and stderr together; with several workers,
         their lines interleaved and each prefixed ``[rankR]: ``, or one worker's with
         ``local_rank``). Default attempt: the latest when called, kept while following.
         ``follow`` keeps reading while the attempt runs and ends once it ended and all of its
-        output was read."""
+        output was read; it rides out a head restart as :meth:`wait` does, and goes on from
+        where it was."""
         offset = 0
+        away = HeadAway(self.base_url, head_return_timeout)
         while True:
-            chunk = self.log_chunk(job, index, attempt=attempt, local_rank=local_rank, offset=offset)
+            ask = functools.partial(self.log_chunk, job, index, attempt=attempt, local_rank=local_rank, offset=offset)
+            chunk = away.ask(ask) if follow else ask()
             attempt = chunk.attempt or attempt
             offset = chunk.next_offset
             if chunk.data:
@@ -239,13 +247,20 @@ class Client:
         local_rank: Optional[int] = None,
         follow: bool = False,
         poll_interval: float = 0.3,
+        head_return_timeout: float = HEAD_RETURN_TIMEOUT_S,
     ) -> Iterator[str]:
         """As :meth:`log_bytes`, as text lines (each with its ``\\n``, but for an unfinished
         last line)."""
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pending = ""
         chunks = self.log_bytes(
-            job, index, attempt=attempt, local_rank=local_rank, follow=follow, poll_interval=poll_interval
+            job,
+            index,
+            attempt=attempt,
+            local_rank=local_rank,
+            follow=follow,
+            poll_interval=poll_interval,
+            head_return_timeout=head_return_timeout,
         )
         for chunk in chunks:
             pending += decoder.decode(chunk.data)
@@ -318,6 +333,48 @@ class Client:
         finally:
             conn.close()
         raise ApiError(response.status, _error_message(text, response.status), method, path.split("?")[0])
+
+
+class HeadAway:
+    """How long a head has been away, for the calls that ride out its restart (a restart loses
+    no job): away is unreachable, or back but not yet reconnected to the agent a request needs
+    (502). Used by :meth:`Client.wait`, a followed log and the torchx scheduler."""
+
+    def __init__(self, base_url: str, timeout_s: float) -> None:
+        self.base_url = base_url
+        self.timeout_s = timeout_s
+        self._since: Optional[float] = None
+        self._pause_s = _AWAY_PAUSE_S[0]
+
+    def answered(self) -> None:
+        self._since = None
+        self._pause_s = _AWAY_PAUSE_S[0]
+
+    def ride_out(self, error: FtdriveError) -> None:
+        """Returns if ``error`` is the head's being away, for less than ``timeout_s`` so far;
+        raises otherwise: the error itself, or one saying that the head did not come back."""
+        if not isinstance(error, HeadUnreachableError) and not (isinstance(error, ApiError) and error.status == 502):
+            raise error
+        now = time.monotonic()
+        self._since = now if self._since is None else self._since
+        if now - self._since >= self.timeout_s:
+            raise HeadUnreachableError(
+                f"the head at {self.base_url} did not come back within {self.timeout_s:.0f} s "
+                f"({error.__cause__ or error}); its jobs may still be running"
+            ) from error
+
+    def ask(self, call: Callable[[], T]) -> T:
+        """``call()``, called again after a pause (growing to 2 s) while the head is away."""
+        while True:
+            try:
+                answer = call()
+            except FtdriveError as e:
+                self.ride_out(e)
+                time.sleep(self._pause_s)
+                self._pause_s = min(self._pause_s * 2, _AWAY_PAUSE_S[1])
+                continue
+            self.answered()
+            return answer
 
 
 def _seg(value: str) -> str:

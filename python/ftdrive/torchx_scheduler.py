@@ -31,6 +31,7 @@ head) raises :class:`~ftdrive.errors.HeadUnreachableError` at once.
 from __future__ import annotations
 
 import configparser
+import functools
 import json
 import logging
 import os
@@ -57,7 +58,7 @@ from torchx.specs import (
 )
 
 from . import torchrun
-from .client import HEAD_RETURN_TIMEOUT_S, Client
+from .client import HEAD_RETURN_TIMEOUT_S, Client, HeadAway
 from .errors import ApiError, HeadUnreachableError
 from .models import Job
 from .spec import STRATEGIES, JobSpec, Retries
@@ -145,9 +146,8 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         super().__init__("ftdrive", session_name)
         self._given_client = client
         self._head_return_timeout_s = head_return_timeout
-        # Apps the head answered for here, each with when it was first unreachable since
-        # (None while it answers).
-        self._lost_since: Dict[str, Optional[float]] = {}
+        # Apps the head answered for here, each with how long the head has been away since.
+        self._answered: Dict[str, HeadAway] = {}
 
     # ---- configuration ------------------------------------------------------------------
 
@@ -201,8 +201,9 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
 
     def schedule(self, dryrun_info: AppDryRunInfo[FtdriveRequest]) -> str:
         request = dryrun_info.request
-        job = self._client(request.head, request.ca_cert).submit(request.spec)
-        self._lost_since[job.id] = None
+        client = self._client(request.head, request.ca_cert)
+        job = client.submit(request.spec)
+        self._answered[job.id] = HeadAway(client.base_url, self._head_return_timeout_s)
         return job.id
 
     # ---- observing and cancelling -------------------------------------------------------
@@ -212,8 +213,8 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         try:
             job = _status_or_none(client, app_id)
         except HeadUnreachableError as e:
-            return self._while_the_head_is_away(app_id, client, e)
-        self._lost_since[app_id] = None
+            return self._while_the_head_is_away(app_id, e)
+        self._answered.setdefault(app_id, HeadAway(client.base_url, self._head_return_timeout_s)).answered()
         if job is None:
             return None
         role = job.name
@@ -237,26 +238,19 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             roles=[Role(name=role, image="", num_replicas=len(job.actors), min_replicas=job.min_nodes)],
         )
 
-    def _while_the_head_is_away(self, app_id: str, client: Client, error: HeadUnreachableError) -> DescribeAppResponse:
+    def _while_the_head_is_away(self, app_id: str, error: HeadUnreachableError) -> DescribeAppResponse:
         """``UNKNOWN`` for an app answered here before, until the head has been away for
         ``head_return_timeout`` seconds; the error itself for any other app, or after that."""
-        if app_id not in self._lost_since:
+        away = self._answered.get(app_id)
+        if away is None:
             raise error
-        now = time.monotonic()
-        since = self._lost_since[app_id]
-        if since is None:
-            since = self._lost_since[app_id] = now
-        if now - since >= self._head_return_timeout_s:
-            raise HeadUnreachableError(
-                f"the head at {client.base_url} did not come back within {self._head_return_timeout_s:.0f} s "
-                f"({error.__cause__ or error}); app {app_id} may still be running"
-            ) from error
+        away.ride_out(error)
         return DescribeAppResponse(
             app_id=app_id,
             state=AppState.UNKNOWN,
             msg=(
-                f"lost the head at {client.base_url} ({error.__cause__ or error}); the app runs on, "
-                f"asked again for up to {self._head_return_timeout_s:.0f} s"
+                f"lost the head at {away.base_url} ({error.__cause__ or error}); the app runs on, "
+                f"asked again for up to {away.timeout_s:.0f} s"
             ),
         )
 
@@ -508,8 +502,9 @@ def _replica_lines(
     client: Client, job_id: str, index: int, since: Optional[int], until: Optional[int], tail: bool
 ) -> Iterator[str]:
     attempt = 1
+    away = HeadAway(client.base_url, HEAD_RETURN_TIMEOUT_S)
     while True:
-        job = client.status(job_id)
+        job = away.ask(functools.partial(client.status, job_id)) if tail else client.status(job_id)
         if attempt > job.actor(index).attempt:
             if not tail or job.is_terminal:
                 return

@@ -180,6 +180,28 @@ def test_wait_rides_out_a_head_restart(cluster: Cluster) -> None:
     wait_for("every agent is back", lambda: all(n.state == "ALIVE" for n in client.nodes()))
 
 
+def test_following_a_log_rides_out_a_head_restart(cluster: Cluster, tmp_path: Path) -> None:
+    client = cluster.client()
+    gate = tmp_path / "gate"
+    command = [sys.executable, "-u", str(cluster.work / "gated.py"), str(gate)]
+    spec = JobSpec(name="log-through-a-restart", command=command, min_nodes=1, max_nodes=1)
+    job_id = client.submit(spec).id
+    cluster.wait_job(job_id, "its actor runs", lambda j: j.actors[0].state == "RUNNING")
+    lines = client.logs(job_id, 0, follow=True, poll_interval=0.1)
+    assert next(lines) == "line 0\n"
+    cluster.kill_head()
+    gate.touch()  # the rest is written while the head is away
+    restarter = threading.Timer(1.0, cluster.restart_head)
+    restarter.start()
+    try:
+        rest = list(lines)
+    finally:
+        restarter.join()
+    assert rest == [f"line {i}\n" for i in range(1, 6)], rest
+    assert client.wait(job_id, timeout=30).state == "SUCCEEDED"
+    wait_for("every agent is back", lambda: all(n.state == "ALIVE" for n in client.nodes()))
+
+
 def test_a_stopping_head_ends_a_job_stream_with_an_error_not_an_end(cluster: Cluster) -> None:
     client = cluster.client()
     spec = JobSpec(name="through-a-stop", command=["sleep", "3"], min_nodes=1, max_nodes=1)

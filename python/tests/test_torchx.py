@@ -1,6 +1,6 @@
 """The ``ftdrive`` torchx scheduler through the real ``torchx`` CLI against a real cluster:
 ``dist.ddp`` apps that succeed, fail and are cancelled; ``status``, ``log``, ``list``,
-``cancel`` and ``--dryrun``; ``run --wait`` across a head restart."""
+``cancel`` and ``--dryrun``; ``run --log`` (waiting and following) across a head restart."""
 
 from __future__ import annotations
 
@@ -125,10 +125,10 @@ def test_a_failing_app_ends_failed_with_its_ledger_charged_to_the_user_budget(
     assert "failing on purpose, attempt 1" in log and "failing on purpose, attempt 2" in log, log
 
 
-def test_run_wait_rides_out_a_head_restart(cluster: Cluster, torchx_cli: List[str]) -> None:
+def test_run_log_rides_out_a_head_restart(cluster: Cluster, torchx_cli: List[str]) -> None:
     gate = cluster.work / "restart-gate"
     before = {j.id for j in cluster.client().jobs()}
-    args = ["run", "-s", "ftdrive", "--wait", "dist.ddp", "-j", "1x1", "--script", "gated.py", "--", str(gate)]
+    args = ["run", "-s", "ftdrive", "--log", "dist.ddp", "-j", "1x1", "--script", "gated.py", "--", str(gate)]
     waiting = subprocess.Popen(
         [*torchx_cli, *args],
         cwd=cluster.work,
@@ -155,6 +155,8 @@ def test_run_wait_rides_out_a_head_restart(cluster: Cluster, torchx_cli: List[st
             waiting.wait()
     assert waiting.returncode == 0, output
     assert "SUCCEEDED" in output, output
+    logged = re.findall(r"gated/0 .*(line \d)", output)
+    assert logged == [f"line {i}" for i in range(6)], output  # the log followed through the restart, once
     job = cluster.client().status(job_id)
     assert [(e.cause, e.attempt, e.cycle) for e in job.ledger] == [("completed", 1, 1)], job.ledger
     running = set(cluster.nodes)  # agents of earlier tests that were stopped stay listed, DEAD
