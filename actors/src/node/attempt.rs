@@ -140,11 +140,22 @@ impl Start {
     fn spawn(&self) -> Result<(tokio::process::Child, OwnedFd), String> {
         self.prepare()?;
         let (read_end, write_end) = pipe()?;
-        let child = self
-            .supervisor_command(&write_end)?
-            .spawn()
-            .map_err(|e| format!("cannot start the attempt supervisor: {e}"))?;
+        let child = self.supervisor_command(&write_end)?.spawn().map_err(|e| self.spawn_error(&e))?;
         Ok((child, read_end))
+    }
+
+    /// Why the supervisor did not start. It starts in the attempt's working directory, so a
+    /// missing one fails here, and the OS error alone ("No such file or directory") would
+    /// send the user looking for the program instead.
+    fn spawn_error(&self, error: &std::io::Error) -> String {
+        if !self.cwd.is_dir() {
+            return format!(
+                "the working directory {} is not a directory on this node ({error}); create it there, or set the \
+                 job spec's `cwd` (default: the agent's --work-dir) to one that exists",
+                self.cwd.display()
+            );
+        }
+        format!("cannot start the attempt supervisor: {error}")
     }
 
     /// The attempt's directory, with the record a restarted agent finds it by.
@@ -368,6 +379,26 @@ mod tests {
             let _ = self.0.kill();
             let _ = self.0.wait();
         }
+    }
+
+    #[tokio::test]
+    async fn a_missing_working_directory_is_named_as_the_reason_an_attempt_did_not_start() {
+        let state = tempfile::tempdir().unwrap();
+        let cwd = state.path().join("no-such-dir");
+        let spec = StartSpec {
+            key: AttemptKey { job: "j1".into(), actor: 0, attempt: 1, cycle: 1 },
+            actor_name: "j1/0".into(),
+            command: vec!["true".into()],
+            env: Default::default(),
+            cwd: None,
+            stop_grace_ms: 0,
+            nproc_per_node: 1,
+            group_rank: 0,
+        };
+        let log = state.path().join("attempt-1.log");
+        let (reports, _) = tokio::sync::mpsc::unbounded_channel();
+        let error = launch(&spec, state.path(), &log, &cwd, &[], 0, reports).await.unwrap_err();
+        assert!(error.contains(&format!("working directory {} is not a directory", cwd.display())), "{error}");
     }
 
     #[test]
