@@ -215,15 +215,50 @@ impl JobSpec {
     }
 }
 
-/// serde's messages say `i64`/`u64`; users think in integers.
+/// serde's messages say `i64`/`u64`; users think in integers. A misspelt field is told the
+/// field it was probably meant to be.
 fn friendlier(message: &str) -> String {
     let message = message
         .replace("expected i64", "expected an integer")
         .replace("expected u64", "expected a non-negative integer");
-    match message.find(" at line ") {
+    let message = match message.find(" at line ") {
         Some(cut) => message[..cut].to_string(),
         None => message,
+    };
+    with_suggestion(message)
+}
+
+/// Most edits between a misspelt field and the known one suggested for it.
+const MAX_SUGGESTION_EDITS: usize = 2;
+
+/// serde's "unknown field `prority`, expected one of `name`, …" gains "did you mean
+/// `priority`?" when a known field is at most `MAX_SUGGESTION_EDITS` edits away (the nearest;
+/// ties by name).
+fn with_suggestion(message: String) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else { return message };
+    let Some((unknown, expected)) = rest.split_once("`, expected ") else { return message };
+    let known = expected.split('`').skip(1).step_by(2);
+    match known.map(|field| (edit_distance(unknown, field), field)).min() {
+        Some((edits, field)) if edits <= MAX_SUGGESTION_EDITS => {
+            format!("unknown field `{unknown}`; did you mean `{field}`? (expected {expected})")
+        }
+        _ => message,
     }
+}
+
+/// Levenshtein distance: insertions, deletions and substitutions of characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
 }
 
 impl RawJobSpec {
@@ -492,12 +527,32 @@ mod tests {
     }
 
     #[test]
+    fn edit_distance_counts_insertions_deletions_and_substitutions() {
+        assert_eq!(edit_distance("priority", "priority"), 0);
+        assert_eq!(edit_distance("prority", "priority"), 1);
+        assert_eq!(edit_distance("min_node", "min_nodes"), 1);
+        assert_eq!(edit_distance("max_nodes", "min_nodes"), 2);
+        assert_eq!(edit_distance("", "cwd"), 3);
+        assert_eq!(edit_distance("colour", "cwd"), 5);
+    }
+
+    #[test]
     fn errors_name_the_field_and_the_fix() {
         let cases = [
             (
                 r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"colour":1}"#,
                 "colour",
                 "unknown field `colour`",
+            ),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"prority":1}"#,
+                "prority",
+                "unknown field `prority`; did you mean `priority`? (expected one of `name`,",
+            ),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"retries":{"sytem":1}}"#,
+                "retries.sytem",
+                "did you mean `system`?",
             ),
             (r#"{"name":"t","command":["x"],"min_nodes":"3","max_nodes":1}"#, "min_nodes", "expected an integer"),
             (r#"{"name":"t","command":["x"],"min_nodes":0,"max_nodes":1}"#, "min_nodes", "at least 1"),
