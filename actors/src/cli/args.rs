@@ -41,6 +41,7 @@ pub enum Output {
 
 #[derive(Debug, Args)]
 pub struct OutputArgs {
+    /// `json` prints the head's own objects, one document, for scripts.
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
     #[command(flatten)]
@@ -76,6 +77,8 @@ pub struct ServeTls {
 
 #[derive(Debug, Args)]
 pub struct HeadArgs {
+    /// Address to serve the API, the agents and the dashboard on (port 0: any free port; the
+    /// URL is written to `head.url` in the state dir).
     #[arg(long, default_value = "127.0.0.1:7380")]
     pub listen: String,
     /// State database, lock and API token (default: $FTDRIVE_STATE_DIR or ~/.ftdrive).
@@ -149,18 +152,23 @@ pub struct NodeArgs {
 
 #[derive(Debug, Args)]
 pub struct SubmitArgs {
+    /// The job spec, a JSON file (docs/jobspec.md; examples/jobs/ has two).
     pub job: PathBuf,
     #[command(flatten)]
     pub head: HeadUrl,
+    /// Nodes the job needs to run (overrides the spec's `min_nodes`).
     #[arg(long)]
     pub min_nodes: Option<i64>,
+    /// Nodes the job grows to when they are free (overrides the spec's `max_nodes`).
     #[arg(long)]
     pub max_nodes: Option<i64>,
+    /// Idle standby nodes that take over a lost node's rank at once (overrides `hot_spares`).
     #[arg(long)]
     pub hot_spares: Option<i64>,
     /// Workers each command actor runs (torchrun's `--nproc-per-node`).
     #[arg(long)]
     pub nproc_per_node: Option<i64>,
+    /// Pending jobs are placed higher priority first (overrides the spec's `priority`, 0).
     #[arg(long, allow_negative_numbers = true)]
     pub priority: Option<i32>,
     /// Return once the job is accepted instead of following it.
@@ -169,12 +177,14 @@ pub struct SubmitArgs {
     /// Agents of the embedded local cluster (used when no head is configured).
     #[arg(long, default_value_t = 3)]
     pub local_nodes: u32,
+    /// `json`: the job as JSON on stdout once it ended (with --no-wait: once accepted).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
 }
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    /// A job id, e.g. `j1` (default: every job, one line each).
     pub job: Option<String>,
     #[command(flatten)]
     pub out: OutputArgs,
@@ -182,6 +192,7 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
+    /// A job id, e.g. `j1`.
     pub job: String,
     /// `j1/2` or `2` (default: every actor that ran).
     #[arg(long)]
@@ -202,6 +213,7 @@ pub struct LogsArgs {
 
 #[derive(Debug, Args)]
 pub struct JobArg {
+    /// A job id, e.g. `j1`.
     pub job: String,
     #[command(flatten)]
     pub head: HeadUrl,
@@ -209,7 +221,10 @@ pub struct JobArg {
 
 #[derive(Debug, Args)]
 pub struct DrainArgs {
+    /// The node's name, as `ftdrive nodes` lists it.
     pub node: String,
+    /// How long its running work has before it is stopped; losses before then are charged to
+    /// the preemption budget.
     #[arg(long, default_value_t = 30_000)]
     pub deadline_ms: u64,
     #[command(flatten)]
@@ -218,7 +233,7 @@ pub struct DrainArgs {
 
 #[derive(Debug, Args)]
 pub struct SimArgs {
-    /// A scenario file (DESIGN §8). Not with --swarm.
+    /// A scenario file (tests/scenarios/ has one per behaviour). Not with --swarm.
     #[arg(required_unless_present = "swarm", conflicts_with = "swarm")]
     pub scenario: Option<PathBuf>,
     /// Seed for the run (default: the scenario's `seed`).
