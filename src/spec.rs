@@ -233,14 +233,20 @@ const MAX_SUGGESTION_EDITS: usize = 2;
 
 /// serde's "unknown field `prority`, expected one of `name`, …" gains "did you mean
 /// `priority`?" when a known field is at most `MAX_SUGGESTION_EDITS` edits away (the nearest;
-/// ties by name).
+/// ties by name; case aside); so does an unknown variant (`"strategy": "strict_spread"`).
 fn with_suggestion(message: String) -> String {
-    let Some(rest) = message.strip_prefix("unknown field `") else { return message };
+    let Some((what, rest)) = ["field", "variant"]
+        .iter()
+        .find_map(|what| message.strip_prefix(&format!("unknown {what} `")).map(|rest| (*what, rest)))
+    else {
+        return message;
+    };
     let Some((unknown, expected)) = rest.split_once("`, expected ") else { return message };
     let known = expected.split('`').skip(1).step_by(2);
-    match known.map(|field| (edit_distance(unknown, field), field)).min() {
-        Some((edits, field)) if edits <= MAX_SUGGESTION_EDITS => {
-            format!("unknown field `{unknown}`; did you mean `{field}`? (expected {expected})")
+    let lowered = unknown.to_lowercase();
+    match known.map(|name| (edit_distance(&lowered, &name.to_lowercase()), name)).min() {
+        Some((edits, name)) if edits <= MAX_SUGGESTION_EDITS => {
+            format!("unknown {what} `{unknown}`; did you mean `{name}`? (expected {expected})")
         }
         _ => message,
     }
@@ -573,6 +579,16 @@ mod tests {
                 r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"strategy":"WIDE"}"#,
                 "strategy",
                 "unknown variant",
+            ),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"restart":"gnag"}"#,
+                "restart",
+                "unknown variant `gnag`; did you mean `gang`?",
+            ),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"strategy":"strict_spread"}"#,
+                "strategy",
+                "unknown variant `strict_spread`; did you mean `STRICT_SPREAD`?",
             ),
             (
                 r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"retries":{"backoff_ms":{"initial":5,"max":1}}}"#,
