@@ -9,6 +9,7 @@ names the field and the fix in its answer (raised as :class:`ftdrive.errors.ApiE
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional
@@ -117,6 +118,8 @@ def _refuse_unknown(cls: Any, data: Mapping[str, Any], prefix: str) -> None:
     known = {f.name for f in fields(cls)}
     for key in data:
         if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
+            meant = f"did you mean `{close[0]}`? " if close else ""
             raise ValueError(
-                f"job spec field `{prefix}{key}`: unknown field; known fields are {', '.join(sorted(known))}"
+                f"job spec field `{prefix}{key}`: unknown field; {meant}known fields are {', '.join(sorted(known))}"
             )

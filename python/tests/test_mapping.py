@@ -108,3 +108,5 @@ def test_dryrun_is_the_spec_json_and_round_trips() -> None:
     assert "torchrun launch translated: 2..2 node(s) x 2 worker(s)" in text
     with pytest.raises(ValueError, match="`retries.colour`"):
         JobSpec.from_dict({"name": "x", "command": ["y"], "min_nodes": 1, "max_nodes": 1, "retries": {"colour": 1}})
+    with pytest.raises(ValueError, match="`prority`: unknown field; did you mean `priority`"):
+        JobSpec.from_dict({"name": "x", "command": ["y"], "min_nodes": 1, "max_nodes": 1, "prority": 1})
