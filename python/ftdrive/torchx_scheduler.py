@@ -146,8 +146,11 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         super().__init__("ftdrive", session_name)
         self._given_client = client
         self._head_return_timeout_s = head_return_timeout
-        # Apps the head answered for here, each with how long the head has been away since.
+        # Apps the head answered for here, each with how long the head has been away since,
+        # and its roles as last seen (shown while the head is away, so that `torchx log`
+        # still finds the replicas).
         self._answered: Dict[str, HeadAway] = {}
+        self._roles: Dict[str, List[Role]] = {}
 
     # ---- configuration ------------------------------------------------------------------
 
@@ -204,6 +207,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         client = self._client(request.head, request.ca_cert)
         job = client.submit(request.spec)
         self._answered[job.id] = HeadAway(client.base_url, self._head_return_timeout_s)
+        self._roles[job.id] = [_role(job)]
         return job.id
 
     # ---- observing and cancelling -------------------------------------------------------
@@ -235,7 +239,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             msg=job.message or job.infeasible or NONE,
             ui_url=client.dashboard_url(job.id),
             roles_statuses=[RoleStatus(role=role, replicas=replicas)],
-            roles=[Role(name=role, image="", num_replicas=len(job.actors), min_replicas=job.min_nodes)],
+            roles=self._roles.setdefault(app_id, [_role(job)]),
         )
 
     def _while_the_head_is_away(self, app_id: str, error: HeadUnreachableError) -> DescribeAppResponse:
@@ -247,6 +251,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         away.ride_out(error)
         return DescribeAppResponse(
             app_id=app_id,
+            roles=self._roles.get(app_id, []),
             state=AppState.UNKNOWN,
             msg=(
                 f"lost the head at {away.base_url} ({error.__cause__ or error}); the app runs on, "
@@ -281,7 +286,8 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         if streams not in (None, Stream.COMBINED):
             raise ValueError("ftdrive keeps stdout and stderr of an attempt in one log; use --streams combined")
         client = self._client()
-        job = client.status(app_id)
+        away = HeadAway(client.base_url, self._head_return_timeout_s)
+        job = away.ask(functools.partial(client.status, app_id)) if should_tail else client.status(app_id)
         if not 0 <= k < len(job.actors):
             raise ValueError(f"{app_id} has replicas 0 to {len(job.actors) - 1}; there is no replica {k}")
         lines = _replica_lines(client, app_id, k, _ms(since), _ms(until), should_tail)
@@ -452,6 +458,11 @@ def _torchxconfig(key: str) -> Optional[str]:
         if parser.has_option("ftdrive", key):
             return parser.get("ftdrive", key)
     return None
+
+
+def _role(job: Job) -> Role:
+    """A job's one role: its name and actors."""
+    return Role(name=job.name, image="", num_replicas=len(job.actors), min_replicas=job.min_nodes)
 
 
 def _status_or_none(client: Client, app_id: str) -> Optional[Job]:
