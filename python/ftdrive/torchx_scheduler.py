@@ -146,11 +146,8 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         super().__init__("ftdrive", session_name)
         self._given_client = client
         self._head_return_timeout_s = head_return_timeout
-        # Apps the head answered for here, each with how long the head has been away since,
-        # and its roles as last seen (shown while the head is away, so that `torchx log`
-        # still finds the replicas).
-        self._answered: Dict[str, HeadAway] = {}
-        self._roles: Dict[str, List[Role]] = {}
+        # Apps the head answered for here.
+        self._seen: Dict[str, _Seen] = {}
 
     # ---- configuration ------------------------------------------------------------------
 
@@ -206,8 +203,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         request = dryrun_info.request
         client = self._client(request.head, request.ca_cert)
         job = client.submit(request.spec)
-        self._answered[job.id] = HeadAway(client.base_url, self._head_return_timeout_s)
-        self._roles[job.id] = [_role(job)]
+        self._answered(client, job.id, job)
         return job.id
 
     # ---- observing and cancelling -------------------------------------------------------
@@ -218,7 +214,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             job = _status_or_none(client, app_id)
         except HeadUnreachableError as e:
             return self._while_the_head_is_away(app_id, e)
-        self._answered.setdefault(app_id, HeadAway(client.base_url, self._head_return_timeout_s)).answered()
+        seen = self._answered(client, app_id, job)
         if job is None:
             return None
         role = job.name
@@ -239,19 +235,28 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             msg=job.message or job.infeasible or NONE,
             ui_url=client.dashboard_url(job.id),
             roles_statuses=[RoleStatus(role=role, replicas=replicas)],
-            roles=self._roles.setdefault(app_id, [_role(job)]),
+            roles=seen.roles,
         )
+
+    def _answered(self, client: Client, app_id: str, job: Optional[Job]) -> _Seen:
+        """Notes that the head answered for ``app_id`` (with ``job``, or that there is none)."""
+        seen = self._seen.setdefault(app_id, _Seen(HeadAway(client.base_url, self._head_return_timeout_s)))
+        seen.away.answered()
+        if job is not None:
+            seen.roles = [_role(job)]
+        return seen
 
     def _while_the_head_is_away(self, app_id: str, error: HeadUnreachableError) -> DescribeAppResponse:
         """``UNKNOWN`` for an app answered here before, until the head has been away for
         ``head_return_timeout`` seconds; the error itself for any other app, or after that."""
-        away = self._answered.get(app_id)
-        if away is None:
+        seen = self._seen.get(app_id)
+        if seen is None:
             raise error
+        away = seen.away
         away.ride_out(error)
         return DescribeAppResponse(
             app_id=app_id,
-            roles=self._roles.get(app_id, []),
+            roles=seen.roles,
             state=AppState.UNKNOWN,
             msg=(
                 f"lost the head at {away.base_url} ({error.__cause__ or error}); the app runs on, "
@@ -290,7 +295,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         job = away.ask(functools.partial(client.status, app_id)) if should_tail else client.status(app_id)
         if not 0 <= k < len(job.actors):
             raise ValueError(f"{app_id} has replicas 0 to {len(job.actors) - 1}; there is no replica {k}")
-        lines = _replica_lines(client, app_id, k, _ms(since), _ms(until), should_tail)
+        lines = _replica_lines(client, away, app_id, k, _ms(since), _ms(until), should_tail)
         if regex:
             pattern = re.compile(regex)
             return (line for line in lines if pattern.search(line))
@@ -460,6 +465,15 @@ def _torchxconfig(key: str) -> Optional[str]:
     return None
 
 
+@dataclass
+class _Seen:
+    """An app the head answered for: how long the head has been away since, and the app's roles
+    as last seen (shown while the head is away, so that ``torchx log`` still finds replicas)."""
+
+    away: HeadAway
+    roles: List[Role] = field(default_factory=list)
+
+
 def _role(job: Job) -> Role:
     """A job's one role: its name and actors."""
     return Role(name=job.name, image="", num_replicas=len(job.actors), min_replicas=job.min_nodes)
@@ -510,10 +524,9 @@ def _in_window(job: Job, index: int, attempt: int, since: Optional[int], until: 
 
 
 def _replica_lines(
-    client: Client, job_id: str, index: int, since: Optional[int], until: Optional[int], tail: bool
+    client: Client, away: HeadAway, job_id: str, index: int, since: Optional[int], until: Optional[int], tail: bool
 ) -> Iterator[str]:
     attempt = 1
-    away = HeadAway(client.base_url, HEAD_RETURN_TIMEOUT_S)
     while True:
         job = away.ask(functools.partial(client.status, job_id)) if tail else client.status(job_id)
         if attempt > job.actor(index).attempt:

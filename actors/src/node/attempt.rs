@@ -29,8 +29,12 @@ struct Record {
 }
 
 /// This boot of the machine. Process ids recorded in another one name other processes now.
+/// Read once: it cannot change while this process runs, and every start records it.
 fn boot_id() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|id| id.trim().to_string())
+    static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT_ID
+        .get_or_init(|| std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|id| id.trim().to_string()))
+        .clone()
 }
 
 /// What a supervisor said about its attempt.
