@@ -216,8 +216,8 @@ impl JobSpec {
 }
 
 /// serde's messages say `i64`/`u64`; users think in integers. A misspelt field is told the
-/// field it was probably meant to be.
-fn friendlier(message: &str) -> String {
+/// field it was probably meant to be. Scenario files get the same wording.
+pub(crate) fn friendlier(message: &str) -> String {
     let message = message
         .replace("expected i64", "expected an integer")
         .replace("expected u64", "expected a non-negative integer");

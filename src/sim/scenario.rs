@@ -167,9 +167,7 @@ impl Scenario {
         let scenario: Scenario = serde_path_to_error::deserialize(&mut de).map_err(|e| {
             let path = e.path().to_string();
             let field = if path == "." || path.is_empty() { "(document)".to_string() } else { path };
-            let message = e.into_inner().to_string();
-            let message = message.split(" at line ").next().unwrap_or_default().to_string();
-            err(field, message)
+            err(field, crate::spec::friendlier(&e.into_inner().to_string()))
         })?;
         scenario.validate()?;
         Ok(scenario)
@@ -188,14 +186,15 @@ impl Scenario {
                 ));
             }
         }
-        let mut jobs: BTreeMap<&JobId, u32> = BTreeMap::new();
+        let mut jobs: BTreeMap<&JobId, &JobSpec> = BTreeMap::new();
         for (i, job) in self.jobs.iter().enumerate() {
-            if jobs.insert(&job.id, job.spec.nproc_per_node).is_some() {
+            if jobs.insert(&job.id, &job.spec).is_some() {
                 return Err(err(format!("jobs[{i}].id"), format!("`{}` appears twice; job ids are unique", job.id)));
             }
             if job.run_ms == 0 {
                 return Err(err(format!("jobs[{i}].run_ms"), "is 0; a process must run for at least 1 ms"));
             }
+            self.check_before_the_end(format!("jobs[{i}].submit_at_ms"), job.submit_at_ms)?;
         }
         self.check_events(&mut nodes, &jobs)
     }
@@ -227,12 +226,13 @@ impl Scenario {
     fn check_events<'a>(
         &'a self,
         nodes: &mut BTreeSet<&'a NodeId>,
-        jobs: &BTreeMap<&JobId, u32>,
+        jobs: &BTreeMap<&JobId, &JobSpec>,
     ) -> Result<(), ScenarioError> {
         let mut order: Vec<(u64, usize)> = self.events.iter().enumerate().map(|(i, e)| (e.at_ms, i)).collect();
         order.sort();
         for (_, i) in order {
             let field = |name: &str| format!("events[{i}].{name}");
+            self.check_before_the_end(field("at_ms"), self.events[i].at_ms)?;
             let known_node = |nodes: &BTreeSet<&NodeId>, node: &NodeId| {
                 if nodes.contains(node) {
                     Ok(())
@@ -254,12 +254,20 @@ impl Scenario {
                 Fault::NodeJoin { node } => {
                     nodes.insert(&node.name);
                 }
-                Fault::ProcessExit { job, exit_code, signal, local_rank, .. } => {
+                Fault::ProcessExit { job, rank, exit_code, signal, local_rank } => {
                     known_job(job)?;
                     if exit_code.is_some() == signal.is_some() {
                         return Err(err(field("exit_code"), "give exactly one of exit_code and signal"));
                     }
-                    let nproc = jobs[job];
+                    let max_nodes = jobs[job].max_nodes;
+                    if *rank >= max_nodes {
+                        let message = format!(
+                            "is {rank}; job `{job}` has ranks 0 to {} (its max_nodes is {max_nodes})",
+                            max_nodes - 1
+                        );
+                        return Err(err(field("rank"), message));
+                    }
+                    let nproc = jobs[job].nproc_per_node;
                     if local_rank.is_some_and(|l| l >= nproc) {
                         let message =
                             format!("is {}; job `{job}` runs {nproc} worker(s) per node", local_rank.unwrap_or(0));
@@ -275,6 +283,18 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+
+    /// A job or event at or after `until_ms` would never happen: the run ends first.
+    fn check_before_the_end(&self, field: String, at_ms: u64) -> Result<(), ScenarioError> {
+        if at_ms < self.until_ms {
+            return Ok(());
+        }
+        let message = format!(
+            "is {at_ms}, but the run ends at until_ms {}, so it would never happen; raise until_ms or make it earlier",
+            self.until_ms
+        );
+        Err(err(field, message))
     }
 }
 
@@ -314,6 +334,16 @@ mod tests {
             (GOOD.replace("\"until_ms\": 600000", "\"until_ms\": 600000, \"colour\": 1"), "colour", "unknown field"),
             (GOOD.replace("\"type\": \"node_crash\"", "\"type\": \"meteor\""), "events[0]", "unknown variant"),
             (GOOD.replace("\"cpu\": 1}, \"labels\"", "\"cpu\": -1}, \"labels\""), "nodes[0].resources", ">= 0"),
+            (GOOD.replace("\"run_ms\"", "\"run_m\""), "jobs[0]", "did you mean `run_ms`?"),
+            (GOOD.replace("\"node_drain\"", "\"node_drian\""), "events[2]", "did you mean `node_drain`?"),
+            (GOOD.replace("\"seed\": 7", "\"seed\": -7"), "seed", "expected a non-negative integer"),
+            (GOOD.replace("\"rank\": 0", "\"rank\": 1"), "events[3].rank", "has ranks 0 to 0 (its max_nodes is 1)"),
+            (GOOD.replace("\"at_ms\": 30000", "\"at_ms\": 600000"), "events[4].at_ms", "never happen"),
+            (
+                GOOD.replace("\"submit_at_ms\": 0", "\"submit_at_ms\": 700000"),
+                "jobs[0].submit_at_ms",
+                "until_ms 600000",
+            ),
         ];
         for (text, field, fragment) in cases {
             let e = Scenario::parse(&text).unwrap_err();
