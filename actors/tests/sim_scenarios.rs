@@ -110,6 +110,16 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.state("big"), "PENDING");
         assert_eq!(r.job("big")["infeasible"], "infeasible: bundle needs gpu=8, largest node has gpu=4 (n1)");
     }),
+    ("gang_wider_than_the_cluster_waits_for_a_node", |r| {
+        let reasons: Vec<&Value> = r.events("feasibility").iter().map(|e| &e["infeasible"]).collect();
+        let two = "infeasible: min_nodes 3 with STRICT_SPREAD needs 3 distinct nodes, and only 2 could hold a bundle; \
+                   add nodes, or lower min_nodes";
+        assert_eq!(reasons, [&Value::from(two), &Value::Null], "reported at submission, lifted when n3 joined");
+        let small = r.entry("small", "completed")["ended_ms"].as_u64().unwrap();
+        assert!(small < 20_000, "the small job ran meanwhile, not held back by the wide one: {small}");
+        assert_eq!(r.state("wide"), "SUCCEEDED");
+        assert_eq!(r.ledger("wide"), vec![pair("completed", "none"); 3]);
+    }),
     ("torchx_gang_start_and_clean_drain", |r| {
         assert_eq!(r.state("t"), "SUCCEEDED");
         assert!(r.job("t")["actors"].as_array().unwrap().iter().all(|a| a["state"] == "TASK_COMPLETED"));

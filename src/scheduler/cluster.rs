@@ -149,6 +149,11 @@ impl Node {
         room
     }
 
+    /// How many bundles of `demand` this node could hold if it were empty (ports aside).
+    pub fn times_when_empty(&self, demand: &Demand) -> u64 {
+        demand.0.iter().map(|&(r, d)| self.capacity_of(r) / d).min().unwrap_or(u64::MAX)
+    }
+
     /// Could this node hold `times` bundles of `demand` if it were empty?
     pub fn could_ever_hold(&self, demand: &Demand, times: u64) -> bool {
         demand.0.iter().all(|&(r, d)| d.saturating_mul(times) <= self.capacity_of(r))

@@ -1,12 +1,15 @@
 //! Feasibility: the filters a node must pass to hold a bundle of a placement group, as one
 //! list of named checks. Placement (`usable`), lifting an infeasible verdict when a node joins
-//! (`node_makes_feasible`) and the infeasibility message (`infeasible_reason`, which names the
-//! first filter no node passes) all read the same list.
+//! (`node_passes_filters`, then `infeasible_reason` again) and the infeasibility message (`infeasible_reason`, which names the
+//! first filter no node passes) all read the same list. Past the filters, the nodes that pass
+//! them must be enough for the whole required gang (`gang_fits`): a STRICT_SPREAD gang of five
+//! can never run on three nodes, however empty.
 
 use super::cluster::{Cluster, Node, NodeIx, NodeState};
 use super::pg::PlacementGroup;
 use crate::resources::{format_milli, Resources};
 use crate::spec::Strategy;
+use std::collections::BTreeMap;
 
 /// One named check of a node against a placement group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,21 +87,22 @@ pub fn could_use_now(node: &Node, ix: NodeIx, pg: &PlacementGroup) -> bool {
     usable(node, pg) && !spread_conflict && node.room_for(&pg.demand, 1) == 1
 }
 
-/// Could `node` (a new arrival) ever hold `pg`'s bundle? Lifts an infeasible verdict without
-/// re-scanning every node.
-pub fn node_makes_feasible(node: &Node, pg: &PlacementGroup) -> bool {
+/// Could `node` (a new arrival) ever hold `pg`'s bundle? Only such a node can lift an
+/// infeasible verdict, so the others spare the re-check of every node.
+pub fn node_passes_filters(node: &Node, pg: &PlacementGroup) -> bool {
     FILTERS.iter().all(|f| f.passes(node, pg))
 }
 
-/// Why no node, alive or ever seen, could hold one bundle of `pg` — or `None` if some could.
-/// The reason names the first filter that leaves no node.
+/// Why the nodes ever seen, alive or not, could never hold `pg`'s required gang — or `None` if
+/// they could. The reason names the first filter that leaves no node, else that too few pass.
 pub fn infeasible_reason(cluster: &Cluster, pg: &PlacementGroup) -> Option<String> {
     if cluster.is_empty() {
         return Some("infeasible: no node has joined the cluster yet".to_string());
     }
-    // The common case first: some node passes every filter, found without building the
-    // per-filter lists the reason needs (a submission to 10,000 nodes paid ~1 ms for them).
-    if cluster.all().any(|(_, n)| FILTERS.iter().all(|f| f.passes(n, pg))) {
+    // The common case first, without building the per-filter lists the reason needs (a
+    // submission to 10,000 nodes paid ~1 ms for them): it stops once the gang fits.
+    let passing = cluster.all().map(|(_, n)| n).filter(|n| FILTERS.iter().all(|f| f.passes(n, pg)));
+    if gang_fits(passing, pg).is_ok() {
         return None;
     }
     let mut survivors: Vec<&Node> = cluster.all().map(|(_, n)| n).collect();
@@ -109,7 +113,69 @@ pub fn infeasible_reason(cluster: &Cluster, pg: &PlacementGroup) -> Option<Strin
         }
         survivors = passed;
     }
-    None
+    let room = gang_fits(survivors.iter().copied(), pg).expect_err("the gang did not fit these nodes above");
+    Some(too_few(pg, room, survivors.len()))
+}
+
+/// Could `nodes` (each passing every filter) hold the required gang between them, each as if
+/// empty — within one `pack_by` domain when the group has one? `Err` holds the most bundles one
+/// domain could hold, and its label value.
+fn gang_fits<'a>(nodes: impl Iterator<Item = &'a Node>, pg: &PlacementGroup) -> Result<(), (u64, Option<&'a str>)> {
+    let need = bundles_to_fit(pg);
+    let mut room: BTreeMap<Option<&str>, u64> = BTreeMap::new();
+    for node in nodes {
+        let domain = pg.pack_by.as_ref().and_then(|key| node.labels.get(key)).map(String::as_str);
+        let held = room.entry(domain).or_insert(0);
+        *held = held.saturating_add(bundles_when_empty(node, pg));
+        if *held >= need {
+            return Ok(());
+        }
+    }
+    let best = room.into_iter().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)));
+    Err(best.map_or((0, None), |(domain, held)| (held, domain)))
+}
+
+/// Before its gang is placed, a group needs room for all of it. Once placed, it only ever
+/// asks for single bundles again (a lost node's), and the nodes that held the gang are still
+/// counted (dead ones too), so one bundle's room is the test: counting the whole gang against
+/// nodes it may use from now on (off preemptible ones) would park a replacement that fits.
+fn bundles_to_fit(pg: &PlacementGroup) -> u64 {
+    if pg.admitted {
+        1
+    } else {
+        u64::from(pg.required)
+    }
+}
+
+/// How many of `pg`'s bundles `node` could hold if it were empty.
+fn bundles_when_empty(node: &Node, pg: &PlacementGroup) -> u64 {
+    match pg.strategy {
+        Strategy::StrictSpread => 1,
+        // `FitsWhenEmpty` has checked that the node holds the whole gang.
+        Strategy::StrictPack => u64::from(pg.required),
+        Strategy::Spread | Strategy::Pack => node.times_when_empty(&pg.demand),
+    }
+}
+
+/// The gang is larger than the nodes that could hold its bundles, even empty.
+fn too_few(pg: &PlacementGroup, (room, domain): (u64, Option<&str>), nodes: usize) -> String {
+    let need = pg.required;
+    let fix = "add nodes, or lower min_nodes";
+    match (&pg.pack_by, domain) {
+        (Some(key), Some(value)) => format!(
+            "infeasible: min_nodes {need} must fit in one `{key}` domain, and the largest, {key}={value}, holds \
+             {room} bundle(s) even empty; {fix}"
+        ),
+        _ if pg.strategy == Strategy::StrictSpread => format!(
+            "infeasible: min_nodes {need} with STRICT_SPREAD needs {need} distinct nodes, and only {nodes} could \
+             hold a bundle; {fix}"
+        ),
+        _ => format!(
+            "infeasible: min_nodes {need} bundles of {} do not fit on the {nodes} node(s) that could hold one: \
+             {room} at most, even empty; {fix}",
+            pg.bundle
+        ),
+    }
 }
 
 /// Names the first resource no single node has enough of, with the largest node's amount.

@@ -157,21 +157,29 @@ impl Scheduler {
     // ---- cluster -------------------------------------------------------------------------
 
     /// A node joins (or a DEAD one rejoins), with its GPUs when its agent names them.
-    /// Infeasible groups it could serve become feasible.
+    /// Infeasible groups it could serve are checked again: feasible now, or a new reason (a
+    /// gang still short of nodes, by fewer).
     pub fn add_node(&mut self, name: NodeId, resources: Resources, labels: Labels, devices: Option<Devices>) -> NodeIx {
         let ix = self.cluster.join(name, resources, labels, devices);
         let node = self.cluster.node(ix);
-        let lifted: Vec<PgId> = self
+        let touched: Vec<PgId> = self
             .infeasible
             .iter()
             .copied()
-            .filter(|id| feasibility::node_makes_feasible(node, &self.pgs[id]))
+            .filter(|id| feasibility::node_passes_filters(node, &self.pgs[id]))
             .collect();
-        for id in lifted {
-            self.infeasible.remove(&id);
-            self.queue.unpark(id);
-            self.pgs.get_mut(&id).expect("infeasible group exists").infeasible = None;
-            self.events.push_back(SchedEvent::Feasibility { pg: id, infeasible: None });
+        for id in touched {
+            let reason = feasibility::infeasible_reason(&self.cluster, &self.pgs[&id]);
+            let pg = self.pgs.get_mut(&id).expect("infeasible group exists");
+            if reason == pg.infeasible {
+                continue;
+            }
+            pg.infeasible = reason.clone();
+            if reason.is_none() {
+                self.infeasible.remove(&id);
+                self.queue.unpark(id);
+            }
+            self.events.push_back(SchedEvent::Feasibility { pg: id, infeasible: reason });
         }
         self.dirty = true;
         ix

@@ -63,19 +63,23 @@ fn pending_gangs_go_by_priority_then_submit_time() {
 #[test]
 fn backfill_until_the_blocked_gang_starves() {
     let mut s = sched();
-    join(&mut s, "a", 2, &[]);
-    s.create_pg(1, pg(2, 2, Strategy::StrictSpread, 0)); // needs two nodes; only one exists
+    join(&mut s, "a", 1, &[]);
+    join(&mut s, "b", 2, &[]);
+    s.create_pg(9, pg(1, 1, Strategy::StrictSpread, 0));
+    s.request_gang(9);
+    assert_eq!(pass(&mut s, 0), vec![(9, 0, "a".into())], "a is full from now on");
+    s.create_pg(1, pg(2, 2, Strategy::StrictSpread, 0)); // needs two nodes; only b has room
     s.request_gang(1);
     s.create_pg(2, pg(1, 1, Strategy::StrictSpread, 1));
     s.request_gang(2);
-    assert_eq!(pass(&mut s, 1_000), vec![(2, 0, "a".into())], "the small gang backfills");
+    assert_eq!(pass(&mut s, 1_000), vec![(2, 0, "b".into())], "the small gang backfills");
 
     s.create_pg(3, pg(1, 1, Strategy::StrictSpread, 2));
     s.request_gang(3);
-    assert!(pass(&mut s, 10_000).is_empty(), "gang 1 waited starvation_ms: it holds node a now");
-    join(&mut s, "b", 1, &[]);
+    assert!(pass(&mut s, 10_000).is_empty(), "gang 1 waited starvation_ms: it holds node b now");
+    join(&mut s, "c", 1, &[]);
     let placed = pass(&mut s, 10_001);
-    assert_eq!(nodes_of(&placed, 1), ["a", "b"], "the starving gang is placed first");
+    assert_eq!(nodes_of(&placed, 1), ["b", "c"], "the starving gang is placed first");
     assert!(nodes_of(&placed, 3).is_empty(), "nothing left for gang 3");
 }
 
@@ -141,6 +145,73 @@ fn strict_pack_gang_bigger_than_any_node_is_infeasible() {
     s.create_pg(1, pg(3, 3, Strategy::StrictPack, 0));
     let reason = s.pg(1).unwrap().infeasible.clone();
     assert_eq!(reason.as_deref(), Some("infeasible: bundle needs cpu=3, largest node has cpu=2 (a)"));
+}
+
+/// The reason each Feasibility event gave, in order.
+fn feasibility_events(s: &mut Scheduler) -> Vec<Option<String>> {
+    std::iter::from_fn(|| s.poll_event())
+        .filter_map(|e| match e {
+            SchedEvent::Feasibility { infeasible, .. } => Some(infeasible),
+            SchedEvent::Placed(_) => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_strict_spread_gang_larger_than_the_cluster_is_infeasible_until_enough_nodes_join() {
+    let mut s = sched();
+    for name in ["a", "b", "c"] {
+        join(&mut s, name, 4, &[]);
+    }
+    s.create_pg(1, pg(5, 5, Strategy::StrictSpread, 0));
+    s.request_gang(1);
+    let three = "infeasible: min_nodes 5 with STRICT_SPREAD needs 5 distinct nodes, and only 3 could hold a bundle; \
+                 add nodes, or lower min_nodes";
+    assert_eq!(feasibility_events(&mut s), [Some(three.to_string())]);
+    assert!(pass(&mut s, 0).is_empty());
+    join(&mut s, "d", 4, &[]);
+    assert_eq!(feasibility_events(&mut s), [Some(three.replace("only 3", "only 4"))], "the count follows the cluster");
+    join(&mut s, "x", 4, &[("zone", "b")]);
+    assert_eq!(feasibility_events(&mut s), [None], "a fifth node makes it feasible");
+    assert_eq!(nodes_of(&pass(&mut s, 1), 1), ["a", "b", "c", "d", "x"]);
+}
+
+#[test]
+fn a_shared_gang_counts_bundles_per_node_and_pack_by_counts_one_domain() {
+    let mut s = sched();
+    join(&mut s, "a", 3, &[("rack", "r1")]);
+    join(&mut s, "b", 2, &[("rack", "r1")]);
+    join(&mut s, "c", 3, &[("rack", "r2")]);
+    let two_cpus = |spec: PgSpec| PgSpec { bundle: Resources::units(&[("cpu", 2)]), ..spec };
+    s.create_pg(1, two_cpus(pg(4, 4, Strategy::Spread, 0)));
+    assert_eq!(
+        s.pg(1).unwrap().infeasible.as_deref(),
+        Some("infeasible: min_nodes 4 bundles of cpu=2 do not fit on the 3 node(s) that could hold one: 3 at most, even empty; add nodes, or lower min_nodes")
+    );
+    s.create_pg(2, two_cpus(pg(3, 3, Strategy::Pack, 0)));
+    assert_eq!(s.pg(2).unwrap().infeasible, None, "a, b and c hold one each");
+    s.create_pg(3, PgSpec { pack_by: Some("rack".into()), ..two_cpus(pg(3, 3, Strategy::Pack, 0)) });
+    assert_eq!(
+        s.pg(3).unwrap().infeasible.as_deref(),
+        Some("infeasible: min_nodes 3 must fit in one `rack` domain, and the largest, rack=r1, holds 2 bundle(s) even empty; add nodes, or lower min_nodes")
+    );
+}
+
+#[test]
+fn a_placed_gang_s_replacement_needs_room_for_one_bundle_only() {
+    let mut s = sched();
+    let a = join(&mut s, "a", 1, &[("preemptible", "true")]);
+    join(&mut s, "b", 1, &[("preemptible", "true")]);
+    join(&mut s, "c", 1, &[]);
+    s.create_pg(1, pg(3, 3, Strategy::StrictSpread, 0));
+    s.request_gang(1);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["a", "b", "c"]);
+    s.kill_node(a);
+    s.avoid_preemptible(1);
+    assert_eq!(s.pg(1).unwrap().infeasible, None, "one steady node is not enough for a gang, but the gang is placed");
+    s.request(1, 0, Need::Restore { lost_at: t(10) });
+    join(&mut s, "d", 1, &[]);
+    assert_eq!(pass(&mut s, 20), vec![(1, 0, "d".into())]);
 }
 
 #[test]
