@@ -182,6 +182,41 @@ fn logs_follow_a_running_attempt_and_show_a_finished_one() {
     assert_eq!(c.ftdrive(&["logs", &id, "--actor", "0", "--attempt", "1"]), expected);
 }
 
+/// `ftdrive logs j1 --follow | head -1`: once the reader has gone, the follower ends as
+/// `tail -f` does (exit 141, SIGPIPE's status) instead of following for ever; the job runs on.
+#[test]
+fn a_log_follower_whose_reader_went_away_ends() {
+    use std::io::BufRead;
+    let c = Cluster::start(&["n1"]);
+    let spec = c.spec(
+        "endless",
+        json!({"command": ["sh", "-c", "while true; do echo tick; sleep 0.1; done"], "min_nodes": 1, "max_nodes": 1}),
+    );
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let mut follower =
+        c.command().args(["logs", &id, "--follow"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(follower.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert_eq!(first, "tick\n");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = follower.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > WAIT {
+            follower.kill().unwrap();
+            panic!("the follower went on writing into a closed pipe");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut follower.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(141), "{stderr}");
+    assert_eq!(stderr, "", "nothing to say");
+    assert_eq!(c.job(&id)["state"], "RUNNING");
+}
+
 #[test]
 fn an_agent_stopped_with_sigterm_drains_its_work_as_preempted() {
     let mut c = Cluster::start(&["n1", "n2"]);
@@ -359,4 +394,50 @@ fn commands_that_end_at_once_succeed() {
         let job = c.wait_for_job(&id, "it ends", |j| j["state"] != "PENDING" && j["state"] != "RUNNING");
         assert_eq!(job["state"], "SUCCEEDED", "{job:#}");
     }
+}
+
+/// A gang larger than the cluster waits, and the follower's first lines say why (the reason
+/// was settled at submission, before the follower subscribed to events).
+#[test]
+fn a_gang_larger_than_the_cluster_says_why_it_waits() {
+    use std::io::BufRead;
+    let c = Cluster::start(&["n1"]);
+    let spec = c.spec("wide", json!({"command": ["true"], "min_nodes": 2, "max_nodes": 2}));
+    let mut follower =
+        c.command().arg("submit").arg(&spec).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut stdout = std::io::BufReader::new(follower.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("j1/1 SCHEDULING") {
+        assert!(stdout.read_line(&mut seen).unwrap() > 0, "the follower printed where the job stands: {seen}");
+    }
+    // SAFETY: signalling a child process we started.
+    unsafe { libc::kill(follower.id() as i32, libc::SIGINT) };
+    follower.wait().unwrap();
+    assert!(
+        seen.contains("now  infeasible: min_nodes 2 with STRICT_SPREAD needs 2 distinct nodes, and only 1 could"),
+        "{seen}"
+    );
+    assert_eq!(c.job("j1")["state"], "PENDING");
+}
+
+/// The embedded cluster never grows, so a job it can never hold is refused at once (exit 2)
+/// with the flag that would let it run, instead of waiting for ever.
+#[test]
+fn the_local_cluster_refuses_a_job_it_can_never_hold() {
+    let state = tempfile::tempdir().unwrap();
+    let spec = state.path().join("wide.json");
+    std::fs::write(&spec, r#"{"name": "wide", "command": ["true"], "min_nodes": 3, "max_nodes": 3}"#).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["submit", "--local-nodes", "2"])
+        .arg(&spec)
+        .current_dir(state.path())
+        .env("FTDRIVE_STATE_DIR", state.path())
+        .env_remove("FTDRIVE_HEAD")
+        .env_remove("FTDRIVE_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("can never run on the local cluster's 2 node(s)"), "{stderr}");
+    assert!(stderr.contains("Run it with --local-nodes 3"), "{stderr}");
 }

@@ -3,6 +3,7 @@
 use super::args::DrainArgs;
 use super::client::Client;
 use super::error::{CliError, Outcome};
+use super::out;
 use serde_json::{json, Value};
 
 pub fn run(args: DrainArgs) -> Result<Outcome, CliError> {
@@ -10,7 +11,7 @@ pub fn run(args: DrainArgs) -> Result<Outcome, CliError> {
     super::block_on(async move {
         let _: Value =
             client.post(&format!("/v1/nodes/{}/drain", args.node), json!({"deadline_ms": args.deadline_ms})).await?;
-        println!("draining {} (deadline {} ms)", args.node, args.deadline_ms);
+        out::line(&format!("draining {} (deadline {} ms)", args.node, args.deadline_ms))?;
         Ok(Outcome::Done)
     })
 }

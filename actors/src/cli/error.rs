@@ -15,6 +15,10 @@ pub enum CliError {
     /// Anything else that stops the command. Exit 1.
     #[error("{0}")]
     Failed(String),
+    /// Whoever read our standard output went away (`| head`): nothing to say, and exit 141,
+    /// the status of a process killed by SIGPIPE, as `cat` and `tail -f` have there.
+    #[error("standard output was closed")]
+    ReaderGone,
 }
 
 /// The job outcomes `submit` exits with.
@@ -35,5 +39,6 @@ pub fn exit_code(result: &Result<Outcome, CliError>) -> i32 {
         Err(CliError::BadInput(_)) => 2,
         Err(CliError::Unreachable(_)) => 4,
         Err(CliError::Unavailable(_) | CliError::Failed(_)) => 1,
+        Err(CliError::ReaderGone) => 128 + libc::SIGPIPE,
     }
 }

@@ -3,6 +3,7 @@
 
 use super::client::Client;
 use super::error::{CliError, Outcome};
+use super::out;
 use super::reconnect::{is_passing, until_answered};
 use super::render;
 use ftdrive::driver::JobState;
@@ -11,7 +12,7 @@ use ftdrive::view::JobView;
 use futures_util::StreamExt;
 use serde_json::Value;
 use std::collections::VecDeque;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// What Ctrl-C means while following.
@@ -71,8 +72,7 @@ pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Re
         Err(CliError::Unreachable(_)) => screen.view.expect("the stream ended on a final snapshot"),
         answer => answer?,
     };
-    print!("{}", render::job_summary(&view));
-    let _ = std::io::stdout().flush();
+    out::text(&render::job_summary(&view))?;
     Ok(outcome(view.state))
 }
 
@@ -95,7 +95,7 @@ impl Screen {
         match line {
             StreamLine::Snapshot(snapshot) => {
                 if (self.view.is_none() || self.reprint) && !self.live {
-                    print!("{}", render::snapshot_lines(&snapshot));
+                    out::text(&render::snapshot_lines(&snapshot))?;
                 }
                 self.reprint = false;
                 self.view = Some(*snapshot);
@@ -111,12 +111,12 @@ impl Screen {
                 // Times count from the job's submission.
                 let origin = self.view.as_ref().map_or(line.t_ms, |v| v.submit_ms);
                 if let Some(text) = render::event_line(&line, origin) {
-                    show(self.live, &mut self.recent, text);
+                    show(self.live, &mut self.recent, text)?;
                 }
             }
         }
         if let (true, Some(v)) = (self.live, &self.view) {
-            redraw(v, &self.recent);
+            redraw(v, &self.recent)?;
         }
         Ok(())
     }
@@ -137,18 +137,18 @@ pub fn outcome(state: JobState) -> Outcome {
 }
 
 /// An event line: kept for the live table's tail, or printed.
-fn show(live: bool, recent: &mut VecDeque<String>, text: String) {
-    if live {
-        recent.push_back(text);
-        if recent.len() > 8 {
-            recent.pop_front();
-        }
-    } else {
-        println!("{text}");
+fn show(live: bool, recent: &mut VecDeque<String>, text: String) -> Result<(), CliError> {
+    if !live {
+        return out::line(&text);
     }
+    recent.push_back(text);
+    if recent.len() > 8 {
+        recent.pop_front();
+    }
+    Ok(())
 }
 
-fn redraw(view: &JobView, recent: &VecDeque<String>) {
+fn redraw(view: &JobView, recent: &VecDeque<String>) -> Result<(), CliError> {
     let mut out = String::from("\x1b[H\x1b[2J");
     out.push_str(&render::job_table(view));
     out.push('\n');
@@ -156,8 +156,7 @@ fn redraw(view: &JobView, recent: &VecDeque<String>) {
         out.push_str(line);
         out.push('\n');
     }
-    print!("{out}");
-    let _ = std::io::stdout().flush();
+    out::text(&out)
 }
 
 #[cfg(test)]

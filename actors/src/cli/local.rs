@@ -6,12 +6,13 @@ use super::args::SubmitArgs;
 use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::follow::OnInterrupt;
-use super::submit::submit_and_follow;
+use super::submit::{follow_submitted, submit};
 use crate::head::{self, ServeOptions};
 use crate::node::{self, detect, NodeOptions};
 use crate::paths;
 use ftdrive::resources::Devices;
 use ftdrive::spec::JobSpec;
+use ftdrive::view::JobView;
 use ftdrive::view::NodeView;
 use ftdrive::{HeadConfig, Labels, NodeId, Resources};
 use std::path::{Path, PathBuf};
@@ -38,11 +39,29 @@ pub async fn run(spec: JobSpec, args: &SubmitArgs) -> Result<Outcome, CliError> 
     );
     let result = async {
         cluster.wait_for_nodes(nodes).await?;
-        submit_and_follow(&cluster.client, spec, args, OnInterrupt::StopJob).await
+        let view = submit(&cluster.client, spec).await?;
+        refuse_what_never_fits(&cluster.client, &view, nodes).await?;
+        follow_submitted(&cluster.client, &view, args, OnInterrupt::StopJob).await
     }
     .await;
     cluster.shutdown().await;
     result
+}
+
+/// No node ever joins an embedded cluster, so a job the head finds infeasible would wait for
+/// ever: it is stopped, and the error says what would let it run.
+async fn refuse_what_never_fits(client: &Client, view: &JobView, nodes: u32) -> Result<(), CliError> {
+    let Some(why) = &view.infeasible else { return Ok(()) };
+    let _: JobView = client.post(&format!("/v1/jobs/{}/stop", view.id), serde_json::Value::Null).await?;
+    let more = if view.min_nodes > nodes {
+        format!("Run it with --local-nodes {}, or ", view.min_nodes)
+    } else {
+        "Lower what it asks for, or ".to_string()
+    };
+    Err(CliError::BadInput(format!(
+        "{} can never run on the local cluster's {nodes} node(s): {why}. {more}submit it to a cluster with --head",
+        view.id
+    )))
 }
 
 /// Each local run gets the next job number (`j1`, `j2`, …), so that job ids — and whatever a

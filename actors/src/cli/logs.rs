@@ -6,9 +6,9 @@
 use super::args::LogsArgs;
 use super::client::Client;
 use super::error::{CliError, Outcome};
+use super::out;
 use super::reconnect::{is_passing, until_answered};
 use ftdrive::view::JobView;
-use std::io::Write;
 use std::time::Duration;
 
 const POLL_MS: u64 = 300;
@@ -74,12 +74,10 @@ async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, h
             answer => answer?,
         };
         if header && !printed_header {
-            println!("==> {job}/{actor} attempt {} on {} <==", chunk.attempt, chunk.node);
+            out::line(&format!("==> {job}/{actor} attempt {} on {} <==", chunk.attempt, chunk.node))?;
             printed_header = true;
         }
-        let mut out = std::io::stdout();
-        let _ = out.write_all(&chunk.bytes);
-        let _ = out.flush();
+        out::bytes(&chunk.bytes)?;
         let more = !chunk.bytes.is_empty();
         offset = chunk.next_offset;
         if more {

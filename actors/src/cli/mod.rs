@@ -11,6 +11,7 @@ mod local;
 mod logs;
 mod node;
 mod nodes;
+mod out;
 mod reconnect;
 mod render;
 mod sim;
@@ -30,8 +31,9 @@ pub fn run() -> i32 {
     }
     let cli = Cli::parse();
     let result = dispatch(cli.command);
-    if let Err(err) = &result {
-        eprintln!("ftdrive: {err}");
+    match &result {
+        Err(CliError::ReaderGone) | Ok(_) => {}
+        Err(err) => eprintln!("ftdrive: {err}"),
     }
     exit_code(&result)
 }

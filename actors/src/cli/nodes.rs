@@ -3,6 +3,7 @@
 use super::args::{Output, OutputArgs};
 use super::client::Client;
 use super::error::{CliError, Outcome};
+use super::out;
 use super::render;
 use ftdrive::view::NodeView;
 
@@ -11,8 +12,8 @@ pub fn run(args: OutputArgs) -> Result<Outcome, CliError> {
     super::block_on(async move {
         let nodes: Vec<NodeView> = client.get("/v1/nodes").await?;
         match args.output {
-            Output::Json => println!("{}", serde_json::to_string_pretty(&nodes).expect("views serialize")),
-            Output::Text => print!("{}", render::nodes_table(&nodes)),
+            Output::Json => out::json(&nodes)?,
+            Output::Text => out::text(&render::nodes_table(&nodes))?,
         }
         Ok(Outcome::Done)
     })

@@ -71,6 +71,9 @@ pub fn apply(view: &mut JobView, event: &Event) {
 /// Where a job stands, a line per actor: the start of a follower's output.
 pub fn snapshot_lines(view: &JobView) -> String {
     let mut out = format!("     now  job {} {} · cycle {}\n", view.id, view.state, view.cycles);
+    if let Some(why) = view.infeasible.as_ref().filter(|_| !view.state.is_terminal()) {
+        let _ = writeln!(out, "     now  {why}");
+    }
     for a in &view.actors {
         let node = a.node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default();
         let rank = a.rank.map(|r| format!(" rank {r}")).unwrap_or_default();

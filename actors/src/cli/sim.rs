@@ -2,9 +2,10 @@
 
 use super::args::{Output, SimArgs};
 use super::error::{CliError, Outcome};
+use super::out;
 use ftdrive::sim::swarm::{self, SeedResult};
 use ftdrive::sim::{summary, Scenario, SimOptions, Simulation};
-use std::io::Write;
+use std::fmt::Write;
 use std::path::Path;
 
 pub fn run(args: SimArgs) -> Result<Outcome, CliError> {
@@ -20,10 +21,8 @@ pub fn run(args: SimArgs) -> Result<Outcome, CliError> {
         write_lines(trace, &report.trace)?;
     }
     match args.output {
-        Output::Json => {
-            println!("{}", serde_json::to_string_pretty(&summary::json(&report)).expect("summary serializes"))
-        }
-        Output::Text => print!("{}", summary::text(&report)),
+        Output::Json => out::json(&summary::json(&report))?,
+        Output::Text => out::text(&summary::text(&report))?,
     }
     Ok(if report.violations.is_empty() { Outcome::Done } else { Outcome::Failed })
 }
@@ -49,12 +48,11 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
         .ok_or_else(|| CliError::BadInput("--start-seed + --seeds overflows".into()))?;
     let mut failed = 0u64;
     let mut steps = 0u64;
-    let stdout = std::io::stdout();
     for seed in args.start_seed..end {
         if args.print_scenario {
             let case = swarm::generate(seed);
             let text = serde_json::to_string_pretty(&case.scenario).expect("scenario serializes");
-            println!("{text}\n// heal_at_ms {} liveness_at_ms {}", case.heal_at_ms, case.liveness_at_ms);
+            out::line(&format!("{text}\n// heal_at_ms {} liveness_at_ms {}", case.heal_at_ms, case.liveness_at_ms))?;
         }
         let (result, trace) = swarm::run_seed_traced(seed, args.check_determinism, args.trace.is_some());
         if let Some(path) = &args.trace {
@@ -63,18 +61,23 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
         steps += result.steps;
         if !result.violations.is_empty() {
             failed += 1;
-            report_failure(&mut stdout.lock(), &result, args.check_determinism);
+            out::text(&failure_report(&result, args.check_determinism))?;
         }
     }
-    println!("swarm: {} seeds from {}, {} failed, {} steps in all", args.seeds, args.start_seed, failed, steps);
+    out::line(&format!(
+        "swarm: {} seeds from {}, {} failed, {} steps in all",
+        args.seeds, args.start_seed, failed, steps
+    ))?;
     Ok(if failed == 0 { Outcome::Done } else { Outcome::Failed })
 }
 
-fn report_failure(out: &mut dyn Write, result: &SeedResult, determinism: bool) {
+fn failure_report(result: &SeedResult, determinism: bool) -> String {
     let seed = result.seed;
+    let mut out = String::new();
     for v in &result.violations {
         let _ = writeln!(out, "seed {seed}: {} at step {} (t={} ms): {}", v.invariant, v.step, v.t_ms, v.detail);
     }
     let flag = if determinism { " --check-determinism" } else { "" };
     let _ = writeln!(out, "  replay: ftdrive sim --swarm --seeds 1 --start-seed {seed}{flag} --print-scenario");
+    out
 }

@@ -3,6 +3,7 @@
 use super::args::{Output, StatusArgs};
 use super::client::Client;
 use super::error::{CliError, Outcome};
+use super::out;
 use super::render;
 use ftdrive::view::JobView;
 
@@ -13,15 +14,15 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
             Some(job) => {
                 let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
                 match args.out.output {
-                    Output::Json => println!("{}", serde_json::to_string_pretty(&view).expect("views serialize")),
-                    Output::Text => print!("{}", render::job_summary(&view)),
+                    Output::Json => out::json(&view)?,
+                    Output::Text => out::text(&render::job_summary(&view))?,
                 }
             }
             None => {
                 let views: Vec<JobView> = client.get("/v1/jobs").await?;
                 match args.out.output {
-                    Output::Json => println!("{}", serde_json::to_string_pretty(&views).expect("views serialize")),
-                    Output::Text => print!("{}", render::jobs_table(&views)),
+                    Output::Json => out::json(&views)?,
+                    Output::Text => out::text(&render::jobs_table(&views))?,
                 }
             }
         }

@@ -3,6 +3,7 @@
 use super::args::JobArg;
 use super::client::Client;
 use super::error::{CliError, Outcome};
+use super::out;
 use ftdrive::view::JobView;
 use serde_json::Value;
 
@@ -10,7 +11,7 @@ pub fn run(args: JobArg) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.head)?;
     super::block_on(async move {
         let view: JobView = client.post(&format!("/v1/jobs/{}/stop", args.job), Value::Null).await?;
-        println!("stopping {} ({}); it is {}", view.id, view.name, view.state);
+        out::line(&format!("stopping {} ({}); it is {}", view.id, view.name, view.state))?;
         Ok(Outcome::Done)
     })
 }

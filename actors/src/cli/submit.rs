@@ -7,6 +7,7 @@ use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::follow::{self, OnInterrupt};
 use super::local;
+use super::out;
 use ftdrive::spec::{JobSpec, Overrides};
 use ftdrive::view::JobView;
 use serde_json::json;
@@ -37,11 +38,27 @@ pub async fn submit_and_follow(
     args: &SubmitArgs,
     on_interrupt: OnInterrupt,
 ) -> Result<Outcome, CliError> {
-    let view: JobView = client.post("/v1/jobs", json!({ "spec": spec })).await?;
+    let view = submit(client, spec).await?;
+    follow_submitted(client, &view, args, on_interrupt).await
+}
+
+pub async fn submit(client: &Client, spec: JobSpec) -> Result<JobView, CliError> {
+    client.post("/v1/jobs", json!({ "spec": spec })).await
+}
+
+/// Prints where the accepted job is and follows it to its end, unless `--no-wait`.
+pub async fn follow_submitted(
+    client: &Client,
+    view: &JobView,
+    args: &SubmitArgs,
+    on_interrupt: OnInterrupt,
+) -> Result<Outcome, CliError> {
     if args.no_wait {
         match args.output {
-            Output::Json => println!("{}", serde_json::to_string_pretty(&view).expect("views serialize")),
-            Output::Text => println!("submitted {} ({}); follow with `ftdrive status {}`", view.id, view.name, view.id),
+            Output::Json => out::json(&view)?,
+            Output::Text => {
+                out::line(&format!("submitted {} ({}); follow with `ftdrive status {}`", view.id, view.name, view.id))?
+            }
         }
         return Ok(Outcome::Done);
     }
@@ -50,7 +67,7 @@ pub async fn submit_and_follow(
     let outcome = follow::follow(client, &view.id, on_interrupt).await?;
     if args.output == Output::Json {
         let final_view: JobView = client.get(&format!("/v1/jobs/{}", view.id)).await?;
-        println!("{}", serde_json::to_string_pretty(&final_view).expect("views serialize"));
+        out::json(&final_view)?;
     }
     Ok(outcome)
 }
