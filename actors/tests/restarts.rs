@@ -145,6 +145,38 @@ fn an_agent_killed_and_started_again_keeps_its_processes_and_charges_nothing() {
     assert_eq!(done["remaining"]["system"], 3, "nothing charged");
 }
 
+/// SIGTERM for an agent while the head is away: it stops its processes itself and exits. When
+/// both are back, the end it reports is its own doing — charged to the system budget as a lost
+/// node, never to the user (whose budget of 0 would fail the job).
+#[test]
+fn an_agent_stopped_while_the_head_is_away_never_charges_the_user_for_its_own_stop() {
+    let mut c = Cluster::start(&["n1", "n2"]);
+    let long_then_short = r#"if [ "$FTDRIVE_CYCLE" = 1 ]; then exec sleep 60; else exec sleep 1; fi"#;
+    let spec =
+        c.spec("drained-unseen", json!({"command": ["sh", "-c", long_then_short], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    wait_until_steady(&c, &id, 1);
+    let (_, node) = actor_on_rank(&c.job(&id), 0);
+    c.kill_head();
+    let mut agent = c.nodes.remove(&node).unwrap();
+    // SAFETY: signalling a child process we started.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    let start = Instant::now();
+    while agent.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < WAIT, "the agent did not shut down");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(c.processes(None).is_empty(), "the agent stopped its processes before it exited");
+    c.start_head_again();
+    c.add_node(&node);
+    let done = c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
+    let first = &done["ledger"][0];
+    assert_eq!((first["cause"].as_str(), first["budget"].as_str()), (Some("node_lost"), Some("system")), "{done:#}");
+    assert!(first["evidence"].as_str().unwrap().contains("the agent shut down"), "{done:#}");
+    assert_eq!(done["state"], "SUCCEEDED", "{done:#}");
+    assert_eq!(done["remaining"]["user"], 0, "the user budget is untouched: {done:#}");
+}
+
 /// A raw request that reports a failure instead of panicking.
 fn try_http(url: &str, token: &str, body: &str) -> Option<(u16, String)> {
     let host = url.trim_start_matches("http://");

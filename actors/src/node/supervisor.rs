@@ -12,7 +12,10 @@
 //!   does, it kills the workers' process groups.
 //! - **SV-2 leaves a record.** When the group ends, the supervisor writes how (`exit`, an
 //!   `ExitStatus` in JSON) before it tells a connected agent and exits, so that an agent that
-//!   was away still learns it. A group that cannot start leaves `failed` instead.
+//!   was away still learns it. A group that cannot start leaves `failed` instead. A group
+//!   that failed only after an agent ordered it stopped (or after the re-attach grace ran out)
+//!   is recorded as `signalled_by_agent`: an agent that shut down while the head was away must
+//!   not have its own stop charged to the user when it reports the end later.
 //! - **SV-3 takes everything down.** Each worker leads its own process group and dies with the
 //!   supervisor (parent-death signal); when a worker ends, whatever it left in its group is
 //!   killed.
@@ -67,7 +70,11 @@ enum Event {
 struct Progress {
     pgids: Vec<i32>,
     running: u32,
-    failure: Option<(u32, std::process::ExitStatus)>,
+    /// The first failure: its local rank, how it ended, and whether the runtime had ordered
+    /// the group to end by then (SV-2).
+    failure: Option<(u32, std::process::ExitStatus, bool)>,
+    /// An agent ordered a stop or a kill, or the re-attach grace ran out (SV-1).
+    ordered_to_end: bool,
 }
 
 /// Runs the supervisor; never returns.
@@ -148,7 +155,8 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
         });
     }
     std::thread::spawn(move || accept(listener, tx));
-    let mut progress = Progress { pgids: group.pgids.clone(), running: args.group.workers, failure: None };
+    let mut progress =
+        Progress { pgids: group.pgids.clone(), running: args.group.workers, failure: None, ordered_to_end: false };
     let mut agent: Option<(u64, UnixStream)> = None;
     let mut kill_at: Option<Instant> = None;
     // An agent is expected to connect at once; until it does, the grace runs.
@@ -174,7 +182,7 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
                 alone_since = None;
             }
             Ok(Event::Line(id, line)) if agent.as_ref().is_some_and(|(a, _)| *a == id) => {
-                kill_at = command(&line, &progress.pgids).or(kill_at);
+                kill_at = progress.command(&line).or(kill_at);
             }
             Ok(Event::Line(..)) => {}
             Ok(Event::Detached(id)) if agent.as_ref().is_some_and(|(a, _)| *a == id) => {
@@ -184,6 +192,9 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
             Ok(Event::Detached(_)) => {}
             Err(RecvTimeoutError::Timeout) => {
                 // A stop's grace is over, or no agent came back in time (SV-1, SV-4, SV-5).
+                if alone_since.is_some_and(|since| since.elapsed() >= grace) {
+                    progress.ordered_to_end = true;
+                }
                 signal_all(&progress.pgids, libc::SIGKILL);
                 kill_at = None;
                 alone_since = None;
@@ -202,7 +213,7 @@ impl Progress {
         if status.success() || self.failure.is_some() {
             return None;
         }
-        self.failure = Some((local_rank, status));
+        self.failure = Some((local_rank, status, self.ordered_to_end));
         if self.running == 0 {
             return None;
         }
@@ -212,12 +223,30 @@ impl Progress {
 
     /// The group's end: the first failure, or success.
     fn outcome(&self, workers: u32) -> ExitStatus {
-        let Some((local_rank, status)) = self.failure else { return ExitStatus::code(0) };
+        let Some((local_rank, status, ordered)) = self.failure else { return ExitStatus::code(0) };
         let ended = match (status.code(), status.signal()) {
             (Some(code), _) => ExitStatus::code(code),
             (None, signal) => ExitStatus::signal(signal.unwrap_or(libc::SIGKILL), false),
         };
-        ExitStatus { worker: (workers > 1).then_some(local_rank), ..ended }
+        ExitStatus { worker: (workers > 1).then_some(local_rank), signalled_by_agent: ordered, ..ended }
+    }
+
+    /// Carries out one command from the agent; returns when to escalate to SIGKILL.
+    fn command(&mut self, line: &str) -> Option<Instant> {
+        match line.split_once(' ').unwrap_or((line, "")) {
+            ("stop", grace) => {
+                self.ordered_to_end = true;
+                signal_all(&self.pgids, libc::SIGTERM);
+                let grace_ms = grace.trim().parse::<u64>().unwrap_or(0);
+                Some(Instant::now() + Duration::from_millis(grace_ms))
+            }
+            ("kill", _) => {
+                self.ordered_to_end = true;
+                signal_all(&self.pgids, libc::SIGKILL);
+                None
+            }
+            _ => None,
+        }
     }
 }
 
@@ -237,22 +266,6 @@ fn accept(listener: UnixListener, tx: Sender<Event>) {
             }
             let _ = lines.send(Event::Detached(id));
         });
-    }
-}
-
-/// Carries out one command from the agent; returns when to escalate to SIGKILL.
-fn command(line: &str, pgids: &[i32]) -> Option<Instant> {
-    match line.split_once(' ').unwrap_or((line, "")) {
-        ("stop", grace) => {
-            signal_all(pgids, libc::SIGTERM);
-            let grace_ms = grace.trim().parse::<u64>().unwrap_or(0);
-            Some(Instant::now() + Duration::from_millis(grace_ms))
-        }
-        ("kill", _) => {
-            signal_all(pgids, libc::SIGKILL);
-            None
-        }
-        _ => None,
     }
 }
 
