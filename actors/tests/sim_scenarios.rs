@@ -115,7 +115,7 @@ const EXPECTED: &[(&str, Expectation)] = &[
         let two = "infeasible: min_nodes 3 with STRICT_SPREAD needs 3 distinct nodes, and only 2 could hold a bundle; \
                    add nodes, or lower min_nodes";
         assert_eq!(reasons, [&Value::from(two), &Value::Null], "reported at submission, lifted when n3 joined");
-        let small = r.entry("small", "completed")["ended_ms"].as_u64().unwrap();
+        let small = r.entry("small", "completed")["end_ms"].as_u64().unwrap();
         assert!(small < 20_000, "the small job ran meanwhile, not held back by the wide one: {small}");
         assert_eq!(r.state("wide"), "SUCCEEDED");
         assert_eq!(r.ledger("wide"), vec![pair("completed", "none"); 3]);
