@@ -75,8 +75,9 @@ impl Client {
         let message = match crate::tls::diagnose("the head", &self.base, &e).await {
             Some(why) => format!("cannot reach the head: {why}"),
             None => format!(
-                "cannot reach the head at {}: {e}\n  is `ftdrive head` running? pass --head URL or set $FTDRIVE_HEAD",
-                self.base
+                "cannot reach the head at {}: {}\n  is `ftdrive head` running? pass --head URL or set $FTDRIVE_HEAD",
+                self.base,
+                root_cause(&e)
             ),
         };
         CliError::Unreachable(message)
@@ -106,7 +107,7 @@ impl Client {
                     Some(Ok(chunk)) => buffer.extend_from_slice(&chunk),
                     Some(Err(e)) => {
                         return Some((
-                            Err(CliError::Unreachable(format!("the connection broke: {e}"))),
+                            Err(CliError::Unreachable(format!("the connection broke: {}", root_cause(&e)))),
                             (bytes, buffer),
                         ))
                     }
@@ -141,8 +142,10 @@ impl Client {
             header("x-ftdrive-running"),
             header("x-ftdrive-next-offset"),
         );
-        let bytes =
-            response.bytes().await.map_err(|e| CliError::Unreachable(format!("lost the head mid-answer: {e}")))?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| CliError::Unreachable(format!("lost the head mid-answer: {}", root_cause(&e))))?;
         Ok(LogChunk {
             attempt: attempt.parse().unwrap_or(0),
             node,
@@ -151,4 +154,16 @@ impl Client {
             bytes,
         })
     }
+}
+
+/// What actually went wrong, from the bottom of an error's chain: reqwest's own message
+/// ("error sending request for url", "error decoding response body") names the step, while
+/// the last source says why ("Connection refused", "connection closed before message
+/// completed").
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(source) = last.source() {
+        last = source;
+    }
+    last.to_string()
 }
