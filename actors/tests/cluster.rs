@@ -103,6 +103,18 @@ fn stop_ends_the_job_and_every_process_and_submit_exits_3() {
     assert_eq!(job["state"], "STOPPED");
     assert!(job["ledger"].as_array().unwrap().iter().all(|e| e["cause"] == "stopped"));
     c.wait_until("no process of the job remains", |c| c.processes(None).is_empty());
+    let again = c.ftdrive(&["stop", "j1"]);
+    assert!(again.starts_with("stopping j1 (stopped); it is STOPPED"), "{again}");
+}
+
+#[test]
+fn stopping_a_job_that_already_ended_says_so_and_changes_nothing() {
+    let c = Cluster::start(&["n1"]);
+    let id = c.submit_no_wait(&c.spec("done", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1})));
+    c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
+    let said = c.ftdrive(&["stop", &id]);
+    assert_eq!(said, format!("{id} (done) had already ended: SUCCEEDED; nothing to stop\n"));
+    assert_eq!(c.job(&id)["state"], "SUCCEEDED");
 }
 
 #[test]

@@ -4,6 +4,7 @@ use super::args::JobArg;
 use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::out;
+use ftdrive::driver::JobState;
 use ftdrive::view::JobView;
 use serde_json::Value;
 
@@ -11,7 +12,14 @@ pub fn run(args: JobArg) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.head)?;
     super::block_on(async move {
         let view: JobView = client.post(&format!("/v1/jobs/{}/stop", args.job), Value::Null).await?;
-        out::line(&format!("stopping {} ({}); it is {}", view.id, view.name, view.state))?;
+        let text = match view.state {
+            // A stop changes nothing once the outcome is decided; saying "stopping" would not be true.
+            JobState::Succeeded | JobState::Failed => {
+                format!("{} ({}) had already ended: {}; nothing to stop", view.id, view.name, view.state)
+            }
+            _ => format!("stopping {} ({}); it is {}", view.id, view.name, view.state),
+        };
+        out::line(&text)?;
         Ok(Outcome::Done)
     })
 }
