@@ -141,7 +141,9 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId) -> JobView {
         nproc_per_node: d.spec().nproc_per_node,
         submit_ms: d.submitted().as_ms(),
         message: d.message().map(str::to_string),
-        infeasible: d.infeasible().map(str::to_string),
+        // The scheduler's reason is current (its count follows nodes joining without an event
+        // each); once the group is gone, the last one the driver heard.
+        infeasible: scheduler.pg(pg).map_or(d.infeasible(), |p| p.infeasible.as_deref()).map(str::to_string),
         remaining: d.remaining(),
         actors,
         ledger: d.ledger().to_vec(),

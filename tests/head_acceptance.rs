@@ -239,6 +239,35 @@ fn infeasible_bundle_names_the_resource_and_the_largest_node() {
     assert_eq!(c.view(&job).state, JobState::Running);
 }
 
+/// A gang wider than the cluster: the view's reason counts the nodes as they join, the job's
+/// events say only when it turns infeasible and feasible, and the gang runs once it fits.
+#[test]
+fn a_gang_wider_than_the_cluster_shows_the_count_until_it_fits() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    let job = c.submit(spec("wide", 3, 3));
+    let only = |n: u32| {
+        format!(
+            "infeasible: min_nodes 3 with STRICT_SPREAD needs 3 distinct nodes, and only {n} could hold a bundle; \
+             add nodes, or lower min_nodes"
+        )
+    };
+    assert_eq!(c.view(&job).infeasible, Some(only(1)));
+    c.join("n2", cpu(1));
+    assert_eq!(c.view(&job).infeasible, Some(only(2)), "the count follows the cluster");
+    c.join("n3", cpu(1));
+    let view = c.view(&job);
+    assert_eq!((view.infeasible, view.state), (None, JobState::Running));
+    let turns: Vec<Option<String>> = c
+        .job_events()
+        .filter_map(|e| match e {
+            JobEvent::Feasibility { infeasible } => Some(infeasible.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(turns, [Some(only(1)), None]);
+}
+
 #[test]
 fn selector_nobody_matches_is_infeasible() {
     let mut c = TestCluster::new(config());

@@ -34,7 +34,7 @@ mod select;
 mod tests;
 
 pub use cluster::{Node, NodeIx, NodeState, ResourceTable};
-pub use feasibility::{Filter, FILTERS};
+pub use feasibility::{Filter, Infeasible, FILTERS};
 pub use pg::{BundleState, PgSpec, PgState, PlacementGroup};
 pub use policy::Need;
 use queue::WaitQueue;
@@ -124,7 +124,8 @@ pub struct Scheduler {
     cluster: Cluster,
     pgs: BTreeMap<PgId, PlacementGroup>,
     queue: WaitQueue,
-    infeasible: BTreeSet<PgId>,
+    /// Groups the nodes ever seen could never hold, with the count behind each verdict.
+    infeasible: BTreeMap<PgId, Infeasible>,
     events: VecDeque<SchedEvent>,
     /// Something changed since the last pass that could let an item be placed.
     dirty: bool,
@@ -140,7 +141,7 @@ impl Scheduler {
             config,
             pgs: BTreeMap::new(),
             queue: WaitQueue::default(),
-            infeasible: BTreeSet::new(),
+            infeasible: BTreeMap::new(),
             suspects: BTreeSet::new(),
             events: VecDeque::new(),
             dirty: false,
@@ -160,29 +161,57 @@ impl Scheduler {
     /// Infeasible groups it could serve are checked again: feasible now, or a new reason (a
     /// gang still short of nodes, by fewer).
     pub fn add_node(&mut self, name: NodeId, resources: Resources, labels: Labels, devices: Option<Devices>) -> NodeIx {
+        let rejoined = self.cluster.ix(&name).is_some();
         let ix = self.cluster.join(name, resources, labels, devices);
         let node = self.cluster.node(ix);
         let touched: Vec<PgId> = self
             .infeasible
-            .iter()
+            .keys()
             .copied()
             .filter(|id| feasibility::node_passes_filters(node, &self.pgs[id]))
             .collect();
         for id in touched {
-            let reason = feasibility::infeasible_reason(&self.cluster, &self.pgs[&id]);
-            let pg = self.pgs.get_mut(&id).expect("infeasible group exists");
-            if reason == pg.infeasible {
-                continue;
-            }
-            pg.infeasible = reason.clone();
-            if reason.is_none() {
-                self.infeasible.remove(&id);
-                self.queue.unpark(id);
-            }
-            self.events.push_back(SchedEvent::Feasibility { pg: id, infeasible: reason });
+            let before = self.infeasible.remove(&id).expect("touched groups are infeasible");
+            let pg = &self.pgs[&id];
+            // A node seen before was counted with what it had then: count everything again.
+            let after = if rejoined {
+                feasibility::infeasible_reason(&self.cluster, pg)
+            } else {
+                before.after_new_node(self.cluster.node(ix), pg)
+            };
+            self.note_feasibility(id, after);
         }
         self.dirty = true;
         ix
+    }
+
+    /// Records a group's verdict (its items parked while infeasible). An event tells when it
+    /// becomes infeasible or feasible; a reason that only changed its count (a node joined, the
+    /// gang still does not fit) is shown by the group's view alone, or a gang wider than the
+    /// cluster would send one event per node joining a fleet.
+    fn note_feasibility(&mut self, id: PgId, verdict: Option<Infeasible>) {
+        let was_infeasible = self.pgs[&id].infeasible.is_some();
+        let reason = verdict.as_ref().map(|v| v.reason.clone());
+        match verdict {
+            Some(v) => {
+                self.infeasible.insert(id, v);
+                if !was_infeasible {
+                    self.queue.park(id);
+                }
+            }
+            None => {
+                self.infeasible.remove(&id);
+                if was_infeasible {
+                    self.queue.unpark(id);
+                }
+            }
+        }
+        let pg = self.pgs.get_mut(&id).expect("known group");
+        let turned = was_infeasible != reason.is_some();
+        pg.infeasible = reason.clone();
+        if turned {
+            self.events.push_back(SchedEvent::Feasibility { pg: id, infeasible: reason });
+        }
     }
 
     /// ALIVE → DRAINING: nothing new goes there; what is there stays until released.
@@ -229,13 +258,12 @@ impl Scheduler {
     pub fn create_pg(&mut self, id: PgId, spec: PgSpec) {
         assert!(!self.pgs.contains_key(&id), "placement group {id} created twice");
         let demand = Demand::from_resources(&mut self.cluster.table, &spec.bundle);
-        let mut pg = PlacementGroup::new(spec, demand);
-        pg.infeasible = feasibility::infeasible_reason(&self.cluster, &pg);
-        if let Some(reason) = &pg.infeasible {
-            self.infeasible.insert(id);
-            self.events.push_back(SchedEvent::Feasibility { pg: id, infeasible: Some(reason.clone()) });
-        }
+        let pg = PlacementGroup::new(spec, demand);
+        let verdict = feasibility::infeasible_reason(&self.cluster, &pg);
         self.pgs.insert(id, pg);
+        if verdict.is_some() {
+            self.note_feasibility(id, verdict);
+        }
     }
 
     /// Queues the required gang (bundles `0..required`) as one all-or-nothing item.
@@ -335,11 +363,9 @@ impl Scheduler {
         let pg = self.pgs.get_mut(&id).expect("known group");
         pg.avoid_preemptible = true;
         if pg.infeasible.is_none() {
-            pg.infeasible = feasibility::infeasible_reason(&self.cluster, pg);
-            if let Some(reason) = pg.infeasible.clone() {
-                self.infeasible.insert(id);
-                self.queue.park(id);
-                self.events.push_back(SchedEvent::Feasibility { pg: id, infeasible: Some(reason) });
+            let verdict = feasibility::infeasible_reason(&self.cluster, pg);
+            if verdict.is_some() {
+                self.note_feasibility(id, verdict);
             }
         }
     }

@@ -170,7 +170,8 @@ fn a_strict_spread_gang_larger_than_the_cluster_is_infeasible_until_enough_nodes
     assert_eq!(feasibility_events(&mut s), [Some(three.to_string())]);
     assert!(pass(&mut s, 0).is_empty());
     join(&mut s, "d", 4, &[]);
-    assert_eq!(feasibility_events(&mut s), [Some(three.replace("only 3", "only 4"))], "the count follows the cluster");
+    assert!(feasibility_events(&mut s).is_empty(), "still infeasible: no event");
+    assert_eq!(s.pg(1).unwrap().infeasible, Some(three.replace("only 3", "only 4")), "the count follows the cluster");
     join(&mut s, "x", 4, &[("zone", "b")]);
     assert_eq!(feasibility_events(&mut s), [None], "a fifth node makes it feasible");
     assert_eq!(nodes_of(&pass(&mut s, 1), 1), ["a", "b", "c", "d", "x"]);
@@ -195,6 +196,30 @@ fn a_shared_gang_counts_bundles_per_node_and_pack_by_counts_one_domain() {
         s.pg(3).unwrap().infeasible.as_deref(),
         Some("infeasible: min_nodes 3 must fit in one `rack` domain, and the largest, rack=r1, holds 2 bundle(s) even empty; add nodes, or lower min_nodes")
     );
+}
+
+#[test]
+fn each_new_node_adds_to_the_count_and_a_node_that_rejoins_is_counted_afresh() {
+    let mut s = sched();
+    let a = join(&mut s, "a", 2, &[]);
+    s.create_pg(1, PgSpec { bundle: Resources::units(&[("cpu", 2)]), ..pg(4, 4, Strategy::Spread, 0) });
+    s.request_gang(1);
+    let at_most = |n: u64, room: u64| {
+        Some(format!(
+            "infeasible: min_nodes 4 bundles of cpu=2 do not fit on the {n} node(s) that could hold one: {room} at \
+             most, even empty; add nodes, or lower min_nodes"
+        ))
+    };
+    assert_eq!(feasibility_events(&mut s), [at_most(1, 1)]);
+    join(&mut s, "b", 3, &[]);
+    assert_eq!(s.pg(1).unwrap().infeasible, at_most(2, 2));
+    s.kill_node(a);
+    join(&mut s, "a", 4, &[]);
+    assert_eq!(s.pg(1).unwrap().infeasible, at_most(2, 3), "a counted once, with its new size");
+    assert!(feasibility_events(&mut s).is_empty(), "only the verdict's turns are events");
+    join(&mut s, "c", 2, &[]);
+    assert_eq!(feasibility_events(&mut s), [None]);
+    assert_eq!(nodes_of(&pass(&mut s, 1), 1), ["a", "a", "b", "c"]);
 }
 
 #[test]
