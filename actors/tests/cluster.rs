@@ -430,6 +430,10 @@ fn a_gang_larger_than_the_cluster_says_why_it_waits() {
         "{seen}"
     );
     assert_eq!(c.job("j1")["state"], "PENDING");
+    let out = c.try_ftdrive(&["submit", "--no-wait", spec.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "accepted: {stderr}");
+    assert!(stderr.starts_with("ftdrive: j2 waits: infeasible: min_nodes 2 with STRICT_SPREAD"), "{stderr}");
 }
 
 /// The embedded cluster never grows, so a job it can never hold is refused at once (exit 2)

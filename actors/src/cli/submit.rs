@@ -60,6 +60,10 @@ pub async fn follow_submitted(
                 out::line(&format!("submitted {} ({}); follow with `ftdrive status {}`", view.id, view.name, view.id))?
             }
         }
+        // Accepted, but it will wait until the cluster changes: a script should not find out later.
+        if let Some(why) = &view.infeasible {
+            eprintln!("ftdrive: {} waits: {why}", view.id);
+        }
         return Ok(Outcome::Done);
     }
     eprintln!("submitted {} ({}) to {}", view.id, view.name, client.base());
