@@ -262,15 +262,7 @@ fn the_readme_command_runs_the_demo_to_success() {
     std::fs::create_dir_all(&stale).unwrap();
     std::fs::write(stale.join("checkpoint.json"), r#"{"step": 30, "world_size": 3, "total": 1.0}"#).unwrap();
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
-        .args(["submit", "examples/jobs/ring.json"])
-        .current_dir(repo)
-        .env("FTDRIVE_STATE_DIR", state.path())
-        .env("TMPDIR", state.path())
-        .env_remove("FTDRIVE_HEAD")
-        .env_remove("FTDRIVE_TOKEN")
-        .output()
-        .unwrap();
+    let out = submit_locally(state.path(), repo, &["examples/jobs/ring.json".as_ref()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("job j1 (ring-allreduce) SUCCEEDED"), "{stdout}");
@@ -283,6 +275,21 @@ fn the_readme_command_runs_the_demo_to_success() {
         logs.iter().map(|p| std::fs::read_to_string(p).unwrap()).find(|l| l.contains("done:")).expect("rank 0's log");
     assert!(rank0.contains("starting at step 1 of 30"), "{rank0}");
     assert!(rank0.contains("done: steps=30 total=2790.0 world=3"), "{rank0}");
+}
+
+/// `ftdrive submit ARGS` with no head configured, as on a new machine: the embedded cluster,
+/// its state and temporary files in `state`, run from `cwd`.
+fn submit_locally(state: &std::path::Path, cwd: &std::path::Path, args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .arg("submit")
+        .args(args)
+        .current_dir(cwd)
+        .env("FTDRIVE_STATE_DIR", state)
+        .env("TMPDIR", state)
+        .env_remove("FTDRIVE_HEAD")
+        .env_remove("FTDRIVE_TOKEN")
+        .output()
+        .unwrap()
 }
 
 fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
@@ -443,15 +450,7 @@ fn the_local_cluster_refuses_a_job_it_can_never_hold() {
     let state = tempfile::tempdir().unwrap();
     let spec = state.path().join("wide.json");
     std::fs::write(&spec, r#"{"name": "wide", "command": ["true"], "min_nodes": 3, "max_nodes": 3}"#).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
-        .args(["submit", "--local-nodes", "2"])
-        .arg(&spec)
-        .current_dir(state.path())
-        .env("FTDRIVE_STATE_DIR", state.path())
-        .env_remove("FTDRIVE_HEAD")
-        .env_remove("FTDRIVE_TOKEN")
-        .output()
-        .unwrap();
+    let out = submit_locally(state.path(), state.path(), &["--local-nodes".as_ref(), "2".as_ref(), spec.as_os_str()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("can never run on the local cluster's 2 node(s)"), "{stderr}");
