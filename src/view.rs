@@ -31,6 +31,10 @@ pub struct JobView {
     pub message: Option<String>,
     /// Why its bundles cannot be placed anywhere, while that is so.
     pub infeasible: Option<String>,
+    /// Why a job the cluster could hold still waits: its gang (or a replacement) short of room
+    /// now, who holds that room, or the work ahead it is held for.
+    #[serde(default)]
+    pub waiting: Option<String>,
     pub remaining: Remaining,
     pub actors: Vec<ActorView>,
     pub ledger: Vec<LedgerEntry>,
@@ -107,8 +111,8 @@ pub struct NodeView {
     pub metrics_url: Option<String>,
 }
 
-/// A job as its driver and the scheduler see it.
-pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId) -> JobView {
+/// A job as its driver and the scheduler see it; `waiting` is why it waits, when it does.
+pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<String>) -> JobView {
     let actors = d
         .actors()
         .iter()
@@ -144,6 +148,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId) -> JobView {
         // The scheduler's reason is current (its count follows nodes joining without an event
         // each); once the group is gone, the last one the driver heard.
         infeasible: scheduler.pg(pg).map_or(d.infeasible(), |p| p.infeasible.as_deref()).map(str::to_string),
+        waiting,
         remaining: d.remaining(),
         actors,
         ledger: d.ledger().to_vec(),

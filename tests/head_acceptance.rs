@@ -268,6 +268,41 @@ fn a_gang_wider_than_the_cluster_shows_the_count_until_it_fits() {
     assert_eq!(turns, [Some(only(1)), None]);
 }
 
+/// A job the cluster could hold but is busy for says why it waits and who holds the room; a
+/// restarted head, which places nothing until its agents report, says that instead.
+#[test]
+fn a_job_waiting_for_room_says_who_holds_it_and_why_nothing_moves() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    c.join("n2", cpu(1));
+    let running = c.submit(spec("first", 2, 2));
+    let waiting = c.submit(spec("second", 2, 2));
+    assert_eq!(c.view(&running).waiting, None);
+    assert_eq!(
+        c.view(&waiting).waiting,
+        Some(format!(
+            "waiting for capacity: needs 2 nodes with room for a bundle of cpu=1 (STRICT_SPREAD), and 0 of the 2 \
+             matching node(s) have it now; in use by {running}"
+        ))
+    );
+
+    c.crash("n2");
+    c.restart_head();
+    assert!(c.head.recovering(), "n2 has not reported");
+    let why = c.view(&waiting).waiting.unwrap();
+    assert!(why.starts_with("waiting for the agents to report after the head's restart"), "{why}");
+    assert!(why.contains("(1 still to report)"), "{why}");
+
+    c.advance(config().node_timeout_ms + 1_000);
+    assert!(!c.head.recovering());
+    let replacement = c.view(&running).waiting.unwrap();
+    assert!(replacement.starts_with(&format!("waiting for capacity: the replacement for {running}/")), "{replacement}");
+    let why = c.view(&waiting).waiting.unwrap();
+    assert!(why.contains("0 of the 1 matching node(s) have it now (1 more are DEAD or DRAINING)"), "{why}");
+    c.join("n3", cpu(1));
+    assert_eq!(c.view(&running).waiting, None, "the replacement went to n3");
+}
+
 #[test]
 fn selector_nobody_matches_is_infeasible() {
     let mut c = TestCluster::new(config());

@@ -31,7 +31,7 @@ use crate::event::Event;
 use crate::ids::{ActorId, JobId, JobIdMint, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, Registration, ToAgent, ToHead};
 use crate::scheduler::{
-    BundleState, NodeIx, PgId, PgSpec, PolicyFault, QueueClass, SchedEvent, Scheduler, SchedulerConfig,
+    BundleState, NodeIx, PgId, PgSpec, PolicyFault, QueueClass, SchedEvent, Scheduler, SchedulerConfig, WaitingMemo,
 };
 use crate::spec::JobSpec;
 use crate::time::{earliest, Instant};
@@ -524,8 +524,28 @@ impl Head {
     }
 
     pub fn job_view(&self, job: &JobId) -> Option<JobView> {
+        self.job_view_sharing(job, &mut WaitingMemo::default())
+    }
+
+    fn job_view_sharing(&self, job: &JobId, memo: &mut WaitingMemo) -> Option<JobView> {
         let slot = self.jobs.get(job)?;
-        Some(view::job_view(&slot.driver, &self.scheduler, slot.pg))
+        Some(view::job_view(&slot.driver, &self.scheduler, slot.pg, self.waiting_reason(slot.pg, memo)))
+    }
+
+    /// Why a job waits: for the agents after a restart (nothing is placed meanwhile, DU-3), or
+    /// the scheduler's reason.
+    fn waiting_reason(&self, pg: PgId, memo: &mut WaitingMemo) -> Option<String> {
+        let job = |p: PgId| self.by_pg[&p].to_string();
+        let reason = self.scheduler.waiting_reason(pg, &job, memo)?;
+        Some(match &self.recovery {
+            Some(r) => format!(
+                "waiting for the agents to report after the head's restart: nothing is placed until every known \
+                 node has ({} still to report) or {} ms have passed",
+                r.waiting.len(),
+                self.config.node_timeout_ms
+            ),
+            None => reason,
+        })
     }
 
     /// Jobs held: running, pending, and finished ones kept for `status`.
@@ -535,7 +555,8 @@ impl Head {
 
     /// Every job, in submission order.
     pub fn job_views(&self) -> Vec<JobView> {
-        self.by_pg.values().map(|id| self.job_view(id).expect("a job of by_pg")).collect()
+        let mut memo = WaitingMemo::default();
+        self.by_pg.values().map(|id| self.job_view_sharing(id, &mut memo).expect("a job of by_pg")).collect()
     }
 
     /// Every node ever seen, by name.

@@ -22,7 +22,8 @@
 //! *protected* — a replacement (always), or anything that has waited `starvation_ms`. A
 //! protected item holds every node it could use now; lower items may not take those.
 //! An item that fails keeps its key, hence its place. Infeasible groups (no node ever seen
-//! could hold a bundle) are reported at once and re-checked when a node joins.
+//! could hold a bundle) are reported at once and re-checked when a node joins. Why a feasible
+//! item still waits is worked out when a view asks (`waiting.rs`), never by a pass.
 
 mod cluster;
 mod feasibility;
@@ -32,6 +33,7 @@ mod queue;
 mod select;
 #[cfg(test)]
 mod tests;
+mod waiting;
 
 pub use cluster::{Node, NodeIx, NodeState, ResourceTable};
 pub use feasibility::{Filter, Infeasible, FILTERS};
@@ -39,6 +41,7 @@ pub use pg::{BundleState, PgSpec, PgState, PlacementGroup};
 pub use policy::Need;
 use queue::WaitQueue;
 pub use queue::{QueueClass, QueueKey, GANG};
+pub use waiting::WaitingMemo;
 
 use crate::ids::NodeId;
 use crate::resources::{Devices, Labels, Resources};

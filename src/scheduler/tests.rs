@@ -343,3 +343,156 @@ fn strict_pack_group_that_lost_everything_returns_to_a_node_that_holds_the_gang(
     s.request(1, 1, Need::Restore { lost_at: t(2) });
     assert_eq!(nodes_of(&pass(&mut s, 2), 1), ["big", "big"]);
 }
+
+// ---- why a request waits ----------------------------------------------------------------------
+
+fn waiting(s: &Scheduler, id: PgId) -> Option<String> {
+    s.waiting_reason(id, &|p| format!("j{p}"), &mut WaitingMemo::default())
+}
+
+#[test]
+fn a_gang_short_of_room_names_the_count_and_who_holds_the_room() {
+    let mut s = sched();
+    for name in ["a", "b", "c"] {
+        join(&mut s, name, 1, &[]);
+    }
+    s.create_pg(1, pg(2, 2, Strategy::StrictSpread, 0));
+    s.request_gang(1);
+    pass(&mut s, 0);
+    assert_eq!(waiting(&s, 1), None, "a placed gang waits for nothing");
+    s.create_pg(2, pg(3, 3, Strategy::StrictSpread, 1));
+    s.request_gang(2);
+    pass(&mut s, 1);
+    assert_eq!(
+        waiting(&s, 2).as_deref(),
+        Some(
+            "waiting for capacity: needs 3 nodes with room for a bundle of cpu=1 (STRICT_SPREAD), and 1 of the 3 \
+             matching node(s) have it now; in use by j1"
+        )
+    );
+    s.remove_pg(1);
+    assert_eq!(nodes_of(&pass(&mut s, 2), 2), ["a", "b", "c"]);
+    assert_eq!(waiting(&s, 2), None);
+}
+
+#[test]
+fn each_strategy_counts_the_room_it_would_use() {
+    let mut s = sched();
+    join(&mut s, "a", 3, &[("rack", "r1")]);
+    join(&mut s, "b", 3, &[("rack", "r2")]);
+    s.create_pg(1, pg(4, 4, Strategy::Pack, 0)); // fills a, and one of b's three
+    s.request_gang(1);
+    pass(&mut s, 0);
+    let mut ask = |id: PgId, strategy: Strategy, pack_by: Option<&str>| {
+        s.create_pg(id, PgSpec { pack_by: pack_by.map(str::to_string), ..pg(3, 3, strategy, 1) });
+        s.request_gang(id);
+        pass(&mut s, 1);
+        let why = waiting(&s, id).expect("three bundles do not fit in b's two free slots");
+        s.remove_pg(id);
+        why
+    };
+    let spread = ask(2, Strategy::Spread, None);
+    assert!(
+        spread.contains("needs room for 3 bundles of cpu=1, and the 2 matching node(s) have room for 2 now"),
+        "{spread}"
+    );
+    let strict_pack = ask(3, Strategy::StrictPack, None);
+    assert!(strict_pack.contains("one node with room for all 3 bundles") && strict_pack.contains("has room for 2 now"));
+    let pack_by = ask(4, Strategy::Pack, Some("rack"));
+    assert!(pack_by.contains("in one `rack` domain, and the roomiest, rack=r2, has room for 2 now"), "{pack_by}");
+}
+
+#[test]
+fn room_held_for_a_starving_gang_is_named_as_held_for_work_ahead() {
+    let mut s = sched();
+    join(&mut s, "a", 1, &[]);
+    join(&mut s, "b", 1, &[]);
+    s.create_pg(9, pg(1, 1, Strategy::StrictSpread, 0));
+    s.request_gang(9);
+    pass(&mut s, 0);
+    s.create_pg(1, pg(2, 2, Strategy::StrictSpread, 0)); // needs a and b
+    s.request_gang(1);
+    s.create_pg(3, pg(1, 1, Strategy::StrictSpread, 2)); // fits on b
+    s.request_gang(3);
+    assert!(pass(&mut s, 10_000).is_empty(), "gang 1 starves and holds b");
+    assert!(waiting(&s, 1).unwrap().contains("1 of the 2 matching node(s) have it now; in use by j9"));
+    assert_eq!(
+        waiting(&s, 3).as_deref(),
+        Some("waiting: the matching nodes have room for it now, held for work ahead of it in the queue (j1)")
+    );
+}
+
+#[test]
+fn a_replacement_says_why_no_node_takes_it() {
+    let mut s = sched();
+    let a = join(&mut s, "a", 1, &[]);
+    let b = join(&mut s, "b", 1, &[]);
+    let c = join(&mut s, "c", 1, &[]);
+    s.create_pg(1, pg(2, 2, Strategy::StrictSpread, 0)); // on a and b
+    s.request_gang(1);
+    pass(&mut s, 0);
+    s.create_pg(2, pg(2, 1, Strategy::StrictSpread, 0)); // on c, and a spare
+    s.request_gang(2);
+    s.request(2, 1, Need::Spare);
+    assert_eq!(nodes_of(&pass(&mut s, 1), 2), ["c"]);
+    assert_eq!(waiting(&s, 2), None, "a spare waiting for room is no reason to worry");
+    assert_eq!(s.kill_node(b), vec![(1, 1)]);
+    s.request(1, 1, Need::Restore { lost_at: t(5) });
+    pass(&mut s, 5);
+    assert_eq!(
+        waiting(&s, 1).as_deref(),
+        Some(
+            "waiting for capacity: the replacement for j1/1 needs a node with room for a bundle of cpu=1, and none of \
+             the 2 matching node(s) has it now (1 already hold one of its bundles, and STRICT_SPREAD puts one per \
+             node; 1 more are DEAD or DRAINING); in use by j2"
+        )
+    );
+    s.kill_node(a);
+    s.kill_node(c);
+    s.request(2, 0, Need::Restore { lost_at: t(6) });
+    pass(&mut s, 6);
+    let why = waiting(&s, 2).unwrap();
+    assert!(why.starts_with("waiting for a node: none of the 3 node(s) that could hold it is ALIVE"), "{why}");
+}
+
+#[test]
+fn suspect_nodes_are_not_counted_and_infeasible_groups_have_their_own_reason() {
+    let mut s = sched();
+    let a = join(&mut s, "a", 1, &[]);
+    join(&mut s, "b", 1, &[]);
+    s.create_pg(1, pg(1, 1, Strategy::StrictSpread, 0));
+    s.request_gang(1);
+    pass(&mut s, 0); // on a
+    s.set_suspects([a].into());
+    s.create_pg(2, pg(2, 2, Strategy::StrictSpread, 1));
+    s.request_gang(2);
+    pass(&mut s, 1);
+    let why = waiting(&s, 2).unwrap();
+    assert!(why.contains("1 of the 2 matching node(s) have it now (1 missed heartbeats and are not counted)"), "{why}");
+    s.create_pg(3, pg(3, 3, Strategy::StrictSpread, 1));
+    s.request_gang(3);
+    assert!(s.pg(3).unwrap().infeasible.is_some());
+    assert_eq!(waiting(&s, 3), None);
+}
+
+#[test]
+fn a_listing_shares_counts_between_look_alike_gangs_and_names_three_holders() {
+    let mut s = sched();
+    for (id, name) in [(1, "a"), (2, "b"), (3, "c"), (4, "d")] {
+        join(&mut s, name, 1, &[]);
+        s.create_pg(id, pg(1, 1, Strategy::StrictSpread, 0));
+        s.request_gang(id);
+        pass(&mut s, 0);
+    }
+    for id in [10, 11] {
+        s.create_pg(id, pg(1, 1, Strategy::StrictSpread, 1));
+        s.request_gang(id);
+    }
+    pass(&mut s, 1);
+    let alone = waiting(&s, 10).unwrap();
+    assert!(alone.ends_with("0 of the 4 matching node(s) have it now; in use by j1, j2, j3 and others"), "{alone}");
+    let mut memo = WaitingMemo::default();
+    let listed: Vec<Option<String>> =
+        [10, 11].iter().map(|id| s.waiting_reason(*id, &|p| format!("j{p}"), &mut memo)).collect();
+    assert_eq!(listed, [Some(alone.clone()), Some(alone)]);
+}

@@ -587,7 +587,7 @@ impl Checker {
         for job in head.job_views() {
             if !job.state.is_terminal() {
                 let actors: Vec<String> = job.actors.iter().map(|a| format!("{}={}", a.name, a.state)).collect();
-                let why = job.infeasible.clone().unwrap_or_default();
+                let why = job.infeasible.as_ref().or(job.waiting.as_ref()).cloned().unwrap_or_default();
                 self.violation("liveness", format!("{} is still {} ({}) {why}", job.id, job.state, actors.join(" ")));
             }
         }

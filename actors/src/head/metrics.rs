@@ -186,9 +186,10 @@ impl HeadMetrics {
             family.clear();
         }
         self.queue_depth.clear();
-        for job in head.job_views() {
-            self.jobs.get_or_create(&StateLabel { state: job.state.to_string() }).inc();
-            for actor in &job.actors {
+        // Straight from the drivers: a view would also work out why each pending job waits.
+        for job in head.drivers() {
+            self.jobs.get_or_create(&StateLabel { state: job.state().to_string() }).inc();
+            for actor in job.actors() {
                 self.actors.get_or_create(&StateLabel { state: actor.state.to_string() }).inc();
             }
         }
