@@ -443,6 +443,28 @@ fn a_gang_larger_than_the_cluster_says_why_it_waits() {
     assert!(stderr.starts_with("ftdrive: j2 waits: infeasible: min_nodes 2 with STRICT_SPREAD"), "{stderr}");
 }
 
+/// A job that fits the cluster but finds it busy says so, with the job that holds the room, in
+/// the job list and in its own status; once the room is free it runs and the reason is gone.
+#[test]
+fn a_job_waiting_for_a_busy_node_names_the_job_holding_it() {
+    let c = Cluster::start(&["n1"]);
+    let holder =
+        c.submit_no_wait(&c.spec("holder", json!({"command": ["sleep", "30"], "min_nodes": 1, "max_nodes": 1})));
+    c.wait_for_job(&holder, "it runs", |j| j["actors"][0]["state"] == "RUNNING");
+    let waiter = c.submit_no_wait(&c.spec("waiter", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1})));
+    let why = format!(
+        "waiting for capacity: needs 1 node with room for a bundle of cpu=1 (STRICT_SPREAD), and 0 of the 1 \
+         matching node(s) have it now; in use by {holder}"
+    );
+    let list = c.ftdrive(&["status"]);
+    let row = list.lines().find(|l| l.starts_with(&waiter)).expect("the waiter is listed");
+    assert!(row.contains("PENDING") && row.ends_with(&why), "{list}");
+    assert!(c.ftdrive(&["status", &waiter]).contains(&format!("\n  {why}\n")));
+    c.ftdrive(&["stop", &holder]);
+    let done = c.wait_for_job(&waiter, "it runs once the room is free", |j| j["state"] == "SUCCEEDED");
+    assert!(done["waiting"].is_null(), "{done:#}");
+}
+
 /// The embedded cluster never grows, so a job it can never hold is refused at once (exit 2)
 /// with the flag that would let it run, instead of waiting for ever.
 #[test]

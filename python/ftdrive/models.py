@@ -181,6 +181,8 @@ class Job:
     submit_ms: int
     message: Optional[str]
     infeasible: Optional[str]
+    #: Why a job the cluster could hold still waits (busy nodes, and which jobs hold them).
+    waiting: Optional[str]
     remaining: Remaining
     actors: List[Actor]
     ledger: List[LedgerEntry]
@@ -218,6 +220,7 @@ class Job:
             submit_ms=int(data.get("submit_ms", 0)),
             message=data.get("message"),
             infeasible=data.get("infeasible"),
+            waiting=data.get("waiting"),
             remaining=Remaining.from_json(data["remaining"]),
             actors=[Actor.from_json(a) for a in data.get("actors") or []],
             ledger=[LedgerEntry.from_json(e) for e in data.get("ledger") or []],

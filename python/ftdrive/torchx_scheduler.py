@@ -232,7 +232,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             app_id=app_id,
             state=_APP_STATE.get(job.state, AppState.UNKNOWN),
             num_restarts=max(job.cycles - 1, 0),
-            msg=job.message or job.infeasible or NONE,
+            msg=job.message or job.infeasible or job.waiting or NONE,
             ui_url=client.dashboard_url(job.id),
             roles_statuses=[RoleStatus(role=role, replicas=replicas)],
             roles=seen.roles,

@@ -163,6 +163,26 @@ def test_stop_a_running_job(cluster: Cluster) -> None:
     assert {(e.cause, e.budget) for e in job.ledger} == {("stopped", "none")}, job.ledger
 
 
+def test_a_job_waiting_for_room_says_which_job_holds_it(cluster: Cluster) -> None:
+    client = cluster.client()
+    whole_nodes = {"cpu": 4}
+    sleeper = [sys.executable, str(cluster.work / "sleep.py")]
+    holder = client.submit(JobSpec(name="holds-n", command=sleeper, min_nodes=3, max_nodes=3, bundle=whole_nodes)).id
+    try:
+        cluster.wait_job(holder, "it runs", lambda j: [a.state for a in j.actors] == ["RUNNING"] * 3)
+        waiter = client.submit(JobSpec(name="waits", command=sleeper, min_nodes=1, max_nodes=1, bundle=whole_nodes))
+        try:
+            job = client.status(waiter.id)
+            assert job.state == "PENDING" and job.infeasible is None, job
+            assert job.waiting is not None and job.waiting.startswith("waiting for capacity: needs 1 node"), job.waiting
+            assert job.waiting.endswith(f"in use by {holder}"), job.waiting
+        finally:
+            client.stop(waiter.id)
+    finally:
+        client.stop(holder)
+    assert client.wait(holder, timeout=30).waiting is None
+
+
 def test_wait_rides_out_a_head_restart(cluster: Cluster) -> None:
     client = cluster.client()
     spec = JobSpec(name="through-a-restart", command=["sleep", "3"], min_nodes=1, max_nodes=1)

@@ -71,7 +71,7 @@ pub fn apply(view: &mut JobView, event: &Event) {
 /// Where a job stands, a line per actor: the start of a follower's output.
 pub fn snapshot_lines(view: &JobView) -> String {
     let mut out = format!("     now  job {} {} · cycle {}\n", view.id, view.state, view.cycles);
-    if let Some(why) = view.infeasible.as_ref().filter(|_| !view.state.is_terminal()) {
+    if let Some(why) = waits_because(view) {
         let _ = writeln!(out, "     now  {why}");
     }
     for a in &view.actors {
@@ -80,6 +80,16 @@ pub fn snapshot_lines(view: &JobView) -> String {
         let _ = writeln!(out, "     now  {} {}{node}{rank} (attempt {})", a.name, a.state, a.attempt);
     }
     out
+}
+
+/// Why a job that has not ended is not (wholly) placed: it never could be, or not yet.
+fn waits_because(view: &JobView) -> Option<&String> {
+    view.infeasible.as_ref().or(view.waiting.as_ref()).filter(|_| !view.state.is_terminal())
+}
+
+/// A job's one-line message: how it ended, else why it waits.
+fn message(view: &JobView) -> Option<&String> {
+    view.message.as_ref().or_else(|| waits_because(view))
 }
 
 pub fn job_table(view: &JobView) -> String {
@@ -115,7 +125,7 @@ pub fn job_table(view: &JobView) -> String {
 /// The job, its actors, its ledger and what its budgets have left.
 pub fn job_summary(view: &JobView) -> String {
     let mut out = job_table(view);
-    if let Some(m) = view.message.as_ref().or(view.infeasible.as_ref()) {
+    if let Some(m) = message(view) {
         let _ = writeln!(out, "  {m}");
     }
     out.push_str(&ledger(view));
@@ -156,7 +166,7 @@ pub fn jobs_table(views: &[JobView]) -> String {
     let mut out = format!("{:<10} {:<20} {:<10} {:>6} {:>8}  MESSAGE\n", "ID", "NAME", "STATE", "CYCLES", "RUNNING");
     for v in views {
         let running = v.actors.iter().filter(|a| a.state == ActorState::Running).count();
-        let message = v.message.as_ref().or(v.infeasible.as_ref()).cloned().unwrap_or_default();
+        let message = message(v).cloned().unwrap_or_default();
         let _ = writeln!(
             out,
             "{:<10} {:<20} {:<10} {:>6} {:>8}  {}",

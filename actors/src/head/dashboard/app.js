@@ -448,7 +448,7 @@ function jobRow(job) {
     el('td', { class: 'num' }, job.cycles),
     el('td', { class: 'num' }, `${running} of ${job.actors.length}`),
     el('td', {}, formatTime(job.submit_ms)),
-    el('td', { class: 'message' }, job.message || job.infeasible || ''));
+    el('td', { class: 'message' }, job.message || job.infeasible || job.waiting || ''));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -479,6 +479,8 @@ function jobHeader(job) {
       TERMINAL_JOB_STATES.has(job.state) ? null : stopButton(job)),
     job.message ? el('p', { class: `callout ${job.state === 'FAILED' ? 'callout-error' : 'callout-info'}` }, job.message) : null,
     job.infeasible ? el('p', { class: 'callout callout-warn' }, `Cannot be placed: ${job.infeasible}`) : null,
+    job.waiting && !TERMINAL_JOB_STATES.has(job.state)
+      ? el('p', { class: 'callout callout-info', dataset: { waiting: '' } }, job.waiting) : null,
     el('dl', { class: 'facts' },
       fact('Cycle', job.cycles),
       fact('Nodes', job.min_nodes === job.max_nodes ? job.min_nodes : `${job.min_nodes}–${job.max_nodes}`),
