@@ -4,10 +4,12 @@
 //! (b) a 10,000-node cluster holding 80,000 bundles loses 1% of its nodes — target under
 //!     20 ms to place every replacement;
 //! (c) 10,000 nodes join, with and without a gang wider than the cluster waiting (infeasible,
-//!     re-checked as each node joins) — the waiting gang should cost the joins little.
+//!     re-checked as each node joins) — the waiting gang should cost the joins little;
+//! (d) why a gang waits on that full cluster (the `waiting` reason a job's view carries): what
+//!     reading one pending job's status costs the head, and a listing of 1,000 such jobs.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use ftdrive::scheduler::{Need, PgSpec, SchedEvent, Scheduler, SchedulerConfig};
+use ftdrive::scheduler::{Need, PgSpec, SchedEvent, Scheduler, SchedulerConfig, WaitingMemo};
 use ftdrive::spec::Strategy;
 use ftdrive::{Instant, Labels, NodeId, Resources};
 use std::time::Duration;
@@ -114,6 +116,31 @@ fn benches(c: &mut Criterion) {
             },
             BatchSize::LargeInput,
         )
+    });
+
+    let mut busy = template.clone();
+    let wide = Resources::units(&[("cpu", 3), ("memory_mb", 4_096)]);
+    for id in 20_000..21_000 {
+        busy.create_pg(id, PgSpec { bundle: wide.clone(), ..gang(8, id) });
+        busy.request_gang(id);
+    }
+    busy.schedule(Instant::from_ms(2));
+    assert_eq!(placed(&mut busy), 0, "three cpus are free nowhere");
+    let job = |pg: u64| format!("j{pg}");
+    group.bench_function("d_why_a_gang_waits_on_10000_nodes_holding_80000_bundles", |b| {
+        b.iter(|| {
+            let why = busy.waiting_reason(20_000, &job, &mut WaitingMemo::default()).expect("it waits");
+            assert!(why.starts_with("waiting for capacity"), "{why}");
+            why
+        })
+    });
+    group.bench_function("d_why_1000_look_alike_gangs_wait_in_one_listing", |b| {
+        b.iter(|| {
+            let mut memo = WaitingMemo::default();
+            let reasons: Vec<String> =
+                (20_000..21_000).map(|id| busy.waiting_reason(id, &job, &mut memo).expect("each waits")).collect();
+            reasons
+        })
     });
 
     group.bench_function("c_join_10000_nodes", |b| {
