@@ -6,6 +6,7 @@
 //   FTDRIVE_TOKEN       its client API token
 //   FTDRIVE_JOB         a job that lost a node in cycle 1 (a `node_lost` / `system` ledger row),
 //                       recovered, and is still RUNNING its second cycle
+//   FTDRIVE_WAITING_JOB a job PENDING because every node is busy (optional: checked when set)
 //   FTDRIVE_SCREENSHOT  where to save a full-page PNG of the job page (default dashboard.png);
 //                       a second one, `<name>-succeeded.png`, shows the page once the job ended
 //   FTDRIVE_CHROMIUM    the browser (default /usr/bin/chromium)
@@ -42,6 +43,7 @@ function settings() {
     url: process.env.FTDRIVE_URL.trim().replace(/\/$/, ''),
     token: process.env.FTDRIVE_TOKEN.trim(),
     job: process.env.FTDRIVE_JOB.trim(),
+    waitingJob: (process.env.FTDRIVE_WAITING_JOB || '').trim(),
     screenshot: path.resolve(process.env.FTDRIVE_SCREENSHOT || 'dashboard.png'),
     chromium: process.env.FTDRIVE_CHROMIUM || '/usr/bin/chromium',
     endWaitMs: Number(process.env.FTDRIVE_END_WAIT_MS || 60_000),
@@ -106,6 +108,19 @@ async function signIn(page, s, problems) {
   const stored = await page.evaluate(() => sessionStorage.getItem('ftdrive.token'));
   if (stored !== s.token) fail('the token is not kept in sessionStorage');
   ok('the right token opens the jobs page and is kept in sessionStorage');
+}
+
+/** A job waiting for a busy cluster: its row and its page say why, and name who holds the room. */
+async function checkWaitingJob(page, s) {
+  const row = await visible(page.locator(`#jobs tbody tr[data-job="${s.waitingJob}"]`), `job ${s.waitingJob} in the list`);
+  await textContains(row, 'waiting for capacity', `job ${s.waitingJob}'s row`);
+  await textContains(row, `in use by ${s.job}`, `job ${s.waitingJob}'s row`);
+  await row.getByRole('link', { name: s.waitingJob }).click();
+  const callout = await visible(page.locator('[data-waiting]'), `the reason on job ${s.waitingJob}'s page`);
+  await textContains(callout, 'waiting for capacity', 'the waiting callout');
+  ok(`the jobs list and ${s.waitingJob}'s page say it waits for capacity held by ${s.job}`);
+  await page.goBack();
+  await visible(page.getByRole('heading', { level: 1, name: 'Jobs' }), 'the jobs page again');
 }
 
 async function openJob(page, s) {
@@ -204,6 +219,7 @@ async function run(s) {
     const page = context.pages()[0] || await context.newPage();
     const problems = watchForErrors(page);
     await signIn(page, s, problems);
+    if (s.waitingJob) await checkWaitingJob(page, s);
     await openJob(page, s);
     const { actor, node } = await checkLedger(page);
     await checkTimeline(page, actor);

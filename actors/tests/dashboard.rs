@@ -1,7 +1,7 @@
 //! The dashboard in a real browser (DESIGN §12): a real cluster recovers a job from a killed
 //! agent, then `browser/dashboard.test.mjs` drives the page the head serves in headless
-//! Chromium — the token prompt, the job's ledger and attempt timeline, the nodes page, and the
-//! live update when the job ends. Where node, Chromium or playwright-core is missing the test
+//! Chromium — the token prompt, the job's ledger and attempt timeline, why a second job waits,
+//! the nodes page, and the live update when the job ends. Where node, Chromium or playwright-core is missing the test
 //! says it was skipped and why; with `FTDRIVE_REQUIRE_BROWSER=1` (CI) that is a failure.
 
 mod common;
@@ -63,13 +63,15 @@ fn lost_first_attempt(job: &Value, actor: &str) -> bool {
 }
 
 /// Runs the browser script against the cluster; its output goes straight to the test's output.
-fn run_browser_test(root: &Path, c: &Cluster, job: &str, screenshot: &Path, chromium: &Path) -> ExitStatus {
+fn run_browser_test(root: &Path, c: &Cluster, jobs: [&str; 2], screenshot: &Path, chromium: &Path) -> ExitStatus {
+    let [job, waiting] = jobs;
     let mut child = Command::new("node")
         .arg("browser/dashboard.test.mjs")
         .current_dir(root)
         .env("FTDRIVE_URL", &c.url)
         .env("FTDRIVE_TOKEN", c.token())
         .env("FTDRIVE_JOB", job)
+        .env("FTDRIVE_WAITING_JOB", waiting)
         .env("FTDRIVE_SCREENSHOT", screenshot)
         .env("FTDRIVE_CHROMIUM", chromium)
         .spawn()
@@ -106,12 +108,17 @@ fn the_dashboard_shows_a_recovered_job_and_follows_it_live_to_its_end() {
         j["state"] == "RUNNING" && j["cycles"] == 2 && running(j, 3) && lost_first_attempt(j, &actor)
     });
 
+    // Every ALIVE node is busy now: a second job waits, and the jobs list says why.
+    let waiter = c.submit_no_wait(&c.spec("waiter", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1})));
+    c.wait_for_job(&waiter, "the second job waits for a node", |j| j["waiting"].is_string());
+
     let screenshot = root.join("target").join("dashboard.png");
     std::fs::create_dir_all(screenshot.parent().unwrap()).unwrap();
-    let status = run_browser_test(&root, &c, &id, &screenshot, &chromium);
+    let status = run_browser_test(&root, &c, [&id, &waiter], &screenshot, &chromium);
     assert!(status.success(), "browser/dashboard.test.mjs failed ({status}); its output says which check");
 
     let png = std::fs::read(&screenshot).expect("the screenshot was saved");
     assert!(png.starts_with(b"\x89PNG"), "{} is a PNG", screenshot.display());
     c.wait_for_job(&id, "the job succeeded", |j| j["state"] == "SUCCEEDED");
+    c.wait_for_job(&waiter, "the waiting job ran once a node was free", |j| j["state"] == "SUCCEEDED");
 }
