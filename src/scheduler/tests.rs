@@ -444,7 +444,7 @@ fn a_replacement_says_why_no_node_takes_it() {
         Some(
             "waiting for capacity: the replacement for j1/1 needs a node with room for a bundle of cpu=1, and none of \
              the 2 matching node(s) has it now (1 already hold one of its bundles, and STRICT_SPREAD puts one per \
-             node; 1 more are DEAD or DRAINING); in use by j2"
+             node; besides them 1 DEAD); in use by j2"
         )
     );
     s.kill_node(a);
@@ -452,7 +452,22 @@ fn a_replacement_says_why_no_node_takes_it() {
     s.request(2, 0, Need::Restore { lost_at: t(6) });
     pass(&mut s, 6);
     let why = waiting(&s, 2).unwrap();
-    assert!(why.starts_with("waiting for a node: none of the 3 node(s) that could hold it is ALIVE"), "{why}");
+    assert_eq!(
+        why,
+        "waiting for a node: none of the 3 node(s) that could hold it is ALIVE (3 DEAD); it is placed once one is, or \
+         a new node joins"
+    );
+}
+
+#[test]
+fn a_gang_on_a_draining_cluster_waits_for_a_node() {
+    let mut s = sched();
+    let a = join(&mut s, "a", 1, &[]);
+    s.drain_node(a);
+    s.create_pg(1, pg(1, 1, Strategy::StrictSpread, 0));
+    s.request_gang(1);
+    assert!(pass(&mut s, 0).is_empty());
+    assert!(waiting(&s, 1).unwrap().contains("is ALIVE (1 DRAINING)"));
 }
 
 #[test]

@@ -56,8 +56,9 @@ struct Request {
 struct Room {
     /// ALIVE nodes that pass every filter.
     matching: usize,
-    /// Nodes that pass every filter but are DEAD or DRAINING.
-    down: usize,
+    /// Nodes that pass every filter but are DEAD, or DRAINING.
+    dead: usize,
+    draining: usize,
     /// Matching nodes left out because the head suspects them (DESIGN §3).
     suspects: Vec<NodeIx>,
     /// Bundles placeable now, in the roomiest `pack_by` domain ("" without one).
@@ -111,9 +112,16 @@ impl Scheduler {
             if !node_passes_filters(node, pg) {
                 continue;
             }
-            if node.state != NodeState::Alive {
-                room.down += 1;
-                continue;
+            match node.state {
+                NodeState::Alive => {}
+                NodeState::Dead => {
+                    room.dead += 1;
+                    continue;
+                }
+                NodeState::Draining => {
+                    room.draining += 1;
+                    continue;
+                }
             }
             room.matching += 1;
             if !room.holders.is_settled() {
@@ -203,10 +211,18 @@ fn bundles_now(node: &Node, ix: NodeIx, pg: &PlacementGroup, count: u32) -> u64 
 
 fn no_node_up(room: &Room) -> String {
     format!(
-        "waiting for a node: none of the {} node(s) that could hold it is ALIVE (they are DEAD or DRAINING); \
-         start or undrain one",
-        room.down
+        "waiting for a node: none of the {} node(s) that could hold it is ALIVE ({}); it is placed once one is, \
+         or a new node joins",
+        room.dead + room.draining,
+        down_text(room)
     )
+}
+
+/// "2 DEAD", "1 DEAD, 1 DRAINING".
+fn down_text(room: &Room) -> String {
+    let kinds = [(room.dead, "DEAD"), (room.draining, "DRAINING")];
+    let parts: Vec<String> = kinds.iter().filter(|(n, _)| *n > 0).map(|(n, state)| format!("{n} {state}")).collect();
+    parts.join(", ")
 }
 
 /// The matching nodes are short of room: how short, and who holds it.
@@ -249,8 +265,8 @@ fn short_of_room(pg: &PlacementGroup, request: &Request, room: &Room, job: &dyn 
     if !room.suspects.is_empty() {
         notes.push(format!("{} missed heartbeats and are not counted", room.suspects.len()));
     }
-    if room.down > 0 {
-        notes.push(format!("{} more are DEAD or DRAINING", room.down));
+    if room.dead + room.draining > 0 {
+        notes.push(format!("besides them {}", down_text(room)));
     }
     let mut out = format!("waiting for capacity: {need}");
     if !notes.is_empty() {
