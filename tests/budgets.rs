@@ -201,15 +201,45 @@ fn spawn_failure_fails_the_job_and_names_the_command() {
 fn schedule_timeout_fails_an_unplaceable_job() {
     let mut c = TestCluster::new(config());
     c.join("n1", cpu(1));
-    let mut s = spec("to", 2, 2);
+    let mut s = spec("to", 3, 3);
     s.schedule_timeout_ms = Some(5_000);
     let job = c.submit(s);
     c.advance(4_000);
     assert_eq!(c.view(&job).state, JobState::Pending);
+    c.join("n2", cpu(1)); // no event: only the count changed
     c.advance(2_000);
     let view = c.view(&job);
     assert_eq!(view.state, JobState::Failed);
-    assert!(view.message.unwrap().contains("schedule_timeout_ms"));
+    assert_eq!(
+        view.message.as_deref(),
+        Some(
+            "not placed within schedule_timeout_ms (5000 ms): infeasible: min_nodes 3 with STRICT_SPREAD needs 3 \
+             distinct nodes, and only 2 could hold a bundle; add nodes, or lower min_nodes"
+        ),
+        "the count as the deadline found it"
+    );
+}
+
+/// A job the cluster could hold but is busy for fails at its deadline saying who held the room.
+#[test]
+fn schedule_timeout_on_a_busy_cluster_names_the_job_holding_the_room() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    let holder = c.submit(spec("holder", 1, 1));
+    let mut s = spec("late", 1, 1);
+    s.schedule_timeout_ms = Some(5_000);
+    let job = c.submit(s);
+    c.advance(6_000);
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Failed);
+    assert_eq!(
+        view.message,
+        Some(format!(
+            "not placed within schedule_timeout_ms (5000 ms): waiting for capacity: needs 1 node with room for a \
+             bundle of cpu=1 (STRICT_SPREAD), and 0 of the 1 matching node(s) have it now; in use by {holder}"
+        ))
+    );
+    assert_eq!(view.waiting, None, "an ended job waits for nothing");
 }
 
 #[test]

@@ -177,6 +177,9 @@ pub enum DriverInput {
     },
     /// The job's bundle became infeasible (with the reason) or feasible again.
     Feasibility(Option<String>),
+    /// Why its bundles wait now, as the scheduler counts it: given just before the schedule
+    /// deadline fails the job, so that the failure says how short the cluster was.
+    Waiting(String),
     /// The user stops the job.
     Stop,
 }
@@ -271,6 +274,10 @@ pub struct Driver {
     state: JobState,
     message: Option<String>,
     infeasible: Option<String>,
+    /// The scheduler's latest word on why the bundles wait (`DriverInput::Waiting`); only read in
+    /// the step it is given in, so not kept across a head restart.
+    #[serde(skip)]
+    waiting: Option<String>,
     closing: Option<CloseReason>,
     /// The required gang has been placed.
     admitted: bool,
@@ -322,6 +329,7 @@ impl Driver {
             state: JobState::Pending,
             message: None,
             infeasible: None,
+            waiting: None,
             closing: None,
             admitted: false,
             terminating: false,
@@ -380,6 +388,7 @@ impl Driver {
                 self.infeasible = infeasible.clone();
                 self.event(JobEvent::Feasibility { infeasible });
             }
+            DriverInput::Waiting(why) => self.waiting = Some(why),
             DriverInput::Stop => self.close(now, CloseReason::Stopped, Some("stopped by the user".into())),
         }
         self.reconcile(now);
@@ -443,6 +452,11 @@ impl Driver {
 
     pub fn message(&self) -> Option<&str> {
         self.message.as_deref()
+    }
+
+    /// Will the schedule deadline fail the job at `now`, unless it is placed first?
+    pub fn schedule_deadline_due(&self, now: Instant) -> bool {
+        self.timers.get(Timer::ScheduleDeadline).is_some_and(|at| at <= now)
     }
 
     pub fn infeasible(&self) -> Option<&str> {

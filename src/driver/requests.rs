@@ -99,9 +99,9 @@ impl Driver {
     /// The schedule deadline passed with the job still short of `min_nodes`.
     pub(super) fn fail_unplaced(&mut self, now: Instant) {
         let ms = self.spec.schedule_timeout_ms.unwrap_or_default();
-        let why = self.infeasible.clone().unwrap_or_else(|| "not enough free capacity".into());
-        let message =
-            format!("could not place {} nodes within schedule_timeout_ms ({ms} ms): {why}", self.spec.min_nodes);
+        let why = self.waiting.take().or_else(|| self.infeasible.clone());
+        let why = why.unwrap_or_else(|| "not enough free capacity".into());
+        let message = format!("not placed within schedule_timeout_ms ({ms} ms): {why}");
         self.close(now, CloseReason::Failed, Some(message));
     }
 

@@ -273,6 +273,7 @@ impl Head {
         for (at, pg) in due {
             self.timers.remove(&(at, pg));
             self.timer_of.remove(&pg);
+            self.tell_why_unplaced(now, pg);
             self.driver_mut(pg).handle_timeout(now);
             self.touch_job(pg);
             self.flush_driver(pg);
@@ -280,6 +281,18 @@ impl Head {
         self.settle(now);
         self.trim_finished();
         self.emit_persists();
+    }
+
+    /// A job its schedule deadline is about to fail hears the scheduler's current reason: the
+    /// count it kept from the turn to infeasible may be stale, and a busy cluster sends none.
+    fn tell_why_unplaced(&mut self, now: Instant, pg: PgId) {
+        if !self.driver_mut(pg).schedule_deadline_due(now) {
+            return;
+        }
+        let infeasible = self.scheduler.pg(pg).and_then(|p| p.infeasible.clone());
+        if let Some(why) = infeasible.or_else(|| self.waiting_reason(pg, &mut WaitingMemo::default())) {
+            self.driver_mut(pg).handle(now, DriverInput::Waiting(why));
+        }
     }
 
     pub fn poll_effect(&mut self) -> Option<Effect> {
