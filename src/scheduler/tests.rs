@@ -511,3 +511,26 @@ fn a_listing_shares_counts_between_look_alike_gangs_and_names_three_holders() {
         [10, 11].iter().map(|id| s.waiting_reason(*id, &|p| format!("j{p}"), &mut memo)).collect();
     assert_eq!(listed, [Some(alone.clone()), Some(alone)]);
 }
+
+/// A node set aside for a suspect node's bundle is named, even when the suspect is not a node
+/// the waiting group could use.
+#[test]
+fn room_set_aside_for_a_suspect_node_s_bundles_is_named() {
+    let mut s = sched();
+    let far = join(&mut s, "far", 1, &[("zone", "x")]);
+    join(&mut s, "near", 1, &[("zone", "y")]);
+    s.create_pg(1, pg(1, 1, Strategy::StrictSpread, 0));
+    s.request_gang(1);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["far"], "ties go by name");
+    s.set_suspects([far].into());
+    s.create_pg(
+        2,
+        PgSpec { node_selector: [("zone".to_string(), "y".to_string())].into(), ..pg(1, 1, Strategy::StrictSpread, 1) },
+    );
+    s.request_gang(2);
+    assert!(pass(&mut s, 1).is_empty(), "near is set aside for far's bundle");
+    assert_eq!(
+        waiting(&s, 2).as_deref(),
+        Some("waiting: the matching nodes have room for it now, held for the bundles of node(s) that missed heartbeats (far)")
+    );
+}

@@ -101,7 +101,7 @@ impl Scheduler {
         } else if room.best < u64::from(request.count) {
             short_of_room(pg, &request, &room, job)
         } else {
-            self.held_for_others(&request, &room, job)
+            self.held_for_others(&request, job)
         })
     }
 
@@ -152,7 +152,7 @@ impl Scheduler {
 
     /// There is room, so a hold kept it: a protected item ahead (a replacement, or an item
     /// waiting past `starvation_ms`) or a suspect node's bundles.
-    fn held_for_others(&self, request: &Request, room: &Room, job: &dyn Fn(PgId) -> String) -> String {
+    fn held_for_others(&self, request: &Request, job: &dyn Fn(PgId) -> String) -> String {
         let mut ahead: Vec<PgId> = Vec::new();
         for key in self.queue.active().take_while(|k| **k < request.key) {
             let blocks = matches!(key.class, QueueClass::Replacement | QueueClass::PendingGang);
@@ -164,12 +164,19 @@ impl Scheduler {
         if !ahead.is_empty() {
             held_for.push(format!("work ahead of it in the queue ({})", names(&ahead, |p| job(*p))));
         }
-        if !room.suspects.is_empty() {
+        // Any suspect node's bundles have room set aside, on whichever nodes they could use:
+        // the suspect need not be one this group could use itself.
+        let suspects: Vec<NodeIx> =
+            self.suspects.iter().copied().filter(|ix| !self.cluster.node(*ix).bundles.is_empty()).collect();
+        if !suspects.is_empty() {
             let node = |ix: &NodeIx| self.cluster.node(*ix).name.to_string();
-            held_for.push(format!("the bundles of node(s) that missed heartbeats ({})", names(&room.suspects, node)));
+            held_for.push(format!("the bundles of node(s) that missed heartbeats ({})", names(&suspects, node)));
         }
         if held_for.is_empty() {
-            return "waiting for the next scheduling pass: the matching nodes have room for it now".to_string();
+            // The count and the strategy's choice of nodes disagree: say what is known, promise nothing.
+            return "waiting: the matching nodes have room for it now, but the last scheduling pass could not place \
+                    it as its strategy asks"
+                .to_string();
         }
         format!("waiting: the matching nodes have room for it now, held for {}", held_for.join(" and for "))
     }
