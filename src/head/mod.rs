@@ -286,7 +286,7 @@ impl Head {
     /// A job its schedule deadline is about to fail hears the scheduler's current reason: the
     /// count it kept from the turn to infeasible may be stale, and a busy cluster sends none.
     fn tell_why_unplaced(&mut self, now: Instant, pg: PgId) {
-        if !self.driver_mut(pg).schedule_deadline_due(now) {
+        if !self.driver_of(pg).schedule_deadline_due(now) {
             return;
         }
         let infeasible = self.scheduler.pg(pg).and_then(|p| p.infeasible.clone());
@@ -510,6 +510,10 @@ impl Head {
             Some(BundleState::Placed { node, .. }) => self.scheduler.node(node).name.clone(),
             other => panic!("bundle {bundle} of group {pg} is {other:?}, not placed"),
         }
+    }
+
+    fn driver_of(&self, pg: PgId) -> &Driver {
+        &self.jobs[&self.by_pg[&pg]].driver
     }
 
     fn driver_mut(&mut self, pg: PgId) -> &mut Driver {
