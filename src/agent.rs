@@ -222,6 +222,7 @@ impl Agent {
                 self.linked = true;
                 self.register();
                 self.resend_reports();
+                self.resend_notice(now);
             }
             AgentInput::LinkDown => {
                 self.linked = false;
@@ -257,6 +258,11 @@ impl Agent {
 
     pub fn incarnation(&self) -> u64 {
         self.incarnation
+    }
+
+    /// What this agent registers as (a restarted agent registers as the same).
+    pub fn identity(&self) -> &AgentIdentity {
+        &self.identity
     }
 
     /// Attempts with a process here, in key order.
@@ -369,11 +375,17 @@ impl Agent {
         };
         self.send(beat);
         self.resend_reports();
+        self.resend_notice(now);
+        self.check_shutdown_done(now);
+    }
+
+    /// The notice goes with every heartbeat and right after every registration, so that a
+    /// restarted head knows at once that this machine is leaving.
+    fn resend_notice(&mut self, now: Instant) {
         if let Some(notice) = self.notice {
             let deadline_ms = notice.deadline.ms_since(now);
             self.send(ToHead::PreemptionNotice { node: self.name.clone(), deadline_ms });
         }
-        self.check_shutdown_done(now);
     }
 
     fn resend_reports(&mut self) {
@@ -632,5 +644,22 @@ mod tests {
         a.handle(Instant::from_ms(150), AgentInput::FromHead(ToAgent::AckExit { key: key(6) }));
         assert!(effects(&mut a).contains(&AgentEffect::ShutDown));
         assert_eq!(a.poll_timeout(), None);
+    }
+
+    #[test]
+    fn a_reconnected_agent_repeats_its_notice_right_after_registering() {
+        let mut a = agent(Recovered::default());
+        a.handle(Instant::ZERO, AgentInput::PreemptionNotice { deadline_ms: 5_000 });
+        effects(&mut a);
+        a.handle(Instant::from_ms(1_000), AgentInput::LinkDown);
+        a.handle(Instant::from_ms(1_200), AgentInput::LinkUp);
+        let sent = effects(&mut a);
+        assert!(matches!(&sent[0], AgentEffect::Send(ToHead::Register(_))), "{sent:?}");
+        let notice = ToHead::PreemptionNotice { node: NodeId::new("n1"), deadline_ms: 3_800 };
+        assert_eq!(
+            sent[1..],
+            [AgentEffect::Send(notice)],
+            "a restarted head must not take the drain for the operator's"
+        );
     }
 }

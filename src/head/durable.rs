@@ -61,6 +61,9 @@ pub struct NodeRecord {
     pub addr: String,
     pub incarnation: u64,
     pub state: NodeState,
+    /// Its agent announced that the machine is going away (the drain is not the operator's).
+    #[serde(default)]
+    pub leaving: bool,
 }
 
 /// A job as the head keeps it: the parts a store writes apart.
@@ -126,6 +129,7 @@ impl Head {
     fn restore_node(&mut self, now: Instant, record: NodeRecord, window_ms: u64) -> Option<NodeIx> {
         let ix = self.scheduler.add_node(record.name.clone(), record.resources, record.labels, Some(record.devices));
         self.liveness.register(ix, record.addr, record.incarnation, now, window_ms);
+        self.liveness.get_mut(ix).expect("just registered").leaving = record.leaving;
         match record.state {
             NodeState::Alive => Some(ix),
             NodeState::Draining => {
@@ -273,6 +277,7 @@ impl Head {
             addr: record.addr.clone(),
             incarnation: record.incarnation,
             state: node.state,
+            leaving: record.leaving,
         })
     }
 

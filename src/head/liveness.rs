@@ -22,6 +22,9 @@ pub struct NodeRecord {
     pub alive: bool,
     /// The runtime saw the agent's connection drop and nothing has been heard since.
     pub link_lost: bool,
+    /// This run of the agent announced that its machine is going away: its drain is not the
+    /// operator's to withdraw.
+    pub leaving: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -46,6 +49,7 @@ impl Liveness {
             deadline,
             alive: true,
             link_lost: false,
+            leaving: false,
         });
         self.expiries.push_back((deadline, ix));
     }

@@ -55,11 +55,12 @@ impl Head {
                 return Ok(Reply::Done);
             }
             // A restarted agent keeps the node's bundles: what it re-attached to runs on, what it
-            // lost is lost, unconfirmed starts go again. A draining node that comes back with
-            // nothing is a new machine (the drain ended), and so is one that offers otherwise.
+            // lost is lost, unconfirmed starts go again. A node whose agent announced it was
+            // leaving and that comes back with nothing is a new machine (the preemption
+            // happened), and so is one that offers otherwise. The operator's drain stays.
             let reattached = !agent.running.is_empty() || !agent.ended.is_empty();
-            let drained = self.scheduler.node(ix).state == NodeState::Draining && !reattached;
-            if alive && !drained && self.offers_the_same(ix, &agent) {
+            let left = self.liveness.get(ix).expect("record").leaving && !reattached;
+            if alive && !left && self.offers_the_same(ix, &agent) {
                 self.readopt(now, ix, agent);
                 return Ok(Reply::Done);
             }
@@ -89,7 +90,10 @@ impl Head {
     /// it owes the ends of those it lists ended. Every other attempt the head has seen start
     /// there is gone with the old agent. The node keeps its bundles.
     fn readopt(&mut self, now: Instant, ix: NodeIx, agent: Registration) {
+        // The machine is the same, and so is a departure it announced.
+        let leaving = self.liveness.get(ix).expect("record").leaving;
         self.liveness.register(ix, agent.addr.clone(), agent.incarnation, now, self.config.node_timeout_ms);
+        self.liveness.get_mut(ix).expect("just registered").leaving = leaving;
         self.scheduler.clear_suspect(ix);
         self.reported(ix);
         let gone = self.attempts.missing(ix, &agent.running, &agent.ended);
@@ -150,19 +154,26 @@ impl Head {
     }
 
     /// The node goes away within `deadline_ms`: nothing new is placed there, and the drivers
-    /// move what runs there.
+    /// move what runs there. `by_agent`: the machine itself announced it, so no operator can
+    /// withdraw the drain.
     pub(super) fn preemption_notice(
         &mut self,
         now: Instant,
         node: NodeId,
         deadline_ms: u64,
+        by_agent: bool,
     ) -> Result<Reply, Rejected> {
         let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
-        if self.scheduler.node(ix).state != NodeState::Alive {
-            return match self.scheduler.node(ix).state {
-                NodeState::Draining => Ok(Reply::Done),
-                _ => Err(Rejected::UnknownNode(node)),
-            };
+        if self.scheduler.node(ix).state == NodeState::Dead {
+            return Err(Rejected::UnknownNode(node));
+        }
+        let record = self.liveness.get_mut(ix).expect("known node has a record");
+        if by_agent && !record.leaving {
+            record.leaving = true;
+            self.touch_node(ix);
+        }
+        if self.scheduler.node(ix).state == NodeState::Draining {
+            return Ok(Reply::Done);
         }
         let deadline = now.plus_ms(deadline_ms);
         self.scheduler.drain_node(ix);
@@ -173,6 +184,25 @@ impl Head {
         for (pg, actor) in bundles {
             self.feed(now, pg, DriverInput::Draining { actor, deadline });
         }
+        Ok(Reply::Done)
+    }
+
+    /// The operator withdraws a drain: the node is offered again. What the drain stopped stays
+    /// stopped (its actors were re-placed or wait to be); a drain its own agent announced stands.
+    pub(super) fn undrain(&mut self, node: NodeId) -> Result<Reply, Rejected> {
+        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        match self.scheduler.node(ix).state {
+            NodeState::Alive => return Ok(Reply::Done),
+            NodeState::Dead => return Err(Rejected::UnknownNode(node)),
+            NodeState::Draining => {}
+        }
+        if self.liveness.get(ix).expect("known node has a record").leaving {
+            return Err(Rejected::LeavingNode(node));
+        }
+        self.scheduler.undrain_node(ix);
+        self.touch_node(ix);
+        let evidence = "the operator withdrew the drain (`ftdrive undrain`)".to_string();
+        self.notify(Event::NodeState { node, state: NodeState::Alive, evidence });
         Ok(Reply::Done)
     }
 

@@ -75,10 +75,21 @@ pub enum Input {
         key: AttemptKey,
         message: String,
     },
-    /// A preemption notice: the node goes away within `deadline_ms`.
+    /// The node's own agent says its machine goes away within `deadline_ms` (SIGTERM, a
+    /// cloud's notice): only a new registration brings it back.
     PreemptionNotice {
         node: NodeId,
         deadline_ms: u64,
+    },
+    /// The operator's `ftdrive drain`: handled as a preemption notice, but the machine stays,
+    /// so the operator may withdraw it.
+    Drain {
+        node: NodeId,
+        deadline_ms: u64,
+    },
+    /// The operator's `ftdrive undrain`: a node DRAINING by `Drain` is ALIVE again.
+    Undrain {
+        node: NodeId,
     },
     /// A job submission; `id` is minted by the head when absent.
     Submit {
@@ -138,6 +149,11 @@ pub enum Rejected {
     BadRegistration(NodeId, String),
     #[error("node `{0}` reported on attempt {1}, which runs on another node; a node reports only on its own")]
     NotItsAttempt(NodeId, AttemptKey),
+    #[error(
+        "node `{0}` cannot be undrained: its own agent announced that the machine is going away (SIGTERM or a \
+         cloud's preemption notice); the node is ALIVE again once its agent starts anew and registers"
+    )]
+    LeavingNode(NodeId),
 }
 
 /// What the head asks its runtime to do.
@@ -254,7 +270,9 @@ impl Head {
             Input::SpawnFailed { node, key, message } => {
                 self.process_ended(now, node, key, |key| DriverInput::SpawnFailed { key, message })?
             }
-            Input::PreemptionNotice { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms)?,
+            Input::PreemptionNotice { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms, true)?,
+            Input::Drain { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms, false)?,
+            Input::Undrain { node } => self.undrain(node)?,
             Input::Submit { id, spec } => self.submit(now, id, *spec)?,
             Input::Stop { job } => self.stop(now, job)?,
             Input::LinkLost { node } => self.link_lost(node),

@@ -347,6 +347,15 @@ impl Cluster {
         }
     }
 
+    /// DRAINING → ALIVE: offered again, with whatever it still holds counted in its load.
+    pub fn undrain(&mut self, ix: NodeIx) {
+        let node = &mut self.nodes[ix as usize];
+        if node.state == NodeState::Draining {
+            node.state = NodeState::Alive;
+            self.by_load.insert((node.load, node.name.clone(), ix));
+        }
+    }
+
     /// → DEAD: frees everything on the node and returns the bundles it held.
     pub fn kill(&mut self, ix: NodeIx) -> Vec<(PgId, u32)> {
         let node = &mut self.nodes[ix as usize];

@@ -222,6 +222,12 @@ impl Scheduler {
         self.cluster.drain(ix);
     }
 
+    /// DRAINING → ALIVE (the operator withdrew the drain): offered again from the next pass.
+    pub fn undrain_node(&mut self, ix: NodeIx) {
+        self.cluster.undrain(ix);
+        self.dirty = true;
+    }
+
     /// → DEAD. Returns the bundles that were on it; they are now unplaced and marked lost, and
     /// the owning drivers decide how to ask for them again.
     pub fn kill_node(&mut self, ix: NodeIx) -> Vec<(PgId, u32)> {

@@ -467,7 +467,26 @@ fn a_gang_on_a_draining_cluster_waits_for_a_node() {
     s.create_pg(1, pg(1, 1, Strategy::StrictSpread, 0));
     s.request_gang(1);
     assert!(pass(&mut s, 0).is_empty());
-    assert!(waiting(&s, 1).unwrap().contains("is ALIVE (1 DRAINING)"));
+    assert!(waiting(&s, 1).unwrap().contains("is ALIVE (1 DRAINING); it is placed once one is (`ftdrive undrain"));
+    s.undrain_node(a);
+    s.check_invariants();
+    assert_eq!(pass(&mut s, 0).len(), 1, "an undrained node is offered again");
+}
+
+#[test]
+fn an_undrained_node_offers_only_the_room_its_remaining_bundles_leave() {
+    let mut s = sched();
+    let a = join(&mut s, "a", 2, &[]);
+    s.create_pg(1, pg(1, 1, Strategy::StrictSpread, 0));
+    s.request_gang(1);
+    assert_eq!(pass(&mut s, 0).len(), 1);
+    s.drain_node(a);
+    s.undrain_node(a);
+    for id in [2, 3] {
+        s.create_pg(id, pg(1, 1, Strategy::StrictSpread, id));
+        s.request_gang(id);
+    }
+    assert_eq!(pass(&mut s, 5), vec![(2, 0, "a".into())], "one cpu of two is still held by group 1");
 }
 
 #[test]

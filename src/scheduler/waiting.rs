@@ -217,9 +217,10 @@ fn bundles_now(node: &Node, ix: NodeIx, pg: &PlacementGroup, count: u32) -> u64 
 }
 
 fn no_node_up(room: &Room) -> String {
+    let undrain = if room.draining > 0 { " (`ftdrive undrain NODE` withdraws an operator's drain)" } else { "" };
     format!(
-        "waiting for a node: none of the {} node(s) that could hold it is ALIVE ({}); it is placed once one is, \
-         or a new node joins",
+        "waiting for a node: none of the {} node(s) that could hold it is ALIVE ({}); it is placed once one \
+         is{undrain}, or a new node joins",
         room.dead + room.draining,
         down_text(room)
     )

@@ -257,6 +257,13 @@ impl Checker {
         if state == NodeState::Dead || state == NodeState::Alive {
             self.silent_since.remove(node);
         }
+        let was = self.nodes.get(node).map(|n| n.state);
+        if was == Some(NodeState::Draining) && state == NodeState::Alive {
+            // An undrain: the node keeps what it holds. (A drained machine that comes back is
+            // declared DEAD before it registers again.)
+            self.nodes.get_mut(node).expect("known node").state = state;
+            return;
+        }
         if state == NodeState::Dead || state == NodeState::Alive {
             // Death (or a fresh registration) frees everything that was on the node.
             for key in self.on_node.remove(node).unwrap_or_default() {

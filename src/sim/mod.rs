@@ -45,7 +45,7 @@ use queue::{Entry, EventQueue, PeriodicTimers};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use trace::Trace;
 
 /// Most steps one run may take; a run that needs more is stuck in a loop (a bug).
@@ -185,6 +185,8 @@ pub struct Simulation {
     next_stale_check: Instant,
     /// Faults have stopped: a node that goes away (its preemption deadline) comes back.
     healed: bool,
+    /// Nodes the operator drained and has not undrained: the heal withdraws those drains.
+    operator_drained: BTreeSet<NodeId>,
     /// Nodes the scenario starts with.
     initial_nodes: u64,
 }
@@ -231,6 +233,7 @@ impl Simulation {
             stats: SimStats::default(),
             next_stale_check: Instant::ZERO,
             healed: false,
+            operator_drained: BTreeSet::new(),
             initial_nodes: scenario.nodes.len() as u64,
             options,
         };
@@ -435,12 +438,33 @@ impl Simulation {
                 self.kill_rank(&job, rank, status);
             }
             Fault::StopJob { job } => {
-                if !self.head_up || self.head.handle(self.now, Input::Stop { job }).is_err() {
-                    self.stats.faults_without_target += 1;
+                self.operator(Input::Stop { job });
+            }
+            Fault::OperatorDrain { node, deadline_ms } => {
+                if self.operator(Input::Drain { node: node.clone(), deadline_ms }) {
+                    if let Some(checker) = self.checker.as_mut() {
+                        checker.node_drained(&node);
+                    }
+                    self.operator_drained.insert(node);
+                }
+            }
+            Fault::OperatorUndrain { node } => {
+                if self.operator(Input::Undrain { node: node.clone() }) {
+                    self.operator_drained.remove(&node);
                 }
             }
             Fault::HeadRestart { down_ms } => self.head_down(down_ms),
         }
+    }
+
+    /// A command of the operator's (`ftdrive stop`, `drain`, `undrain`); one the head refuses, or
+    /// cannot be reached for, had no target. Returns whether the head took it.
+    fn operator(&mut self, input: Input) -> bool {
+        let taken = self.head_up && self.head.handle(self.now, input).is_ok();
+        if !taken {
+            self.stats.faults_without_target += 1;
+        }
+        taken
     }
 
     fn submit(&mut self, job: &JobId) {
@@ -526,6 +550,7 @@ impl Simulation {
         if let Some(checker) = self.checker.as_mut() {
             checker.head_restarted(self.now);
         }
+        self.withdraw_operator_drains();
         let interval = self.config.heartbeat_interval_ms;
         for ix in 0..self.agents.len() as u32 {
             let machine = &self.agents[ix as usize];
@@ -606,6 +631,21 @@ impl Simulation {
         let down: Vec<u32> = (0..self.agents.len() as u32).filter(|ix| !self.agents[*ix as usize].up).collect();
         for ix in down {
             self.boot(ix);
+        }
+        self.withdraw_operator_drains();
+    }
+
+    /// Once healed, the operator undrains what it drained (with the head down, when it is
+    /// back), so that the liveness check sees the cluster whole. A drain the machine itself
+    /// announced stays: that machine goes away at its deadline and boots again.
+    fn withdraw_operator_drains(&mut self) {
+        if !self.healed || !self.head_up {
+            return;
+        }
+        for node in std::mem::take(&mut self.operator_drained) {
+            if self.head.handle(self.now, Input::Undrain { node: node.clone() }).is_err() {
+                self.operator_drained.insert(node);
+            }
         }
     }
 

@@ -126,6 +126,11 @@ pub enum Fault {
     NodeJoin { node: NodeDef },
     /// A preemption notice: the node goes away `deadline_ms` later.
     NodeDrain { node: NodeId, deadline_ms: u64 },
+    /// The operator's `ftdrive drain`: the head moves the node's work; the machine stays.
+    OperatorDrain { node: NodeId, deadline_ms: u64 },
+    /// The operator's `ftdrive undrain`: the node takes new work again (refused, and counted as
+    /// a fault without a target, where it is not the operator's drain to withdraw).
+    OperatorUndrain { node: NodeId },
     /// The process of `job`'s `rank` ends (exit code, or killed by a signal nobody sent); of a
     /// group of several workers, `local_rank` says which worker it was (its group ends with it).
     ProcessExit {
@@ -248,9 +253,11 @@ impl Scenario {
                 }
             };
             match &self.events[i].what {
-                Fault::NodeCrash { node } | Fault::AgentRestart { node } | Fault::NodeDrain { node, .. } => {
-                    known_node(nodes, node)?
-                }
+                Fault::NodeCrash { node }
+                | Fault::AgentRestart { node }
+                | Fault::NodeDrain { node, .. }
+                | Fault::OperatorDrain { node, .. }
+                | Fault::OperatorUndrain { node } => known_node(nodes, node)?,
                 Fault::NodeJoin { node } => {
                     nodes.insert(&node.name);
                 }

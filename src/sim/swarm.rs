@@ -190,7 +190,15 @@ fn gen_faults(g: &mut Gen, nodes: &[NodeDef], jobs: &[JobDef], fault_ms: u64) ->
                 }
                 Fault::NodeJoin { node: def }
             }
-            35..=49 => Fault::NodeDrain { node, deadline_ms: g.range(1_000, 10_000) },
+            35..=44 => Fault::NodeDrain { node, deadline_ms: g.range(1_000, 10_000) },
+            45..=49 => {
+                if g.chance(50) {
+                    let undrain_at_ms = (at_ms + g.range(200, 5_000)).min(fault_ms);
+                    events
+                        .push(FaultEvent { at_ms: undrain_at_ms, what: Fault::OperatorUndrain { node: node.clone() } });
+                }
+                Fault::OperatorDrain { node, deadline_ms: g.range(1_000, 10_000) }
+            }
             50..=79 => {
                 let job = g.pick(jobs);
                 let (exit_code, signal) = match g.below(4) {
@@ -213,6 +221,7 @@ fn gen_faults(g: &mut Gen, nodes: &[NodeDef], jobs: &[JobDef], fault_ms: u64) ->
         };
         events.push(FaultEvent { at_ms, what });
     }
+    events.sort_by_key(|e| e.at_ms);
     events
 }
 

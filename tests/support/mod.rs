@@ -104,8 +104,38 @@ impl TestCluster {
         self.input(Input::Stop { job: job.clone() });
     }
 
+    /// The operator's `ftdrive drain`.
     pub fn drain(&mut self, node: &str, deadline_ms: u64) {
-        self.input(Input::PreemptionNotice { node: NodeId::new(node), deadline_ms });
+        self.input(Input::Drain { node: NodeId::new(node), deadline_ms });
+    }
+
+    /// The operator's `ftdrive undrain`, answered as the head answers it.
+    pub fn undrain(&mut self, node: &str) -> Result<Reply, ftdrive::head::Rejected> {
+        let answer = self.head.handle(self.now, Input::Undrain { node: NodeId::new(node) });
+        self.pump();
+        answer
+    }
+
+    /// The machine itself is told it goes away (a cloud's notice): its agent tells the head.
+    pub fn agent_notice(&mut self, node: &str, deadline_ms: u64) {
+        self.agent_input(node, AgentInput::PreemptionNotice { deadline_ms });
+        self.pump();
+    }
+
+    /// The agent process restarts on the same machine: its processes run on under their
+    /// supervisors, and the new agent re-attaches to them.
+    pub fn restart_agent(&mut self, node: &str) {
+        let agent = self.agents.get_mut(node).expect("known node");
+        let recovered = agent.protocol.recoverable();
+        let identity = agent.protocol.identity().clone();
+        agent.protocol = AgentProtocol::new(identity, agent.protocol.incarnation() + 1, recovered);
+        self.agent_input(node, AgentInput::LinkUp);
+        self.pump();
+    }
+
+    /// The state `ftdrive nodes` shows for `node`.
+    pub fn node_state(&self, node: &str) -> ftdrive::scheduler::NodeState {
+        self.head.node_views().into_iter().find(|v| v.name == node).expect("known node").state
     }
 
     pub fn input(&mut self, input: Input) -> Reply {

@@ -1,0 +1,142 @@
+//! Drains and their withdrawal: the operator's `ftdrive drain` may be undone with `ftdrive
+//! undrain`; a machine that announced its own departure may not.
+
+mod support;
+
+use ftdrive::driver::{ActorState, Cause};
+use ftdrive::event::Event;
+use ftdrive::head::{Effect, Rejected, Reply};
+use ftdrive::scheduler::NodeState;
+use ftdrive::NodeId;
+use support::{config, cpu, spec, TestCluster};
+
+fn two_nodes_one_job() -> (TestCluster, ftdrive::JobId) {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    c.join("n2", cpu(1));
+    let job = c.submit(spec("a", 1, 1));
+    assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("n1"));
+    (c, job)
+}
+
+fn node_events(c: &TestCluster, node: &str) -> Vec<(NodeState, String)> {
+    c.effects
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Effect::Notify(Event::NodeState { node: n, state, evidence }) if n.as_str() == node => {
+                Some((*state, evidence.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_undrained_node_takes_new_work_and_what_the_drain_moved_stays_moved() {
+    let (mut c, a) = two_nodes_one_job();
+    c.drain("n1", 30_000);
+    c.advance(1_000);
+    assert_eq!(c.view(&a).actors[0].node.as_deref(), Some("n2"), "the drain moved it");
+    let b = c.submit(spec("b", 1, 1));
+    c.advance(1_000);
+    assert_eq!(c.view(&b).actors[0].state, ActorState::Scheduling, "n1 is draining, n2 is taken");
+
+    assert_eq!(c.undrain("n1"), Ok(Reply::Done));
+    assert_eq!(c.node_state("n1"), NodeState::Alive);
+    assert_eq!(c.view(&b).actors[0].node.as_deref(), Some("n1"), "placed on the undrained node");
+    assert_eq!(c.view(&b).actors[0].state, ActorState::Running);
+    let view = c.view(&a);
+    assert_eq!(view.actors[0].node.as_deref(), Some("n2"), "the moved actor is not moved back");
+    assert_eq!(view.ledger.len(), 1, "the undrain charged nothing: {:?}", view.ledger);
+    assert_eq!(view.ledger[0].cause, Cause::Preempted);
+    let last = node_events(&c, "n1").pop().expect("an event for n1");
+    assert_eq!(last.0, NodeState::Alive);
+    assert!(last.1.contains("ftdrive undrain"), "{}", last.1);
+}
+
+#[test]
+fn undrain_answers_alive_unknown_and_dead_nodes_without_changing_anything() {
+    let (mut c, _) = two_nodes_one_job();
+    let before = c.effects.len();
+    assert_eq!(c.undrain("n2"), Ok(Reply::Done), "an ALIVE node: nothing to withdraw");
+    assert_eq!(c.effects.len(), before, "no event, nothing persisted");
+    assert_eq!(c.undrain("n9"), Err(Rejected::UnknownNode(NodeId::new("n9"))));
+    c.crash("n2");
+    c.advance(5_000);
+    assert_eq!(c.node_state("n2"), NodeState::Dead);
+    assert_eq!(c.undrain("n2"), Err(Rejected::UnknownNode(NodeId::new("n2"))));
+    assert_eq!(c.node_state("n2"), NodeState::Dead);
+}
+
+#[test]
+fn a_machine_that_announced_its_departure_cannot_be_undrained_even_across_a_head_restart() {
+    let (mut c, a) = two_nodes_one_job();
+    c.agent_notice("n1", 60_000);
+    assert_eq!(c.node_state("n1"), NodeState::Draining);
+    let refusal = c.undrain("n1").expect_err("the machine is leaving");
+    assert_eq!(refusal, Rejected::LeavingNode(NodeId::new("n1")));
+    assert!(refusal.to_string().contains("its agent starts anew"), "{refusal}");
+    assert_eq!(c.node_state("n1"), NodeState::Draining, "the refusal changed nothing");
+
+    c.restart_head();
+    assert_eq!(c.node_state("n1"), NodeState::Draining);
+    assert_eq!(c.undrain("n1"), Err(Rejected::LeavingNode(NodeId::new("n1"))), "the agent said so again at once");
+    c.advance(2_000);
+    assert_eq!(c.view(&a).actors[0].node.as_deref(), Some("n2"));
+}
+
+#[test]
+fn an_operator_drain_and_its_withdrawal_survive_a_head_restart() {
+    let (mut c, _) = two_nodes_one_job();
+    c.drain("n1", 30_000);
+    c.restart_head();
+    assert_eq!(c.node_state("n1"), NodeState::Draining, "the drain is durable");
+    assert_eq!(c.undrain("n1"), Ok(Reply::Done), "and still the operator's to withdraw");
+    c.restart_head();
+    c.advance(5_000);
+    assert_eq!(c.node_state("n1"), NodeState::Alive, "the withdrawal is durable too");
+}
+
+#[test]
+fn an_operator_drain_of_a_leaving_machine_stays_and_a_notice_after_an_undrain_drains_again() {
+    let (mut c, _) = two_nodes_one_job();
+    c.drain("n1", 30_000);
+    assert_eq!(c.undrain("n1"), Ok(Reply::Done));
+    c.agent_notice("n1", 10_000);
+    assert_eq!(c.node_state("n1"), NodeState::Draining, "the machine's own notice drains it again");
+    c.drain("n2", 30_000);
+    c.agent_notice("n2", 10_000);
+    assert_eq!(c.undrain("n2"), Err(Rejected::LeavingNode(NodeId::new("n2"))), "drained by both: it is leaving");
+}
+
+#[test]
+fn an_operator_drain_outlasts_an_agent_restart() {
+    let (mut c, a) = two_nodes_one_job();
+    c.drain("n1", 30_000);
+    c.advance(1_000);
+    assert!(c.processes_on("n1").is_empty(), "the drain moved the work: {:?}", c.processes_on("n1"));
+    c.restart_agent("n1");
+    c.advance(5_000);
+    assert_eq!(c.node_state("n1"), NodeState::Draining, "a cordon lasts until the operator lifts it");
+    assert_eq!(c.undrain("n1"), Ok(Reply::Done));
+    assert_eq!(c.view(&a).ledger.len(), 1, "the restart charged nothing");
+}
+
+#[test]
+fn a_machine_that_announced_its_departure_comes_back_as_a_new_machine() {
+    let (mut c, _) = two_nodes_one_job();
+    c.agent_notice("n1", 5_000);
+    c.advance(1_000);
+    c.join("n1", cpu(1)); // the preempted VM returns: a new agent with nothing running
+    c.advance(1_000);
+    assert_eq!(c.node_state("n1"), NodeState::Alive);
+}
+
+#[test]
+fn a_departure_the_agent_announced_is_durable() {
+    let (mut c, _) = two_nodes_one_job();
+    c.agent_notice("n1", 60_000);
+    c.crash("n1"); // no agent to say it again after the restart
+    c.restart_head();
+    assert_eq!(c.undrain("n1"), Err(Rejected::LeavingNode(NodeId::new("n1"))));
+}
