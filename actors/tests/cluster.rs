@@ -66,7 +66,7 @@ fn a_pending_job_waits_until_the_replacement_is_placed() {
 }
 
 #[test]
-fn draining_a_node_preempts_its_actor() {
+fn draining_a_node_preempts_its_actor_and_undrain_takes_it_back() {
     let c = Cluster::start(&["n1", "n2"]);
     let spec = c.spec(
         "drained",
@@ -80,8 +80,22 @@ fn draining_a_node_preempts_its_actor() {
     let first = &job["ledger"][0];
     assert_eq!((first["cause"].as_str(), first["budget"].as_str()), (Some("preempted"), Some("preemption")), "{job:#}");
     assert_ne!(job["actors"][0]["node"].as_str(), Some(node.as_str()));
-    let drained = c.nodes_json().as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).unwrap().clone();
-    assert_eq!(drained["state"], "DRAINING");
+    let state_of = |c: &Cluster, name: &str| {
+        c.nodes_json().as_array().unwrap().iter().find(|n| n["name"] == name).unwrap()["state"].clone()
+    };
+    assert_eq!(state_of(&c, &node), "DRAINING");
+
+    // The operator takes the node back: a job needing both nodes runs on it.
+    let said = c.ftdrive(&["undrain", &node]);
+    assert!(said.contains(&format!("{node} is ALIVE")), "{said}");
+    assert_eq!(state_of(&c, &node), "ALIVE");
+    let both = c.spec("both", json!({"command": ["true"], "min_nodes": 2, "max_nodes": 2}));
+    let both = c.submit_no_wait(&both);
+    let job = c.wait_for_job(&both, "it succeeds on both nodes", |j| j["state"] == "SUCCEEDED");
+    assert!(job["ledger"].as_array().unwrap().iter().any(|e| e["node"] == node.as_str()), "{job:#}");
+    let unknown = c.try_ftdrive(&["undrain", "no-such-node"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("node `no-such-node` is not registered"));
 }
 
 #[test]

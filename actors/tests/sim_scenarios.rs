@@ -222,6 +222,18 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.state("l"), "SUCCEEDED");
         assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
     }),
+    // The operator drains n1 (l moves to n2), m waits for a node, and the undrain gives it n1.
+    ("operator_undrain_takes_a_node_back", |r| {
+        assert_eq!(r.state("l"), "SUCCEEDED");
+        assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
+        assert_eq!(r.state("m"), "SUCCEEDED");
+        assert_eq!(r.ledger("m"), vec![pair("completed", "none")], "the undrain charged nothing");
+        assert_eq!(r.entry("m", "completed")["node"], "n1");
+        assert!(r.entry("m", "completed")["start_ms"].as_u64() >= Some(12_000), "placed once undrained");
+        let n1: Vec<&str> =
+            r.events("node_state").iter().filter(|e| e["node"] == "n1").map(|e| e["state"].as_str().unwrap()).collect();
+        assert_eq!(n1, ["ALIVE", "DRAINING", "ALIVE"]);
+    }),
     ("ledger_preempted_node_lost", |r| {
         assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
         assert_eq!(r.entry("l", "preempted")["remaining"]["system"], 3);

@@ -1,7 +1,7 @@
 """ftdrive from Python: a client for the head's HTTP API and a torchx scheduler.
 
 * :class:`Client` submits jobs, reads their status, attempt ledger, event stream and logs,
-  stops them, and lists and drains nodes.
+  stops them, and lists, drains and undrains nodes.
 * :class:`JobSpec` is the job spec (DESIGN §4) as a dataclass.
 * ``ftdrive.torchx_scheduler`` is the torchx scheduler registered as ``ftdrive``
   (``torchx run -s ftdrive dist.ddp -j 3x2 --script train.py``); importing this package does

@@ -282,6 +282,12 @@ class Client:
         budget) and it takes no new work."""
         return Drain.from_json(self._json("POST", f"/v1/nodes/{_seg(node)}/drain", {"deadline_ms": deadline_ms}))
 
+    def undrain(self, node: str) -> None:
+        """Withdraws :meth:`drain`: the node takes new work again; what the drain moved stays
+        where it went. A node whose own agent announced that its machine is leaving (SIGTERM, a
+        cloud's notice) cannot be undrained: :class:`~ftdrive.errors.ApiError` 409."""
+        self._json("POST", f"/v1/nodes/{_seg(node)}/undrain", {})
+
     def health(self) -> Health:
         """Whether the head is recovering after a restart, and job and node counts."""
         return Health.from_json(self._json("GET", "/v1/health"))

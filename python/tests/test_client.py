@@ -238,7 +238,7 @@ def test_a_stopping_head_ends_a_job_stream_with_an_error_not_an_end(cluster: Clu
     wait_for("every agent is back", lambda: all(n.state == "ALIVE" for n in client.nodes()))
 
 
-def test_drain_a_node(cluster: Cluster) -> None:
+def test_drain_and_undrain_a_node(cluster: Cluster) -> None:
     client = cluster.client()
     cluster.add_node("drained")
     try:
@@ -246,10 +246,15 @@ def test_drain_a_node(cluster: Cluster) -> None:
         assert (answer.node, answer.draining, answer.deadline_ms) == ("drained", True, 60_000)
         states = {n.name: n.state for n in client.nodes()}
         assert states["drained"] == "DRAINING" and states["n1"] == "ALIVE"
+        client.undrain("drained")
+        assert {n.name: n.state for n in client.nodes()}["drained"] == "ALIVE"
     finally:
         cluster.kill_node("drained")
     with pytest.raises(ApiError) as unknown:
         client.drain("no-such-node")
+    assert unknown.value.status == 404 and "no-such-node" in unknown.value.message
+    with pytest.raises(ApiError) as unknown:
+        client.undrain("no-such-node")
     assert unknown.value.status == 404 and "no-such-node" in unknown.value.message
 
 

@@ -28,6 +28,8 @@ pub enum Command {
     Stop(JobArg),
     /// Send a node a preemption notice.
     Drain(DrainArgs),
+    /// Withdraw `ftdrive drain`: the node takes new work again.
+    Undrain(NodeArg),
     /// Run a scenario in the deterministic simulator.
     Sim(SimArgs),
 }
@@ -223,10 +225,19 @@ pub struct JobArg {
 pub struct DrainArgs {
     /// The node's name, as `ftdrive nodes` lists it.
     pub node: String,
-    /// How long its running work has before it is stopped; losses before then are charged to
-    /// the preemption budget.
+    /// When the machine goes away. Its processes are stopped at once (SIGTERM, then SIGKILL
+    /// after the lesser of the job's `stop_grace_ms` and this), charged to the preemption budget,
+    /// and re-placed elsewhere.
     #[arg(long, default_value_t = 30_000)]
     pub deadline_ms: u64,
+    #[command(flatten)]
+    pub head: HeadUrl,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeArg {
+    /// The node's name, as `ftdrive nodes` lists it.
+    pub node: String,
     #[command(flatten)]
     pub head: HeadUrl,
 }

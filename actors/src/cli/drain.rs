@@ -11,7 +11,11 @@ pub fn run(args: DrainArgs) -> Result<Outcome, CliError> {
     super::block_on(async move {
         let _: Value =
             client.post(&format!("/v1/nodes/{}/drain", args.node), json!({"deadline_ms": args.deadline_ms})).await?;
-        out::line(&format!("draining {} (deadline {} ms)", args.node, args.deadline_ms))?;
+        out::line(&format!(
+            "draining {} (deadline {} ms): its work is stopped and moves elsewhere; `ftdrive undrain {}` takes \
+             the node back into use",
+            args.node, args.deadline_ms, args.node
+        ))?;
         Ok(Outcome::Done)
     })
 }

@@ -18,6 +18,7 @@ mod sim;
 mod status;
 mod stop;
 mod submit;
+mod undrain;
 
 use args::{Cli, Command};
 use clap::Parser;
@@ -48,6 +49,7 @@ fn dispatch(command: Command) -> Result<Outcome, CliError> {
         Command::Logs(args) => logs::run(args),
         Command::Stop(args) => stop::run(args),
         Command::Drain(args) => drain::run(args),
+        Command::Undrain(args) => undrain::run(args),
         Command::Sim(args) => sim::run(args),
     }
 }

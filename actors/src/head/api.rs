@@ -9,6 +9,7 @@
 //! | `GET /v1/jobs/{id}/events`, `GET /v1/events` | NDJSON event stream (a job's ends with it) |
 //! | `GET /v1/jobs/{id}/logs?actor=&attempt=&offset=&local_rank=` | an attempt's log (or one worker's), fetched from its agent |
 //! | `GET /v1/nodes`, `POST /v1/nodes/{name}/drain` | nodes; a preemption notice |
+//! | `POST /v1/nodes/{name}/undrain` | withdraw the operator's drain: the node is ALIVE again |
 //! | `GET /v1/agent` | the agents' WebSocket channel |
 //! | `GET /v1/health` | `recovering` (a restarted head waiting for its nodes), job and node counts |
 //! | `GET /metrics` | Prometheus text (`docs/metrics.md`) |
@@ -17,7 +18,7 @@
 use super::store::{Store, StoreError};
 use super::{
     agents, start_actor, ApiError, Drain, Follow, HeadActor, Health, Jobs, LocateLog, Metrics, Nodes, Stop, Stopping,
-    Submit,
+    Submit, Undrain,
 };
 use crate::paths::Tokens;
 use actix::prelude::*;
@@ -214,6 +215,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .route("/v1/events", web::get().to(all_events))
         .route("/v1/nodes", web::get().to(list_nodes))
         .route("/v1/nodes/{name}/drain", web::post().to(drain_node))
+        .route("/v1/nodes/{name}/undrain", web::post().to(undrain_node))
         .route("/v1/agent", web::get().to(agents::channel))
         .route("/v1/health", web::get().to(health))
         .route("/metrics", web::get().to(metrics))
@@ -367,6 +369,7 @@ impl ResponseError for ApiError {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::BAD_GATEWAY,
@@ -475,6 +478,16 @@ async fn drain_node(
     let node = NodeId::from(name.into_inner());
     state.head.send(Drain { node: node.clone(), deadline_ms: body.deadline_ms }).await.map_err(mailbox)??;
     Ok(HttpResponse::Ok().json(serde_json::json!({"node": node, "draining": true, "deadline_ms": body.deadline_ms})))
+}
+
+async fn undrain_node(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let node = NodeId::from(name.into_inner());
+    state.head.send(Undrain { node: node.clone() }).await.map_err(mailbox)??;
+    Ok(HttpResponse::Ok().json(serde_json::json!({"node": node, "draining": false})))
 }
 
 #[derive(Deserialize)]

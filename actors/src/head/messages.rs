@@ -77,8 +77,22 @@ pub struct Drain {
 impl Handler<Drain> for HeadActor {
     type Result = ResponseFuture<Result<(), ApiError>>;
     fn handle(&mut self, msg: Drain, ctx: &mut Context<Self>) -> Self::Result {
-        let input = Input::PreemptionNotice { node: msg.node, deadline_ms: msg.deadline_ms };
+        let input = Input::Drain { node: msg.node, deadline_ms: msg.deadline_ms };
         self.durable_answer(input, ctx, |_, _| Ok(()))
+    }
+}
+
+/// Withdraw the operator's drain of a node.
+#[derive(Message)]
+#[rtype(result = "Result<(), ApiError>")]
+pub struct Undrain {
+    pub node: NodeId,
+}
+
+impl Handler<Undrain> for HeadActor {
+    type Result = ResponseFuture<Result<(), ApiError>>;
+    fn handle(&mut self, msg: Undrain, ctx: &mut Context<Self>) -> Self::Result {
+        self.durable_answer(Input::Undrain { node: msg.node }, ctx, |_, _| Ok(()))
     }
 }
 

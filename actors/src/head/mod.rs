@@ -43,6 +43,9 @@ pub enum ApiError {
     BadRequest(String),
     #[error("{0}")]
     NotFound(String),
+    /// Valid, but the state of what it names does not allow it (409).
+    #[error("{0}")]
+    Conflict(String),
     /// A body over a bound (413).
     #[error("{0}")]
     TooLarge(String),
@@ -59,6 +62,7 @@ impl From<Rejected> for ApiError {
     fn from(r: Rejected) -> Self {
         match r {
             Rejected::UnknownJob(_) | Rejected::UnknownNode(_) => ApiError::NotFound(r.to_string()),
+            Rejected::LeavingNode(_) => ApiError::Conflict(r.to_string()),
             _ => ApiError::BadRequest(r.to_string()),
         }
     }

@@ -32,7 +32,7 @@ impl Rng {
     }
 }
 
-const ROUTES: [(&str, &str); 13] = [
+const ROUTES: [(&str, &str); 14] = [
     ("POST", "/v1/jobs"),
     ("GET", "/v1/jobs"),
     ("GET", "/v1/jobs/{id}"),
@@ -42,6 +42,7 @@ const ROUTES: [(&str, &str); 13] = [
     ("GET", "/v1/events"),
     ("GET", "/v1/nodes"),
     ("POST", "/v1/nodes/{id}/drain"),
+    ("POST", "/v1/nodes/{id}/undrain"),
     ("GET", "/v1/agent"),
     ("GET", "/v1/health"),
     ("GET", "/metrics"),
