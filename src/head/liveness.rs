@@ -22,8 +22,9 @@ pub struct NodeRecord {
     pub alive: bool,
     /// The runtime saw the agent's connection drop and nothing has been heard since.
     pub link_lost: bool,
-    /// This run of the agent announced that its machine is going away: its drain is not the
-    /// operator's to withdraw.
+    /// The node's agent announced that its machine is going away, so its drain is not the
+    /// operator's to withdraw. Kept across a re-attaching agent restart and a head restart; a
+    /// new machine in the node's name starts without it.
     pub leaving: bool,
 }
 

@@ -570,16 +570,17 @@ impl Head {
     /// Why a job waits: for the agents after a restart (nothing is placed meanwhile, DU-3), or
     /// the scheduler's reason.
     fn waiting_reason(&self, pg: PgId, memo: &mut WaitingMemo) -> Option<String> {
-        let job = |p: PgId| self.by_pg[&p].to_string();
-        let reason = self.scheduler.waiting_reason(pg, &job, memo)?;
-        Some(match &self.recovery {
-            Some(r) => format!(
+        let Some(r) = &self.recovery else {
+            let job = |p: PgId| self.by_pg[&p].to_string();
+            return self.scheduler.waiting_reason(pg, &job, memo);
+        };
+        self.scheduler.waits(pg).then(|| {
+            format!(
                 "waiting for the agents to report after the head's restart: nothing is placed until every known \
                  node has ({} still to report) or {} ms have passed",
                 r.waiting.len(),
                 self.config.node_timeout_ms
-            ),
-            None => reason,
+            )
         })
     }
 

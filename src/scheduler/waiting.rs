@@ -84,11 +84,7 @@ impl Scheduler {
     /// own reason). `job` names a group in the text; `memo` carries counts between the groups
     /// of one listing (`&mut WaitingMemo::default()` for one group).
     pub fn waiting_reason(&self, id: PgId, job: &dyn Fn(PgId) -> String, memo: &mut WaitingMemo) -> Option<String> {
-        let pg = self.pgs.get(&id)?;
-        if pg.infeasible.is_some() {
-            return None;
-        }
-        let request = waited_on(id, pg)?;
+        let (pg, request) = self.request_of(id)?;
         // A gang not yet placed holds nothing, so its count depends on its shape alone.
         let room = if request.key.is_gang() {
             let shape = Shape::of(pg, request.count);
@@ -103,6 +99,17 @@ impl Scheduler {
         } else {
             self.held_for_others(&request, job)
         })
+    }
+
+    /// Would `waiting_reason` give `id` a reason? Without counting anything.
+    pub fn waits(&self, id: PgId) -> bool {
+        self.request_of(id).is_some()
+    }
+
+    /// The group and the request of it a user waits on, unless infeasible (it has its own reason).
+    fn request_of(&self, id: PgId) -> Option<(&PlacementGroup, Request)> {
+        let pg = self.pgs.get(&id).filter(|pg| pg.infeasible.is_none())?;
+        Some((pg, waited_on(id, pg)?))
     }
 
     fn room_now(&self, id: PgId, pg: &PlacementGroup, count: u32) -> Room {
