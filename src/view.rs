@@ -105,6 +105,13 @@ pub struct NodeView {
     pub devices: Devices,
     #[serde(default)]
     pub devices_held: Devices,
+    /// The operator drained it (`ftdrive drain`): it takes no new work until `ftdrive
+    /// undrain`, even once DEAD and back.
+    #[serde(default)]
+    pub cordoned: bool,
+    /// Its agent announced that the machine is going away (SIGTERM, a cloud's notice).
+    #[serde(default)]
+    pub leaving: bool,
     /// Where the node's agent serves its Prometheus metrics (the runtime knows; the core does
     /// not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -182,9 +189,18 @@ fn pg_view(d: &Driver, scheduler: &Scheduler, id: PgId) -> PgView {
     }
 }
 
-/// One node as the scheduler sees it; `addr` is where its agent said peers reach it.
-pub fn node_view(scheduler: &Scheduler, ix: NodeIx, addr: String) -> NodeView {
+/// What the head's failure detector knows of a node, for its view.
+pub struct NodeMarks {
+    /// Where its agent said peers reach it.
+    pub addr: String,
+    pub cordoned: bool,
+    pub leaving: bool,
+}
+
+/// One node as the scheduler sees it, with the head's marks on it.
+pub fn node_view(scheduler: &Scheduler, ix: NodeIx, marks: NodeMarks) -> NodeView {
     let node = scheduler.node(ix);
+    let NodeMarks { addr, cordoned, leaving } = marks;
     NodeView {
         name: node.name.to_string(),
         state: node.state,
@@ -194,6 +210,8 @@ pub fn node_view(scheduler: &Scheduler, ix: NodeIx, addr: String) -> NodeView {
         addr,
         devices: node.devices,
         devices_held: node.devices.without(node.free_devices()),
+        cordoned,
+        leaving,
         metrics_url: None,
     }
 }

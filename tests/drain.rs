@@ -1,11 +1,12 @@
-//! Drains and their withdrawal: the operator's `ftdrive drain` may be undone with `ftdrive
-//! undrain`; a machine that announced its own departure may not.
+//! Drains and their withdrawal: the operator's `ftdrive drain` is a cordon on the node that
+//! lasts until `ftdrive undrain` (MB-1), even across the node's death; a machine that announced
+//! its own departure cannot be undrained.
 
 mod support;
 
 use ftdrive::driver::{ActorState, Cause};
 use ftdrive::event::Event;
-use ftdrive::head::{Effect, Rejected, Reply};
+use ftdrive::head::{Effect, Input, Rejected, Reply};
 use ftdrive::scheduler::NodeState;
 use ftdrive::NodeId;
 use support::{config, cpu, spec, TestCluster};
@@ -64,8 +65,70 @@ fn undrain_answers_alive_unknown_and_dead_nodes_without_changing_anything() {
     c.crash("n2");
     c.advance(5_000);
     assert_eq!(c.node_state("n2"), NodeState::Dead);
-    assert_eq!(c.undrain("n2"), Err(Rejected::UnknownNode(NodeId::new("n2"))));
+    let before = c.effects.len();
+    assert_eq!(c.undrain("n2"), Ok(Reply::Done), "a DEAD node nobody drained: nothing to withdraw");
+    assert_eq!(c.effects.len(), before, "no event, nothing persisted");
     assert_eq!(c.node_state("n2"), NodeState::Dead);
+}
+
+#[test]
+fn an_operator_drain_outlasts_the_nodes_death_and_a_new_machine_in_its_name() {
+    let (mut c, a) = two_nodes_one_job();
+    c.drain("n1", 30_000);
+    c.crash("n1"); // rebooted for maintenance, and slower than the node timeout
+    c.advance(5_000);
+    assert_eq!(c.node_state("n1"), NodeState::Dead);
+    c.join("n1", cpu(1));
+    assert_eq!(c.node_state("n1"), NodeState::Draining, "the cordon stands");
+    let (state, evidence) = node_events(&c, "n1").pop().expect("an event for n1");
+    assert_eq!(state, NodeState::Draining, "registered straight into DRAINING, never ALIVE");
+    assert!(evidence.contains("ftdrive undrain n1"), "{evidence}");
+    let b = c.submit(spec("b", 1, 1));
+    c.advance(1_000);
+    assert_eq!(c.view(&b).actors[0].state, ActorState::Scheduling, "nothing new is placed on n1");
+
+    assert_eq!(c.undrain("n1"), Ok(Reply::Done));
+    assert_eq!(c.node_state("n1"), NodeState::Alive);
+    assert_eq!(c.view(&b).actors[0].node.as_deref(), Some("n1"));
+    assert_eq!(c.view(&a).actors[0].node.as_deref(), Some("n2"), "the drained job moved for good");
+}
+
+#[test]
+fn a_dead_node_may_be_drained_and_comes_back_draining_even_across_a_head_restart() {
+    let (mut c, _) = two_nodes_one_job();
+    c.crash("n2");
+    c.advance(5_000);
+    c.drain("n2", 30_000);
+    assert_eq!(c.node_state("n2"), NodeState::Dead, "a drain does not bring a node back");
+    c.restart_head();
+    c.advance(5_000);
+    c.join("n2", cpu(1));
+    assert_eq!(c.node_state("n2"), NodeState::Draining, "the cordon of a DEAD node is durable");
+    c.restart_head();
+    assert_eq!(c.node_state("n2"), NodeState::Draining);
+    assert_eq!(c.undrain("n2"), Ok(Reply::Done));
+    assert_eq!(c.node_state("n2"), NodeState::Alive);
+}
+
+#[test]
+fn undraining_a_dead_node_lifts_its_cordon() {
+    let (mut c, _) = two_nodes_one_job();
+    c.drain("n2", 30_000);
+    c.crash("n2");
+    c.advance(5_000);
+    assert_eq!(c.undrain("n2"), Ok(Reply::Done));
+    c.restart_head(); // the withdrawal is durable
+    c.join("n2", cpu(1));
+    assert_eq!(c.node_state("n2"), NodeState::Alive);
+}
+
+#[test]
+fn draining_an_unknown_node_is_refused() {
+    let (mut c, _) = two_nodes_one_job();
+    let refusal = c.refused_input(Input::Drain { node: NodeId::new("n9"), deadline_ms: 1_000 });
+    assert_eq!(refusal, Rejected::UnknownNode(NodeId::new("n9")));
+    c.join("n9", cpu(1));
+    assert_eq!(c.node_state("n9"), NodeState::Alive, "the refusal left no cordon");
 }
 
 #[test]
@@ -98,15 +161,22 @@ fn an_operator_drain_and_its_withdrawal_survive_a_head_restart() {
 }
 
 #[test]
-fn an_operator_drain_of_a_leaving_machine_stays_and_a_notice_after_an_undrain_drains_again() {
+fn an_undrain_of_a_leaving_machine_lifts_only_the_operators_drain() {
     let (mut c, _) = two_nodes_one_job();
     c.drain("n1", 30_000);
     assert_eq!(c.undrain("n1"), Ok(Reply::Done));
     c.agent_notice("n1", 10_000);
     assert_eq!(c.node_state("n1"), NodeState::Draining, "the machine's own notice drains it again");
+
     c.drain("n2", 30_000);
     c.agent_notice("n2", 10_000);
-    assert_eq!(c.undrain("n2"), Err(Rejected::LeavingNode(NodeId::new("n2"))), "drained by both: it is leaving");
+    assert_eq!(c.undrain("n2"), Ok(Reply::Done), "the operator's drain is lifted");
+    assert_eq!(c.node_state("n2"), NodeState::Draining, "but the machine is still leaving");
+    assert_eq!(c.undrain("n2"), Err(Rejected::LeavingNode(NodeId::new("n2"))), "nothing left to lift");
+    c.crash("n2");
+    c.advance(5_000);
+    c.join("n2", cpu(1)); // the VM returns
+    assert_eq!(c.node_state("n2"), NodeState::Alive, "no cordon: a new machine takes work");
 }
 
 #[test]

@@ -234,6 +234,18 @@ const EXPECTED: &[(&str, Expectation)] = &[
             r.events("node_state").iter().filter(|e| e["node"] == "n1").map(|e| e["state"].as_str().unwrap()).collect();
         assert_eq!(n1, ["ALIVE", "DRAINING", "ALIVE"]);
     }),
+    // n1 is drained, then rebooted slower than the node timeout (DEAD), across a head restart:
+    // it registers DRAINING and takes m only once undrained.
+    ("operator_drain_outlasts_a_reboot", |r| {
+        assert_eq!(r.state("l"), "SUCCEEDED");
+        assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
+        assert_eq!(r.state("m"), "SUCCEEDED");
+        assert_eq!(r.entry("m", "completed")["node"], "n1");
+        assert!(r.entry("m", "completed")["start_ms"].as_u64() >= Some(25_000), "placed once undrained");
+        let n1: Vec<&str> =
+            r.events("node_state").iter().filter(|e| e["node"] == "n1").map(|e| e["state"].as_str().unwrap()).collect();
+        assert_eq!(n1, ["ALIVE", "DRAINING", "DEAD", "DRAINING", "ALIVE"]);
+    }),
     ("ledger_preempted_node_lost", |r| {
         assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
         assert_eq!(r.entry("l", "preempted")["remaining"]["system"], 3);

@@ -64,6 +64,9 @@ pub struct NodeRecord {
     /// Its agent announced that the machine is going away (the drain is not the operator's).
     #[serde(default)]
     pub leaving: bool,
+    /// The operator drained it; kept while it is DEAD, so that it comes back DRAINING.
+    #[serde(default)]
+    pub cordoned: bool,
 }
 
 /// A job as the head keeps it: the parts a store writes apart.
@@ -129,7 +132,8 @@ impl Head {
     fn restore_node(&mut self, now: Instant, record: NodeRecord, window_ms: u64) -> Option<NodeIx> {
         let ix = self.scheduler.add_node(record.name.clone(), record.resources, record.labels, Some(record.devices));
         self.liveness.register(ix, record.addr, record.incarnation, now, window_ms);
-        self.liveness.get_mut(ix).expect("just registered").leaving = record.leaving;
+        let restored = self.liveness.get_mut(ix).expect("just registered");
+        (restored.leaving, restored.cordoned) = (record.leaving, record.cordoned);
         match record.state {
             NodeState::Alive => Some(ix),
             NodeState::Draining => {
@@ -278,6 +282,7 @@ impl Head {
             incarnation: record.incarnation,
             state: node.state,
             leaving: record.leaving,
+            cordoned: record.cordoned,
         })
     }
 

@@ -26,6 +26,10 @@ pub struct NodeRecord {
     /// operator's to withdraw. Kept across a re-attaching agent restart and a head restart; a
     /// new machine in the node's name starts without it.
     pub leaving: bool,
+    /// The operator drained the node (`ftdrive drain`): it takes no new work until `ftdrive
+    /// undrain`, whatever happens meanwhile (agent and head restarts, the node's death and a
+    /// new machine in its name), as a Kubernetes cordon or a Slurm DRAIN does.
+    pub cordoned: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -35,12 +39,14 @@ pub struct Liveness {
 }
 
 impl Liveness {
-    /// A node registered (or re-registered): it is alive as of `now`.
+    /// A node registered (or re-registered): it is alive as of `now`. The operator's cordon
+    /// belongs to the node's name, not to one agent run, so it stays.
     pub fn register(&mut self, ix: NodeIx, addr: String, incarnation: u64, now: Instant, timeout_ms: u64) {
         let slot = ix as usize;
         if self.records.len() <= slot {
             self.records.resize(slot + 1, None);
         }
+        let cordoned = self.records[slot].as_ref().is_some_and(|r| r.cordoned);
         let deadline = now.plus_ms(timeout_ms);
         self.records[slot] = Some(NodeRecord {
             addr,
@@ -51,6 +57,7 @@ impl Liveness {
             alive: true,
             link_lost: false,
             leaving: false,
+            cordoned,
         });
         self.expiries.push_back((deadline, ix));
     }

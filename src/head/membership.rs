@@ -1,6 +1,11 @@
 //! Membership: agents registering (and re-registering after a reconnect or a restart),
 //! heartbeats and the reconciliation they carry, preemption notices, and declaring a node
 //! DEAD — with the drivers told which of their bundles went with it.
+//!
+//! - **MB-1 a cordon holds.** A node the operator drained (`Input::Drain`) is never ALIVE until
+//!   the operator undrains it: not after an agent restart, a head restart, or its death and a
+//!   new registration in its name. `register` drains a cordoned node as it joins; only
+//!   `undrain` lifts the cordon. `check_cordons` asserts it.
 
 use super::{check_name, Effect, Head, Rejected, Reply};
 use crate::driver::{DriverInput, Loss};
@@ -57,7 +62,8 @@ impl Head {
             // A restarted agent keeps the node's bundles: what it re-attached to runs on, what it
             // lost is lost, unconfirmed starts go again. A node whose agent announced it was
             // leaving and that comes back with nothing is a new machine (the preemption
-            // happened), and so is one that offers otherwise. The operator's drain stays.
+            // happened), and so is one that offers otherwise. The operator's drain stays (its
+            // cordon is the node's, whatever machine registers in its name).
             let reattached = !agent.running.is_empty() || !agent.ended.is_empty();
             let left = self.liveness.get(ix).expect("record").leaving && !reattached;
             if alive && !left && self.offers_the_same(ix, &agent) {
@@ -73,7 +79,14 @@ impl Head {
         self.scheduler.clear_suspect(ix);
         self.reported(ix);
         self.touch_node(ix);
-        self.notify(Event::NodeState { node, state: NodeState::Alive, evidence: "registered".into() });
+        if self.liveness.get(ix).expect("just registered").cordoned {
+            // MB-1: the operator's drain outlasts the machine (a reboot for maintenance).
+            self.scheduler.drain_node(ix);
+            let evidence = format!("registered; the operator's drain stands until `ftdrive undrain {node}`");
+            self.notify(Event::NodeState { node, state: NodeState::Draining, evidence });
+        } else {
+            self.notify(Event::NodeState { node, state: NodeState::Alive, evidence: "registered".into() });
+        }
         Ok(Reply::Done)
     }
 
@@ -153,57 +166,97 @@ impl Head {
         Ok(ix)
     }
 
-    /// The node goes away within `deadline_ms`: nothing new is placed there, and the drivers
-    /// move what runs there. `by_agent`: the machine itself announced it, so no operator can
-    /// withdraw the drain.
+    /// The node's own agent says its machine goes away within `deadline_ms`: nothing new is
+    /// placed there and the drivers move what runs there. No operator can withdraw this drain.
     pub(super) fn preemption_notice(
         &mut self,
         now: Instant,
         node: NodeId,
         deadline_ms: u64,
-        by_agent: bool,
     ) -> Result<Reply, Rejected> {
-        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
-        if self.scheduler.node(ix).state == NodeState::Dead {
-            return Err(Rejected::UnknownNode(node));
-        }
+        let ix = self.live_node_ix(&node)?;
         let record = self.liveness.get_mut(ix).expect("known node has a record");
-        if by_agent && !record.leaving {
+        if !record.leaving {
             record.leaving = true;
             self.touch_node(ix);
         }
-        if self.scheduler.node(ix).state == NodeState::Draining {
-            return Ok(Reply::Done);
+        self.start_drain(now, ix, format!("preemption notice, deadline in {deadline_ms} ms"), deadline_ms);
+        Ok(Reply::Done)
+    }
+
+    /// The operator's `ftdrive drain`: a live node drains as on a notice, and the node is
+    /// cordoned until `ftdrive undrain` (MB-1). A DEAD node may be drained too: it comes back
+    /// DRAINING.
+    pub(super) fn drain(&mut self, now: Instant, node: NodeId, deadline_ms: u64) -> Result<Reply, Rejected> {
+        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        let record = self.liveness.get_mut(ix).expect("known node has a record");
+        if !record.cordoned {
+            record.cordoned = true;
+            self.touch_node(ix);
+        }
+        if self.scheduler.node(ix).state != NodeState::Dead {
+            let evidence = format!("drained by the operator (`ftdrive drain`), deadline in {deadline_ms} ms");
+            self.start_drain(now, ix, evidence, deadline_ms);
+        }
+        Ok(Reply::Done)
+    }
+
+    /// ALIVE → DRAINING: the drivers stop what runs there by `deadline_ms`. A node already
+    /// DRAINING keeps its first deadline.
+    fn start_drain(&mut self, now: Instant, ix: NodeIx, evidence: String, deadline_ms: u64) {
+        if self.scheduler.node(ix).state != NodeState::Alive {
+            return;
         }
         let deadline = now.plus_ms(deadline_ms);
         self.scheduler.drain_node(ix);
         self.touch_node(ix);
-        let evidence = format!("preemption notice, deadline in {deadline_ms} ms");
+        let node = self.scheduler.node(ix).name.clone();
         self.notify(Event::NodeState { node, state: NodeState::Draining, evidence });
         let bundles: Vec<(PgId, u32)> = self.scheduler.node(ix).bundles.iter().copied().collect();
         for (pg, actor) in bundles {
             self.feed(now, pg, DriverInput::Draining { actor, deadline });
         }
+    }
+
+    /// The operator withdraws a drain: the cordon is lifted, and a DRAINING node is offered
+    /// again. What the drain stopped stays stopped (its actors were re-placed or wait to be). A
+    /// drain the node's own agent announced stands: refused, unless there was a cordon to lift.
+    pub(super) fn undrain(&mut self, node: NodeId) -> Result<Reply, Rejected> {
+        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        let record = self.liveness.get_mut(ix).expect("known node has a record");
+        let (cordoned, leaving) = (record.cordoned, record.leaving);
+        let draining = self.scheduler.node(ix).state == NodeState::Draining;
+        if draining && leaving && !cordoned {
+            return Err(Rejected::LeavingNode(node));
+        }
+        if cordoned {
+            record.cordoned = false;
+            self.touch_node(ix);
+        }
+        if draining && !leaving {
+            self.scheduler.undrain_node(ix);
+            self.touch_node(ix);
+            let evidence = "the operator withdrew the drain (`ftdrive undrain`)".to_string();
+            self.notify(Event::NodeState { node, state: NodeState::Alive, evidence });
+        }
         Ok(Reply::Done)
     }
 
-    /// The operator withdraws a drain: the node is offered again. What the drain stopped stays
-    /// stopped (its actors were re-placed or wait to be); a drain its own agent announced stands.
-    pub(super) fn undrain(&mut self, node: NodeId) -> Result<Reply, Rejected> {
-        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
-        match self.scheduler.node(ix).state {
-            NodeState::Alive => return Ok(Reply::Done),
-            NodeState::Dead => return Err(Rejected::UnknownNode(node)),
-            NodeState::Draining => {}
+    /// The node's index if it is registered and not DEAD.
+    fn live_node_ix(&self, node: &NodeId) -> Result<NodeIx, Rejected> {
+        let ix = self.scheduler.node_ix(node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        if self.scheduler.node(ix).state == NodeState::Dead {
+            return Err(Rejected::UnknownNode(node.clone()));
         }
-        if self.liveness.get(ix).expect("known node has a record").leaving {
-            return Err(Rejected::LeavingNode(node));
+        Ok(ix)
+    }
+
+    /// MB-1.
+    pub(super) fn check_cordons(&self) {
+        for (ix, node) in self.scheduler.nodes() {
+            let cordoned = self.liveness.get(ix).is_some_and(|r| r.cordoned);
+            assert!(!(cordoned && node.state == NodeState::Alive), "MB-1: {} is cordoned and ALIVE", node.name);
         }
-        self.scheduler.undrain_node(ix);
-        self.touch_node(ix);
-        let evidence = "the operator withdrew the drain (`ftdrive undrain`)".to_string();
-        self.notify(Event::NodeState { node, state: NodeState::Alive, evidence });
-        Ok(Reply::Done)
     }
 
     /// Declares DEAD every node not heard from within the node timeout.

@@ -82,12 +82,13 @@ pub enum Input {
         deadline_ms: u64,
     },
     /// The operator's `ftdrive drain`: handled as a preemption notice, but the machine stays,
-    /// so the operator may withdraw it.
+    /// so the operator may withdraw it. It lasts until `Undrain`, across the node's death.
     Drain {
         node: NodeId,
         deadline_ms: u64,
     },
-    /// The operator's `ftdrive undrain`: a node DRAINING by `Drain` is ALIVE again.
+    /// The operator's `ftdrive undrain`: `Drain`'s cordon is lifted, and a node it kept
+    /// DRAINING is ALIVE again.
     Undrain {
         node: NodeId,
     },
@@ -270,8 +271,8 @@ impl Head {
             Input::SpawnFailed { node, key, message } => {
                 self.process_ended(now, node, key, |key| DriverInput::SpawnFailed { key, message })?
             }
-            Input::PreemptionNotice { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms, true)?,
-            Input::Drain { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms, false)?,
+            Input::PreemptionNotice { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms)?,
+            Input::Drain { node, deadline_ms } => self.drain(now, node, deadline_ms)?,
             Input::Undrain { node } => self.undrain(node)?,
             Input::Submit { id, spec } => self.submit(now, id, *spec)?,
             Input::Stop { job } => self.stop(now, job)?,
@@ -597,8 +598,19 @@ impl Head {
 
     /// Every node ever seen, by name.
     pub fn node_views(&self) -> Vec<NodeView> {
-        let addr = |ix: NodeIx| self.liveness.get(ix).map_or_else(String::new, |r| r.addr.clone());
-        self.scheduler.nodes().map(|(ix, _)| view::node_view(&self.scheduler, ix, addr(ix))).collect()
+        self.scheduler.nodes().map(|(ix, _)| self.view_of_node(ix)).collect()
+    }
+
+    pub fn node_view(&self, node: &NodeId) -> Option<NodeView> {
+        self.scheduler.node_ix(node).map(|ix| self.view_of_node(ix))
+    }
+
+    fn view_of_node(&self, ix: NodeIx) -> NodeView {
+        let marks = match self.liveness.get(ix) {
+            Some(r) => view::NodeMarks { addr: r.addr.clone(), cordoned: r.cordoned, leaving: r.leaving },
+            None => view::NodeMarks { addr: String::new(), cordoned: false, leaving: false },
+        };
+        view::node_view(&self.scheduler, ix, marks)
     }
 
     /// Bundles waiting in the replacement class, in queue order.
@@ -622,9 +634,11 @@ impl Head {
     // ---- checks ------------------------------------------------------------------------------
 
     /// Asserts that drivers and scheduler agree: every bundle a driver believes placed is
-    /// placed there, terminal actors hold nothing, finished jobs hold nothing.
+    /// placed there, terminal actors hold nothing, finished jobs hold nothing; and that no
+    /// cordoned node is ALIVE (MB-1).
     pub fn check_invariants(&self) {
         self.scheduler.check_invariants();
+        self.check_cordons();
         for slot in self.jobs.values() {
             let d = &slot.driver;
             let pg = self.scheduler.pg(slot.pg);

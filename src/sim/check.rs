@@ -15,6 +15,7 @@
 //! | `released_when_terminal` | a terminal job holds no bundle |
 //! | `liveness` | once faults stop, every job ends (checked at the end of a healed phase) |
 //! | `stop_accounted` | every process the head had stopped has a ledger entry for its attempt by the time its job ends: no work is stopped unaccounted (say, by a head that forgot it after a restart) |
+//! | `cordon_holds` | a node the operator drained is not ALIVE until the operator undrains it, whatever befalls it meanwhile (agent or head restart, death and a new registration) |
 //! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
 //! Over 600 lines: every checker in one place, so that all of them stay apart from the code
@@ -82,6 +83,8 @@ pub struct Checker {
     /// After this much silence (plus the network's delay) the head must suspect a node.
     suspect_bound_ms: Option<u64>,
     drained: BTreeSet<NodeId>,
+    /// Drained by the operator and not undrained (`cordon_holds`).
+    cordoned: BTreeSet<NodeId>,
     failed_by_fault: BTreeSet<(ActorKey, u32)>,
     found: Vec<Violation>,
     step: u64,
@@ -117,6 +120,16 @@ impl Checker {
     /// A machine received a preemption notice.
     pub fn node_drained(&mut self, node: &NodeId) {
         self.drained.insert(node.clone());
+    }
+
+    /// The head took the operator's drain (`drained`) or undrain of `node`.
+    pub fn operator_cordon(&mut self, node: &NodeId, drained: bool) {
+        if drained {
+            self.node_drained(node);
+            self.cordoned.insert(node.clone());
+        } else {
+            self.cordoned.remove(node);
+        }
     }
 
     /// A fault made this attempt's process fail (a non-zero exit or a signal).
@@ -254,24 +267,33 @@ impl Checker {
     }
 
     fn node_state(&mut self, node: &NodeId, state: NodeState) {
-        if state == NodeState::Dead || state == NodeState::Alive {
-            self.silent_since.remove(node);
+        if state == NodeState::Alive && self.cordoned.contains(node) {
+            self.violation("cordon_holds", format!("{node} is ALIVE while the operator's drain stands"));
         }
         let was = self.nodes.get(node).map(|n| n.state);
+        // A cordoned node registers DRAINING: as fresh a registration as one that is ALIVE.
+        let fresh = match state {
+            NodeState::Alive => was != Some(NodeState::Draining),
+            NodeState::Draining => matches!(was, None | Some(NodeState::Dead)),
+            NodeState::Dead => false,
+        };
+        if state == NodeState::Dead || state == NodeState::Alive || fresh {
+            self.silent_since.remove(node);
+        }
         if was == Some(NodeState::Draining) && state == NodeState::Alive {
             // An undrain: the node keeps what it holds. (A drained machine that comes back is
             // declared DEAD before it registers again.)
             self.nodes.get_mut(node).expect("known node").state = state;
             return;
         }
-        if state == NodeState::Dead || state == NodeState::Alive {
+        if state == NodeState::Dead || fresh {
             // Death (or a fresh registration) frees everything that was on the node.
             for key in self.on_node.remove(node).unwrap_or_default() {
                 self.placed_on.remove(&key);
                 self.devices_of.remove(&key);
             }
         }
-        if state == NodeState::Alive {
+        if fresh {
             let (capacity, labels) = self.booted.get(node).cloned().unwrap_or_default();
             self.nodes.insert(node.clone(), NodeCheck { capacity, labels, state });
         } else if let Some(n) = self.nodes.get_mut(node) {

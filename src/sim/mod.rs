@@ -443,13 +443,16 @@ impl Simulation {
             Fault::OperatorDrain { node, deadline_ms } => {
                 if self.operator(Input::Drain { node: node.clone(), deadline_ms }) {
                     if let Some(checker) = self.checker.as_mut() {
-                        checker.node_drained(&node);
+                        checker.operator_cordon(&node, true);
                     }
                     self.operator_drained.insert(node);
                 }
             }
             Fault::OperatorUndrain { node } => {
                 if self.operator(Input::Undrain { node: node.clone() }) {
+                    if let Some(checker) = self.checker.as_mut() {
+                        checker.operator_cordon(&node, false);
+                    }
                     self.operator_drained.remove(&node);
                 }
             }
@@ -645,6 +648,8 @@ impl Simulation {
         for node in std::mem::take(&mut self.operator_drained) {
             if self.head.handle(self.now, Input::Undrain { node: node.clone() }).is_err() {
                 self.operator_drained.insert(node);
+            } else if let Some(checker) = self.checker.as_mut() {
+                checker.operator_cordon(&node, false);
             }
         }
     }
