@@ -67,7 +67,7 @@ fn a_pending_job_waits_until_the_replacement_is_placed() {
 
 #[test]
 fn draining_a_node_preempts_its_actor_and_undrain_takes_it_back() {
-    let c = Cluster::start(&["n1", "n2"]);
+    let mut c = Cluster::start(&["n1", "n2"]);
     let spec = c.spec(
         "drained",
         json!({"command": ["sh", "-c", LONG_THEN_SHORT], "min_nodes": 1, "max_nodes": 1, "stop_grace_ms": 1000}),
@@ -84,6 +84,14 @@ fn draining_a_node_preempts_its_actor_and_undrain_takes_it_back() {
         c.nodes_json().as_array().unwrap().iter().find(|n| n["name"] == name).unwrap()["state"].clone()
     };
     assert_eq!(state_of(&c, &node), "DRAINING");
+    let listed = c.ftdrive(&["nodes"]);
+    assert!(listed.lines().any(|l| l.starts_with(&node) && l.contains("DRAINING (operator)")), "{listed}");
+
+    // A reboot slower than the node timeout: the machine comes back, and the drain stands.
+    c.kill_node(&node);
+    c.wait_until("the node is declared DEAD", |c| state_of(c, &node) == "DEAD");
+    c.add_node(&node);
+    c.wait_until("the node registers again, still drained", |c| state_of(c, &node) == "DRAINING");
 
     // The operator takes the node back: a job needing both nodes runs on it.
     let said = c.ftdrive(&["undrain", &node]);

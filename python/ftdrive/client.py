@@ -278,15 +278,17 @@ class Client:
         return [Node.from_json(n) for n in self._json("GET", "/v1/nodes")]
 
     def drain(self, node: str, deadline_ms: int = 30_000) -> Drain:
-        """Sends a node a preemption notice: its work moves (charged to the ``preemption``
-        budget) and it takes no new work."""
+        """Drains a node: its work moves (charged to the ``preemption`` budget), and it takes no
+        new work until :meth:`undrain` — across agent and head restarts, and after the node was
+        DEAD and came back. A DEAD node may be drained too."""
         return Drain.from_json(self._json("POST", f"/v1/nodes/{_seg(node)}/drain", {"deadline_ms": deadline_ms}))
 
-    def undrain(self, node: str) -> None:
+    def undrain(self, node: str) -> Drain:
         """Withdraws :meth:`drain`: the node takes new work again; what the drain moved stays
         where it went. A node whose own agent announced that its machine is leaving (SIGTERM, a
-        cloud's notice) cannot be undrained: :class:`~ftdrive.errors.ApiError` 409."""
-        self._json("POST", f"/v1/nodes/{_seg(node)}/undrain", {})
+        cloud's notice) stays DRAINING; undraining it when the operator had not drained it is
+        :class:`~ftdrive.errors.ApiError` 409."""
+        return Drain.from_json(self._json("POST", f"/v1/nodes/{_seg(node)}/undrain", {}))
 
     def health(self) -> Health:
         """Whether the head is recovering after a restart, and job and node counts."""

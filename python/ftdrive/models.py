@@ -242,6 +242,10 @@ class Node:
     addr: str = ""
     devices: List[int] = field(default_factory=list)
     devices_held: List[int] = field(default_factory=list)
+    #: The operator drained it: no new work until undrained, even after it was DEAD.
+    cordoned: bool = False
+    #: Its agent announced that the machine is going away.
+    leaving: bool = False
     metrics_url: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -256,6 +260,8 @@ class Node:
             addr=data.get("addr", ""),
             devices=[int(d) for d in data.get("devices") or []],
             devices_held=[int(d) for d in data.get("devices_held") or []],
+            cordoned=bool(data.get("cordoned", False)),
+            leaving=bool(data.get("leaving", False)),
             metrics_url=data.get("metrics_url"),
             raw=dict(data),
         )
@@ -263,15 +269,28 @@ class Node:
 
 @dataclass
 class Drain:
-    """The head's answer to a preemption notice."""
+    """The head's answer to a drain or an undrain: the node as it is then. ``cordoned``: the
+    operator's drain stands (until undrained, even across the node's death); ``leaving``: its
+    own agent announced that the machine is going away. ``deadline_ms`` only for a drain."""
 
     node: str
     draining: bool
-    deadline_ms: int
+    deadline_ms: Optional[int] = None
+    state: str = ""
+    cordoned: bool = False
+    leaving: bool = False
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Drain":
-        return cls(node=data["node"], draining=bool(data["draining"]), deadline_ms=int(data["deadline_ms"]))
+        deadline = data.get("deadline_ms")
+        return cls(
+            node=data["node"],
+            draining=bool(data["draining"]),
+            deadline_ms=None if deadline is None else int(deadline),
+            state=data.get("state", ""),
+            cordoned=bool(data.get("cordoned", False)),
+            leaving=bool(data.get("leaving", False)),
+        )
 
 
 @dataclass

@@ -244,9 +244,12 @@ def test_drain_and_undrain_a_node(cluster: Cluster) -> None:
     try:
         answer = client.drain("drained", deadline_ms=60_000)
         assert (answer.node, answer.draining, answer.deadline_ms) == ("drained", True, 60_000)
-        states = {n.name: n.state for n in client.nodes()}
-        assert states["drained"] == "DRAINING" and states["n1"] == "ALIVE"
-        client.undrain("drained")
+        assert (answer.state, answer.cordoned, answer.leaving) == ("DRAINING", True, False)
+        nodes = {n.name: n for n in client.nodes()}
+        assert (nodes["drained"].state, nodes["drained"].cordoned) == ("DRAINING", True)
+        assert (nodes["n1"].state, nodes["n1"].cordoned) == ("ALIVE", False)
+        undone = client.undrain("drained")
+        assert (undone.state, undone.draining, undone.cordoned, undone.deadline_ms) == ("ALIVE", False, False, None)
         assert {n.name: n.state for n in client.nodes()}["drained"] == "ALIVE"
     finally:
         cluster.kill_node("drained")

@@ -26,7 +26,7 @@ pub enum Command {
     Logs(LogsArgs),
     /// Stop a job.
     Stop(JobArg),
-    /// Send a node a preemption notice.
+    /// Drain a node: its work moves elsewhere, and it takes no new work until `ftdrive undrain`.
     Drain(DrainArgs),
     /// Withdraw `ftdrive drain`: the node takes new work again.
     Undrain(NodeArg),

@@ -2,6 +2,7 @@
 
 use ftdrive::driver::ActorState;
 use ftdrive::event::{Event, EventLine, JobEvent};
+use ftdrive::scheduler::NodeState;
 use ftdrive::view::{JobView, NodeView};
 use ftdrive::JobId;
 use std::fmt::Write;
@@ -181,19 +182,35 @@ pub fn jobs_table(views: &[JobView]) -> String {
     out
 }
 
+/// The state, and who drained the node: `leaving` its own agent, `operator` the operator (a
+/// DEAD node the operator drained comes back DRAINING).
+fn node_state_text(n: &NodeView) -> String {
+    let leaving = n.leaving && n.state == NodeState::Draining;
+    let by: Vec<&str> = [(leaving, "leaving"), (n.cordoned, "operator")]
+        .into_iter()
+        .filter_map(|(marked, name)| marked.then_some(name))
+        .collect();
+    let state = state_text(&n.state);
+    if by.is_empty() {
+        state
+    } else {
+        format!("{state} ({})", by.join(", "))
+    }
+}
+
 pub fn nodes_table(nodes: &[NodeView]) -> String {
     let mut out =
-        format!("{:<14} {:<9} {:<16} {:<28} {:<28} LABELS\n", "NAME", "STATE", "ADDR", "RESOURCES", "ALLOCATED");
+        format!("{:<14} {:<19} {:<16} {:<28} {:<28} LABELS\n", "NAME", "STATE", "ADDR", "RESOURCES", "ALLOCATED");
     for n in nodes {
         let labels: Vec<String> = n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let state = state_text(&n.state);
+        let state = node_state_text(n);
         let mut allocated = n.allocated.to_string();
         if !n.devices_held.is_empty() {
             allocated.push_str(&format!(" (gpu {})", n.devices_held));
         }
         let _ = writeln!(
             out,
-            "{:<14} {:<9} {:<16} {:<28} {:<28} {}",
+            "{:<14} {:<19} {:<16} {:<28} {:<28} {}",
             n.name,
             state,
             n.addr,

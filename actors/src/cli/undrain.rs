@@ -2,15 +2,25 @@
 
 use super::args::NodeArg;
 use super::client::Client;
+use super::drain::DrainAnswer;
 use super::error::{CliError, Outcome};
 use super::out;
-use serde_json::{json, Value};
+use serde_json::json;
 
 pub fn run(args: NodeArg) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.head)?;
     super::block_on(async move {
-        let _: Value = client.post(&format!("/v1/nodes/{}/undrain", args.node), json!({})).await?;
-        out::line(&format!("{} is ALIVE: new work may be placed there", args.node))?;
+        let answer: DrainAnswer = client.post(&format!("/v1/nodes/{}/undrain", args.node), json!({})).await?;
+        let node = &args.node;
+        let text = match (answer.state.as_str(), answer.leaving) {
+            ("ALIVE", _) => format!("{node} is ALIVE: new work may be placed there"),
+            ("DEAD", _) => format!("{node} is no longer drained; it is DEAD, and takes work once its agent registers"),
+            _ => format!(
+                "{node} is no longer drained by the operator, but its agent announced that the machine is going \
+                 away: it stays DRAINING, and takes work once its agent starts anew and registers"
+            ),
+        };
+        out::line(&text)?;
         Ok(Outcome::Done)
     })
 }

@@ -8,8 +8,8 @@
 //! | `POST /v1/jobs/{id}/stop` | stop a job |
 //! | `GET /v1/jobs/{id}/events`, `GET /v1/events` | NDJSON event stream (a job's ends with it) |
 //! | `GET /v1/jobs/{id}/logs?actor=&attempt=&offset=&local_rank=` | an attempt's log (or one worker's), fetched from its agent |
-//! | `GET /v1/nodes`, `POST /v1/nodes/{name}/drain` | nodes; a preemption notice |
-//! | `POST /v1/nodes/{name}/undrain` | withdraw the operator's drain: the node is ALIVE again |
+//! | `GET /v1/nodes`, `POST /v1/nodes/{name}/drain` | nodes; the operator's drain (a preemption notice, and no new work until undrained) |
+//! | `POST /v1/nodes/{name}/undrain` | withdraw the operator's drain: the node takes new work again |
 //! | `GET /v1/agent` | the agents' WebSocket channel |
 //! | `GET /v1/health` | `recovering` (a restarted head waiting for its nodes), job and node counts |
 //! | `GET /metrics` | Prometheus text (`docs/metrics.md`) |
@@ -27,7 +27,9 @@ use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError};
 use bytes::Bytes;
 use ftdrive::event::StreamLine;
+use ftdrive::scheduler::NodeState;
 use ftdrive::spec::{JobSpec, Overrides};
+use ftdrive::view::NodeView;
 use ftdrive::{HeadConfig, JobId, NodeId};
 use serde::Deserialize;
 use std::future::{ready, Ready};
@@ -476,8 +478,24 @@ async fn drain_node(
     body: web::Json<DrainBody>,
 ) -> Result<HttpResponse, ApiError> {
     let node = NodeId::from(name.into_inner());
-    state.head.send(Drain { node: node.clone(), deadline_ms: body.deadline_ms }).await.map_err(mailbox)??;
-    Ok(HttpResponse::Ok().json(serde_json::json!({"node": node, "draining": true, "deadline_ms": body.deadline_ms})))
+    let view = state.head.send(Drain { node, deadline_ms: body.deadline_ms }).await.map_err(mailbox)??;
+    Ok(HttpResponse::Ok().json(drain_answer(&view, Some(body.deadline_ms))))
+}
+
+/// The node after a drain or an undrain: its state and both marks (`cordoned`, the operator's;
+/// `leaving`, its agent's).
+fn drain_answer(view: &NodeView, deadline_ms: Option<u64>) -> serde_json::Value {
+    let mut answer = serde_json::json!({
+        "node": view.name,
+        "state": view.state,
+        "draining": view.state == NodeState::Draining,
+        "cordoned": view.cordoned,
+        "leaving": view.leaving,
+    });
+    if let Some(deadline_ms) = deadline_ms {
+        answer["deadline_ms"] = deadline_ms.into();
+    }
+    answer
 }
 
 async fn undrain_node(
@@ -486,8 +504,8 @@ async fn undrain_node(
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let node = NodeId::from(name.into_inner());
-    state.head.send(Undrain { node: node.clone() }).await.map_err(mailbox)??;
-    Ok(HttpResponse::Ok().json(serde_json::json!({"node": node, "draining": false})))
+    let view = state.head.send(Undrain { node }).await.map_err(mailbox)??;
+    Ok(HttpResponse::Ok().json(drain_answer(&view, None)))
 }
 
 #[derive(Deserialize)]

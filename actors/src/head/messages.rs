@@ -67,32 +67,42 @@ impl Handler<Stop> for HeadActor {
     }
 }
 
+/// The operator's drain of a node; answers the node as it is then.
 #[derive(Message)]
-#[rtype(result = "Result<(), ApiError>")]
+#[rtype(result = "Result<NodeView, ApiError>")]
 pub struct Drain {
     pub node: NodeId,
     pub deadline_ms: u64,
 }
 
 impl Handler<Drain> for HeadActor {
-    type Result = ResponseFuture<Result<(), ApiError>>;
+    type Result = ResponseFuture<Result<NodeView, ApiError>>;
     fn handle(&mut self, msg: Drain, ctx: &mut Context<Self>) -> Self::Result {
+        let node = msg.node.clone();
         let input = Input::Drain { node: msg.node, deadline_ms: msg.deadline_ms };
-        self.durable_answer(input, ctx, |_, _| Ok(()))
+        self.durable_answer(input, ctx, move |act, _| act.node_after(&node))
     }
 }
 
-/// Withdraw the operator's drain of a node.
+/// Withdraw the operator's drain of a node; answers the node as it is then.
 #[derive(Message)]
-#[rtype(result = "Result<(), ApiError>")]
+#[rtype(result = "Result<NodeView, ApiError>")]
 pub struct Undrain {
     pub node: NodeId,
 }
 
 impl Handler<Undrain> for HeadActor {
-    type Result = ResponseFuture<Result<(), ApiError>>;
+    type Result = ResponseFuture<Result<NodeView, ApiError>>;
     fn handle(&mut self, msg: Undrain, ctx: &mut Context<Self>) -> Self::Result {
-        self.durable_answer(Input::Undrain { node: msg.node }, ctx, |_, _| Ok(()))
+        let node = msg.node.clone();
+        self.durable_answer(Input::Undrain { node: msg.node }, ctx, move |act, _| act.node_after(&node))
+    }
+}
+
+impl HeadActor {
+    /// A node the head just took an input about (so it knows it).
+    fn node_after(&self, node: &NodeId) -> Result<NodeView, ApiError> {
+        self.head.node_view(node).ok_or_else(|| ApiError::Internal(format!("node `{node}` vanished")))
     }
 }
 

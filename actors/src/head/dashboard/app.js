@@ -855,11 +855,19 @@ function nodesTable(nodes, actorsByNode) {
         ['Node', 'State', 'Allocated of resources', 'Actors', 'Labels', 'Address'].map((h) => el('th', { scope: 'col' }, h)))),
       el('tbody', {}, nodes.map((node) => el('tr', { dataset: { node: node.name } },
         el('th', { scope: 'row' }, node.name),
-        el('td', {}, stateBadge(node.state)),
+        el('td', {}, stateBadge(node.state), drainNote(node)),
         el('td', {}, allocation(node)),
         el('td', {}, nodeActors(actorsByNode.get(node.name) || [])),
         el('td', {}, labels(node.labels)),
         el('td', {}, node.addr || '—'))))));
+}
+
+/** Who drained the node: its own agent (the machine is leaving) or the operator (until `ftdrive undrain`). */
+function drainNote(node) {
+  const by = [];
+  if (node.leaving && node.state === 'DRAINING') by.push('machine leaving');
+  if (node.cordoned) by.push('drained by the operator until undrained');
+  return by.length === 0 ? null : el('span', { class: 'muted drain-note' }, ` ${by.join('; ')}`);
 }
 
 /** "cpu 1 of 1" per resource, with a meter. */
