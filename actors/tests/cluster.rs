@@ -274,6 +274,24 @@ fn an_agent_stopped_with_sigterm_drains_its_work_as_preempted() {
     );
 }
 
+/// An idle agent has nothing to stop, so it exits as soon as it has told the head: its notice
+/// must reach the head first (closing the link at once lost it in most tries).
+#[test]
+fn idle_agents_stopped_with_sigterm_tell_the_head_before_they_exit() {
+    let names = ["n1", "n2", "n3", "n4"];
+    let mut c = Cluster::start(&names);
+    c.wait_until("every agent registered", |c| c.nodes_json().as_array().unwrap().len() == names.len());
+    for name in names {
+        let mut agent = c.nodes.remove(name).unwrap();
+        // SAFETY: signalling a child process we started.
+        unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+        assert!(agent.wait().unwrap().success(), "{name} exits cleanly");
+    }
+    c.wait_until("the head heard every notice", |c| {
+        c.nodes_json().as_array().unwrap().iter().all(|n| n["leaving"] == true)
+    });
+}
+
 /// The README's first command: the demo on an embedded local cluster, nothing set up.
 #[test]
 fn the_readme_command_runs_the_demo_to_success() {

@@ -7,6 +7,7 @@ use super::{FromHead, Linked, NodeAgent, Unlinked};
 use crate::paths::Credential;
 use actix::Addr;
 use ftdrive::protocol::{ToAgent, ToHead};
+use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -96,11 +97,22 @@ async fn carry(agent: &Addr<NodeAgent>, socket: Socket) {
                         return;
                     }
                 }
-                None => {
-                    let _ = sink.send(Message::Close(None)).await;
-                    return;
-                }
+                None => return close(sink, stream).await,
             },
+        }
+    }
+}
+
+/// The agent let go of the link (it is shutting down): the closing handshake, reading until the
+/// head's close answers ours, so the head has read everything this agent sent before the socket
+/// goes away. Closing at once lost an idle agent's last message, its notice, in half the tries.
+async fn close(mut sink: SplitSink<Socket, Message>, mut stream: SplitStream<Socket>) {
+    if sink.send(Message::Close(None)).await.is_err() {
+        return;
+    }
+    while let Some(Ok(msg)) = stream.next().await {
+        if matches!(msg, Message::Close(_)) {
+            return;
         }
     }
 }

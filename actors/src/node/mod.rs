@@ -32,6 +32,8 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// Until the head's welcome says otherwise, supervisors wait this long for a restarted agent.
 const DEFAULT_REATTACH_GRACE_MS: u64 = 3_000;
+/// How long a shut-down agent waits for its link to write what it holds to the head.
+const LINK_FLUSH_MS: u64 = 1_000;
 
 #[derive(Clone, Debug)]
 pub struct NodeOptions {
@@ -83,6 +85,8 @@ pub struct NodeAgent {
     reports: UnboundedSender<(AttemptKey, Report)>,
     head_node_timeout_ms: Option<u64>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Shut down, and waiting for the link to write what it holds and close.
+    closing: bool,
     /// Told why, when the agent must end: its name belongs to another agent.
     refused: Option<tokio::sync::oneshot::Sender<String>>,
     timer: Option<SpawnHandle>,
@@ -114,6 +118,7 @@ impl NodeAgent {
             reports,
             head_node_timeout_ms: None,
             shutdown: None,
+            closing: false,
             refused: Some(refused),
             timer: None,
             metrics,
@@ -146,14 +151,27 @@ impl NodeAgent {
                     attempt::forget(&self.opts.state_dir, &key);
                 }
                 AgentEffect::HeartbeatEvery { interval_ms } => self.set_heartbeat(interval_ms, ctx),
-                AgentEffect::ShutDown => {
-                    if let Some(done) = self.shutdown.take() {
-                        let _ = done.send(());
-                    }
-                }
+                AgentEffect::ShutDown => self.close_link_then_finish(ctx),
             }
         }
         self.arm_timer(ctx);
+    }
+
+    /// Shutdown is complete, but what is queued for the head (an idle agent's notice, its last
+    /// reports) may not be on the wire yet: the link is let go, so it writes what it holds and
+    /// closes, and the agent is done once it has closed, or after `LINK_FLUSH_MS`.
+    fn close_link_then_finish(&mut self, ctx: &mut Context<Self>) {
+        if self.link.take().is_none() {
+            return self.finish_shutdown();
+        }
+        self.closing = true;
+        ctx.run_later(Duration::from_millis(LINK_FLUSH_MS), |act, _| act.finish_shutdown());
+    }
+
+    fn finish_shutdown(&mut self) {
+        if let Some(done) = self.shutdown.take() {
+            let _ = done.send(());
+        }
     }
 
     fn arm_timer(&mut self, ctx: &mut Context<Self>) {
@@ -295,6 +313,9 @@ pub struct Linked {
 impl Handler<Linked> for NodeAgent {
     type Result = ();
     fn handle(&mut self, msg: Linked, ctx: &mut Context<Self>) {
+        if self.closing {
+            return; // shut down: the new link is dropped, and it closes
+        }
         self.link = Some(msg.tx);
         self.metrics.connected();
         self.input(AgentInput::LinkUp, ctx);
@@ -309,6 +330,9 @@ impl Handler<Unlinked> for NodeAgent {
     type Result = ();
     fn handle(&mut self, _: Unlinked, ctx: &mut Context<Self>) {
         self.link = None;
+        if self.closing {
+            return self.finish_shutdown(); // what the agent had to say is written
+        }
         self.input(AgentInput::LinkDown, ctx);
     }
 }
