@@ -5,7 +5,8 @@
 //   FTDRIVE_URL         the head's URL (http://127.0.0.1:PORT)
 //   FTDRIVE_TOKEN       its client API token
 //   FTDRIVE_JOB         a job that lost a node in cycle 1 (a `node_lost` / `system` ledger row),
-//                       recovered, and is still RUNNING its second cycle
+//                       recovered, and is still RUNNING its second cycle; the operator has
+//                       drained the lost node (`ftdrive drain`) since
 //   FTDRIVE_WAITING_JOB a job PENDING because every node is busy (optional: checked when set)
 //   FTDRIVE_SCREENSHOT  where to save a full-page PNG of the job page (default dashboard.png);
 //                       a second one, `<name>-succeeded.png`, shows the page once the job ended
@@ -177,9 +178,10 @@ async function checkNodes(page, lostNode) {
   await visible(page.getByRole('heading', { level: 1, name: 'Nodes' }), 'the nodes page');
   const row = await visible(page.locator(`#nodes tbody tr[data-node="${lostNode}"]`), `node ${lostNode} in the nodes list`);
   await textContains(row, 'DEAD', `node ${lostNode}'s row`);
+  await textContains(row, 'drained by the operator', `node ${lostNode}'s row (the operator drained it once DEAD)`);
   const alive = await count(page.locator('#nodes tbody tr').filter({ hasText: 'ALIVE' }));
   if (alive < 1) fail('the nodes page shows no ALIVE node');
-  ok(`the nodes page shows ${lostNode} DEAD and ${alive} ALIVE node(s) with their allocation`);
+  ok(`the nodes page shows ${lostNode} DEAD and drained, and ${alive} ALIVE node(s) with their allocation`);
   await page.goBack();
   await visible(page.locator('#ledger'), 'the job page again after going back');
   ok('the browser\'s back button returns to the job page');

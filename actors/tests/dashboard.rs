@@ -107,6 +107,8 @@ fn the_dashboard_shows_a_recovered_job_and_follows_it_live_to_its_end() {
     c.wait_for_job(&id, "the job runs again in cycle 2, the lost attempt in its ledger", |j| {
         j["state"] == "RUNNING" && j["cycles"] == 2 && running(j, 3) && lost_first_attempt(j, &actor)
     });
+    // The operator drains the DEAD node, so that it comes back empty: the nodes page says so.
+    c.ftdrive(&["drain", &victim]);
 
     // Every ALIVE node is busy now: a second job waits, and the jobs list says why.
     let waiter = c.submit_no_wait(&c.spec("waiter", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1})));
