@@ -61,7 +61,7 @@ fn undrain_answers_alive_unknown_and_dead_nodes_without_changing_anything() {
     let before = c.effects.len();
     assert_eq!(c.undrain("n2"), Ok(Reply::Done), "an ALIVE node: nothing to withdraw");
     assert_eq!(c.effects.len(), before, "no event, nothing persisted");
-    assert_eq!(c.undrain("n9"), Err(Rejected::UnknownNode(NodeId::new("n9"))));
+    assert_eq!(c.undrain("n9"), Err(Rejected::NoSuchNode(NodeId::new("n9"))));
     c.crash("n2");
     c.advance(5_000);
     assert_eq!(c.node_state("n2"), NodeState::Dead);
@@ -126,7 +126,7 @@ fn undraining_a_dead_node_lifts_its_cordon() {
 fn draining_an_unknown_node_is_refused() {
     let (mut c, _) = two_nodes_one_job();
     let refusal = c.refused_input(Input::Drain { node: NodeId::new("n9"), deadline_ms: 1_000 });
-    assert_eq!(refusal, Rejected::UnknownNode(NodeId::new("n9")));
+    assert_eq!(refusal, Rejected::NoSuchNode(NodeId::new("n9")));
     c.join("n9", cpu(1));
     assert_eq!(c.node_state("n9"), NodeState::Alive, "the refusal left no cordon");
 }

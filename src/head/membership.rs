@@ -188,7 +188,7 @@ impl Head {
     /// cordoned until `ftdrive undrain` (MB-1). A DEAD node may be drained too: it comes back
     /// DRAINING.
     pub(super) fn drain(&mut self, now: Instant, node: NodeId, deadline_ms: u64) -> Result<Reply, Rejected> {
-        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::NoSuchNode(node.clone()))?;
         let record = self.liveness.get_mut(ix).expect("known node has a record");
         if !record.cordoned {
             record.cordoned = true;
@@ -222,7 +222,7 @@ impl Head {
     /// again. What the drain stopped stays stopped (its actors were re-placed or wait to be). A
     /// drain the node's own agent announced stands: refused, unless there was a cordon to lift.
     pub(super) fn undrain(&mut self, node: NodeId) -> Result<Reply, Rejected> {
-        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::NoSuchNode(node.clone()))?;
         let record = self.liveness.get_mut(ix).expect("known node has a record");
         let (cordoned, leaving) = (record.cordoned, record.leaving);
         let draining = self.scheduler.node(ix).state == NodeState::Draining;

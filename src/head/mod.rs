@@ -134,6 +134,8 @@ pub enum Reply {
 pub enum Rejected {
     #[error("node `{0}` is not registered (or was declared dead); its agent must register again")]
     UnknownNode(NodeId),
+    #[error("no node `{0}` has registered; `ftdrive nodes` lists the nodes")]
+    NoSuchNode(NodeId),
     #[error("node `{0}` sent a message from an older agent run; only its newest registration counts")]
     StaleIncarnation(NodeId),
     #[error("no job `{0}`; `ftdrive status` lists the jobs")]

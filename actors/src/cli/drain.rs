@@ -5,14 +5,15 @@ use super::args::DrainArgs;
 use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::out;
+use ftdrive::scheduler::NodeState;
 use serde::Deserialize;
 use serde_json::json;
 
-/// The head's answer to a drain or an undrain.
+/// The head's answer to a drain or an undrain: the node's state afterwards. (After an
+/// undrain, DRAINING means its own agent announced that the machine is leaving.)
 #[derive(Deserialize)]
 pub(super) struct DrainAnswer {
-    pub state: String,
-    pub leaving: bool,
+    pub state: NodeState,
 }
 
 pub fn run(args: DrainArgs) -> Result<Outcome, CliError> {
@@ -21,9 +22,9 @@ pub fn run(args: DrainArgs) -> Result<Outcome, CliError> {
         let path = format!("/v1/nodes/{}/drain", args.node);
         let answer: DrainAnswer = client.post(&path, json!({"deadline_ms": args.deadline_ms})).await?;
         let (node, deadline_ms) = (&args.node, args.deadline_ms);
-        let now = match answer.state.as_str() {
-            "DEAD" => format!("{node} is DEAD; when its agent registers again"),
-            _ => {
+        let now = match answer.state {
+            NodeState::Dead => format!("{node} is DEAD; once its agent registers again, it"),
+            NodeState::Alive | NodeState::Draining => {
                 format!("draining {node} (deadline {deadline_ms} ms): its work is stopped and moves elsewhere, and it")
             }
         };

@@ -5,6 +5,7 @@ use super::client::Client;
 use super::drain::DrainAnswer;
 use super::error::{CliError, Outcome};
 use super::out;
+use ftdrive::scheduler::NodeState;
 use serde_json::json;
 
 pub fn run(args: NodeArg) -> Result<Outcome, CliError> {
@@ -12,10 +13,12 @@ pub fn run(args: NodeArg) -> Result<Outcome, CliError> {
     super::block_on(async move {
         let answer: DrainAnswer = client.post(&format!("/v1/nodes/{}/undrain", args.node), json!({})).await?;
         let node = &args.node;
-        let text = match (answer.state.as_str(), answer.leaving) {
-            ("ALIVE", _) => format!("{node} is ALIVE: new work may be placed there"),
-            ("DEAD", _) => format!("{node} is no longer drained; it is DEAD, and takes work once its agent registers"),
-            _ => format!(
+        let text = match answer.state {
+            NodeState::Alive => format!("{node} is ALIVE: new work may be placed there"),
+            NodeState::Dead => {
+                format!("{node} is no longer drained; it is DEAD, and takes work once its agent registers")
+            }
+            NodeState::Draining => format!(
                 "{node} is no longer drained by the operator, but its agent announced that the machine is going \
                  away: it stays DRAINING, and takes work once its agent starts anew and registers"
             ),

@@ -61,7 +61,9 @@ pub enum ApiError {
 impl From<Rejected> for ApiError {
     fn from(r: Rejected) -> Self {
         match r {
-            Rejected::UnknownJob(_) | Rejected::UnknownNode(_) => ApiError::NotFound(r.to_string()),
+            Rejected::UnknownJob(_) | Rejected::UnknownNode(_) | Rejected::NoSuchNode(_) => {
+                ApiError::NotFound(r.to_string())
+            }
             Rejected::LeavingNode(_) => ApiError::Conflict(r.to_string()),
             _ => ApiError::BadRequest(r.to_string()),
         }
