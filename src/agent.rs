@@ -16,6 +16,10 @@
 //! - **AG-4 stops are signalled once.** The first stop of a running attempt asks the runtime
 //!   to stop it (TERM, then KILL after the grace); later copies do nothing; an exit after a
 //!   stop is reported as signalled by the agent.
+//! - **AG-5 a departure is told before its ends.** A shut-down agent ends once nothing runs
+//!   and the head has acknowledged every end — waiting for an absent head until the deadline —
+//!   and on every link it names its notice before the ends it owes, so that the head charges
+//!   them to the departure (`preempted`), not to a lost node.
 //!
 //! The heartbeat cadence is the runtime's: it feeds `AgentInput::Heartbeat` on its own
 //! periodic timer (at the interval the head's welcome names, `AgentEffect::HeartbeatEvery`).
@@ -221,8 +225,8 @@ impl Agent {
             AgentInput::LinkUp => {
                 self.linked = true;
                 self.register();
+                self.resend_notice(now); // AG-5
                 self.resend_reports();
-                self.resend_notice(now);
             }
             AgentInput::LinkDown => {
                 self.linked = false;
@@ -505,11 +509,11 @@ impl Agent {
         }
     }
 
-    /// Shut down once nothing runs and the head has every report (or cannot be told), or at
-    /// the deadline.
+    /// Shut down once nothing runs and the head has every report, or at the deadline (AG-5: a
+    /// head that is away, restarting, may be back in time to hear why the attempts ended).
     fn check_shutdown_done(&mut self, now: Instant) {
         let Some(notice) = self.notice.filter(|n| n.shutdown) else { return };
-        let reported = self.procs.is_empty() && (self.unacked.is_empty() || !self.linked);
+        let reported = self.procs.is_empty() && self.unacked.is_empty();
         if reported || notice.deadline <= now {
             self.notice = None;
             self.effects.push(AgentEffect::ShutDown);
@@ -644,6 +648,38 @@ mod tests {
         a.handle(Instant::from_ms(150), AgentInput::FromHead(ToAgent::AckExit { key: key(6) }));
         assert!(effects(&mut a).contains(&AgentEffect::ShutDown));
         assert_eq!(a.poll_timeout(), None);
+    }
+
+    #[test]
+    fn a_shut_down_agent_waits_for_an_absent_head_and_tells_it_the_notice_before_the_ends() {
+        let mut a = agent(Recovered { running: vec![(key(5), 10_000)], ..Recovered::default() });
+        effects(&mut a);
+        a.handle(Instant::ZERO, AgentInput::LinkDown); // the head is away
+        a.handle(Instant::ZERO, AgentInput::Shutdown { deadline_ms: 30_000 });
+        a.handle(Instant::from_ms(100), AgentInput::Exited { key: key(5), status: ExitStatus::signal(15, true) });
+        assert!(!effects(&mut a).contains(&AgentEffect::ShutDown), "the head has not heard of the end");
+        a.handle(Instant::from_ms(2_000), AgentInput::LinkUp);
+        let sent = effects(&mut a);
+        let kinds: Vec<&str> = sent
+            .iter()
+            .map(|e| match e {
+                AgentEffect::Send(ToHead::Register(_)) => "register",
+                AgentEffect::Send(ToHead::PreemptionNotice { .. }) => "notice",
+                AgentEffect::Send(ToHead::Exited { .. }) => "exited",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["register", "notice", "exited"], "{sent:?}");
+        a.handle(Instant::from_ms(2_100), AgentInput::FromHead(ToAgent::AckExit { key: key(5) }));
+        assert!(effects(&mut a).contains(&AgentEffect::ShutDown));
+
+        let mut gone = agent(Recovered { running: vec![(key(5), 10_000)], ..Recovered::default() });
+        gone.handle(Instant::ZERO, AgentInput::LinkDown);
+        gone.handle(Instant::ZERO, AgentInput::Shutdown { deadline_ms: 30_000 });
+        gone.handle(Instant::from_ms(100), AgentInput::Exited { key: key(5), status: ExitStatus::signal(15, true) });
+        effects(&mut gone);
+        gone.handle_timeout(Instant::from_ms(30_000));
+        assert!(effects(&mut gone).contains(&AgentEffect::ShutDown), "a head that never returns: at the deadline");
     }
 
     #[test]

@@ -210,3 +210,18 @@ fn a_departure_the_agent_announced_is_durable() {
     c.restart_head();
     assert_eq!(c.undrain("n1"), Err(Rejected::LeavingNode(NodeId::new("n1"))));
 }
+
+#[test]
+fn an_agent_shut_down_while_the_head_is_away_tells_the_returning_head_its_ends_were_a_departure() {
+    let (mut c, a) = two_nodes_one_job();
+    c.link_down("n1");
+    c.agent_shutdown("n1", 30_000); // SIGTERM: the process is stopped, the head is not there
+    assert!(c.processes_on("n1").is_empty());
+    c.restart_head(); // back within the deadline: the agent links again
+    let view = c.view(&a);
+    assert_eq!(view.ledger.len(), 1, "{:?}", view.ledger);
+    assert_eq!(view.ledger[0].cause, Cause::Preempted, "{:?}", view.ledger[0]);
+    assert_eq!(c.node_state("n1"), NodeState::Draining);
+    c.advance(2_000);
+    assert_eq!(c.view(&a).actors[0].node.as_deref(), Some("n2"), "moved to the other node");
+}

@@ -145,18 +145,46 @@ fn an_agent_killed_and_started_again_keeps_its_processes_and_charges_nothing() {
     assert_eq!(done["remaining"]["system"], 3, "nothing charged");
 }
 
-/// SIGTERM for an agent while the head is away: it stops its processes itself and exits. When
-/// both are back, the end it reports is its own doing — charged to the system budget as a lost
+/// SIGTERM for an agent while the head is away: it stops its processes itself and waits for the
+/// head. A head back before the drain deadline hears the notice before the ends (AG-5), and
+/// charges them to the departure: `preempted`.
+#[test]
+fn an_agent_stopped_while_the_head_is_away_tells_the_returning_head_it_was_preempted() {
+    let mut c = Cluster::start(&["n1", "n2"]);
+    let (id, node) = start_a_long_job(&c, "drained-unseen");
+    c.kill_head();
+    let mut agent = c.nodes.remove(&node).unwrap();
+    // SAFETY: signalling a child process we started.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    c.wait_until("the agent stopped its processes", |c| c.processes(None).is_empty());
+    assert!(agent.try_wait().unwrap().is_none(), "it waits for the head until its deadline");
+    c.start_head_again();
+    assert!(agent.wait().unwrap().success(), "it exits once the head has its report");
+    let done = c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
+    let first = &done["ledger"][0];
+    let charged = (first["cause"].as_str(), first["budget"].as_str());
+    assert_eq!(charged, (Some("preempted"), Some("preemption")), "{done:#}");
+    assert_eq!(done["state"], "SUCCEEDED", "{done:#}");
+}
+
+/// The same, but the head is not back by the deadline: the agent exits, and the end it owed is
+/// reported by its next start — the agent's own doing, charged to the system budget as a lost
 /// node, never to the user (whose budget of 0 would fail the job).
 #[test]
-fn an_agent_stopped_while_the_head_is_away_never_charges_the_user_for_its_own_stop() {
+fn an_agent_stopped_while_the_head_stays_away_never_charges_the_user_for_its_own_stop() {
     let mut c = Cluster::start(&["n1", "n2"]);
-    let long_then_short = r#"if [ "$FTDRIVE_CYCLE" = 1 ]; then exec sleep 60; else exec sleep 1; fi"#;
-    let spec =
-        c.spec("drained-unseen", json!({"command": ["sh", "-c", long_then_short], "min_nodes": 1, "max_nodes": 1}));
-    let id = c.submit_no_wait(&spec);
+    let (id, node) = start_a_long_job(&c, "drained-unseen");
+    // An agent with a short drain deadline takes over the node (it re-attaches to the attempt).
+    let log_url = |c: &Cluster| {
+        let nodes = c.nodes_json();
+        nodes.as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).unwrap()["metrics_url"].clone()
+    };
+    let old_agent = log_url(&c);
+    c.kill_node(&node);
+    let quick = c.node_command(&node).args(["--drain-deadline-ms", "1500"]).spawn().unwrap();
+    c.nodes.insert(node.clone(), quick);
+    c.wait_until("the new agent registered", |c| log_url(c) != old_agent);
     wait_until_steady(&c, &id, 1);
-    let (_, node) = actor_on_rank(&c.job(&id), 0);
     c.kill_head();
     let mut agent = c.nodes.remove(&node).unwrap();
     // SAFETY: signalling a child process we started.
@@ -175,6 +203,17 @@ fn an_agent_stopped_while_the_head_is_away_never_charges_the_user_for_its_own_st
     assert!(first["evidence"].as_str().unwrap().contains("the agent shut down"), "{done:#}");
     assert_eq!(done["state"], "SUCCEEDED", "{done:#}");
     assert_eq!(done["remaining"]["user"], 0, "the user budget is untouched: {done:#}");
+}
+
+/// A one-node job with no user retries whose first cycle runs a minute (later ones a second),
+/// steady on its node; returns its id and node.
+fn start_a_long_job(c: &Cluster, name: &str) -> (String, String) {
+    let long_then_short = r#"if [ "$FTDRIVE_CYCLE" = 1 ]; then exec sleep 60; else exec sleep 1; fi"#;
+    let spec = c.spec(name, json!({"command": ["sh", "-c", long_then_short], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    wait_until_steady(c, &id, 1);
+    let (_, node) = actor_on_rank(&c.job(&id), 0);
+    (id, node)
 }
 
 /// A raw request that reports a failure instead of panicking.

@@ -122,6 +122,18 @@ impl TestCluster {
         self.pump();
     }
 
+    /// The agent is told to shut down (SIGTERM): it stops its processes and tells the head.
+    pub fn agent_shutdown(&mut self, node: &str, deadline_ms: u64) {
+        self.agent_input(node, AgentInput::Shutdown { deadline_ms });
+        self.pump();
+    }
+
+    /// The agent's link to the head drops (the head is away): what it sends is lost until the
+    /// next link, which `restart_head` brings.
+    pub fn link_down(&mut self, node: &str) {
+        self.agent_input(node, AgentInput::LinkDown);
+    }
+
     /// The agent process restarts on the same machine: its processes run on under their
     /// supervisors, and the new agent re-attaches to them.
     pub fn restart_agent(&mut self, node: &str) {
