@@ -199,18 +199,21 @@ fn node_state_text(n: &NodeView) -> String {
 }
 
 pub fn nodes_table(nodes: &[NodeView]) -> String {
+    let states: Vec<String> = nodes.iter().map(node_state_text).collect();
+    // As wide as the widest state ("DRAINING (leaving, operator)" is rare), and no narrower than
+    // "DRAINING (operator)".
+    let width = states.iter().map(String::len).max().unwrap_or(0).max(19);
     let mut out =
-        format!("{:<14} {:<19} {:<16} {:<28} {:<28} LABELS\n", "NAME", "STATE", "ADDR", "RESOURCES", "ALLOCATED");
-    for n in nodes {
+        format!("{:<14} {:<width$} {:<16} {:<28} {:<28} LABELS\n", "NAME", "STATE", "ADDR", "RESOURCES", "ALLOCATED");
+    for (n, state) in nodes.iter().zip(states) {
         let labels: Vec<String> = n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let state = node_state_text(n);
         let mut allocated = n.allocated.to_string();
         if !n.devices_held.is_empty() {
             allocated.push_str(&format!(" (gpu {})", n.devices_held));
         }
         let _ = writeln!(
             out,
-            "{:<14} {:<19} {:<16} {:<28} {:<28} {}",
+            "{:<14} {:<width$} {:<16} {:<28} {:<28} {}",
             n.name,
             state,
             n.addr,
@@ -220,4 +223,46 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, state: NodeState, cordoned: bool, leaving: bool) -> NodeView {
+        NodeView {
+            name: name.into(),
+            state,
+            resources: Default::default(),
+            labels: Default::default(),
+            allocated: Default::default(),
+            addr: "127.0.0.1".into(),
+            devices: Default::default(),
+            devices_held: Default::default(),
+            cordoned,
+            leaving,
+            metrics_url: None,
+        }
+    }
+
+    #[test]
+    fn the_nodes_table_says_who_drained_a_node_and_stays_aligned() {
+        let nodes = [
+            node("n1", NodeState::Alive, false, false),
+            node("n2", NodeState::Draining, true, false),
+            node("n3", NodeState::Draining, false, true),
+            node("n4", NodeState::Draining, true, true),
+            node("n5", NodeState::Dead, true, true),
+        ];
+        let table = nodes_table(&nodes);
+        let lines: Vec<&str> = table.lines().collect();
+        let states: Vec<&str> = lines[1..].iter().map(|l| l[15..l.find("127.").unwrap()].trim_end()).collect();
+        assert_eq!(
+            states,
+            ["ALIVE", "DRAINING (operator)", "DRAINING (leaving)", "DRAINING (leaving, operator)", "DEAD (operator)"],
+            "a DEAD machine is no longer leaving; only the operator's mark outlasts it:\n{table}"
+        );
+        let addr_at = lines[0].find("ADDR").unwrap();
+        assert!(lines[1..].iter().all(|l| l.find("127.") == Some(addr_at)), "{table}");
+    }
 }
