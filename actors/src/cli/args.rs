@@ -223,10 +223,11 @@ pub struct JobArg {
 
 #[derive(Debug, Args)]
 pub struct DrainArgs {
-    /// The node's name, as `ftdrive nodes` lists it.
+    /// The node's name, as `ftdrive nodes` lists it; a DEAD node may be drained too, and comes
+    /// back DRAINING.
     pub node: String,
-    /// When the machine goes away. Its processes are stopped at once (SIGTERM, then SIGKILL
-    /// after the lesser of the job's `stop_grace_ms` and this), charged to the preemption budget,
+    /// How long the node's work has to stop: its processes get SIGTERM at once and SIGKILL after
+    /// the lesser of the job's `stop_grace_ms` and this; each is charged to the preemption budget
     /// and re-placed elsewhere.
     #[arg(long, default_value_t = 30_000)]
     pub deadline_ms: u64,
