@@ -105,7 +105,7 @@ async fn carry(agent: &Addr<NodeAgent>, socket: Socket) {
 
 /// The agent let go of the link (it is shutting down): the closing handshake, reading until the
 /// head's close answers ours, so the head has read everything this agent sent before the socket
-/// goes away. Closing at once lost an idle agent's last message, its notice, in half the tries.
+/// goes away. Closing at once lost an idle agent's last message, its notice, in three tries of six.
 async fn close(mut sink: SplitSink<Socket, Message>, mut stream: SplitStream<Socket>) {
     if sink.send(Message::Close(None)).await.is_err() {
         return;
