@@ -608,10 +608,8 @@ impl Head {
     }
 
     fn view_of_node(&self, ix: NodeIx) -> NodeView {
-        let marks = match self.liveness.get(ix) {
-            Some(r) => view::NodeMarks { addr: r.addr.clone(), cordoned: r.cordoned, leaving: r.leaving },
-            None => view::NodeMarks { addr: String::new(), cordoned: false, leaving: false },
-        };
+        let r = self.liveness.get(ix).expect("known node has a record");
+        let marks = view::NodeMarks { addr: r.addr.clone(), cordoned: r.cordoned, leaving: r.leaving };
         view::node_view(&self.scheduler, ix, marks)
     }
 

@@ -442,18 +442,12 @@ impl Simulation {
             }
             Fault::OperatorDrain { node, deadline_ms } => {
                 if self.operator(Input::Drain { node: node.clone(), deadline_ms }) {
-                    if let Some(checker) = self.checker.as_mut() {
-                        checker.operator_cordon(&node, true);
-                    }
-                    self.operator_drained.insert(node);
+                    self.note_cordon(node, true);
                 }
             }
             Fault::OperatorUndrain { node } => {
                 if self.operator(Input::Undrain { node: node.clone() }) {
-                    if let Some(checker) = self.checker.as_mut() {
-                        checker.operator_cordon(&node, false);
-                    }
-                    self.operator_drained.remove(&node);
+                    self.note_cordon(node, false);
                 }
             }
             Fault::HeadRestart { down_ms } => self.head_down(down_ms),
@@ -468,6 +462,18 @@ impl Simulation {
             self.stats.faults_without_target += 1;
         }
         taken
+    }
+
+    /// The head took the operator's drain (`drained`) or undrain of `node`.
+    fn note_cordon(&mut self, node: NodeId, drained: bool) {
+        if let Some(checker) = self.checker.as_mut() {
+            checker.operator_cordon(&node, drained);
+        }
+        if drained {
+            self.operator_drained.insert(node);
+        } else {
+            self.operator_drained.remove(&node);
+        }
     }
 
     fn submit(&mut self, job: &JobId) {
@@ -646,11 +652,9 @@ impl Simulation {
             return;
         }
         for node in std::mem::take(&mut self.operator_drained) {
-            if self.head.handle(self.now, Input::Undrain { node: node.clone() }).is_err() {
-                self.operator_drained.insert(node);
-            } else if let Some(checker) = self.checker.as_mut() {
-                checker.operator_cordon(&node, false);
-            }
+            let undrain = Input::Undrain { node: node.clone() };
+            self.head.handle(self.now, undrain).expect("the head takes back a drain it took (MB-1)");
+            self.note_cordon(node, false);
         }
     }
 

@@ -129,7 +129,8 @@ pub enum Fault {
     /// The operator's `ftdrive drain`: the head moves the node's work; the machine stays.
     OperatorDrain { node: NodeId, deadline_ms: u64 },
     /// The operator's `ftdrive undrain`: the node takes new work again (refused, and counted as
-    /// a fault without a target, where it is not the operator's drain to withdraw).
+    /// a fault without a target, where the node was not drained by the operator but is leaving,
+    /// or the head is down).
     OperatorUndrain { node: NodeId },
     /// The process of `job`'s `rank` ends (exit code, or killed by a signal nobody sent); of a
     /// group of several workers, `local_rank` says which worker it was (its group ends with it).
