@@ -183,9 +183,8 @@ impl JobSpec {
     pub fn parse(text: &str, overrides: &Overrides) -> Result<JobSpec, SpecError> {
         let mut de = serde_json::Deserializer::from_str(text);
         let raw: RawJobSpec = serde_path_to_error::deserialize(&mut de).map_err(|err| {
-            let path = err.path().to_string();
-            let field = if path == "." || path.is_empty() { "(document)".to_string() } else { path };
-            SpecError::new(&field, friendlier(&err.into_inner().to_string()))
+            let (field, message) = placed_error(err);
+            SpecError::new(&field, message)
         })?;
         raw.with_overrides(overrides).validate()
     }
@@ -217,6 +216,19 @@ impl JobSpec {
 
 /// serde's messages say `i64`/`u64`; users think in integers. A misspelt field is told the
 /// field it was probably meant to be. Scenario files get the same wording.
+/// Where a JSON document was refused, and why: the dotted path of the field at fault, or
+/// `(document)`. Broken syntax (a missing brace, a trailing comma, an empty file) has no field
+/// that means anything, so its line and column are kept: they are where to look.
+pub(crate) fn placed_error(err: serde_path_to_error::Error<serde_json::Error>) -> (String, String) {
+    let path = err.path().to_string();
+    let inner = err.into_inner();
+    if inner.is_syntax() || inner.is_eof() {
+        return ("(document)".to_string(), format!("is not valid JSON: {inner}; fix the syntax there"));
+    }
+    let field = if path == "." || path.is_empty() { "(document)".to_string() } else { path };
+    (field, friendlier(&inner.to_string()))
+}
+
 pub(crate) fn friendlier(message: &str) -> String {
     let message = message
         .replace("expected i64", "expected an integer")
@@ -501,6 +513,22 @@ mod tests {
 
     fn parse(text: &str) -> Result<JobSpec, SpecError> {
         JobSpec::parse(text, &Overrides::default())
+    }
+
+    #[test]
+    fn broken_json_is_placed_by_line_and_column_not_by_a_field() {
+        for (text, at) in [
+            ("{\"name\": \"t\",\n", "EOF while parsing a value at line 2 column 0"),
+            ("{\"name\": \"t\",}", "trailing comma at line 1 column 14"),
+            ("", "EOF while parsing a value at line 1 column 0"),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert_eq!(err.field, "(document)", "{text:?}");
+            assert_eq!(err.message, format!("is not valid JSON: {at}; fix the syntax there"), "{text:?}");
+        }
+        let wrong_type = parse(r#"{"name": "t", "command": "true"}"#).unwrap_err();
+        assert_eq!(wrong_type.field, "command");
+        assert!(!wrong_type.message.contains("line"), "a field's error needs no position: {}", wrong_type.message);
     }
 
     #[test]

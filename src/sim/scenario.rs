@@ -171,9 +171,8 @@ impl Scenario {
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
         let mut de = serde_json::Deserializer::from_str(text);
         let scenario: Scenario = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let path = e.path().to_string();
-            let field = if path == "." || path.is_empty() { "(document)".to_string() } else { path };
-            err(field, crate::spec::friendlier(&e.into_inner().to_string()))
+            let (field, message) = crate::spec::placed_error(e);
+            err(field, message)
         })?;
         scenario.validate()?;
         Ok(scenario)
@@ -347,6 +346,11 @@ mod tests {
             (GOOD.replace("\"seed\": 7", "\"seed\": -7"), "seed", "expected a non-negative integer"),
             (GOOD.replace("\"rank\": 0", "\"rank\": 1"), "events[3].rank", "has ranks 0 to 0 (its max_nodes is 1)"),
             (GOOD.replace("\"at_ms\": 30000", "\"at_ms\": 600000"), "events[4].at_ms", "never happen"),
+            (
+                GOOD.replace("\"until_ms\"", "\"until_ms\":"),
+                "(document)",
+                "is not valid JSON: expected value at line 13",
+            ),
             (
                 GOOD.replace("\"submit_at_ms\": 0", "\"submit_at_ms\": 700000"),
                 "jobs[0].submit_at_ms",
