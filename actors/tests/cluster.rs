@@ -75,7 +75,11 @@ fn draining_a_node_preempts_its_actor_and_undrain_takes_it_back() {
     let id = c.submit_no_wait(&spec);
     let job = c.wait_for_job(&id, "it runs", |j| running(j, 1));
     let (_, node) = actor_on_rank(&job, 0);
-    c.ftdrive(&["drain", &node, "--deadline-ms", "20000"]);
+    let said = c.ftdrive(&["drain", &node, "--deadline-ms", "20000"]);
+    assert!(said.contains(&format!("draining {node} (deadline 20000 ms)")), "{said}");
+    // A second drain changes nothing, and says so rather than claim its own deadline.
+    let again = c.ftdrive(&["drain", &node, "--deadline-ms", "500"]);
+    assert!(again.contains("already draining and keeps the deadline it was first given (not 500 ms)"), "{again}");
     let job = c.wait_for_job(&id, "it succeeds elsewhere", |j| j["state"] == "SUCCEEDED");
     let first = &job["ledger"][0];
     assert_eq!((first["cause"].as_str(), first["budget"].as_str()), (Some("preempted"), Some("preemption")), "{job:#}");
@@ -214,6 +218,28 @@ fn logs_follow_a_running_attempt_and_show_a_finished_one() {
     assert_eq!(followed, expected, "followed until the attempt ended");
     c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
     assert_eq!(c.ftdrive(&["logs", &id, "--actor", "0", "--attempt", "1"]), expected);
+}
+
+/// A follower that began on attempt 1 stays on it: the retry that starts while it is polling
+/// is a different file, and reading it at attempt 1's byte offset would print the middle of
+/// someone else's output. `--follow` ends with its attempt, as `kubectl logs -f` does.
+#[test]
+fn a_log_follower_keeps_to_its_attempt_when_a_retry_starts() {
+    let c = Cluster::start(&["n1"]);
+    let script = r#"if [ "$FTDRIVE_ATTEMPT" = 1 ]; then for i in 1 2 3 4; do echo first $i; sleep 0.3; done; exit 3;
+                    else printf 'second attempt %0300d\n' 0; sleep 2; fi"#;
+    let spec = c.spec(
+        "retried",
+        json!({"command": ["sh", "-c", script], "min_nodes": 1, "max_nodes": 1,
+               "retries": {"user": 1, "backoff_ms": {"initial": 1, "max": 1}}}),
+    );
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let followed = c.ftdrive(&["logs", &id, "--follow"]);
+    let expected: String = (1..=4).map(|i| format!("first {i}\n")).collect();
+    assert_eq!(followed, expected, "followed attempt 1 to its end and nothing of attempt 2");
+    c.wait_for_job(&id, "the retry succeeds", |j| j["state"] == "SUCCEEDED");
+    assert!(c.ftdrive(&["logs", &id, "--actor", "0"]).starts_with("second attempt 000"), "the latest is attempt 2");
 }
 
 /// `ftdrive logs j1 --follow | head -1`: once the reader has gone, the follower ends as

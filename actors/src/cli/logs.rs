@@ -62,11 +62,30 @@ struct Which {
     local_rank: Option<u32>,
 }
 
+/// Where a follower stands: which attempt it reads and how far. The first answer names the
+/// attempt when none was asked for; from then on the follower keeps to it, so that an attempt
+/// started meanwhile (a retry, or one that began while the head was restarting) is never read
+/// at the byte offset of the one before. A new attempt is followed by asking again, as
+/// `kubectl logs -f` ends with its container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cursor {
+    attempt: Option<u32>,
+    offset: u64,
+}
+
+impl Cursor {
+    fn advance(&mut self, chunk_attempt: u32, next_offset: u64) {
+        self.attempt.get_or_insert(chunk_attempt);
+        self.offset = next_offset;
+    }
+}
+
 async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, header: bool) -> Result<(), CliError> {
     let Which { actor, attempt, local_rank } = which;
-    let mut offset = 0;
+    let mut at = Cursor { attempt, offset: 0 };
     let mut printed_header = false;
     loop {
+        let Cursor { attempt, offset } = at;
         let chunk = match client.log_chunk(job, actor, attempt, local_rank, offset).await {
             Err(e) if follow && is_passing(&e) => {
                 until_answered(e, || client.log_chunk(job, actor, attempt, local_rank, offset)).await?
@@ -79,7 +98,7 @@ async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, h
         }
         out::bytes(&chunk.bytes)?;
         let more = !chunk.bytes.is_empty();
-        offset = chunk.next_offset;
+        at.advance(chunk.attempt, chunk.next_offset);
         if more {
             continue;
         }
@@ -87,5 +106,26 @@ async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, h
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cursor;
+
+    #[test]
+    fn a_follower_keeps_to_the_attempt_it_began_reading() {
+        let mut at = Cursor { attempt: None, offset: 0 };
+        at.advance(1, 120);
+        assert_eq!(at, Cursor { attempt: Some(1), offset: 120 }, "the latest attempt, once named, is pinned");
+        at.advance(2, 0);
+        assert_eq!(at.attempt, Some(1), "an answer can never move a follower to another attempt");
+    }
+
+    #[test]
+    fn an_asked_for_attempt_is_kept() {
+        let mut at = Cursor { attempt: Some(3), offset: 0 };
+        at.advance(3, 40);
+        assert_eq!(at, Cursor { attempt: Some(3), offset: 40 });
     }
 }
