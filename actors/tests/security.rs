@@ -96,6 +96,27 @@ fn a_job_sees_no_credential() {
     assert!(!env.contains(&client) && !env.contains(&agent), "a token's value reached the job:\n{env}");
 }
 
+/// A node name becomes a directory (`node-NAME`) and a URL segment: one that could climb out
+/// of the state dir is refused before anything is made from it, not retried for ever.
+#[test]
+fn an_agent_under_a_name_the_head_would_refuse_exits_2_and_makes_nothing() {
+    let c = Cluster::start(&[]);
+    for name in ["bad/name", "../evil", ""] {
+        let out = c.node_command(name).stderr(Stdio::piped()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name:?}: {stderr}");
+        assert!(stderr.contains("--name") && stderr.contains("is not a valid name"), "{name:?}: {stderr}");
+    }
+    let made: Vec<_> = std::fs::read_dir(c.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.starts_with("node-") || f == "evil")
+        .collect();
+    assert!(made.is_empty(), "directories made from a refused name: {made:?}");
+    assert!(!c.dir.path().parent().unwrap().join("evil").exists());
+    assert_eq!(c.nodes_json().as_array().unwrap().len(), 0);
+}
+
 #[test]
 fn a_second_agent_under_a_live_name_exits_2_and_the_first_keeps_its_work() {
     let c = Cluster::start(&["n1"]);

@@ -671,7 +671,9 @@ impl Head {
     }
 }
 
-fn check_name(name: &str) -> Result<(), Rejected> {
+/// The one rule for job and node names: they become file names on agents (`node-NAME`,
+/// `JOB/ACTOR/...`) and path segments in URLs, so nothing that could climb out of a directory.
+pub fn check_name(name: &str) -> Result<(), Rejected> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));

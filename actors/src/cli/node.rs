@@ -33,6 +33,9 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         labels.entry(detect::GPU_MODEL_LABEL.to_string()).or_insert(model);
     }
     let name = args.name.clone().unwrap_or_else(hostname);
+    // Before any directory is made from it: the head would refuse it at every registration.
+    let named_by = if args.name.is_some() { "--name" } else { "this machine's hostname (give --name)" };
+    ftdrive::head::check_name(&name).map_err(|e| CliError::BadInput(format!("{named_by}: {e}")))?;
     let head_url = if args.head.contains("://") { args.head.clone() } else { format!("http://{}", args.head) };
     let (head_tls, log_tls) = (head_tls(&head_url, args.ca_cert.as_deref())?, super::server_tls(&args.tls)?);
     let options = NodeOptions {
