@@ -271,7 +271,8 @@ class Node:
 class Drain:
     """The head's answer to a drain or an undrain: the node as it is then. ``cordoned``: the
     operator's drain stands (until undrained, even across the node's death); ``leaving``: its
-    own agent announced that the machine is going away. ``deadline_ms`` only for a drain."""
+    own agent announced that the machine is going away. ``deadline_ms`` only for a drain that
+    set the deadline in force: a node already draining keeps the deadline it was first given."""
 
     node: str
     draining: bool

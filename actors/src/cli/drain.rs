@@ -14,6 +14,9 @@ use serde_json::json;
 #[derive(Deserialize)]
 pub(super) struct DrainAnswer {
     pub state: NodeState,
+    /// Present only where this drain set the deadline in force.
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
 }
 
 pub fn run(args: DrainArgs) -> Result<Outcome, CliError> {
@@ -21,12 +24,16 @@ pub fn run(args: DrainArgs) -> Result<Outcome, CliError> {
     super::block_on(async move {
         let path = format!("/v1/nodes/{}/drain", args.node);
         let answer: DrainAnswer = client.post(&path, json!({"deadline_ms": args.deadline_ms})).await?;
-        let (node, deadline_ms) = (&args.node, args.deadline_ms);
-        let now = match answer.state {
-            NodeState::Dead => format!("{node} is DEAD; once its agent registers again, it"),
-            NodeState::Alive | NodeState::Draining => {
+        let node = &args.node;
+        let now = match (answer.state, answer.deadline_ms) {
+            (NodeState::Dead, _) => format!("{node} is DEAD; once its agent registers again, it"),
+            (NodeState::Alive | NodeState::Draining, Some(deadline_ms)) => {
                 format!("draining {node} (deadline {deadline_ms} ms): its work is stopped and moves elsewhere, and it")
             }
+            (NodeState::Alive | NodeState::Draining, None) => format!(
+                "{node} was already draining and keeps the deadline it was first given (not {} ms); it",
+                args.deadline_ms
+            ),
         };
         out::line(&format!("{now} takes no new work, across restarts and reboots, until `ftdrive undrain {node}`"))?;
         Ok(Outcome::Done)

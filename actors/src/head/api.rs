@@ -478,12 +478,14 @@ async fn drain_node(
     body: web::Json<DrainBody>,
 ) -> Result<HttpResponse, ApiError> {
     let node = NodeId::from(name.into_inner());
-    let view = state.head.send(Drain { node, deadline_ms: body.deadline_ms }).await.map_err(mailbox)??;
-    Ok(HttpResponse::Ok().json(drain_answer(&view, Some(body.deadline_ms))))
+    let (view, set_deadline) =
+        state.head.send(Drain { node, deadline_ms: body.deadline_ms }).await.map_err(mailbox)??;
+    Ok(HttpResponse::Ok().json(drain_answer(&view, set_deadline.then_some(body.deadline_ms))))
 }
 
 /// The node after a drain or an undrain: its state and both marks (`cordoned`, the operator's;
-/// `leaving`, its agent's).
+/// `leaving`, its agent's); `deadline_ms` only where this drain set the deadline in force (a
+/// node already DRAINING keeps its first).
 fn drain_answer(view: &NodeView, deadline_ms: Option<u64>) -> serde_json::Value {
     let mut answer = serde_json::json!({
         "node": view.name,

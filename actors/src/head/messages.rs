@@ -6,6 +6,7 @@ use actix::prelude::*;
 use bytes::Bytes;
 use ftdrive::head::{Input, Rejected, Reply};
 use ftdrive::protocol::{ToAgent, ToHead};
+use ftdrive::scheduler::NodeState;
 use ftdrive::spec::JobSpec;
 use ftdrive::view::{JobView, NodeView};
 use ftdrive::{JobId, NodeId};
@@ -67,20 +68,22 @@ impl Handler<Stop> for HeadActor {
     }
 }
 
-/// The operator's drain of a node; answers the node as it is then.
+/// The operator's drain of a node; answers the node as it is then, and whether this drain
+/// set its deadline (a node already DRAINING keeps the deadline it was first given).
 #[derive(Message)]
-#[rtype(result = "Result<NodeView, ApiError>")]
+#[rtype(result = "Result<(NodeView, bool), ApiError>")]
 pub struct Drain {
     pub node: NodeId,
     pub deadline_ms: u64,
 }
 
 impl Handler<Drain> for HeadActor {
-    type Result = ResponseFuture<Result<NodeView, ApiError>>;
+    type Result = ResponseFuture<Result<(NodeView, bool), ApiError>>;
     fn handle(&mut self, msg: Drain, ctx: &mut Context<Self>) -> Self::Result {
         let node = msg.node.clone();
+        let was_alive = self.head.node_view(&node).is_some_and(|v| v.state == NodeState::Alive);
         let input = Input::Drain { node: msg.node, deadline_ms: msg.deadline_ms };
-        self.durable_answer(input, ctx, move |act, _| act.node_after(&node))
+        self.durable_answer(input, ctx, move |act, _| act.node_after(&node).map(|view| (view, was_alive)))
     }
 }
 
