@@ -181,11 +181,11 @@ impl SpecError {
 impl JobSpec {
     /// Parses and validates `job.json` text, applying command-line overrides first.
     pub fn parse(text: &str, overrides: &Overrides) -> Result<JobSpec, SpecError> {
-        let mut de = serde_json::Deserializer::from_str(text);
-        let raw: RawJobSpec = serde_path_to_error::deserialize(&mut de).map_err(|err| {
-            let (field, message) = placed_error(err);
-            SpecError::new(&field, message)
-        })?;
+        let raw: RawJobSpec = parse_object(
+            text,
+            r#"{"name": "train", "command": ["python", "train.py"], "min_nodes": 1, "max_nodes": 1}"#,
+        )
+        .map_err(|(field, message)| SpecError::new(&field, message))?;
         raw.with_overrides(overrides).validate()
     }
 
@@ -214,8 +214,22 @@ impl JobSpec {
     }
 }
 
-/// serde's messages say `i64`/`u64`; users think in integers. A misspelt field is told the
-/// field it was probably meant to be. Scenario files get the same wording.
+/// A JSON document that must be an object, read with the place of any error. serde fills a
+/// struct from an array by position, so a `[...]` (a list of jobs, say) would run as the
+/// fields in declaration order: it is refused before it is read. `example` shows the object.
+pub(crate) fn parse_object<T: serde::de::DeserializeOwned>(text: &str, example: &str) -> Result<T, (String, String)> {
+    let found = match text.trim_start().chars().next() {
+        Some('{') | None => None,
+        Some('[') => Some("a JSON array"),
+        Some(_) => Some("not a JSON object"),
+    };
+    if let Some(found) = found {
+        return Err(("(document)".to_string(), format!("is {found}; write one JSON object, such as {example}")));
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(placed_error)
+}
+
 /// Where a JSON document was refused, and why: the dotted path of the field at fault, or
 /// `(document)`. Broken syntax (a missing brace, a trailing comma, an empty file) has no field
 /// that means anything, so its line and column are kept: they are where to look.
@@ -229,10 +243,25 @@ pub(crate) fn placed_error(err: serde_path_to_error::Error<serde_json::Error>) -
     (field, friendlier(&inner.to_string()))
 }
 
+/// serde's messages say `i64`/`u32`/`struct HeadConfig`; users think in integers and objects.
+/// A misspelt field is told the field it was probably meant to be. Scenario files get the same
+/// wording.
 pub(crate) fn friendlier(message: &str) -> String {
-    let message = message
-        .replace("expected i64", "expected an integer")
-        .replace("expected u64", "expected a non-negative integer");
+    let mut message = message.to_string();
+    for (rust, json) in [
+        ("i64", "an integer"),
+        ("i32", "an integer"),
+        ("u64", "a non-negative integer"),
+        ("u32", "a non-negative integer"),
+        ("a sequence", "a JSON array"),
+        ("a map", "a JSON object"),
+    ] {
+        message = message.replace(&format!("expected {rust}"), &format!("expected {json}"));
+    }
+    if let Some(at) = message.find("expected struct ") {
+        let name_len = message[at + 16..].find(|c: char| !c.is_alphanumeric()).unwrap_or(message.len() - at - 16);
+        message.replace_range(at..at + 16 + name_len, "expected a JSON object");
+    }
     let message = match message.find(" at line ") {
         Some(cut) => message[..cut].to_string(),
         None => message,
@@ -527,8 +556,26 @@ mod tests {
             assert_eq!(err.message, format!("is not valid JSON: {at}; fix the syntax there"), "{text:?}");
         }
         let wrong_type = parse(r#"{"name": "t", "command": "true"}"#).unwrap_err();
+        assert_eq!(wrong_type.message, "invalid type: string \"true\", expected a JSON array");
         assert_eq!(wrong_type.field, "command");
         assert!(!wrong_type.message.contains("line"), "a field's error needs no position: {}", wrong_type.message);
+    }
+
+    #[test]
+    fn only_an_object_is_a_spec_not_an_array_read_by_position() {
+        let positional = r#"["t", ["true"], {}, null, 1, 1]"#;
+        let err = parse(positional).unwrap_err();
+        assert_eq!(err.field, "(document)");
+        assert!(
+            err.message.starts_with("is a JSON array; write one JSON object, such as {\"name\""),
+            "{}",
+            err.message
+        );
+        assert!(parse(" 42").unwrap_err().message.starts_with("is not a JSON object;"));
+        let nested = parse(r#"{"name": "t", "command": ["true"], "min_nodes": 1, "max_nodes": 1, "retries": 3}"#);
+        assert_eq!(nested.unwrap_err().message, "invalid type: integer `3`, expected a JSON object");
+        let priority = parse(r#"{"name": "t", "command": ["true"], "min_nodes": 1, "max_nodes": 1, "priority": "hi"}"#);
+        assert_eq!(priority.unwrap_err().message, "invalid type: string \"hi\", expected an integer");
     }
 
     #[test]

@@ -169,11 +169,9 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> ScenarioError {
 
 impl Scenario {
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
-        let mut de = serde_json::Deserializer::from_str(text);
-        let scenario: Scenario = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let (field, message) = crate::spec::placed_error(e);
-            err(field, message)
-        })?;
+        let example = r#"{"nodes": [{"name": "n1", "resources": {"cpu": 4}}], "jobs": [], "events": []}"#;
+        let scenario: Scenario =
+            crate::spec::parse_object(text, example).map_err(|(field, message)| err(field, message))?;
         scenario.validate()?;
         Ok(scenario)
     }
@@ -351,6 +349,8 @@ mod tests {
                 "(document)",
                 "is not valid JSON: expected value at line 13",
             ),
+            ("[1, 2]".to_string(), "(document)", "is a JSON array; write one JSON object, such as {\"nodes\""),
+            (GOOD.replace("\"seed\": 7", "\"seed\": 7, \"network\": 3"), "network", "expected a JSON object"),
             (
                 GOOD.replace("\"submit_at_ms\": 0", "\"submit_at_ms\": 700000"),
                 "jobs[0].submit_at_ms",
