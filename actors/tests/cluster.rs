@@ -242,6 +242,37 @@ fn a_log_follower_keeps_to_its_attempt_when_a_retry_starts() {
     assert!(c.ftdrive(&["logs", &id, "--actor", "0"]).starts_with("second attempt 000"), "the latest is attempt 2");
 }
 
+/// Logs of a job still PENDING: without `--follow` a plain "not started yet" and why; with it,
+/// the follower waits for the actor to start, as `submit` waits for a PENDING job.
+#[test]
+fn logs_of_a_pending_job_say_why_and_follow_waits_for_the_start() {
+    let mut c = Cluster::start(&["n1"]);
+    let spec = c.spec(
+        "waits",
+        json!({"command": ["sh", "-c", "echo hello from $FTDRIVE_ACTOR"], "min_nodes": 2, "max_nodes": 2}),
+    );
+    let id = c.submit_no_wait(&spec);
+    let now = c.try_ftdrive(&["logs", &id, "--actor", "0"]);
+    let said = String::from_utf8_lossy(&now.stderr);
+    assert_eq!(now.status.code(), Some(1), "{said}");
+    assert!(said.contains(&format!("{id}/0 has not started yet (the job is PENDING")), "{said}");
+    assert!(said.contains(&format!("`ftdrive logs {id} --actor 0 --follow` waits for it")), "{said}");
+
+    let follower = c
+        .command()
+        .args(["logs", &id, "--actor", "1", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(600)); // polling a PENDING job, not given up
+    c.add_node("n2");
+    let out = follower.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("hello from {id}/1\n"));
+    c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
+}
+
 /// `ftdrive logs j1 --follow | head -1`: once the reader has gone, the follower ends as
 /// `tail -f` does (exit 141, SIGPIPE's status) instead of following for ever; the job runs on.
 #[test]

@@ -25,13 +25,9 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
                 view.nproc_per_node - 1
             )));
         }
-        let actors: Vec<u32> = match &args.actor {
-            Some(actor) => vec![actor_index(actor, &view)?],
-            None => view.actors.iter().enumerate().filter(|(_, a)| a.attempt > 0).map(|(i, _)| i as u32).collect(),
-        };
-        if actors.is_empty() {
-            return Err(CliError::Failed(format!("no actor of {} has started yet", view.id)));
-        }
+        let wanted = args.actor.as_deref().map(|actor| actor_index(actor, &view)).transpose()?;
+        let view = if args.follow { until_started(&client, view, wanted).await? } else { view };
+        let actors = started(&view, wanted).map_err(|why| CliError::Failed(why.to_string()))?;
         let headers = actors.len() > 1;
         for actor in actors {
             let which = Which { actor, attempt: args.attempt, local_rank: args.local_rank };
@@ -39,6 +35,58 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
         }
         Ok(Outcome::Done)
     })
+}
+
+/// The actors whose output there is: the one asked for, or every one that has started; or
+/// why there is none yet.
+fn started(view: &JobView, wanted: Option<u32>) -> Result<Vec<u32>, NotStarted<'_>> {
+    let actors: Vec<u32> = match wanted {
+        Some(actor) => vec![actor].into_iter().filter(|a| view.actors[*a as usize].attempt > 0).collect(),
+        None => view.actors.iter().enumerate().filter(|(_, a)| a.attempt > 0).map(|(i, _)| i as u32).collect(),
+    };
+    if actors.is_empty() {
+        return Err(NotStarted { view, wanted });
+    }
+    Ok(actors)
+}
+
+/// Why `ftdrive logs` has nothing to show: no attempt has started yet, or none ever will.
+struct NotStarted<'a> {
+    view: &'a JobView,
+    wanted: Option<u32>,
+}
+
+impl std::fmt::Display for NotStarted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let view = self.view;
+        let (who, flag) = match self.wanted {
+            Some(actor) => (format!("{}/{actor} has not", view.id), format!(" --actor {actor}")),
+            None => (format!("no actor of {} has", view.id), String::new()),
+        };
+        if view.state.is_terminal() {
+            return write!(f, "{who} started, and the job ended {}", view.state);
+        }
+        let why = view.waiting.as_deref().or(view.infeasible.as_deref()).map(|w| format!(": {w}")).unwrap_or_default();
+        write!(
+            f,
+            "{who} started yet (the job is {}{why}); `ftdrive logs {}{flag} --follow` waits for it",
+            view.state, view.id
+        )
+    }
+}
+
+/// Under `--follow`, a job whose actor has not started yet is watched until it has (or the
+/// job ends without it), as `submit` follows a PENDING job; the head may restart meanwhile.
+async fn until_started(client: &Client, mut view: JobView, wanted: Option<u32>) -> Result<JobView, CliError> {
+    let path = format!("/v1/jobs/{}", view.id);
+    while started(&view, wanted).is_err() && !view.state.is_terminal() {
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        view = match client.get(&path).await {
+            Err(e) if is_passing(&e) => until_answered(e, || client.get(&path)).await?,
+            answer => answer?,
+        };
+    }
+    Ok(view)
 }
 
 /// `j1/2` or `2`.
