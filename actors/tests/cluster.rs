@@ -175,6 +175,27 @@ fn a_malformed_spec_exits_2_naming_the_field_and_creates_no_job() {
     assert_eq!(c.ftdrive(&["status", "--output", "json"]).trim(), "[]");
 }
 
+/// An address that is not one is bad input (exit 2, saying how to write it), not "is the head
+/// running?" (exit 4) nor a failed bind (exit 1); and nothing is written for it.
+#[test]
+fn a_malformed_address_exits_2_saying_how_to_write_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let state_arg = state.to_str().unwrap();
+    for args in [
+        vec!["head", "--listen", "foo", "--state-dir", state_arg],
+        vec!["status", "--head", "not a url"],
+        vec!["logs", "j1", "--head", "http://127.0.0.1:7380/v1"],
+        vec!["node", "--name", "n1", "--head", "ftp://127.0.0.1:21", "--state-dir", state_arg],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ftdrive")).args(&args).env("FTDRIVE_TOKEN", "t").output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("such as 127.0.0.1:7380"), "{args:?}: {stderr}");
+    }
+    assert!(!state.exists(), "nothing was written for a refused address");
+}
+
 #[test]
 fn requests_without_the_token_get_401_and_change_nothing() {
     let c = Cluster::start(&["n1"]);

@@ -21,6 +21,7 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
         ..HeadConfig::default()
     };
     config.validate().map_err(CliError::BadInput)?;
+    check_listen(&args.listen)?;
     let tls = super::server_tls(&args.tls)?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     super::block_on(async move {
@@ -51,6 +52,21 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
         tracing::info!("head stopped");
         Ok(Outcome::Done)
     })
+}
+
+/// `--listen` is an address to bind, not a name to look up later: refused as bad input before
+/// anything is written, rather than failing at the bind as if the port were taken.
+fn check_listen(listen: &str) -> Result<(), CliError> {
+    use std::net::ToSocketAddrs;
+    match listen.to_socket_addrs().map(|mut addrs| addrs.next()) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(CliError::BadInput(format!("--listen `{listen}` names no address"))),
+        Err(e) => Err(CliError::BadInput(format!(
+            "--listen `{listen}`: {e}; give HOST:PORT, such as 127.0.0.1:{} or 0.0.0.0:{} (port 0: any free port)",
+            super::DEFAULT_HEAD_PORT,
+            super::DEFAULT_HEAD_PORT
+        ))),
+    }
 }
 
 /// One descriptor per agent connection: the usual soft limit (1,024) would stop a head at about

@@ -61,7 +61,38 @@ fn block_on<F: std::future::Future>(work: F) -> F::Output {
 
 /// `--head`, or the error that says how to give one.
 fn head_url(head: Option<String>) -> Result<String, CliError> {
-    head.ok_or_else(|| CliError::BadInput("no head given: pass --head URL or set $FTDRIVE_HEAD".into()))
+    let head = head.ok_or_else(|| CliError::BadInput("no head given: pass --head URL or set $FTDRIVE_HEAD".into()))?;
+    head_base_url(&head)
+}
+
+/// Where a head listens unless told otherwise, and so where a bare `--head HOST` points.
+pub const DEFAULT_HEAD_PORT: u16 = 7380;
+
+/// `--head` (or `$FTDRIVE_HEAD`) as a base URL. `HOST:PORT`; a bare `HOST`, on the head's
+/// default port (not http's 80, where no head listens); or `http(s)://HOST[:PORT]`, which keeps
+/// its scheme's port as any URL does. Anything else is bad input, not an unreachable head.
+fn head_base_url(given: &str) -> Result<String, CliError> {
+    let bad = |why: String| {
+        CliError::BadInput(format!(
+            "--head `{given}`: {why}; give HOST:PORT or http(s)://HOST:PORT, such as 127.0.0.1:{DEFAULT_HEAD_PORT}"
+        ))
+    };
+    let bare = !given.contains("://");
+    let text = if bare { format!("http://{given}") } else { given.to_string() };
+    let mut url = reqwest::Url::parse(&text).map_err(|e| bad(format!("not an address ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad(format!("`{}://` is not http:// or https://", url.scheme())));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("names no host".into()));
+    }
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err(bad(format!("has a path (`{}`); the head's address is its host and port only", url.path())));
+    }
+    if bare && url.port().is_none() {
+        url.set_port(Some(DEFAULT_HEAD_PORT)).expect("an http URL with a host takes a port");
+    }
+    Ok(url.as_str().trim_end_matches('/').to_string())
 }
 
 /// The TLS config that `--tls-cert` and `--tls-key` give, if they are given.
@@ -77,4 +108,39 @@ fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FTDRIVE_LOG").unwrap_or_else(|_| "info".into());
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::head_base_url;
+
+    #[test]
+    fn a_head_address_is_host_and_port_and_a_bare_host_means_the_heads_port() {
+        for (given, base) in [
+            ("127.0.0.1:7390", "http://127.0.0.1:7390"),
+            ("127.0.0.1", "http://127.0.0.1:7380"),
+            ("head.example:9000", "http://head.example:9000"),
+            ("http://10.0.0.5:7380/", "http://10.0.0.5:7380"),
+            ("https://head.example", "https://head.example"),
+            ("[::1]:7380", "http://[::1]:7380"),
+        ] {
+            assert_eq!(head_base_url(given).unwrap(), base, "{given}");
+        }
+    }
+
+    #[test]
+    fn a_head_address_that_is_not_one_is_bad_input_saying_how_to_write_it() {
+        for (given, why) in [
+            ("not a url", "not an address"),
+            ("127.0.0.1:99999", "not an address"),
+            ("ftp://head:21", "`ftp://` is not http:// or https://"),
+            ("http://head:7380/v1/jobs", "has a path (`/v1/jobs`)"),
+        ] {
+            let err = head_base_url(given).unwrap_err();
+            assert!(matches!(err, super::CliError::BadInput(_)), "{given}: {err:?}");
+            let said = err.to_string();
+            assert!(said.starts_with(&format!("--head `{given}`: {why}")), "{said}");
+            assert!(said.ends_with("such as 127.0.0.1:7380"), "{said}");
+        }
+    }
 }

@@ -36,7 +36,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     // Before any directory is made from it: the head would refuse it at every registration.
     let named_by = if args.name.is_some() { "--name" } else { "this machine's hostname (give --name)" };
     ftdrive::head::check_name(&name).map_err(|e| CliError::BadInput(format!("{named_by}: {e}")))?;
-    let head_url = if args.head.contains("://") { args.head.clone() } else { format!("http://{}", args.head) };
+    let head_url = super::head_base_url(&args.head)?;
     let (head_tls, log_tls) = (head_tls(&head_url, args.ca_cert.as_deref())?, super::server_tls(&args.tls)?);
     let options = NodeOptions {
         addr: args.addr.clone().unwrap_or_else(|| detect::address_towards(&head_url)),
