@@ -17,7 +17,14 @@ pub fn run(args: JobArg) -> Result<Outcome, CliError> {
             JobState::Succeeded | JobState::Failed => {
                 format!("{} ({}) had already ended: {}; nothing to stop", view.id, view.name, view.state)
             }
-            _ => format!("stopping {} ({}); it is {}", view.id, view.name, view.state),
+            // Stopped at once (it held nothing) or stopped before: either way, stopped.
+            JobState::Stopped => format!("{} ({}) is STOPPED", view.id, view.name),
+            JobState::Pending | JobState::Running => {
+                format!(
+                    "stopping {} ({}): its processes get SIGTERM, then SIGKILL after its stop grace",
+                    view.id, view.name
+                )
+            }
         };
         out::line(&text)?;
         Ok(Outcome::Done)

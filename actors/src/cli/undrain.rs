@@ -16,7 +16,8 @@ pub fn run(args: NodeArg) -> Result<Outcome, CliError> {
         let text = match answer.state {
             NodeState::Alive => format!("{node} is ALIVE: new work may be placed there"),
             NodeState::Dead => {
-                format!("{node} is no longer drained; it is DEAD, and takes work once its agent registers")
+                // Whether it was drained before or not, it is not now.
+                format!("{node} is not drained; it is DEAD, and takes work once its agent registers")
             }
             NodeState::Draining => format!(
                 "{node} is no longer drained by the operator, but its agent announced that the machine is going \
