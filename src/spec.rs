@@ -284,13 +284,21 @@ fn with_suggestion(message: String) -> String {
     };
     let Some((unknown, expected)) = rest.split_once("`, expected ") else { return message };
     let known = expected.split('`').skip(1).step_by(2);
-    let lowered = unknown.to_lowercase();
-    match known.map(|name| (edit_distance(&lowered, &name.to_lowercase()), name)).min() {
-        Some((edits, name)) if edits <= MAX_SUGGESTION_EDITS => {
-            format!("unknown {what} `{unknown}`; did you mean `{name}`? (expected {expected})")
-        }
-        _ => message,
+    match nearest(unknown, known) {
+        Some(name) => format!("unknown {what} `{unknown}`; did you mean `{name}`? (expected {expected})"),
+        None => message,
     }
+}
+
+/// The known name `unknown` was probably meant to be: the nearest at most
+/// `MAX_SUGGESTION_EDITS` edits away (ties by name; case aside), if any.
+pub(crate) fn nearest<'a>(unknown: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let lowered = unknown.to_lowercase();
+    known
+        .map(|name| (edit_distance(&lowered, &name.to_lowercase()), name))
+        .min()
+        .filter(|(edits, _)| *edits <= MAX_SUGGESTION_EDITS)
+        .map(|(_, name)| name)
 }
 
 /// Levenshtein distance: insertions, deletions and substitutions of characters.

@@ -221,13 +221,31 @@ fn shortfall(matching: &[&Node], need: &Resources) -> String {
         let (have, node) = largest.expect("matching is not empty");
         if have < want {
             return format!(
-                "infeasible: bundle needs {name}={}, largest node has {name}={} ({node})",
+                "infeasible: bundle needs {name}={}, largest node has {name}={} ({node}){}",
                 format_milli(want),
-                format_milli(have)
+                format_milli(have),
+                misspelt_hint(matching, name)
             );
         }
     }
     format!("infeasible: no single node has {need} together")
+}
+
+/// A resource no node has by that name at all is likely misspelt (`cpus` for `cpu`): the
+/// nearest name some node offers, as the spec's unknown fields are told. Only names with the
+/// same first letter: resource names are short, and `tpu` is one edit from `cpu` but no typo.
+fn misspelt_hint(matching: &[&Node], name: &str) -> String {
+    let offered: std::collections::BTreeSet<&str> =
+        matching.iter().flat_map(|n| n.resources.iter().map(|(offered, _)| offered)).collect();
+    if offered.contains(name) {
+        return String::new();
+    }
+    let first = |s: &str| s.chars().next().map(|c| c.to_ascii_lowercase());
+    let alike = offered.into_iter().filter(|offered| first(offered) == first(name));
+    match crate::spec::nearest(name, alike) {
+        Some(known) => format!("; no node offers `{name}` at all: did you mean `{known}`?"),
+        None => String::new(),
+    }
 }
 
 fn labels_text(pg: &PlacementGroup) -> String {

@@ -147,6 +147,21 @@ fn strict_pack_gang_bigger_than_any_node_is_infeasible() {
     assert_eq!(reason.as_deref(), Some("infeasible: bundle needs cpu=3, largest node has cpu=2 (a)"));
 }
 
+#[test]
+fn a_resource_no_node_offers_by_that_name_is_told_the_nearest_one() {
+    let mut s = sched();
+    join(&mut s, "a", 2, &[]);
+    s.create_pg(1, PgSpec { bundle: Resources::units(&[("cpus", 1)]), ..pg(1, 1, Strategy::Spread, 0) });
+    let reason = s.pg(1).unwrap().infeasible.clone();
+    assert_eq!(
+        reason.as_deref(),
+        Some("infeasible: bundle needs cpus=1, largest node has cpus=0 (a); no node offers `cpus` at all: did you mean `cpu`?")
+    );
+    s.create_pg(2, PgSpec { bundle: Resources::units(&[("tpu", 1)]), ..pg(1, 1, Strategy::Spread, 0) });
+    let far = s.pg(2).unwrap().infeasible.clone().unwrap();
+    assert!(far.ends_with("largest node has tpu=0 (a)"), "{far}");
+}
+
 /// The reason each Feasibility event gave, in order.
 fn feasibility_events(s: &mut Scheduler) -> Vec<Option<String>> {
     std::iter::from_fn(|| s.poll_event())
