@@ -2,9 +2,9 @@
 finds them (``actors/src/cli`` and ``actors/src/paths.rs``):
 
 * the head: an explicit ``head=`` argument, else ``$FTDRIVE_HEAD``; a value without a scheme
-  (``127.0.0.1:7380``) means ``http://``. There is no other fallback: with neither, the CLI
-  (except ``ftdrive submit``, which then starts an embedded cluster) refuses, and so does this
-  client.
+  (``127.0.0.1:7380``) means ``http://``, and a bare host the head's port, 7380. There is no
+  other fallback: with neither, the CLI (except ``ftdrive submit``, which then starts an
+  embedded cluster) refuses, and so does this client.
 * the client token: an explicit ``token=`` argument, else ``$FTDRIVE_TOKEN`` when set and not
   empty, else the ``token`` file in the state directory (surrounding whitespace trimmed).
 * the state directory: an explicit ``state_dir=`` argument, else ``$FTDRIVE_STATE_DIR``, else
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import ssl
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
@@ -48,16 +49,37 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("HOME", ".")) / ".ftdrive"
 
 
+DEFAULT_HEAD_PORT = 7380
+"""Where a head listens unless told otherwise, and so where a bare ``HOST`` points."""
+
+
 def head_url(head: Optional[str] = None) -> str:
-    """The head's base URL: ``head``, else ``$FTDRIVE_HEAD``; ``http://`` when no scheme."""
+    """The head's base URL from ``head``, else ``$FTDRIVE_HEAD``: ``HOST:PORT``; a bare ``HOST``,
+    on the head's default port (7380); or ``http(s)://HOST[:PORT]``, which keeps its scheme's
+    port as any URL does. Anything else is a ``ConfigError`` saying how to write one."""
     value = head or _given("FTDRIVE_HEAD")
     if not value:
         raise ConfigError("no head given: pass head='http://HOST:PORT' or set $FTDRIVE_HEAD")
-    if "://" not in value:
-        return f"http://{value}"
-    if not value.startswith(("http://", "https://")):
-        raise ConfigError(f"head {value!r}: use an http:// or https:// URL, or HOST:PORT")
-    return value.rstrip("/")
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(
+            f"head {value!r}: {why}; give HOST:PORT or http(s)://HOST:PORT, such as 127.0.0.1:{DEFAULT_HEAD_PORT}"
+        )
+
+    bare = "://" not in value
+    parts = urllib.parse.urlsplit(f"http://{value}" if bare else value)
+    if parts.scheme not in ("http", "https"):
+        raise bad(f"`{parts.scheme}://` is not http:// or https://")
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise bad(f"not an address ({e})") from None
+    if not parts.hostname or any(c.isspace() for c in parts.netloc):
+        raise bad("names no host" if not parts.hostname else "not an address")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise bad(f"has a path (`{parts.path}`); the head's address is its host and port only")
+    netloc = f"{parts.netloc}:{DEFAULT_HEAD_PORT}" if bare and port is None else parts.netloc
+    return urllib.parse.urlunsplit((parts.scheme, netloc, "", "", ""))
 
 
 def client_token(token: Optional[str] = None, state_dir: Optional[PathLike] = None) -> str:

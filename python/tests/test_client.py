@@ -20,6 +20,7 @@ from ftdrive import (
     JobSpec,
     Retries,
 )
+from ftdrive.connection import head_url
 
 
 def check_env_spec(cluster: Cluster, name: str, nodes: int = 3, nproc: int = 2) -> JobSpec:
@@ -317,6 +318,26 @@ def test_credentials_are_found_as_the_cli_finds_them(cluster: Cluster, monkeypat
     monkeypatch.setenv("FTDRIVE_STATE_DIR", str(cluster.dir / "nowhere"))
     with pytest.raises(ConfigError, match="no API token"):
         Client()
+
+
+def test_a_head_address_is_read_as_the_cli_reads_it() -> None:
+    for given, base in [
+        ("127.0.0.1:7390", "http://127.0.0.1:7390"),
+        ("127.0.0.1", "http://127.0.0.1:7380"),
+        ("http://10.0.0.5:7380/", "http://10.0.0.5:7380"),
+        ("https://head.example", "https://head.example"),
+        ("[::1]:7380", "http://[::1]:7380"),
+    ]:
+        assert head_url(given) == base, given
+    for given, why in [
+        ("not a url", "not an address"),
+        ("127.0.0.1:99999", "not an address"),
+        ("ftp://head:21", "is not http:// or https://"),
+        ("http://head:7380/v1/jobs", "has a path"),
+    ]:
+        with pytest.raises(ConfigError, match=why) as refused:
+            head_url(given)
+        assert str(refused.value).endswith("such as 127.0.0.1:7380"), refused.value
 
 
 def test_an_unreachable_head_and_a_bad_ca_certificate(cluster: Cluster, tmp_path: Path) -> None:
