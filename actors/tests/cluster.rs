@@ -197,6 +197,35 @@ fn a_malformed_address_exits_2_saying_how_to_write_one() {
     assert!(!state.exists(), "nothing was written for a refused address");
 }
 
+/// A value a flag overrode is blamed on the flag, not on the file that never said it.
+#[test]
+fn a_refused_override_is_blamed_on_its_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job.json");
+    std::fs::write(&job, json!({"name": "t", "command": ["true"], "min_nodes": 2, "max_nodes": 4}).to_string())
+        .unwrap();
+    let job = job.to_str().unwrap();
+    for (flags, said) in [
+        (vec!["--min-nodes", "0"], "--min-nodes 0: is 0; a job needs at least 1 node".to_string()),
+        (
+            vec!["--max-nodes", "1"],
+            format!("{job}: job spec field `min_nodes`: is 2, more than max_nodes (1); set min_nodes <= max_nodes (with --max-nodes 1 from the command line)"),
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+            .arg("submit")
+            .args(&flags)
+            .arg(job)
+            .env_remove("FTDRIVE_HEAD")
+            .env("FTDRIVE_STATE_DIR", dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.starts_with(&format!("ftdrive: {said}")), "{flags:?}: {stderr}");
+    }
+}
+
 #[test]
 fn requests_without_the_token_get_401_and_change_nothing() {
     let c = Cluster::start(&["n1"]);

@@ -8,7 +8,7 @@ use super::error::{CliError, Outcome};
 use super::follow::{self, OnInterrupt};
 use super::local;
 use super::out;
-use ftdrive::spec::{JobSpec, Overrides};
+use ftdrive::spec::{JobSpec, Overrides, SpecError};
 use ftdrive::view::JobView;
 use serde_json::json;
 
@@ -22,12 +22,35 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         nproc_per_node: args.nproc_per_node,
         priority: args.priority,
     };
-    let spec =
-        JobSpec::parse(&text, &overrides).map_err(|e| CliError::BadInput(format!("{}: {e}", args.job.display())))?;
+    let spec = JobSpec::parse(&text, &overrides).map_err(|e| blame(&e, &args))?;
     super::block_on(async move {
         match &args.head.head {
             Some(_) => submit_and_follow(&Client::connect(&args.head)?, spec, &args, OnInterrupt::Detach).await,
             None => local::run(spec, &args).await,
+        }
+    })
+}
+
+/// A refused spec, blamed on what set the field at fault: a flag that overrode it, else the
+/// file (naming any flags that took part, since `min_nodes <= max_nodes` spans both).
+fn blame(e: &SpecError, args: &SubmitArgs) -> CliError {
+    let given: Vec<(&str, String)> = [
+        ("min_nodes", "--min-nodes", args.min_nodes),
+        ("max_nodes", "--max-nodes", args.max_nodes),
+        ("hot_spares", "--hot-spares", args.hot_spares),
+        ("nproc_per_node", "--nproc-per-node", args.nproc_per_node),
+        ("priority", "--priority", args.priority.map(i64::from)),
+    ]
+    .into_iter()
+    .filter_map(|(field, flag, value)| value.map(|v| (field, format!("{flag} {v}"))))
+    .collect();
+    let file = args.job.display();
+    CliError::BadInput(match given.iter().find(|(field, _)| e.field == *field) {
+        Some((_, flag)) => format!("{flag}: {}", e.message),
+        None if given.is_empty() => format!("{file}: {e}"),
+        None => {
+            let flags: Vec<&str> = given.iter().map(|(_, flag)| flag.as_str()).collect();
+            format!("{file}: {e} (with {} from the command line)", flags.join(", "))
         }
     })
 }
