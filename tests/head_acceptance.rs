@@ -44,6 +44,13 @@ fn replacement_beats_pending_job(b_priority: i32) {
     assert_eq!(c.view(&b).state, JobState::Pending, "the pending job did not get n4");
     let path = c.transitions(&actor);
     assert_eq!(&path[path.len() - 3..], &[(Running, Failing), (Failing, Scheduling), (Scheduling, Running)]);
+    let failing = c.job_events().find_map(|e| match e {
+        JobEvent::Transition { actor: a, to: Failing, node, rank, .. } if a.to_string() == actor => Some((node, rank)),
+        _ => None,
+    });
+    let (node, rank) = failing.expect("a transition to FAILING");
+    assert_eq!(node.as_ref().map(|n| n.as_str()), Some("n2"), "the lost node is named though its bundle is gone");
+    assert!(rank.is_some(), "and the rank that ran there");
     let entry = view.ledger.iter().find(|e| e.actor == actor).expect("ledger entry for the lost attempt");
     assert_eq!((entry.cause, entry.budget), (Cause::NodeLost, BudgetKind::System));
     assert!(entry.evidence.contains("n2 missed heartbeats"), "{}", entry.evidence);

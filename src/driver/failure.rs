@@ -110,7 +110,8 @@ impl Driver {
             return self.drop_bundle(ix);
         }
         if self.actors[ix as usize].state != ActorState::Failing {
-            self.transition(ix, ActorState::Failing);
+            // With the ended attempt's node and rank: a lost node's bundle is already gone.
+            self.transition_failing(ix, &run);
         }
         if cause.row().fails_job || matches!(charge, Charge::Exhausted(_)) {
             self.transition(ix, ActorState::Failed);
