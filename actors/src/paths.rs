@@ -135,13 +135,14 @@ pub fn agent_credential(state_dir: &Path) -> Credential {
     Credential::from_env_or_file("FTDRIVE_AGENT_TOKEN", agent_token_file(state_dir))
 }
 
-/// The token a client presents: `$FTDRIVE_TOKEN`, or the head's token file.
-pub fn client_token(state_dir: &Path) -> Result<String, String> {
+/// The token a client presents, `$FTDRIVE_TOKEN` or the head's token file, and which of the
+/// two it came from (so that a refusal can say which one to fix).
+pub fn client_token(state_dir: &Path) -> Result<(String, String), String> {
     if let Some(token) = given("FTDRIVE_TOKEN") {
-        return Ok(token);
+        return Ok((token, "$FTDRIVE_TOKEN".to_string()));
     }
     let file = token_file(state_dir);
-    std::fs::read_to_string(&file).map(|t| t.trim().to_string()).map_err(|e| {
+    std::fs::read_to_string(&file).map(|t| (t.trim().to_string(), file.display().to_string())).map_err(|e| {
         format!(
             "no API token: set $FTDRIVE_TOKEN or make {} readable ({e}); the head writes it at start",
             file.display()

@@ -242,7 +242,15 @@ fn requests_without_the_token_get_401_and_change_nothing() {
     assert_eq!(c.nodes_json()[0]["state"], "ALIVE", "no node was drained");
     let out = c.command().env("FTDRIVE_TOKEN", "wrong").args(["status"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("token"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("the head refused the token from $FTDRIVE_TOKEN"), "names the one to fix: {said}");
+    // A stale token file (a head started anew elsewhere) is named as such.
+    let stale = tempfile::tempdir().unwrap();
+    std::fs::write(stale.path().join("token"), "stale").unwrap();
+    let out =
+        c.command().env_remove("FTDRIVE_TOKEN").env("FTDRIVE_STATE_DIR", stale.path()).arg("status").output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(&format!("refused the token from {}", stale.path().join("token").display())), "{said}");
 }
 
 #[test]

@@ -13,6 +13,8 @@ pub type Lines = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<String
 pub struct Client {
     base: String,
     token: String,
+    /// Where the token came from (`$FTDRIVE_TOKEN`, a file), named when the head refuses it.
+    token_from: String,
     http: reqwest::Client,
 }
 
@@ -26,9 +28,9 @@ pub struct LogChunk {
 }
 
 impl Client {
-    pub fn new(base: &str, token: String) -> Client {
+    pub fn new(base: &str, token: String, token_from: String) -> Client {
         let base = if base.contains("://") { base.trim_end_matches('/').to_string() } else { format!("http://{base}") };
-        Client { base, token, http: reqwest::Client::new() }
+        Client { base, token, token_from, http: reqwest::Client::new() }
     }
 
     /// For `--head URL` (or `$FTDRIVE_HEAD`), with the token from `$FTDRIVE_TOKEN` or the
@@ -36,8 +38,8 @@ impl Client {
     /// `$FTDRIVE_CA_CERT`), else the public roots.
     pub fn connect(head: &HeadUrl) -> Result<Client, CliError> {
         let url = super::head_url(head.head.clone())?;
-        let token = paths::client_token(&paths::default_state_dir()).map_err(CliError::Failed)?;
-        let mut client = Client::new(&url, token);
+        let (token, token_from) = paths::client_token(&paths::default_state_dir()).map_err(CliError::Failed)?;
+        let mut client = Client::new(&url, token, token_from);
         if client.base.starts_with("https://") {
             let bad_ca = |e: crate::tls::TlsError| CliError::BadInput(format!("--ca-cert: {e}"));
             let builder = crate::tls::http_client(head.ca_cert.as_deref()).map_err(bad_ca)?;
@@ -63,7 +65,9 @@ impl Client {
         let message = body["error"].as_str().map_or_else(|| format!("the head answered {status}"), str::to_string);
         Err(match status {
             reqwest::StatusCode::BAD_REQUEST => CliError::BadInput(message),
-            reqwest::StatusCode::UNAUTHORIZED => CliError::Failed(format!("the head refused the token: {message}")),
+            reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN => {
+                CliError::Failed(format!("the head refused the token from {}: {message}", self.token_from))
+            }
             reqwest::StatusCode::BAD_GATEWAY => CliError::Unavailable(message),
             _ => CliError::Failed(message),
         })

@@ -142,7 +142,7 @@ impl LocalCluster {
             };
             nodes.push(node::start(options).await?);
         }
-        Ok(LocalCluster { client: Client::new(&url, tokens.client), head, nodes })
+        Ok(LocalCluster { client: Client::new(&url, tokens.client, "the embedded head".to_string()), head, nodes })
     }
 
     /// Waits (a bounded time) until every agent has registered.
