@@ -45,7 +45,7 @@ fn replacement_beats_pending_job(b_priority: i32) {
     let path = c.transitions(&actor);
     assert_eq!(&path[path.len() - 3..], &[(Running, Failing), (Failing, Scheduling), (Scheduling, Running)]);
     let failing = c.job_events().find_map(|e| match e {
-        JobEvent::Transition { actor: a, to: Failing, node, rank, .. } if a.to_string() == actor => Some((node, rank)),
+        JobEvent::Transition { actor: a, to: Failing, node, rank, .. } if *a == actor => Some((node, rank)),
         _ => None,
     });
     let (node, rank) = failing.expect("a transition to FAILING");
