@@ -124,7 +124,7 @@ impl HeadProcess {
 
     /// The client API's token, found as every client finds it.
     fn api(&self) -> Api {
-        let token = paths::client_token(self.dir.path()).unwrap();
+        let (token, _) = paths::client_token(self.dir.path()).unwrap();
         Api { http: reqwest::Client::new(), url: self.url.clone(), token }
     }
 
