@@ -110,6 +110,20 @@ fn draining_a_node_preempts_its_actor_and_undrain_takes_it_back() {
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no node `no-such-node` has registered"));
 }
 
+/// `ftdrive submit --output json job.json | jq`: standard output is the one document, the
+/// progress goes to standard error.
+#[test]
+fn a_followed_submit_with_json_output_prints_only_the_document() {
+    let c = Cluster::start(&["n1"]);
+    let spec = c.spec("quiet", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1}));
+    let out = c.command().args(["submit", "--output", "json"]).arg(&spec).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    let job: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(job["state"], "SUCCEEDED");
+    assert!(stderr.contains("RUNNING → TASK_COMPLETED"), "the progress is on stderr: {stderr}");
+}
+
 #[test]
 fn stop_ends_the_job_and_every_process_and_submit_exits_3() {
     let c = Cluster::start(&["n1", "n2"]);
@@ -197,9 +211,10 @@ fn a_malformed_address_exits_2_saying_how_to_write_one() {
     assert!(!state.exists(), "nothing was written for a refused address");
 }
 
-/// A value a flag overrode is blamed on the flag, not on the file that never said it.
+/// A value a flag overrode is blamed on the flag, not on the file that never said it; and a
+/// flag that cannot work where it is given is refused before anything starts.
 #[test]
-fn a_refused_override_is_blamed_on_its_flag() {
+fn a_refused_override_is_blamed_on_its_flag_and_no_wait_needs_a_head() {
     let dir = tempfile::tempdir().unwrap();
     let job = dir.path().join("job.json");
     std::fs::write(&job, json!({"name": "t", "command": ["true"], "min_nodes": 2, "max_nodes": 4}).to_string())
@@ -224,6 +239,17 @@ fn a_refused_override_is_blamed_on_its_flag() {
         assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
         assert!(stderr.starts_with(&format!("ftdrive: {said}")), "{flags:?}: {stderr}");
     }
+    // Nor can an embedded cluster, which ends with the command, hold a job submitted --no-wait.
+    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["submit", "--no-wait", job])
+        .env_remove("FTDRIVE_HEAD")
+        .env("FTDRIVE_STATE_DIR", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--no-wait needs a head"), "{stderr}");
+    assert!(!dir.path().join("local").exists(), "no embedded cluster was started");
 }
 
 #[test]

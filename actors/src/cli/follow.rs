@@ -3,7 +3,7 @@
 
 use super::client::Client;
 use super::error::{CliError, Outcome};
-use super::out;
+use super::out::Progress;
 use super::reconnect::{is_passing, until_answered};
 use super::render;
 use ftdrive::driver::JobState;
@@ -12,7 +12,6 @@ use ftdrive::view::JobView;
 use futures_util::StreamExt;
 use serde_json::Value;
 use std::collections::VecDeque;
-use std::io::IsTerminal;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// What Ctrl-C means while following.
@@ -24,13 +23,18 @@ pub enum OnInterrupt {
     StopJob,
 }
 
-pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Result<Outcome, CliError> {
+pub async fn follow(
+    client: &Client,
+    job: &str,
+    on_interrupt: OnInterrupt,
+    progress: Progress,
+) -> Result<Outcome, CliError> {
     // Registered before anything is printed: whoever sees our output may press Ctrl-C at once.
     let mut interrupt =
         signal(SignalKind::interrupt()).map_err(|e| CliError::Failed(format!("cannot watch for Ctrl-C: {e}")))?;
     let path = format!("/v1/jobs/{job}/events");
     let mut lines = client.lines(&path).await?;
-    let mut screen = Screen::new(std::io::stdout().is_terminal());
+    let mut screen = Screen::new(progress);
     let mut interrupted = false;
     loop {
         tokio::select! {
@@ -72,12 +76,13 @@ pub async fn follow(client: &Client, job: &str, on_interrupt: OnInterrupt) -> Re
         Err(CliError::Unreachable(_)) => screen.view.expect("the stream ended on a final snapshot"),
         answer => answer?,
     };
-    out::text(&render::job_summary(&view))?;
+    progress.text(&render::job_summary(&view))?;
     Ok(outcome(view.state))
 }
 
 /// What the follower shows: a live table redrawn on a terminal, else one printed line each.
 struct Screen {
+    to: Progress,
     live: bool,
     view: Option<JobView>,
     /// After the head came back, its first snapshot is printed too: it tells what changed meanwhile.
@@ -86,8 +91,8 @@ struct Screen {
 }
 
 impl Screen {
-    fn new(live: bool) -> Screen {
-        Screen { live, view: None, reprint: false, recent: VecDeque::new() }
+    fn new(to: Progress) -> Screen {
+        Screen { to, live: to.is_terminal(), view: None, reprint: false, recent: VecDeque::new() }
     }
 
     /// One line of the stream: folded into the view, and shown.
@@ -95,7 +100,7 @@ impl Screen {
         match line {
             StreamLine::Snapshot(snapshot) => {
                 if (self.view.is_none() || self.reprint) && !self.live {
-                    out::text(&render::snapshot_lines(&snapshot))?;
+                    self.to.text(&render::snapshot_lines(&snapshot))?;
                 }
                 self.reprint = false;
                 self.view = Some(*snapshot);
@@ -111,12 +116,24 @@ impl Screen {
                 // Times count from the job's submission.
                 let origin = self.view.as_ref().map_or(line.t_ms, |v| v.submit_ms);
                 if let Some(text) = render::event_line(&line, origin) {
-                    show(self.live, &mut self.recent, text)?;
+                    self.show_line(text)?;
                 }
             }
         }
         if let (true, Some(v)) = (self.live, &self.view) {
-            redraw(v, &self.recent)?;
+            redraw(self.to, v, &self.recent)?;
+        }
+        Ok(())
+    }
+
+    /// An event line: kept for the live table's tail, or printed.
+    fn show_line(&mut self, text: String) -> Result<(), CliError> {
+        if !self.live {
+            return self.to.line(&text);
+        }
+        self.recent.push_back(text);
+        if self.recent.len() > 8 {
+            self.recent.pop_front();
         }
         Ok(())
     }
@@ -136,19 +153,7 @@ pub fn outcome(state: JobState) -> Outcome {
     }
 }
 
-/// An event line: kept for the live table's tail, or printed.
-fn show(live: bool, recent: &mut VecDeque<String>, text: String) -> Result<(), CliError> {
-    if !live {
-        return out::line(&text);
-    }
-    recent.push_back(text);
-    if recent.len() > 8 {
-        recent.pop_front();
-    }
-    Ok(())
-}
-
-fn redraw(view: &JobView, recent: &VecDeque<String>) -> Result<(), CliError> {
+fn redraw(to: Progress, view: &JobView, recent: &VecDeque<String>) -> Result<(), CliError> {
     let mut out = String::from("\x1b[H\x1b[2J");
     out.push_str(&render::job_table(view));
     out.push('\n');
@@ -156,7 +161,7 @@ fn redraw(view: &JobView, recent: &VecDeque<String>) -> Result<(), CliError> {
         out.push_str(line);
         out.push('\n');
     }
-    out::text(&out)
+    to.text(&out)
 }
 
 #[cfg(test)]
@@ -166,7 +171,7 @@ mod tests {
     #[test]
     fn a_follower_the_head_dropped_follows_again() {
         let dropped = StreamLine::Error("this follower fell 4096 lines behind and was dropped; follow again".into());
-        let error = Screen::new(false).show(dropped).unwrap_err();
+        let error = Screen::new(Progress::Stdout).show(dropped).unwrap_err();
         assert!(is_passing(&error), "{error}");
     }
 }

@@ -29,3 +29,38 @@ pub fn line(text: &str) -> Result<(), CliError> {
 pub fn json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
     line(&serde_json::to_string_pretty(value).expect("views serialize"))
 }
+
+/// Where a follower's progress goes: standard output, or standard error when standard output
+/// is kept for one document (`--output json`), so that `| jq` reads only that.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    Stdout,
+    Stderr,
+}
+
+impl Progress {
+    pub fn text(self, text: &str) -> Result<(), CliError> {
+        match self {
+            Progress::Stdout => self::text(text),
+            Progress::Stderr => {
+                let mut err = std::io::stderr().lock();
+                // Nothing to do about a closed standard error but go on.
+                let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+                Ok(())
+            }
+        }
+    }
+
+    pub fn line(self, text: &str) -> Result<(), CliError> {
+        self.text(&format!("{text}\n"))
+    }
+
+    /// Whether it goes to a terminal (a live table is redrawn there).
+    pub fn is_terminal(self) -> bool {
+        use std::io::IsTerminal;
+        match self {
+            Progress::Stdout => std::io::stdout().is_terminal(),
+            Progress::Stderr => std::io::stderr().is_terminal(),
+        }
+    }
+}

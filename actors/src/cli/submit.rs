@@ -7,7 +7,7 @@ use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::follow::{self, OnInterrupt};
 use super::local;
-use super::out;
+use super::out::{self, Progress};
 use ftdrive::spec::{JobSpec, Overrides, SpecError};
 use ftdrive::view::JobView;
 use serde_json::json;
@@ -23,6 +23,13 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         priority: args.priority,
     };
     let spec = JobSpec::parse(&text, &overrides).map_err(|e| blame(&e, &args))?;
+    if args.no_wait && args.head.head.is_none() {
+        return Err(CliError::BadInput(
+            "--no-wait needs a head: with none given, the job runs on an embedded cluster that ends with this \
+             command; start `ftdrive head` (and agents) and pass --head or set $FTDRIVE_HEAD, or drop --no-wait"
+                .into(),
+        ));
+    }
     super::block_on(async move {
         match &args.head.head {
             Some(_) => submit_and_follow(&Client::connect(&args.head)?, spec, &args, OnInterrupt::Detach).await,
@@ -91,7 +98,9 @@ pub async fn follow_submitted(
     }
     eprintln!("submitted {} ({}) to {}", view.id, view.name, client.base());
     eprintln!("dashboard: {}/#/jobs/{}", client.base(), view.id);
-    let outcome = follow::follow(client, &view.id, on_interrupt).await?;
+    // With --output json, standard output holds the one document; progress goes to stderr.
+    let progress = if args.output == Output::Json { Progress::Stderr } else { Progress::Stdout };
+    let outcome = follow::follow(client, &view.id, on_interrupt, progress).await?;
     if args.output == Output::Json {
         let final_view: JobView = client.get(&format!("/v1/jobs/{}", view.id)).await?;
         out::json(&final_view)?;
