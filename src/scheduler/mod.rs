@@ -165,19 +165,22 @@ impl Scheduler {
     /// gang still short of nodes, by fewer).
     pub fn add_node(&mut self, name: NodeId, resources: Resources, labels: Labels, devices: Option<Devices>) -> NodeIx {
         let rejoined = self.cluster.ix(&name).is_some();
+        // "No node has joined yet" is stale after any join, even of a node the group cannot use.
+        let first = self.cluster.is_empty();
         let ix = self.cluster.join(name, resources, labels, devices);
         let node = self.cluster.node(ix);
         let touched: Vec<PgId> = self
             .infeasible
             .keys()
             .copied()
-            .filter(|id| feasibility::node_passes_filters(node, &self.pgs[id]))
+            .filter(|id| first || feasibility::node_passes_filters(node, &self.pgs[id]))
             .collect();
         for id in touched {
             let before = self.infeasible.remove(&id).expect("touched groups are infeasible");
             let pg = &self.pgs[&id];
-            // A node seen before was counted with what it had then: count everything again.
-            let after = if rejoined {
+            // A node seen before was counted with what it had then: count everything again
+            // (as for the first node, where there is only that one to count).
+            let after = if rejoined || first {
                 feasibility::infeasible_reason(&self.cluster, pg)
             } else {
                 before.after_new_node(self.cluster.node(ix), pg)

@@ -162,6 +162,20 @@ fn a_resource_no_node_offers_by_that_name_is_told_the_nearest_one() {
     assert!(far.ends_with("largest node has tpu=0 (a)"), "{far}");
 }
 
+#[test]
+fn a_group_submitted_to_an_empty_cluster_is_told_why_once_a_node_it_cannot_use_joins() {
+    let mut s = sched();
+    s.create_pg(1, PgSpec { bundle: Resources::units(&[("cpu", 2)]), ..pg(1, 1, Strategy::Spread, 0) });
+    assert_eq!(s.pg(1).unwrap().infeasible.as_deref(), Some("infeasible: no node has joined the cluster yet"));
+    join(&mut s, "a", 1, &[]);
+    assert_eq!(
+        s.pg(1).unwrap().infeasible.as_deref(),
+        Some("infeasible: bundle needs cpu=2, largest node has cpu=1 (a)")
+    );
+    join(&mut s, "b", 2, &[]);
+    assert_eq!(s.pg(1).unwrap().infeasible, None, "a node that fits lifts it");
+}
+
 /// The reason each Feasibility event gave, in order.
 fn feasibility_events(s: &mut Scheduler) -> Vec<Option<String>> {
     std::iter::from_fn(|| s.poll_event())
