@@ -124,6 +124,33 @@ fn a_followed_submit_with_json_output_prints_only_the_document() {
     assert!(stderr.contains("RUNNING → TASK_COMPLETED"), "the progress is on stderr: {stderr}");
 }
 
+/// `--resources cpu=1` sets the CPUs and leaves the rest detected, as `ray start --num-cpus`:
+/// a bundle asking for memory (torchx's roles ask 1 GiB by default) fits such a node.
+#[test]
+fn resources_named_on_the_command_line_override_only_themselves() {
+    let c = Cluster::start(&["n1"]);
+    let offered = &c.nodes_json()[0]["resources"];
+    assert_eq!(offered["cpu"], 1, "{offered}");
+    let memory_mb = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        / 1024;
+    assert_eq!(offered["memory_mb"], memory_mb, "the machine's memory, detected: {offered}");
+    let spec = c.spec(
+        "mem",
+        json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1, "bundle": {"cpu": 1, "memory_mb": 1024}}),
+    );
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it runs and succeeds", |j| j["state"] == "SUCCEEDED");
+}
+
 #[test]
 fn stop_ends_the_job_and_every_process_and_submit_exits_3() {
     let c = Cluster::start(&["n1", "n2"]);

@@ -18,10 +18,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     let state_dir = args.state_dir.clone().unwrap_or_else(paths::default_state_dir);
     // Read at every connection: an agent started before its head waits for the token.
     let credential = paths::agent_credential(&state_dir);
-    let resources = match &args.resources {
-        Some(text) => Resources::parse_pairs(text).map_err(|e| CliError::BadInput(format!("--resources: {e}")))?,
-        None => detect::machine_resources(),
-    };
+    let resources = offered_resources(args.resources.as_deref())?;
     let mut labels = parse_labels(args.labels.as_deref().unwrap_or_default())
         .map_err(|e| CliError::BadInput(format!("--labels: {e}")))?;
     let gpus = match &args.gpus {
@@ -98,6 +95,16 @@ fn refuse_plain_logs_off_loopback(options: &NodeOptions, insecure_http: bool) ->
     let ip = node::logs::bind_ip(&options.addr)
         .map_err(|e| CliError::BadInput(format!("--addr {}: cannot resolve it: {e}", options.addr)))?;
     crate::tls::refuse_plain_off_loopback("this agent's logs", ip, insecure_http).map_err(CliError::BadInput)
+}
+
+/// What the node offers: what `--resources` names, and for the rest what was detected (as
+/// `ray start --num-cpus 1` still offers the machine's memory). `cpu=1` alone left a node with
+/// no `memory_mb`, where torchx's default roles (`memMB=1024`) could never run.
+fn offered_resources(given: Option<&str>) -> Result<Resources, CliError> {
+    let detected = detect::machine_resources();
+    let Some(text) = given else { return Ok(detected) };
+    let given = Resources::parse_pairs(text).map_err(|e| CliError::BadInput(format!("--resources: {e}")))?;
+    Ok(given.iter().fold(detected, |offered, (name, milli)| offered.with_milli(name, milli)))
 }
 
 /// The node's `gpu` resource and the devices behind it. `--gpus` decides; else a `gpu=N` in
