@@ -61,6 +61,10 @@ pub fn contract(p: &Placement) -> BTreeMap<String, String> {
     for (key, value) in pairs {
         env.insert(key.to_string(), value);
     }
+    if nproc > 1 {
+        // As torchrun: several workers each spawning a thread per core would overload the node.
+        env.entry("OMP_NUM_THREADS".to_string()).or_insert_with(|| "1".to_string());
+    }
     if !p.devices.is_empty() {
         env.insert("CUDA_VISIBLE_DEVICES".to_string(), p.devices.to_string());
         // Agents number devices in PCI bus order, as nvidia-smi does; CUDA's default order is
@@ -116,6 +120,30 @@ mod tests {
         assert_eq!(env["ROLE_NAME"], "t");
         assert!(!env.contains_key("CUDA_VISIBLE_DEVICES"), "no GPUs, no variable");
         assert_eq!(env.len(), 22 + 1, "22 contract variables and NCCL_DEBUG");
+    }
+
+    #[test]
+    fn several_workers_get_one_openmp_thread_each_unless_the_job_says_otherwise() {
+        assert_eq!(env_of(4, 0, Devices::NONE)["OMP_NUM_THREADS"], "1", "as torchrun sets it");
+        assert!(!env_of(1, 0, Devices::NONE).contains_key("OMP_NUM_THREADS"), "one worker keeps the default");
+        let mut spec = JobSpec::minimal("t", &["true"], 1, 1);
+        spec.nproc_per_node = 4;
+        spec.env.insert("OMP_NUM_THREADS".into(), "6".into());
+        let (job, node) = (JobId::new("j1"), NodeId::new("n1"));
+        let placement = Placement {
+            job: &job,
+            spec: &spec,
+            actor: &ActorId::new(job.clone(), 0),
+            attempt: 1,
+            cycle: 1,
+            rank: 0,
+            world_size: 1,
+            master_addr: "n1",
+            master_port: 29_500,
+            node: &node,
+            devices: Devices::NONE,
+        };
+        assert_eq!(contract(&placement)["OMP_NUM_THREADS"], "6", "the job's own value stands");
     }
 
     /// For N = 1, 2 and 8 workers per node: ranks are a permutation of 0..WORLD_SIZE, each
