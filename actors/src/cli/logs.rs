@@ -25,7 +25,7 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
                 view.nproc_per_node - 1
             )));
         }
-        let wanted = args.actor.as_deref().map(|actor| actor_index(actor, &view)).transpose()?;
+        let wanted = args.actor.as_deref().map(|actor| actor_index(actor, &view.id, view.actors.len())).transpose()?;
         let view = if args.follow { until_started(&client, view, wanted).await? } else { view };
         let actors = started(&view, wanted).map_err(|why| CliError::Failed(why.to_string()))?;
         let headers = actors.len() > 1;
@@ -89,17 +89,15 @@ async fn until_started(client: &Client, mut view: JobView, wanted: Option<u32>) 
     Ok(view)
 }
 
-/// `j1/2` or `2`.
-fn actor_index(actor: &str, view: &JobView) -> Result<u32, CliError> {
-    let index = actor.rsplit('/').next().and_then(|i| i.parse::<u32>().ok());
-    index.filter(|i| (*i as usize) < view.actors.len()).ok_or_else(|| {
-        CliError::BadInput(format!(
-            "--actor `{actor}`: {} has actors {}/0 to {}/{}",
-            view.id,
-            view.id,
-            view.id,
-            view.actors.len().saturating_sub(1)
-        ))
+/// `j1/2` or `2` (an actor of another job, `j3/1`, is not this job's actor 1), of `job`'s
+/// `count` actors.
+fn actor_index(actor: &str, job: &str, count: usize) -> Result<u32, CliError> {
+    let index = match actor.split_once('/') {
+        Some((named, index)) if named == job => index,
+        _ => actor,
+    };
+    index.parse::<u32>().ok().filter(|i| (*i as usize) < count).ok_or_else(|| {
+        CliError::BadInput(format!("--actor `{actor}`: {job} has actors {job}/0 to {job}/{}", count.saturating_sub(1)))
     })
 }
 
@@ -159,7 +157,17 @@ async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, h
 
 #[cfg(test)]
 mod tests {
-    use super::Cursor;
+    use super::{actor_index, Cursor};
+
+    #[test]
+    fn an_actor_is_named_by_its_index_or_its_full_name_of_this_job_only() {
+        assert_eq!(actor_index("1", "j17", 2).unwrap(), 1);
+        assert_eq!(actor_index("j17/1", "j17", 2).unwrap(), 1);
+        for other in ["j3/1", "foo/bar/1", "2", "x"] {
+            let err = actor_index(other, "j17", 2).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("--actor `{other}`: j17 has actors j17/0 to j17/1")), "{err}");
+        }
+    }
 
     #[test]
     fn a_follower_keeps_to_the_attempt_it_began_reading() {
