@@ -403,3 +403,23 @@ fn swarm_reports_and_exits_zero_when_clean() {
     assert!(out.status.success(), "{stdout}");
     assert!(stdout.contains("swarm: 20 seeds from 0, 0 failed"), "{stdout}");
 }
+
+#[test]
+fn a_swarm_reports_as_json_and_its_flags_are_refused_without_it() {
+    let sim = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_ftdrive")).arg("sim").args(args).output().unwrap();
+    let out = sim(&["--swarm", "--seeds", "3", "--start-seed", "4", "--output", "json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!((summary["seeds"].as_u64(), summary["start_seed"].as_u64()), (Some(3), Some(4)));
+    assert_eq!((summary["failed"].as_u64(), summary["failures"].as_array().map(Vec::len)), (Some(0), Some(0)));
+
+    let scenario = format!("{}/../tests/scenarios/hot_spare_promoted.json", env!("CARGO_MANIFEST_DIR"));
+    for flag in [vec!["--seeds", "5"], vec!["--check-determinism"]] {
+        let out = sim(&[&[scenario.as_str()], flag.as_slice()].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag:?}: {stderr}");
+        assert!(stderr.contains(&format!("{} is for --swarm", flag[0])), "{stderr}");
+    }
+    assert_eq!(sim(&["--swarm", "--seeds", "0"]).status.code(), Some(2), "a swarm of no seed checks nothing");
+}

@@ -182,6 +182,7 @@ impl Scenario {
         self.check_limits()?;
         let mut nodes: BTreeSet<&NodeId> = BTreeSet::new();
         for (i, node) in self.nodes.iter().enumerate() {
+            check_name(format!("nodes[{i}].name"), node.name.as_str())?;
             if !nodes.insert(&node.name) {
                 return Err(err(
                     format!("nodes[{i}].name"),
@@ -189,9 +190,10 @@ impl Scenario {
                 ));
             }
         }
-        let mut jobs: BTreeMap<&JobId, &JobSpec> = BTreeMap::new();
+        let mut jobs: BTreeMap<&JobId, &JobDef> = BTreeMap::new();
         for (i, job) in self.jobs.iter().enumerate() {
-            if jobs.insert(&job.id, &job.spec).is_some() {
+            check_name(format!("jobs[{i}].id"), job.id.as_str())?;
+            if jobs.insert(&job.id, job).is_some() {
                 return Err(err(format!("jobs[{i}].id"), format!("`{}` appears twice; job ids are unique", job.id)));
             }
             if job.run_ms == 0 {
@@ -206,6 +208,9 @@ impl Scenario {
         let n = &self.network;
         if n.min_delay_ms > n.max_delay_ms {
             return Err(err("network.min_delay_ms", "exceeds max_delay_ms"));
+        }
+        if n.max_delay_ms > MAX_UNTIL_MS {
+            return Err(err("network.max_delay_ms", format!("is {}; use at most {MAX_UNTIL_MS}", n.max_delay_ms)));
         }
         if n.drop_ppm >= 1_000_000 || n.duplicate_ppm >= 1_000_000 {
             return Err(err("network", "drop_ppm and duplicate_ppm must be below 1000000 (certainty)"));
@@ -229,7 +234,7 @@ impl Scenario {
     fn check_events<'a>(
         &'a self,
         nodes: &mut BTreeSet<&'a NodeId>,
-        jobs: &BTreeMap<&JobId, &JobSpec>,
+        jobs: &BTreeMap<&JobId, &JobDef>,
     ) -> Result<(), ScenarioError> {
         let mut order: Vec<(u64, usize)> = self.events.iter().enumerate().map(|(i, e)| (e.at_ms, i)).collect();
         order.sort();
@@ -243,12 +248,15 @@ impl Scenario {
                     Err(err(field("node"), format!("no node `{node}` in nodes[] or an earlier node_join")))
                 }
             };
-            let known_job = |job: &JobId| {
-                if jobs.contains_key(job) {
-                    Ok(())
-                } else {
-                    Err(err(field("job"), format!("no job `{job}` in jobs[]")))
-                }
+            let at_ms = self.events[i].at_ms;
+            // An event for a job not yet submitted would find nothing to act on.
+            let known_job = |job: &JobId| match jobs.get(job) {
+                None => Err(err(field("job"), format!("no job `{job}` in jobs[]"))),
+                Some(def) if at_ms < def.submit_at_ms => Err(err(
+                    field("at_ms"),
+                    format!("is {at_ms}, before job `{job}` is submitted (submit_at_ms {})", def.submit_at_ms),
+                )),
+                Some(_) => Ok(()),
             };
             match &self.events[i].what {
                 Fault::NodeCrash { node }
@@ -257,6 +265,7 @@ impl Scenario {
                 | Fault::OperatorDrain { node, .. }
                 | Fault::OperatorUndrain { node } => known_node(nodes, node)?,
                 Fault::NodeJoin { node } => {
+                    check_name(field("node.name"), node.name.as_str())?;
                     nodes.insert(&node.name);
                 }
                 Fault::ProcessExit { job, rank, exit_code, signal, local_rank } => {
@@ -264,7 +273,13 @@ impl Scenario {
                     if exit_code.is_some() == signal.is_some() {
                         return Err(err(field("exit_code"), "give exactly one of exit_code and signal"));
                     }
-                    let max_nodes = jobs[job].max_nodes;
+                    if let Some(code) = exit_code.filter(|c| !(0..=255).contains(c)) {
+                        return Err(err(field("exit_code"), format!("is {code}; a process exits with 0 to 255")));
+                    }
+                    if let Some(signal) = signal.filter(|s| !(1..=MAX_SIGNAL).contains(s)) {
+                        return Err(err(field("signal"), format!("is {signal}; signals are 1 to {MAX_SIGNAL}")));
+                    }
+                    let max_nodes = jobs[job].spec.max_nodes;
                     if *rank >= max_nodes {
                         let message = format!(
                             "is {rank}; job `{job}` has ranks 0 to {} (its max_nodes is {max_nodes})",
@@ -272,7 +287,7 @@ impl Scenario {
                         );
                         return Err(err(field("rank"), message));
                     }
-                    let nproc = jobs[job].nproc_per_node;
+                    let nproc = jobs[job].spec.nproc_per_node;
                     if local_rank.is_some_and(|l| l >= nproc) {
                         let message =
                             format!("is {}; job `{job}` runs {nproc} worker(s) per node", local_rank.unwrap_or(0));
@@ -301,6 +316,15 @@ impl Scenario {
         );
         Err(err(field, message))
     }
+}
+
+/// Linux's highest signal number (SIGRTMAX).
+const MAX_SIGNAL: i32 = 64;
+
+/// A node or job name the head would refuse is the scenario's error, not an invariant broken
+/// by the run.
+fn check_name(field: String, name: &str) -> Result<(), ScenarioError> {
+    crate::head::check_name(name).map_err(|e| err(field, e.to_string()))
 }
 
 #[cfg(test)]
@@ -348,6 +372,20 @@ mod tests {
                 GOOD.replace("\"until_ms\"", "\"until_ms\":"),
                 "(document)",
                 "is not valid JSON: expected value at line 13",
+            ),
+            (GOOD.replace("\"exit_code\": 1", "\"exit_code\": 999"), "events[3].exit_code", "0 to 255"),
+            (GOOD.replace("\"exit_code\": 1", "\"signal\": 0"), "events[3].signal", "signals are 1 to 64"),
+            (GOOD.replace("\"name\": \"n1\"", "\"name\": \"n 1\""), "nodes[0].name", "is not a valid name"),
+            (GOOD.replace("\"id\": \"j1\"", "\"id\": \"../j1\""), "jobs[0].id", "is not a valid name"),
+            (
+                GOOD.replace("\"submit_at_ms\": 0", "\"submit_at_ms\": 25000"),
+                "events[3].at_ms",
+                "is 20000, before job `j1` is submitted (submit_at_ms 25000)",
+            ),
+            (
+                GOOD.replace("\"seed\": 7", "\"seed\": 7, \"network\": {\"min_delay_ms\": 1, \"max_delay_ms\": 18446744073709551615, \"drop_ppm\": 0, \"duplicate_ppm\": 0}"),
+                "network.max_delay_ms",
+                "use at most",
             ),
             ("[1, 2]".to_string(), "(document)", "is a JSON array; write one JSON object, such as {\"nodes\""),
             (GOOD.replace("\"seed\": 7", "\"seed\": 7, \"network\": 3"), "network", "expected a JSON object"),

@@ -219,10 +219,19 @@ fn gen_faults(g: &mut Gen, nodes: &[NodeDef], jobs: &[JobDef], fault_ms: u64) ->
             88..=94 => Fault::HeadRestart { down_ms: g.range(0, 3_000) },
             _ => Fault::StopJob { job: g.pick(jobs).id.clone() },
         };
+        if before_its_job(&what, jobs, at_ms) {
+            continue; // nothing to act on yet: a scenario may not say so (drawn all the same)
+        }
         events.push(FaultEvent { at_ms, what });
     }
     events.sort_by_key(|e| e.at_ms);
     events
+}
+
+/// Is `what` about a job not yet submitted at `at_ms`?
+fn before_its_job(what: &Fault, jobs: &[JobDef], at_ms: u64) -> bool {
+    let (Fault::ProcessExit { job, .. } | Fault::StopJob { job }) = what else { return false };
+    jobs.iter().any(|j| j.id == *job && at_ms < j.submit_at_ms)
 }
 
 fn new_node(g: &mut Gen, index: usize) -> NodeDef {

@@ -259,16 +259,16 @@ pub struct SimArgs {
     /// Generate random clusters, jobs and faults, one case per seed.
     #[arg(long)]
     pub swarm: bool,
-    /// How many seeds the swarm runs.
-    #[arg(long, default_value_t = 100, requires = "swarm")]
-    pub seeds: u64,
-    /// First seed of the swarm.
-    #[arg(long, default_value_t = 0, requires = "swarm")]
-    pub start_seed: u64,
+    /// How many seeds the swarm runs [default: 100].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seeds: Option<u64>,
+    /// First seed of the swarm [default: 0].
+    #[arg(long)]
+    pub start_seed: Option<u64>,
     /// Run each seed twice and compare the hashes of the traces.
-    #[arg(long, requires = "swarm")]
+    #[arg(long)]
     pub check_determinism: bool,
     /// Print each generated scenario (to replay or edit it as a file).
-    #[arg(long, requires = "swarm")]
+    #[arg(long)]
     pub print_scenario: bool,
 }

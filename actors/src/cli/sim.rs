@@ -12,6 +12,7 @@ pub fn run(args: SimArgs) -> Result<Outcome, CliError> {
     if args.swarm {
         return run_swarm(&args);
     }
+    refuse_swarm_flags(&args)?;
     let path = args.scenario.as_deref().expect("clap requires a scenario without --swarm");
     let scenario = read_scenario(path)?;
     let seed = args.seed.unwrap_or(scenario.seed);
@@ -25,6 +26,23 @@ pub fn run(args: SimArgs) -> Result<Outcome, CliError> {
         Output::Text => out::text(&summary::text(&report))?,
     }
     Ok(if report.violations.is_empty() { Outcome::Done } else { Outcome::Failed })
+}
+
+/// The swarm's flags given with a scenario file would be ignored: refused, saying so. (clap's
+/// `requires = "swarm"` cannot tell: a flag always has a value, `false` by default.)
+fn refuse_swarm_flags(args: &SimArgs) -> Result<(), CliError> {
+    let given = [
+        ("--seeds", args.seeds.is_some()),
+        ("--start-seed", args.start_seed.is_some()),
+        ("--check-determinism", args.check_determinism),
+        ("--print-scenario", args.print_scenario),
+    ];
+    match given.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => Err(CliError::BadInput(format!(
+            "{flag} is for --swarm; a scenario file runs once, with its own seed (or --seed N)"
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn read_scenario(path: &Path) -> Result<Scenario, CliError> {
@@ -41,14 +59,15 @@ fn write_lines(path: &Path, lines: &[String]) -> Result<(), CliError> {
     std::fs::write(path, text).map_err(|e| CliError::Failed(format!("cannot write trace {}: {e}", path.display())))
 }
 
+/// Seeds a swarm runs unless `--seeds` says.
+const DEFAULT_SEEDS: u64 = 100;
+
 fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
-    let end = args
-        .start_seed
-        .checked_add(args.seeds)
-        .ok_or_else(|| CliError::BadInput("--start-seed + --seeds overflows".into()))?;
-    let mut failed = 0u64;
-    let mut steps = 0u64;
-    for seed in args.start_seed..end {
+    let (start, seeds) = (args.start_seed.unwrap_or(0), args.seeds.unwrap_or(DEFAULT_SEEDS));
+    let end = start.checked_add(seeds).ok_or_else(|| CliError::BadInput("--start-seed + --seeds overflows".into()))?;
+    let json = args.output == Output::Json;
+    let (mut failed, mut steps, mut failures) = (0u64, 0u64, Vec::new());
+    for seed in start..end {
         if args.print_scenario {
             let case = swarm::generate(seed);
             let text = serde_json::to_string_pretty(&case.scenario).expect("scenario serializes");
@@ -61,13 +80,21 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
         steps += result.steps;
         if !result.violations.is_empty() {
             failed += 1;
-            out::text(&failure_report(&result, args.check_determinism))?;
+            if json {
+                failures.push(serde_json::json!({"seed": seed, "violations": result.violations}));
+            } else {
+                out::text(&failure_report(&result, args.check_determinism))?;
+            }
         }
     }
-    out::line(&format!(
-        "swarm: {} seeds from {}, {} failed, {} steps in all",
-        args.seeds, args.start_seed, failed, steps
-    ))?;
+    if json {
+        let summary = serde_json::json!({
+            "seeds": seeds, "start_seed": start, "failed": failed, "steps": steps, "failures": failures,
+        });
+        out::json(&summary)?;
+    } else {
+        out::line(&format!("swarm: {seeds} seeds from {start}, {failed} failed, {steps} steps in all"))?;
+    }
     Ok(if failed == 0 { Outcome::Done } else { Outcome::Failed })
 }
 
