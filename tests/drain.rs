@@ -131,6 +131,18 @@ fn draining_an_unknown_node_is_refused() {
     assert_eq!(c.node_state("n9"), NodeState::Alive, "the refusal left no cordon");
 }
 
+/// A deadline is bounded as every `*_ms` of a job spec is: u64::MAX would never come.
+#[test]
+fn a_drain_deadline_longer_than_a_day_is_refused_and_changes_nothing() {
+    let (mut c, _) = two_nodes_one_job();
+    let too_long = 86_400_001;
+    let refusal = c.refused_input(Input::Drain { node: NodeId::new("n1"), deadline_ms: too_long });
+    assert_eq!(refusal, Rejected::DeadlineTooLong(too_long));
+    assert_eq!(c.node_state("n1"), NodeState::Alive, "nor drained nor cordoned");
+    c.drain("n1", 86_400_000);
+    assert_eq!(c.node_state("n1"), NodeState::Draining, "a day is allowed");
+}
+
 #[test]
 fn a_machine_that_announced_its_departure_cannot_be_undrained_even_across_a_head_restart() {
     let (mut c, a) = two_nodes_one_job();

@@ -175,6 +175,9 @@ impl Head {
         deadline_ms: u64,
     ) -> Result<Reply, Rejected> {
         let ix = self.live_node_ix(&node)?;
+        if deadline_ms > crate::spec::MAX_DELAY_MS {
+            return Err(Rejected::DeadlineTooLong(deadline_ms));
+        }
         let record = self.liveness.get_mut(ix).expect("known node has a record");
         if !record.leaving {
             record.leaving = true;
@@ -189,6 +192,9 @@ impl Head {
     /// DRAINING.
     pub(super) fn drain(&mut self, now: Instant, node: NodeId, deadline_ms: u64) -> Result<Reply, Rejected> {
         let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::NoSuchNode(node.clone()))?;
+        if deadline_ms > crate::spec::MAX_DELAY_MS {
+            return Err(Rejected::DeadlineTooLong(deadline_ms));
+        }
         let record = self.liveness.get_mut(ix).expect("known node has a record");
         if !record.cordoned {
             record.cordoned = true;

@@ -259,11 +259,16 @@ impl Scenario {
                 Some(_) => Ok(()),
             };
             match &self.events[i].what {
-                Fault::NodeCrash { node }
-                | Fault::AgentRestart { node }
-                | Fault::NodeDrain { node, .. }
-                | Fault::OperatorDrain { node, .. }
-                | Fault::OperatorUndrain { node } => known_node(nodes, node)?,
+                Fault::NodeDrain { node, deadline_ms } | Fault::OperatorDrain { node, deadline_ms } => {
+                    known_node(nodes, node)?;
+                    if *deadline_ms > crate::spec::MAX_DELAY_MS {
+                        let max = crate::spec::MAX_DELAY_MS;
+                        return Err(err(field("deadline_ms"), format!("is {deadline_ms}; at most {max} (one day)")));
+                    }
+                }
+                Fault::NodeCrash { node } | Fault::AgentRestart { node } | Fault::OperatorUndrain { node } => {
+                    known_node(nodes, node)?
+                }
                 Fault::NodeJoin { node } => {
                     check_name(field("node.name"), node.name.as_str())?;
                     nodes.insert(&node.name);
@@ -374,6 +379,7 @@ mod tests {
                 "is not valid JSON: expected value at line 13",
             ),
             (GOOD.replace("\"exit_code\": 1", "\"exit_code\": 999"), "events[3].exit_code", "0 to 255"),
+            (GOOD.replace("\"deadline_ms\": 5000", "\"deadline_ms\": 90000000"), "events[2].deadline_ms", "one day"),
             (GOOD.replace("\"exit_code\": 1", "\"signal\": 0"), "events[3].signal", "signals are 1 to 64"),
             (GOOD.replace("\"name\": \"n1\"", "\"name\": \"n 1\""), "nodes[0].name", "is not a valid name"),
             (GOOD.replace("\"id\": \"j1\"", "\"id\": \"../j1\""), "jobs[0].id", "is not a valid name"),

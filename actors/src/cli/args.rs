@@ -136,8 +136,9 @@ pub struct NodeArgs {
     /// Working directory of attempts whose spec sets no `cwd` (default: the current one).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
-    /// On SIGTERM, how long the head gets to move this node's work before the agent exits.
-    #[arg(long, default_value_t = 30_000)]
+    /// On SIGTERM, how long the head gets to move this node's work before the agent exits
+    /// (at most a day).
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(..=ftdrive::spec::MAX_DELAY_MS))]
     pub drain_deadline_ms: u64,
     /// How long attempts outlive this agent waiting for it to restart (default: the head's
     /// node timeout).
@@ -228,8 +229,8 @@ pub struct DrainArgs {
     pub node: String,
     /// How long the node's work has to stop: its processes get SIGTERM at once and SIGKILL after
     /// the lesser of the job's `stop_grace_ms` and this; each is charged to the preemption budget
-    /// and re-placed elsewhere.
-    #[arg(long, default_value_t = 30_000)]
+    /// and re-placed elsewhere. At most a day.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(..=ftdrive::spec::MAX_DELAY_MS))]
     pub deadline_ms: u64,
     #[command(flatten)]
     pub head: HeadUrl,
