@@ -46,7 +46,9 @@ pub fn head_tokens(state_dir: &Path) -> std::io::Result<Tokens> {
     let client = given("FTDRIVE_TOKEN").map_or_else(|| stored_token(&token_file(state_dir)), Ok)?;
     let agent = given("FTDRIVE_AGENT_TOKEN").map_or_else(|| stored_token(&agent_token_file(state_dir)), Ok)?;
     if constant_time_eq(client.as_bytes(), agent.as_bytes()) {
-        return Err(std::io::Error::other(
+        // InvalidInput: the operator's to fix (exit 2), not a failing disk.
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
             "the client token and the agent token are the same; give $FTDRIVE_AGENT_TOKEN another value",
         ));
     }
@@ -65,10 +67,10 @@ pub fn stored_token(file: &Path) -> std::io::Result<String> {
     match std::fs::read_to_string(file) {
         Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_string()),
         Ok(_) => {
-            return Err(std::io::Error::other(format!(
-                "{} is empty; remove it to have a new token made",
-                file.display()
-            )))
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is empty; remove it to have a new token made", file.display()),
+            ))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),

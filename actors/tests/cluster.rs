@@ -291,6 +291,10 @@ fn requests_without_the_token_get_401_and_change_nothing() {
             assert!(response.starts_with("HTTP/1.1 401"), "{method} {path} with {auth:?}: {response}");
         }
     }
+    // With the token, a body naming more than the spec (a job id) is refused, not half-read.
+    let named = json!({"spec": {"name": "named", "command": ["true"], "min_nodes": 1, "max_nodes": 1}, "id": "mine"});
+    let response = http(&c.url, "POST", "/v1/jobs", Some(&c.token()), &named.to_string());
+    assert!(response.starts_with("HTTP/1.1 400") && response.contains("unknown field `id`"), "{response}");
     assert_eq!(c.ftdrive(&["status", "--output", "json"]).trim(), "[]", "no job was created");
     assert_eq!(c.nodes_json()[0]["state"], "ALIVE", "no node was drained");
     let out = c.command().env("FTDRIVE_TOKEN", "wrong").args(["status"]).output().unwrap();

@@ -96,6 +96,23 @@ fn a_job_sees_no_credential() {
     assert!(!env.contains(&client) && !env.contains(&agent), "a token's value reached the job:\n{env}");
 }
 
+/// One secret for both doors would give every agent the cluster's keys: the head refuses to
+/// start, as bad input (exit 2) like its other refusals, before it listens.
+#[test]
+fn a_head_whose_two_tokens_are_the_same_refuses_to_start_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = head_command(dir.path(), "127.0.0.1:0", &[])
+        .env("FTDRIVE_TOKEN", "one-secret")
+        .env("FTDRIVE_AGENT_TOKEN", "one-secret")
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the client token and the agent token are the same"), "{stderr}");
+    assert!(!dir.path().join("head.url").exists(), "it never listened");
+}
+
 /// A node name becomes a directory (`node-NAME`) and a URL segment: one that could climb out
 /// of the state dir is refused before anything is made from it, not retried for ever.
 #[test]

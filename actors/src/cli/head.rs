@@ -38,6 +38,9 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
         };
         let (server, running) = head::serve(options).map_err(|e| match e {
             ServeError::Config(_) | ServeError::State(_) | ServeError::Insecure(_) => CliError::BadInput(e.to_string()),
+            ServeError::Token(_, ref io) if io.kind() == std::io::ErrorKind::InvalidInput => {
+                CliError::BadInput(e.to_string())
+            }
             ServeError::Listen(..) | ServeError::Token(..) => CliError::Failed(e.to_string()),
         })?;
         let url = format!("{scheme}://{}", server.addr);

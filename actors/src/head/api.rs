@@ -390,8 +390,10 @@ fn mailbox(e: MailboxError) -> ApiError {
 
 // ---- handlers ---------------------------------------------------------------------------
 
-/// `POST /v1/jobs`: the spec is kept as text and parsed once, by `JobSpec::parse`.
+/// `POST /v1/jobs`: the spec is kept as text and parsed once, by `JobSpec::parse`. Anything
+/// else in the body is refused, as unknown spec fields are (an `id` here would be ignored).
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct SubmitBody {
     spec: Option<Box<serde_json::value::RawValue>>,
 }
