@@ -9,7 +9,7 @@
 """
 
 from .client import Client
-from .errors import ApiError, ConfigError, FtdriveError, HeadUnreachableError
+from .errors import ApiError, ConfigError, FtdriveError, HeadUnreachableError, SpecError
 from .models import (
     Actor,
     Bundle,
@@ -48,5 +48,6 @@ __all__ = [
     "Node",
     "PlacementGroup",
     "Remaining",
+    "SpecError",
     "Retries",
 ]

@@ -3,7 +3,8 @@
 Every error the head answers becomes an :class:`ApiError` carrying the HTTP status and the
 head's own message (its JSON body is ``{"error": "..."}``). Problems found before a request
 is sent (no head configured, no token) are :class:`ConfigError`; a head that cannot be reached
-is :class:`HeadUnreachableError`. All of them derive from :class:`FtdriveError`.
+is :class:`HeadUnreachableError`; a job spec refused before sending is :class:`SpecError`. All
+of them derive from :class:`FtdriveError`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ from __future__ import annotations
 
 class FtdriveError(Exception):
     """Base class of every error this package raises."""
+
+
+class SpecError(FtdriveError, ValueError):
+    """A job spec the client can tell is wrong before sending it (an unknown or missing field).
+    Also a ``ValueError``, as torchx expects of a bad app."""
 
 
 class ConfigError(FtdriveError):

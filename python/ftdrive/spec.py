@@ -14,6 +14,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional
 
+from .errors import SpecError
+
 #: Placement strategies (``strategy``).
 STRATEGIES = ("STRICT_SPREAD", "SPREAD", "PACK", "STRICT_PACK")
 #: Restart modes (``restart``): ``gang`` (torchelastic) or ``actor`` (torchx).
@@ -96,7 +98,7 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
-        """Reads a ``job.json`` object; a field the head does not know is a ValueError."""
+        """Reads a ``job.json`` object; a field the head does not know is a :class:`SpecError`."""
         _refuse_unknown(cls, data, "")
         # null means "the default" for every field, as in job.json.
         values = {key: value for key, value in data.items() if value is not None}
@@ -104,7 +106,7 @@ class JobSpec:
             values["retries"] = Retries.from_dict(values["retries"])
         missing = [name for name in ("name", "command", "min_nodes", "max_nodes") if name not in values]
         if missing:
-            raise ValueError(f"job spec field `{missing[0]}` is required")
+            raise SpecError(f"job spec field `{missing[0]}` is required")
         return cls(**values)
 
     @classmethod
@@ -114,12 +116,12 @@ class JobSpec:
 
 def _refuse_unknown(cls: Any, data: Mapping[str, Any], prefix: str) -> None:
     if not isinstance(data, Mapping):
-        raise ValueError(f"job spec field `{prefix.rstrip('.') or '(document)'}` must be an object")
+        raise SpecError(f"job spec field `{prefix.rstrip('.') or '(document)'}` must be an object")
     known = {f.name for f in fields(cls)}
     for key in data:
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
             meant = f"did you mean `{close[0]}`? " if close else ""
-            raise ValueError(
+            raise SpecError(
                 f"job spec field `{prefix}{key}`: unknown field; {meant}known fields are {', '.join(sorted(known))}"
             )

@@ -11,6 +11,7 @@ from torchx.components.dist import ddp
 from torchx.components.utils import python as utils_python
 from torchx.specs import AppDef, Resource, RetryPolicy, Role
 
+from ftdrive import FtdriveError
 from ftdrive.spec import JobSpec
 from ftdrive.torchrun import translate
 from ftdrive.torchx_scheduler import create_scheduler, to_request
@@ -108,5 +109,5 @@ def test_dryrun_is_the_spec_json_and_round_trips() -> None:
     assert "torchrun launch translated: 2..2 node(s) x 2 worker(s)" in text
     with pytest.raises(ValueError, match="`retries.colour`"):
         JobSpec.from_dict({"name": "x", "command": ["y"], "min_nodes": 1, "max_nodes": 1, "retries": {"colour": 1}})
-    with pytest.raises(ValueError, match="`prority`: unknown field; did you mean `priority`"):
+    with pytest.raises(FtdriveError, match="`prority`: unknown field; did you mean `priority`"):
         JobSpec.from_dict({"name": "x", "command": ["y"], "min_nodes": 1, "max_nodes": 1, "prority": 1})
