@@ -334,6 +334,12 @@ fn logs_follow_a_running_attempt_and_show_a_finished_one() {
     assert_eq!(followed, expected, "followed until the attempt ended");
     c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
     assert_eq!(c.ftdrive(&["logs", &id, "--actor", "0", "--attempt", "1"]), expected);
+    // The API (the Python client's and torchx's way in) says what the CLI says.
+    let get = |query: &str| http(&c.url, "GET", &format!("/v1/jobs/{id}/logs?{query}"), Some(&c.token()), "");
+    let no_worker = get("actor=0&local_rank=3");
+    assert!(no_worker.starts_with("HTTP/1.1 400") && no_worker.contains("runs 1 worker(s) per actor"), "{no_worker}");
+    let no_actor = get("actor=7");
+    assert!(no_actor.contains(&format!("has actors {id}/0 to {id}/0; there is no actor 7")), "{no_actor}");
 }
 
 /// A follower that began on attempt 1 stays on it: the retry that starts while it is polling

@@ -531,8 +531,8 @@ async fn job_logs(
     query: web::Query<LogQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let job = JobId::from(id.into_inner());
-    let source =
-        state.head.send(LocateLog { job, actor: query.actor, attempt: query.attempt }).await.map_err(mailbox)??;
+    let locate = LocateLog { job, actor: query.actor, attempt: query.attempt, local_rank: query.local_rank };
+    let source = state.head.send(locate).await.map_err(mailbox)??;
     let unreachable = |e: reqwest::Error| {
         let why = crate::tls::tls_cause("the agent", &source.url, &e);
         let why = why.unwrap_or_else(|| {

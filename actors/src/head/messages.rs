@@ -219,6 +219,8 @@ pub struct LocateLog {
     pub job: JobId,
     pub actor: u32,
     pub attempt: Option<u32>,
+    /// One worker's log (checked against the job's workers per actor).
+    pub local_rank: Option<u32>,
 }
 
 pub struct LogSource {
@@ -234,13 +236,18 @@ impl Handler<LocateLog> for HeadActor {
     fn handle(&mut self, msg: LocateLog, _: &mut Context<Self>) -> Self::Result {
         let view = self.view(&msg.job).ok_or_else(|| ApiError::NotFound(format!("no job `{}`", msg.job)))?;
         let actor = view.actors.get(msg.actor as usize).ok_or_else(|| {
-            ApiError::NotFound(format!(
-                "job {} has actors 0..{}; there is no actor {}",
-                msg.job,
-                view.actors.len(),
-                msg.actor
-            ))
+            let job = &msg.job;
+            let last = view.actors.len().saturating_sub(1);
+            ApiError::NotFound(format!("job {job} has actors {job}/0 to {job}/{last}; there is no actor {}", msg.actor))
         })?;
+        if let Some(local_rank) = msg.local_rank.filter(|l| *l >= view.nproc_per_node) {
+            return Err(ApiError::BadRequest(format!(
+                "local_rank {local_rank}: {} runs {} worker(s) per actor, local ranks 0 to {}",
+                msg.job,
+                view.nproc_per_node,
+                view.nproc_per_node - 1
+            )));
+        }
         let attempt = msg.attempt.unwrap_or(actor.attempt);
         if attempt == 0 || attempt > actor.attempt {
             return Err(ApiError::NotFound(format!(
