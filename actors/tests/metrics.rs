@@ -116,7 +116,9 @@ fn metrics_need_the_token_and_move_as_a_job_recovers() {
     for node in survivors {
         let url = node["metrics_url"].as_str().expect("nodes say where their agent's metrics are");
         assert_eq!(get(url, None).0, 401, "an agent's metrics need its credential too");
-        assert_eq!(get(url, Some(&c.token())).0, 401, "the client token is not an agent's credential");
+        let (status, error) = get(url, Some(&c.token()));
+        assert_eq!(status, 401, "the client token is not an agent's credential");
+        assert!(error.contains("take the agent token ($FTDRIVE_AGENT_TOKEN or the `agent-token` file"), "{error}");
         let agent = scrape(url, &c.agent_token());
         assert!(value(&agent, "ftdrive_agent_head_connections_total", &[]) >= 1.0);
         assert_eq!(value(&agent, "ftdrive_agent_attempts", &[]), 0.0, "nothing left running");

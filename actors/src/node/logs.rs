@@ -107,8 +107,12 @@ fn authorized(req: &HttpRequest, state: &LogState) -> bool {
     }
 }
 
+/// 401, saying which credential opens this door. An agent never holds the client token, so it
+/// cannot tell that one apart (and answer 403, as the head does): the hint names both.
 fn unauthorized() -> HttpResponse {
-    HttpResponse::Unauthorized().json(serde_json::json!({"error": "missing or wrong bearer token"}))
+    let error = "missing or wrong bearer token: an agent's logs and metrics take the agent token \
+                 ($FTDRIVE_AGENT_TOKEN or the `agent-token` file in the head's state dir), not the client token";
+    HttpResponse::Unauthorized().json(serde_json::json!({ "error": error }))
 }
 
 async fn metrics_text(req: HttpRequest, state: web::Data<LogState>) -> HttpResponse {
