@@ -218,7 +218,7 @@ fn lost_with_node(run: &Run, loss: &Loss) -> (Cause, String) {
 fn stop_verdict(reason: &StopReason, suffix: &str) -> (Cause, String) {
     let (cause, text) = match reason {
         StopReason::Collateral { because, .. } => {
-            (Cause::Collateral, format!("stopped for a gang restart after {because} failed"))
+            (Cause::Collateral, format!("stopped with its gang after {because} failed"))
         }
         StopReason::JobFailed { because } => (Cause::Collateral, format!("stopped because the job failed: {because}")),
         StopReason::MembershipChange { from, to } => {

@@ -19,7 +19,7 @@ const CAUSES = {
   user_error: 'exited ≠ 0 or killed; user budget',
   node_lost: 'node or agent lost; system budget',
   preempted: 'node preempted; preemption budget',
-  collateral: 'stopped for a gang restart; free',
+  collateral: 'stopped with its gang, or a reaction to a peer\'s loss; free',
   membership_change: 'stopped for a scale-up; free',
   stopped: 'stopped by the user',
   non_retryable: 'non-retryable exit code; job failed',
