@@ -126,3 +126,25 @@ fn metrics_need_the_token_and_move_as_a_job_recovers() {
     }
     assert_eq!(succeeded, 2.0);
 }
+
+/// `ftdrive_queue_depth` counts bundles, an infeasible gang's included, and every known state
+/// is a series, at 0 when nothing is in it (a vanished series reads as "no data", not 0).
+#[test]
+fn queue_depth_counts_waiting_bundles_and_empty_states_read_zero() {
+    let c = Cluster::start(&["n1"]);
+    let metrics_url = format!("{}/metrics", c.url);
+    let idle = scrape(&metrics_url, &c.token());
+    for (metric, label, state) in [
+        ("ftdrive_jobs", "state", "RUNNING"),
+        ("ftdrive_nodes", "state", "DEAD"),
+        ("ftdrive_queue_depth", "class", "pending_gang"),
+    ] {
+        let sample = find(&idle, metric, &[(label, state)]).unwrap_or_else(|| panic!("no {metric}{{{label}={state}}}"));
+        assert!(matches!(sample.value, Value::Gauge(v) if v == 0.0), "{metric}: {:?}", sample.value);
+    }
+    // A gang of 3 on one node could never be placed (parked as infeasible) and still waits.
+    let spec = c.spec("wide", json!({"command": ["true"], "min_nodes": 3, "max_nodes": 3}));
+    c.submit_no_wait(&spec);
+    let waiting = scrape(&metrics_url, &c.token());
+    assert_eq!(value(&waiting, "ftdrive_queue_depth", &[("class", "pending_gang")]), 3.0, "three bundles, one item");
+}

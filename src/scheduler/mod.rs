@@ -395,6 +395,15 @@ impl Scheduler {
         self.queue.active()
     }
 
+    /// Every waiting item, those parked as infeasible included, with the bundles it stands
+    /// for: a pending gang's item stands for its whole required gang, any other for one.
+    pub fn waiting_bundles(&self) -> impl Iterator<Item = (QueueClass, u32)> + '_ {
+        self.queue.all().map(|key| match key.bundle {
+            queue::GANG => (key.class, self.pgs[&key.pg].required),
+            _ => (key.class, 1),
+        })
+    }
+
     pub fn is_dirty(&self) -> bool {
         self.dirty
     }

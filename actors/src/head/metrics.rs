@@ -186,6 +186,7 @@ impl HeadMetrics {
             family.clear();
         }
         self.queue_depth.clear();
+        self.zero_every_known_label();
         // Straight from the drivers: a view would also work out why each pending job waits.
         for job in head.drivers() {
             self.jobs.get_or_create(&StateLabel { state: job.state().to_string() }).inc();
@@ -196,8 +197,38 @@ impl HeadMetrics {
         for node in head.node_views() {
             self.nodes.get_or_create(&StateLabel { state: label(&node.state) }).inc();
         }
-        for key in head.scheduler().queue() {
-            self.queue_depth.get_or_create(&ClassLabel { class: label(&key.class) }).inc();
+        for (class, bundles) in head.scheduler().waiting_bundles() {
+            self.queue_depth.get_or_create(&ClassLabel { class: label(&class) }).inc_by(i64::from(bundles));
+        }
+    }
+
+    /// Every state and class a gauge can have, at 0: a series that vanished when it reached 0
+    /// would read as "no data" (and defeat `absent()` alerts) rather than 0.
+    fn zero_every_known_label(&self) {
+        use ftdrive::driver::JobState;
+        use ftdrive::scheduler::{NodeState, QueueClass};
+        let jobs = [JobState::Pending, JobState::Running, JobState::Succeeded, JobState::Failed, JobState::Stopped];
+        for state in jobs {
+            self.jobs.get_or_create(&StateLabel { state: state.to_string() }).set(0);
+        }
+        let actors = [
+            ActorState::Scheduling,
+            ActorState::Standby,
+            ActorState::Running,
+            ActorState::Failing,
+            ActorState::TaskCompleted,
+            ActorState::Failed,
+            ActorState::Stopped,
+        ];
+        for state in actors {
+            self.actors.get_or_create(&StateLabel { state: state.to_string() }).set(0);
+        }
+        for state in [NodeState::Alive, NodeState::Draining, NodeState::Dead] {
+            self.nodes.get_or_create(&StateLabel { state: label(&state) }).set(0);
+        }
+        let classes = [QueueClass::Replacement, QueueClass::PendingGang, QueueClass::Spare, QueueClass::Elastic];
+        for class in classes {
+            self.queue_depth.get_or_create(&ClassLabel { class: label(&class) }).set(0);
         }
     }
 }
