@@ -140,6 +140,8 @@ fn a_second_agent_under_a_live_name_exits_2_and_the_first_keeps_its_work() {
     let spec = c.spec("kept", json!({"command": ["sleep", "300"], "min_nodes": 1, "max_nodes": 1}));
     let id = c.submit_no_wait(&spec);
     let before = c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    // RUNNING is reported as the attempt starts; its supervisor and `sleep` may show a moment later.
+    c.wait_until("its supervisor and process run", |c| c.processes(Some("n1")).len() >= 2);
     let pids = c.processes(Some("n1"));
 
     // Same machine, same state dir: the lock refuses it before it speaks to the head.
