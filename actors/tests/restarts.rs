@@ -335,6 +335,36 @@ fn a_damaged_state_database_stops_the_head_naming_the_file_and_changing_nothing(
     assert_eq!(files, vec![std::ffi::OsString::from("state.db")], "no other file was made");
 }
 
+/// A restarted head shows its nodes as it last wrote them down until they report again:
+/// `ftdrive nodes` says so while the recovery window is open, and not after.
+#[test]
+fn nodes_listed_during_a_heads_recovery_window_come_with_a_note() {
+    let mut c = Cluster::start(&["n1"]);
+    c.kill_node("n1");
+    c.kill_head();
+    c.start_head_again();
+    let note = "the head restarted and is waiting for its nodes to report";
+    let recovering = |c: &Cluster| {
+        let health = http(&c.url, "GET", "/v1/health", Some(&c.token()), "");
+        health.contains("\"recovering\":true")
+    };
+    let listed = loop {
+        let out = c.try_ftdrive(&["nodes"]);
+        if out.status.success() {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The window only closes: still open after the listing, it was open during it.
+    assert!(recovering(&c), "the window (one node timeout, 1 s) closed before the first listing");
+    let said = String::from_utf8_lossy(&listed.stderr);
+    assert!(said.contains(note), "{said}");
+    c.wait_until("the window closes (n1 never reports)", |c| !recovering(c));
+    let after = c.try_ftdrive(&["nodes"]);
+    assert!(!String::from_utf8_lossy(&after.stderr).contains(note));
+    assert!(String::from_utf8_lossy(&after.stdout).contains("DEAD"), "n1 was declared dead when the window closed");
+}
+
 #[test]
 fn a_second_head_on_the_same_state_dir_is_refused() {
     let c = Cluster::start(&[]);

@@ -11,6 +11,14 @@ pub fn run(args: OutputArgs) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.head)?;
     super::block_on(async move {
         let nodes: Vec<NodeView> = client.get("/v1/nodes").await?;
+        let health: serde_json::Value = client.get("/v1/health").await?;
+        if health["recovering"] == true {
+            // The states below are as the head last wrote them down, not yet heard again.
+            eprintln!(
+                "note: the head restarted and is waiting for its nodes to report (at most its node timeout); \
+                 a node shown ALIVE may not have reported yet"
+            );
+        }
         match args.output {
             Output::Json => out::json(&nodes)?,
             Output::Text => out::text(&render::nodes_table(&nodes))?,
