@@ -328,3 +328,53 @@ fn a_node_lost_after_the_crash_does_not_excuse_it() {
         c.view(&job).ledger.iter().filter(|e| (e.cause, e.budget) == (Cause::UserError, BudgetKind::User)).count();
     assert_eq!(user_errors, 1);
 }
+
+/// Four ranks packed on one machine, one machine lost: one fault, one `system` charge (FC-1);
+/// the other three are `node_lost` too, free, naming the rank charged. The job re-forms on
+/// the other node instead of failing at once on its default budget of 3.
+#[test]
+fn one_node_lost_with_several_ranks_of_a_packed_gang_is_charged_once() {
+    let mut s = spec("packed", 4, 4);
+    s.strategy = ftdrive::spec::Strategy::StrictPack;
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(4));
+    let job = c.submit(s);
+    assert_eq!(c.view(&job).state, JobState::Running);
+    c.join("n2", cpu(4));
+    c.crash("n1");
+    c.advance(10_000);
+    let view = c.view(&job);
+    let lost: Vec<&LedgerEntry> = view.ledger.iter().filter(|e| e.cause == Cause::NodeLost).collect();
+    assert_eq!(lost.len(), 4, "{:#?}", view.ledger);
+    let charged: Vec<&&LedgerEntry> = lost.iter().filter(|e| e.budget == BudgetKind::System).collect();
+    assert_eq!(charged.len(), 1, "{:#?}", view.ledger);
+    let first = charged[0].actor.to_string();
+    for free in lost.iter().filter(|e| e.budget == BudgetKind::None) {
+        assert!(
+            free.evidence.ends_with(&format!("one fault of node n1, charged once, to {first}")),
+            "{}",
+            free.evidence
+        );
+    }
+    assert_eq!(view.remaining.system.as_i64(), 2);
+    assert_eq!((view.state, view.cycles), (JobState::Running, 2), "re-formed on n2");
+}
+
+/// The same for a drain: one notice, one `preemption` charge, however many ranks it stops.
+#[test]
+fn one_drain_of_a_node_holding_several_ranks_is_charged_once() {
+    let mut s = spec("packed", 2, 2);
+    s.strategy = ftdrive::spec::Strategy::Pack;
+    s.retries.preemption = Budget::from_i64(1).unwrap();
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(2));
+    let job = c.submit(s);
+    c.join("n2", cpu(2));
+    c.drain("n1", 5_000);
+    c.advance(20_000);
+    let view = c.view(&job);
+    let preempted: Vec<&LedgerEntry> = view.ledger.iter().filter(|e| e.cause == Cause::Preempted).collect();
+    assert_eq!(preempted.len(), 2, "{:#?}", view.ledger);
+    assert_eq!(preempted.iter().filter(|e| e.budget == BudgetKind::Preemption).count(), 1, "{:#?}", view.ledger);
+    assert_eq!((view.state, view.remaining.preemption.as_i64()), (JobState::Running, 0), "it runs on n2: {view:#?}");
+}

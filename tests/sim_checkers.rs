@@ -1,8 +1,9 @@
 //! The simulator's checkers catch a broken policy: with a test-only switch that lets pending
 //! gangs beat replacements, `replacement_first` fires; with one that makes a restarted head
 //! forget which attempts run where, the restart charges budgets and `charge_explained` fires;
-//! with one that hands out GPU devices whoever holds them, `no_overcommit` fires. With the real
-//! policy none does.
+//! with one that hands out GPU devices whoever holds them, `no_overcommit` fires; with one that
+//! charges every rank a node's loss ends, `one_charge_per_fault` fires. With the real policy
+//! none does.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -73,4 +74,15 @@ fn two_bundles_given_the_same_gpu_device_is_caught() {
     assert!(!found.is_empty(), "a device held twice goes unnoticed");
     let shared = |v: &String| v.starts_with("no_overcommit: b/") && v.contains(" both hold a device of 0,1,2,3 on n");
     assert!(found.iter().all(shared), "{found:?}");
+}
+
+#[test]
+fn charging_every_rank_one_lost_machine_ended_is_caught() {
+    let name = "packed_gang_node_lost_charged_once";
+    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
+    let found = run(name, PolicyFault::ChargeEveryRank);
+    assert!(
+        found.iter().any(|v| v.starts_with("one_charge_per_fault: p was charged again for one fault of n1")),
+        "{found:?}"
+    );
 }

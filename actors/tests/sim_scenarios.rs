@@ -175,6 +175,20 @@ const EXPECTED: &[(&str, Expectation)] = &[
         );
         assert_eq!(cycles[1]["ranks"][0], "g/0", "actor 0 keeps rank 0 on its new node");
     }),
+    ("packed_gang_node_lost_charged_once", |r| {
+        assert_eq!((r.state("p"), r.job("p")["cycles"].as_u64()), ("SUCCEEDED", Some(2)));
+        let lost: Vec<(String, String)> = r.ledger("p").into_iter().filter(|(c, _)| c == "node_lost").collect();
+        assert_eq!(
+            lost,
+            vec![
+                pair("node_lost", "system"),
+                pair("node_lost", "none"),
+                pair("node_lost", "none"),
+                pair("node_lost", "none")
+            ],
+            "four ranks on one lost machine: one fault, one charge"
+        );
+    }),
     ("hot_spare_promoted", |r| {
         assert_eq!(r.state("s"), "SUCCEEDED");
         let promoted = r.events("promoted");

@@ -119,8 +119,14 @@ pub enum StopReason {
     JobFailed { because: String },
     /// The world grows from `from` to `to` ranks.
     MembershipChange { from: u32, to: u32 },
-    /// The node received a preemption notice.
-    Drain { node: NodeId, deadline_ms: u64 },
+    /// The node received a preemption notice (due at `deadline`, which with the node names
+    /// the one drain every attempt it stopped shares).
+    Drain {
+        node: NodeId,
+        deadline_ms: u64,
+        #[serde(default)]
+        deadline: Instant,
+    },
     /// The user stopped the job.
     User,
 }

@@ -108,6 +108,16 @@ pub struct Verdict {
     pub evidence: String,
     /// The budget to charge (`None`: free).
     pub budget: BudgetKind,
+    /// The machine-level fault behind a `node_lost` or `preempted` end, which every attempt
+    /// it ended shares: it is charged once (FC-1 in `failure.rs`).
+    pub fault: Option<Fault>,
+}
+
+/// One node's loss (when it went silent) or one drain of it (its deadline).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Fault {
+    pub node: NodeId,
+    pub at: Instant,
 }
 
 /// What `classify` needs to know about the job.
@@ -132,7 +142,20 @@ pub fn classify(job: &JobContext, run: &Run, ending: Ending) -> Verdict {
         Ending::EndedAfterSuccess(reason) => stop_verdict(reason, "; it had exited 0"),
         Ending::GangSucceeded => (Cause::Completed, succeeded(job.nproc_per_node)),
     };
-    charge_to(job, cause, evidence)
+    Verdict { fault: fault_of(run, &ending, cause), ..charge_to(job, cause, evidence) }
+}
+
+/// The node-level fault a `node_lost` or `preempted` end came from: the drain that stopped
+/// it, else the loss it was lost with.
+fn fault_of(run: &Run, ending: &Ending, cause: Cause) -> Option<Fault> {
+    if !matches!(cause, Cause::NodeLost | Cause::Preempted) {
+        return None;
+    }
+    match (&run.stop, ending) {
+        (Some(StopReason::Drain { node, deadline, .. }), _) => Some(Fault { node: node.clone(), at: *deadline }),
+        (_, Ending::NodeLost(loss)) => Some(Fault { node: loss.node.clone(), at: loss.silent_since }),
+        _ => None,
+    }
 }
 
 /// The budget a cause costs this job, with the evidence saying so when it costs nothing.
@@ -143,11 +166,12 @@ fn charge_to(job: &JobContext, cause: Cause, evidence: String) -> Verdict {
             cause,
             evidence: format!("{evidence}; not charged: the job was already closing ({reason})"),
             budget: BudgetKind::None,
+            fault: None,
         },
         _ if table != BudgetKind::None && job.policy.single_budget => {
-            Verdict { cause, evidence, budget: BudgetKind::User }
+            Verdict { cause, evidence, budget: BudgetKind::User, fault: None }
         }
-        _ => Verdict { cause, evidence, budget: table },
+        _ => Verdict { cause, evidence, budget: table, fault: None },
     }
 }
 
@@ -224,7 +248,7 @@ fn stop_verdict(reason: &StopReason, suffix: &str) -> (Cause, String) {
         StopReason::MembershipChange { from, to } => {
             (Cause::MembershipChange, format!("stopped to grow the world from {from} to {to} ranks"))
         }
-        StopReason::Drain { node, deadline_ms } => (
+        StopReason::Drain { node, deadline_ms, .. } => (
             Cause::Preempted,
             format!("node {node} received a preemption notice (deadline in {deadline_ms} ms); the process was stopped"),
         ),

@@ -1,6 +1,10 @@
 //! How an attempt's end is settled: its verdict (from `classify.rs`), the wait in FAILING
 //! while a non-zero exit may still be explained by a peer's node loss, the charge, the ledger
 //! entry, and what the actor does next — retry (with a spare promoted), fail the job, or rest.
+//!
+//! - **FC-1 one fault, one charge.** The attempts one node loss or one drain ends (several
+//!   ranks of a packed gang on one machine) charge the budget once: the first to settle is
+//!   charged, the others keep their cause with budget `none` and name the one charged.
 
 use super::budget::backoff_ms;
 use super::classify::{classify, fatal_message, Ending, JobContext, PeerLoss, Verdict};
@@ -10,6 +14,9 @@ use crate::event::JobEvent;
 use crate::ids::ActorIx;
 use crate::protocol::ExitStatus;
 use crate::time::Instant;
+
+/// Faults remembered to charge each once (FC-1); a bound, since a job may outlive many.
+const MAX_REMEMBERED_FAULTS: usize = 64;
 
 impl Driver {
     pub(super) fn job_context(&self) -> JobContext<'_> {
@@ -97,6 +104,7 @@ impl Driver {
 
     /// Charges and records an ended attempt, then takes the actor to its next state.
     fn settle_attempt(&mut self, now: Instant, ix: ActorIx, run: Run, verdict: Verdict, status: Option<ExitStatus>) {
+        let verdict = self.charge_once_per_fault(ix, verdict);
         let charge = self.budgets.charge(verdict.budget);
         let cause = verdict.cause;
         self.record(ix, &run, now, verdict, status, charge);
@@ -132,6 +140,26 @@ impl Driver {
         } else {
             self.transition(ix, ActorState::Scheduling);
         }
+    }
+
+    /// FC-1: a fault already charged for another attempt charges nothing more.
+    fn charge_once_per_fault(&mut self, ix: ActorIx, mut verdict: Verdict) -> Verdict {
+        let charged = verdict.budget != BudgetKind::None && !self.charge_every_rank;
+        let Some(fault) = verdict.fault.clone().filter(|_| charged) else {
+            return verdict;
+        };
+        if let Some((_, first)) = self.charged_faults.iter().find(|(charged, _)| *charged == fault) {
+            verdict.evidence =
+                format!("{}; one fault of node {}, charged once, to {first}", verdict.evidence, fault.node);
+            verdict.budget = BudgetKind::None;
+            return verdict;
+        }
+        // Attempts a fault ends settle close together: the latest few faults are enough.
+        if self.charged_faults.len() == MAX_REMEMBERED_FAULTS {
+            self.charged_faults.pop_front();
+        }
+        self.charged_faults.push_back((fault, self.actors[ix as usize].name.clone()));
+        verdict
     }
 
     fn record(&mut self, ix: ActorIx, run: &Run, now: Instant, v: Verdict, status: Option<ExitStatus>, charge: Charge) {

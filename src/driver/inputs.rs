@@ -119,7 +119,7 @@ impl Driver {
                 if run.stop.is_none() && run.exited.is_none() {
                     let deadline_ms = deadline.ms_since(now);
                     let grace = self.spec.stop_grace_ms.min(deadline_ms);
-                    self.stop_run(ix, StopReason::Drain { node, deadline_ms }, grace);
+                    self.stop_run(ix, StopReason::Drain { node, deadline_ms, deadline }, grace);
                 }
             }
             other => panic!("{} held a bundle while {other}", actor.name),

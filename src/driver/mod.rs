@@ -35,7 +35,7 @@ mod timers;
 
 pub use actor::{Actor, ActorState, Bundle, NodeRef, Role, Run, StopReason};
 pub use budget::{backoff_ms, Budget, BudgetKind, Budgets, Charge, Remaining};
-pub use classify::{Cause, CauseRow, CAUSES};
+pub use classify::{Cause, CauseRow, Fault, CAUSES};
 pub use env::{contract as env_contract, worker_vars as env_worker_vars, Placement as EnvPlacement};
 pub use ledger::LedgerEntry;
 pub use timers::{Timer, TimerTable};
@@ -301,6 +301,12 @@ pub struct Driver {
     pending: BTreeMap<ActorIx, PendingFailure>,
     /// Ranks of the current cycle lost with their nodes.
     losses: Vec<LossRecord>,
+    /// The latest faults charged, with the actor charged for each (FC-1 in `failure.rs`).
+    #[serde(default)]
+    charged_faults: VecDeque<(Fault, ActorId)>,
+    /// Test-only: charge every rank a fault ends (FC-1 broken), for the checkers to catch.
+    #[serde(skip)]
+    charge_every_rank: bool,
     rng: ChaCha8Rng,
     #[serde(skip)]
     effects: VecDeque<DriverEffect>,
@@ -345,6 +351,8 @@ impl Driver {
             attribution_window_ms,
             pending: BTreeMap::new(),
             losses: Vec::new(),
+            charged_faults: VecDeque::new(),
+            charge_every_rank: false,
             rng: ChaCha8Rng::seed_from_u64(seed),
             effects: VecDeque::new(),
             spec,
@@ -355,6 +363,11 @@ impl Driver {
 
     /// A driver as a head that restarted finds it: its state snapshot, with the spec and
     /// ledger the store kept apart.
+    /// Test-only switch: break FC-1 (`PolicyFault::ChargeEveryRank`).
+    pub fn inject_charge_every_rank(&mut self) {
+        self.charge_every_rank = true;
+    }
+
     pub fn restore(mut snapshot: Driver, spec: JobSpec, ledger: Vec<LedgerEntry>) -> Self {
         assert_eq!(snapshot.actors.len() as u32, spec.actor_count(), "job {}: snapshot and spec disagree", snapshot.id);
         snapshot.spec = spec;

@@ -258,6 +258,11 @@ impl Head {
         if fault == PolicyFault::ForgetAttemptsOnRestart && self.recovering() {
             self.attempts = AttemptIndex::default();
         }
+        if fault == PolicyFault::ChargeEveryRank {
+            for slot in self.jobs.values_mut() {
+                slot.driver.inject_charge_every_rank();
+            }
+        }
     }
 
     // ---- the state-machine shape ---------------------------------------------------------
@@ -401,7 +406,10 @@ impl Head {
         let seed = self.config.seed ^ pg.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let name = spec.name.clone();
         let window = self.config.node_timeout_ms;
-        let driver = Driver::new(id.clone(), spec, now, seed, window);
+        let mut driver = Driver::new(id.clone(), spec, now, seed, window);
+        if self.scheduler.policy_fault() == PolicyFault::ChargeEveryRank {
+            driver.inject_charge_every_rank();
+        }
         self.jobs.insert(id.clone(), JobSlot { pg, driver });
         self.by_pg.insert(pg, id.clone());
         self.touch_job(pg);

@@ -104,6 +104,8 @@ pub enum PolicyFault {
     DevicesIgnoreHolders,
     /// Suspect nodes hold no capacity for their bundles.
     IgnoreSuspects,
+    /// Every rank a node's loss or drain ends is charged (FC-1 broken; applied by drivers).
+    ChargeEveryRank,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over
@@ -156,6 +158,10 @@ impl Scheduler {
     /// Test-only switch: run a deliberately wrong policy.
     pub fn inject_policy_fault(&mut self, fault: PolicyFault) {
         self.fault = fault;
+    }
+
+    pub fn policy_fault(&self) -> PolicyFault {
+        self.fault
     }
 
     // ---- cluster -------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 //! | `liveness` | once faults stop, every job ends (checked at the end of a healed phase) |
 //! | `stop_accounted` | every process the head had stopped has a ledger entry for its attempt by the time its job ends: no work is stopped unaccounted (say, by a head that forgot it after a restart) |
 //! | `cordon_holds` | a node the operator drained is not ALIVE until the operator undrains it, whatever befalls it meanwhile (agent or head restart, death and a new registration) |
+//! | `one_charge_per_fault` | a job is charged at most once per fault of a node (a death, a drain, an agent restart), however many of its ranks the fault ends; a `node_lost` or `preempted` end goes free only when its job was charged for a fault of that node |
 //! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
 //! Over 600 lines: every checker in one place, so that all of them stay apart from the code
@@ -86,6 +87,10 @@ pub struct Checker {
     /// Drained by the operator and not undrained (`cordon_holds`).
     cordoned: BTreeSet<NodeId>,
     failed_by_fault: BTreeSet<(ActorKey, u32)>,
+    /// Faults seen per node (DEAD, DRAINING, an agent restart): one charge per job each.
+    fault_epoch: BTreeMap<NodeId, u64>,
+    /// The node's fault each job was last charged for.
+    charged_epoch: BTreeMap<(JobId, NodeId), u64>,
     found: Vec<Violation>,
     step: u64,
     now: Instant,
@@ -204,7 +209,13 @@ impl Checker {
         let mut lower: BTreeMap<NodeId, Vec<ActorKey>> = BTreeMap::new();
         for event in events {
             match event {
-                Event::NodeState { node, state, .. } => self.node_state(node, *state),
+                Event::NodeState { node, state, .. } => {
+                    if matches!(state, NodeState::Dead | NodeState::Draining) {
+                        *self.fault_epoch.entry(node.clone()).or_default() += 1;
+                    }
+                    self.node_state(node, *state)
+                }
+                Event::AgentRestarted { node, .. } => *self.fault_epoch.entry(node.clone()).or_default() += 1,
                 Event::Placed { job, actor, node, class, devices } => {
                     let key = actor_key(actor);
                     if !self.admitted.contains(job) {
@@ -218,7 +229,7 @@ impl Checker {
                 }
                 Event::Released { actor, .. } => self.released(&actor_key(actor)),
                 Event::Job { job, detail } => self.job_event(job, detail, head),
-                Event::JobSubmitted { .. } | Event::AgentRestarted { .. } => {}
+                Event::JobSubmitted { .. } => {}
             }
         }
         self.check_whole_gangs(first_placements);
@@ -490,13 +501,16 @@ impl Checker {
             Cause::NodeLost => BudgetKind::System,
             _ => BudgetKind::None,
         };
-        let expected = if self.closing.contains(job) {
+        let mut expected = if self.closing.contains(job) {
             BudgetKind::None
         } else if spec.retries.single_budget && table != BudgetKind::None {
             BudgetKind::User
         } else {
             table
         };
+        if matches!(entry.cause, Cause::NodeLost | Cause::Preempted) && expected != BudgetKind::None {
+            expected = self.charge_per_fault(job, entry, expected);
+        }
         if entry.budget != expected {
             let detail =
                 format!("{} ({}) was charged to {} instead of {expected}", entry.actor, entry.cause, entry.budget);
@@ -528,6 +542,25 @@ impl Checker {
             );
             self.violation("budget", detail);
         }
+    }
+
+    /// `one_charge_per_fault`: what a `node_lost` or `preempted` end should cost (`table`, or
+    /// nothing as the share of a fault its job was charged for), and no second charge for one
+    /// fault.
+    fn charge_per_fault(&mut self, job: &JobId, entry: &LedgerEntry, table: BudgetKind) -> BudgetKind {
+        let node = NodeId::new(&entry.node);
+        let epoch = self.fault_epoch.get(&node).copied().unwrap_or(0);
+        let key = (job.clone(), node.clone());
+        if entry.budget == BudgetKind::None {
+            // Free as another rank's share of a fault already charged, or a charge is missing.
+            return if self.charged_epoch.contains_key(&key) { BudgetKind::None } else { table };
+        }
+        if self.charged_epoch.insert(key, epoch) == Some(epoch) {
+            let detail =
+                format!("{job} was charged again for one fault of {node}: {} ({})", entry.actor, entry.evidence);
+            self.violation("one_charge_per_fault", detail);
+        }
+        table
     }
 
     fn check_charge_explained(&mut self, actor: &ActorKey, entry: &LedgerEntry) {
