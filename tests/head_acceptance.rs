@@ -177,6 +177,7 @@ fn hot_spare_takes_the_failed_rank_and_ends_gracefully() {
     assert_eq!(c.cycles_formed()[1].2, vec![format!("{job}/0"), format!("{job}/2")], "the spare holds rank 1");
     assert!(c.placements_after(failed_at).is_empty(), "no scheduling wait: nothing was placed");
     assert_eq!(view.actors[1].state, Standby, "the failed actor is the new spare");
+    assert_eq!((view.actors[1].rank, view.actors[2].rank), (None, Some(1)), "rank 1 is the promoted spare's alone");
     assert!(c.job_events().any(|e| matches!(e, JobEvent::Promoted { .. })));
 
     c.finish(&job);

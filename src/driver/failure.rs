@@ -225,6 +225,8 @@ impl Driver {
             as ActorIx;
         let slot = self.actors[failed as usize].slot.take();
         self.actors[failed as usize].role = Role::Spare;
+        // Its rank is the spare's now: two actors must never show the same one.
+        self.actors[failed as usize].rank = None;
         let promoted = &mut self.actors[spare as usize];
         promoted.role = Role::Active;
         promoted.slot = slot;
