@@ -237,3 +237,28 @@ fn an_agent_shut_down_while_the_head_is_away_tells_the_returning_head_its_ends_w
     c.advance(2_000);
     assert_eq!(c.view(&a).actors[0].node.as_deref(), Some("n2"), "moved to the other node");
 }
+
+/// A drain stops a gang's other ranks at once, as a rank's failure does, not once the drained
+/// rank has used up its stop grace: one grace of downtime per preemption, not two.
+#[test]
+fn a_drain_stops_the_whole_gang_at_once() {
+    let mut c = TestCluster::new(config());
+    for n in ["n1", "n2", "n3"] {
+        c.join(n, cpu(1));
+    }
+    let job = c.submit(spec("g", 2, 2));
+    let drained = c.view(&job).actors[0].node.clone().unwrap();
+    let other = c.view(&job).actors[1].node.clone().unwrap();
+    assert_eq!(c.processes_on(&other).len(), 1);
+    c.agents.get_mut(&drained).unwrap().slow_to_stop = true; // it checkpoints in its grace
+    c.drain(&drained, 30_000);
+    assert!(c.processes_on(&other).is_empty(), "the peer on {other} was stopped with the drained rank");
+    assert_eq!(c.processes_on(&drained).len(), 1, "the drained rank uses its grace");
+    c.agents.get_mut(&drained).unwrap().slow_to_stop = false;
+    c.crash(&drained); // the machine goes at last
+    c.advance(10_000);
+    let view = c.view(&job);
+    assert_eq!((view.state, view.cycles), (ftdrive::driver::JobState::Running, 2), "{view:#?}");
+    let causes: Vec<Cause> = view.ledger.iter().map(|e| e.cause).collect();
+    assert!(causes.contains(&Cause::Preempted) && causes.contains(&Cause::Collateral), "{causes:?}");
+}

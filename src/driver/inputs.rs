@@ -96,11 +96,34 @@ impl Driver {
         self.end_attempt(now, ix, Ending::NodeLost(loss));
     }
 
+    /// A drain notice for `ix`'s node applies to every bundle of the job there, at once; if it
+    /// stops a running attempt, the mode reacts as to a failure (a gang stops its other ranks
+    /// now, not after the drained ones have ended: one stop grace of downtime, not two).
     pub(super) fn on_draining(&mut self, now: Instant, ix: ActorIx, deadline: Instant) {
+        let Some(node) = self.actors[ix as usize].bundle.node().map(|n| n.name.clone()) else { return };
+        let on_node: Vec<ActorIx> = (0..self.actors.len() as ActorIx)
+            .filter(|i| self.actors[*i as usize].bundle.node().is_some_and(|n| n.name == node))
+            .collect();
+        let mut first_stopped = None;
+        for i in on_node {
+            if self.drain_bundle(now, i, deadline) {
+                first_stopped.get_or_insert(i);
+            }
+        }
+        if let Some(stopped) = first_stopped.filter(|_| self.closing.is_none()) {
+            self.mode().on_failure_noticed(self, now, stopped);
+        }
+    }
+
+    /// Marks one bundle draining and moves its actor off it. Whether a running attempt was stopped.
+    fn drain_bundle(&mut self, now: Instant, ix: ActorIx, deadline: Instant) -> bool {
         let actor = &mut self.actors[ix as usize];
         let Bundle::Placed { draining, node, .. } = &mut actor.bundle else {
-            return;
+            return false;
         };
+        if *draining {
+            return false; // drained with a sibling already
+        }
         *draining = true;
         let node = node.name.clone();
         match actor.state {
@@ -120,10 +143,12 @@ impl Driver {
                     let deadline_ms = deadline.ms_since(now);
                     let grace = self.spec.stop_grace_ms.min(deadline_ms);
                     self.stop_run(ix, StopReason::Drain { node, deadline_ms, deadline }, grace);
+                    return true;
                 }
             }
             other => panic!("{} held a bundle while {other}", actor.name),
         }
+        false
     }
 
     pub(super) fn on_started(&mut self, key: AttemptKey) {

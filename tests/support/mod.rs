@@ -21,6 +21,9 @@ pub struct Agent {
     pub protocol: AgentProtocol,
     pub heartbeating: bool,
     pub running: BTreeMap<AttemptKey, StartSpec>,
+    /// Its processes take their stop grace (a SIGTERM trapped to checkpoint): a stop leaves
+    /// them running, as a real one would be for a while.
+    pub slow_to_stop: bool,
 }
 
 pub struct TestCluster {
@@ -88,7 +91,8 @@ impl TestCluster {
             identity: String::new(),
         };
         let protocol = AgentProtocol::new(identity, incarnation, Recovered::default());
-        self.agents.insert(name.into(), Agent { protocol, heartbeating: true, running: BTreeMap::new() });
+        self.agents
+            .insert(name.into(), Agent { protocol, heartbeating: true, running: BTreeMap::new(), slow_to_stop: false });
         self.agent_input(name, AgentInput::LinkUp);
         self.pump();
     }
@@ -287,6 +291,7 @@ impl TestCluster {
                     agent.running.insert(key.clone(), *spec);
                     agent.protocol.handle(now, AgentInput::Spawned { key });
                 }
+                AgentEffect::Stop { .. } if agent.slow_to_stop => {}
                 AgentEffect::Stop { key, .. } => {
                     if agent.running.remove(&key).is_some() {
                         agent.protocol.handle(now, AgentInput::Exited { key, status: ExitStatus::signal(15, false) });
