@@ -496,6 +496,74 @@ fn the_readme_command_runs_the_demo_to_success() {
     assert!(rank0.contains("done: steps=30 total=2790.0 world=3"), "{rank0}");
 }
 
+/// On an embedded cluster SIGTERM (a CI runner's timeout) stops the job as Ctrl-C does, and a
+/// second signal ends the command at once instead of waiting out the job's stop grace; no
+/// process of the job outlives it.
+#[test]
+fn an_embedded_cluster_stops_its_job_on_sigterm_and_a_second_signal_kills_it_now() {
+    use std::io::BufRead;
+    let state = tempfile::tempdir().unwrap();
+    let mark = format!("embedded-{}", std::process::id());
+    let job = state.path().join("stubborn.json");
+    let spec = json!({"name": "stubborn", "command": ["sh", "-c", "trap 'sleep 300' TERM; sleep 300 & wait"],
+                      "min_nodes": 1, "max_nodes": 1, "stop_grace_ms": 120000, "env": {"FTDRIVE_TEST_MARK": mark}});
+    std::fs::write(&job, spec.to_string()).unwrap();
+    let mut submit = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["submit", "--local-nodes", "1"])
+        .arg(&job)
+        .env("FTDRIVE_STATE_DIR", state.path())
+        .env_remove("FTDRIVE_HEAD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(submit.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("RUNNING on") {
+        assert!(stdout.read_line(&mut seen).unwrap() > 0, "the follower showed the job running: {seen}");
+    }
+    let marked = || -> Vec<u32> {
+        let needle = format!("FTDRIVE_TEST_MARK={mark}");
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+            .filter(|pid| {
+                let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                env.split(|b| *b == 0).any(|v| v == needle.as_bytes()) && !is_zombie(*pid)
+            })
+            .collect()
+    };
+    let start = Instant::now();
+    while marked().len() < 2 {
+        assert!(start.elapsed() < Duration::from_secs(30), "the job's processes never showed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: signalling a child process we started.
+    unsafe { libc::kill(submit.id() as i32, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(submit.try_wait().unwrap().is_none(), "SIGTERM stops the job, the command follows it");
+    // SAFETY: as above.
+    unsafe { libc::kill(submit.id() as i32, libc::SIGINT) };
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = submit.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "a second signal ends the command without the grace");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut submit.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(3), "STOPPED: {stderr}");
+    assert!(stderr.contains("stopping j1") && stderr.contains("killing what is left of j1 now"), "{stderr}");
+    let start = Instant::now();
+    while !marked().is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(30), "the job's processes outlived the command: {:?}", marked());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// `ftdrive submit ARGS` with no head configured, as on a new machine: the embedded cluster,
 /// its state and temporary files in `state`, run from `cwd`.
 fn submit_locally(state: &std::path::Path, cwd: &std::path::Path, args: &[&std::ffi::OsStr]) -> std::process::Output {

@@ -30,12 +30,18 @@ pub async fn follow(
     progress: Progress,
 ) -> Result<Outcome, CliError> {
     // Registered before anything is printed: whoever sees our output may press Ctrl-C at once.
-    let mut interrupt =
-        signal(SignalKind::interrupt()).map_err(|e| CliError::Failed(format!("cannot watch for Ctrl-C: {e}")))?;
+    let watch = |kind| signal(kind).map_err(|e| CliError::Failed(format!("cannot watch for Ctrl-C: {e}")));
+    let mut interrupt = watch(SignalKind::interrupt())?;
+    // An embedded cluster dies with us: SIGTERM (a CI runner's timeout) stops the job as Ctrl-C
+    // does. Following a real head, SIGTERM keeps its default: we go, the job runs on.
+    let mut terminate = match on_interrupt {
+        OnInterrupt::StopJob => Some(watch(SignalKind::terminate())?),
+        OnInterrupt::Detach => None,
+    };
+    let mut signals = 0u32;
     let path = format!("/v1/jobs/{job}/events");
     let mut lines = client.lines(&path).await?;
     let mut screen = Screen::new(progress);
-    let mut interrupted = false;
     loop {
         tokio::select! {
             line = lines.next() => {
@@ -59,14 +65,12 @@ pub async fn follow(
                 }
                 screen.reprint = true;
             }
-            _ = interrupt.recv(), if !interrupted => {
-                interrupted = true;
-                match on_interrupt {
-                    OnInterrupt::Detach => return Ok(detached(job)),
-                    OnInterrupt::StopJob => {
-                        eprintln!("\nstopping {job} (the local cluster ends with this command)…");
-                        let _: Value = client.post(&format!("/v1/jobs/{job}/stop"), Value::Null).await?;
-                    }
+            _ = interrupt.recv() => if let Some(done) = on_signal(client, job, on_interrupt, &mut signals).await? {
+                return Ok(done);
+            },
+            Some(()) = async { terminate.as_mut()?.recv().await } => {
+                if let Some(done) = on_signal(client, job, on_interrupt, &mut signals).await? {
+                    return Ok(done);
                 }
             }
         }
@@ -136,6 +140,31 @@ impl Screen {
             self.recent.pop_front();
         }
         Ok(())
+    }
+}
+
+/// Ctrl-C (or, on an embedded cluster, SIGTERM). Following a real head: detach. On an
+/// embedded cluster the first stops the job and follows it through its stop grace; a second
+/// ends the command now, and with it the cluster, which kills what is left (as a second
+/// Ctrl-C does to `docker run` or `srun`).
+async fn on_signal(
+    client: &Client,
+    job: &str,
+    on_interrupt: OnInterrupt,
+    signals: &mut u32,
+) -> Result<Option<Outcome>, CliError> {
+    *signals += 1;
+    match (on_interrupt, *signals) {
+        (OnInterrupt::Detach, _) => Ok(Some(detached(job))),
+        (OnInterrupt::StopJob, 1) => {
+            eprintln!("\nstopping {job} (the local cluster ends with this command; again to kill it now)…");
+            let _: Value = client.post(&format!("/v1/jobs/{job}/stop"), Value::Null).await?;
+            Ok(None)
+        }
+        (OnInterrupt::StopJob, _) => {
+            eprintln!("\nkilling what is left of {job} now");
+            Ok(Some(Outcome::Stopped))
+        }
     }
 }
 
