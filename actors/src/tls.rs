@@ -126,8 +126,8 @@ pub fn refuse_plain_off_loopback(what: &str, ip: IpAddr, insecure_http: bool) ->
 /// http:// but the server speaks HTTPS, or the other way round, or the server's certificate is
 /// not trusted. `who` names the server ("the head"). `None`: not TLS's doing, as far as can
 /// be told.
-pub async fn diagnose(who: &str, url: &str, error: &(dyn Error + 'static)) -> Option<String> {
-    if let Some(cause) = tls_cause(who, url, error) {
+pub async fn diagnose(who: &str, url: &str, error: &(dyn Error + 'static), trust: &Trust<'_>) -> Option<String> {
+    if let Some(cause) = tls_cause(who, url, error, trust) {
         return Some(cause);
     }
     let parsed = reqwest::Url::parse(url).ok()?;
@@ -141,17 +141,50 @@ pub async fn diagnose(who: &str, url: &str, error: &(dyn Error + 'static)) -> Op
     })
 }
 
-/// As `diagnose`, from the error alone (no probe of the server): a certificate not trusted,
-/// an https:// URL for a server that does not speak TLS, another TLS failure.
-pub fn tls_cause(who: &str, url: &str, error: &(dyn Error + 'static)) -> Option<String> {
-    match rustls_error(error)? {
-        rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => Some(format!(
-            "{who} at {url} presented a certificate signed by a CA that is not trusted here; give that CA \
-             with --ca-cert PEM or $FTDRIVE_CA_CERT"
-        )),
+/// How the side whose request failed trusts a private CA: the flag that gives it one, and the
+/// file it was given, if any. A hint then names the fix on the side that needs it.
+pub struct Trust<'a> {
+    pub flag: &'a str,
+    pub given: Option<&'a std::path::Path>,
+}
+
+impl Trust<'_> {
+    /// A command-line client's or an agent's own `--ca-cert`.
+    pub const OWN_FLAG: &'static str = "--ca-cert PEM or $FTDRIVE_CA_CERT";
+}
+
+/// As `diagnose`, from the error alone (no probe of the server): a certificate not trusted, one
+/// that does not name the address used, an https:// URL for a server that does not speak TLS,
+/// another TLS failure.
+pub fn tls_cause(who: &str, url: &str, error: &(dyn Error + 'static), trust: &Trust<'_>) -> Option<String> {
+    use rustls::CertificateError::{BadSignature, NotValidForName, NotValidForNameContext, UnknownIssuer};
+    let flag = trust.flag;
+    let found = rustls_error(error)?;
+    // A CA given whose name matches the issuer's, but whose key did not sign, reads BadSignature.
+    let not_signed = matches!(found, rustls::Error::InvalidCertificate(UnknownIssuer))
+        || (trust.given.is_some() && matches!(found, rustls::Error::InvalidCertificate(BadSignature)));
+    if not_signed {
+        return Some(match trust.given {
+            Some(file) => format!(
+                "{who} at {url} presented a certificate that the CA in {} did not sign; give {flag} the CA that did",
+                file.display()
+            ),
+            None => format!(
+                "{who} at {url} presented a certificate signed by a CA that is not trusted here; give that CA with {flag}"
+            ),
+        });
+    }
+    match found {
+        rustls::Error::InvalidCertificate(why @ (NotValidForName | NotValidForNameContext { .. })) => {
+            let host = reqwest::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
+            Some(format!(
+                "{who} at {url} presented a certificate that does not name {host} ({why}); reissue it with {host} \
+                 as a subjectAltName, or reach {who} by a name the certificate holds"
+            ))
+        }
         rustls::Error::InvalidCertificate(why) => Some(format!(
             "{who} at {url} presented a certificate that cannot be verified ({why}); when a private CA \
-             signed it, give that CA with --ca-cert PEM or $FTDRIVE_CA_CERT"
+             signed it, give that CA with {flag}"
         )),
         rustls::Error::InvalidMessage(_) => {
             let plain = reqwest::Url::parse(url).map_or_else(|_| "http://".into(), |u| with_scheme(&u, "http"));
@@ -314,6 +347,33 @@ mod tests {
         assert!(matches!(wrong_name, rustls::Error::InvalidCertificate(_)), "{wrong_name:?}");
     }
 
+    /// Each certificate failure names its own fix, on the side that must make it.
+    #[test]
+    fn a_certificate_failure_names_the_fix_that_applies() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = pki(dir.path(), &["localhost", "127.0.0.1"]);
+        std::fs::create_dir_all(dir.path().join("other")).unwrap();
+        let (other_ca, _, _) = pki(&dir.path().join("other"), &["localhost"]);
+        let server = || server_config(&cert, &key).unwrap();
+        let hint = |error: rustls::Error, url: &str, trust: &Trust| {
+            tls_cause("the head", url, &std::io::Error::new(std::io::ErrorKind::InvalidData, error), trust).unwrap()
+        };
+
+        let untrusted = handshake(client_config(None).unwrap(), server(), "localhost").unwrap_err();
+        let none = Trust { flag: Trust::OWN_FLAG, given: None };
+        assert!(hint(untrusted, "https://localhost:1", &none)
+            .ends_with("give that CA with --ca-cert PEM or $FTDRIVE_CA_CERT"));
+
+        let wrong_ca = handshake(client_config(Some(&other_ca)).unwrap(), server(), "localhost").unwrap_err();
+        let given = Trust { flag: Trust::OWN_FLAG, given: Some(&other_ca) };
+        let said = hint(wrong_ca, "https://localhost:1", &given);
+        assert!(said.contains(&format!("the CA in {} did not sign", other_ca.display())), "{said}");
+
+        let wrong_name = handshake(client_config(Some(&ca)).unwrap(), server(), "example.org").unwrap_err();
+        let said = hint(wrong_name, "https://example.org:1", &given);
+        assert!(said.contains("does not name example.org") && said.contains("reissue it with example.org"), "{said}");
+    }
+
     #[test]
     fn a_key_that_does_not_go_with_the_certificate_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -362,6 +422,7 @@ mod tests {
         let url = reqwest::Url::parse(&format!("http://127.0.0.1:{port}")).unwrap();
         assert!(!speaks_tls(&url).await);
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        assert_eq!(diagnose("the head", "http://127.0.0.1:1", &refused).await, None);
+        let trust = Trust { flag: Trust::OWN_FLAG, given: None };
+        assert_eq!(diagnose("the head", "http://127.0.0.1:1", &refused, &trust).await, None);
     }
 }

@@ -15,6 +15,8 @@ pub struct Client {
     token: String,
     /// Where the token came from (`$FTDRIVE_TOKEN`, a file), named when the head refuses it.
     token_from: String,
+    /// The CA file given with `--ca-cert`, named when the head's certificate is not its.
+    ca_cert: Option<std::path::PathBuf>,
     http: reqwest::Client,
 }
 
@@ -30,7 +32,7 @@ pub struct LogChunk {
 impl Client {
     pub fn new(base: &str, token: String, token_from: String) -> Client {
         let base = if base.contains("://") { base.trim_end_matches('/').to_string() } else { format!("http://{base}") };
-        Client { base, token, token_from, http: reqwest::Client::new() }
+        Client { base, token, token_from, ca_cert: None, http: reqwest::Client::new() }
     }
 
     /// For `--head URL` (or `$FTDRIVE_HEAD`), with the token from `$FTDRIVE_TOKEN` or the
@@ -44,6 +46,7 @@ impl Client {
             let bad_ca = |e: crate::tls::TlsError| CliError::BadInput(format!("--ca-cert: {e}"));
             let builder = crate::tls::http_client(head.ca_cert.as_deref()).map_err(bad_ca)?;
             client.http = builder.build().map_err(|e| CliError::Failed(format!("cannot set up HTTPS: {e}")))?;
+            client.ca_cert = head.ca_cert.clone();
         }
         Ok(client)
     }
@@ -76,7 +79,8 @@ impl Client {
     /// Why the head did not answer: TLS's doing when it can be told (a wrong scheme, a
     /// certificate not trusted), else the error and where to look.
     async fn unreachable(&self, e: reqwest::Error) -> CliError {
-        let message = match crate::tls::diagnose("the head", &self.base, &e).await {
+        let trust = crate::tls::Trust { flag: crate::tls::Trust::OWN_FLAG, given: self.ca_cert.as_deref() };
+        let message = match crate::tls::diagnose("the head", &self.base, &e, &trust).await {
             Some(why) => format!("cannot reach the head: {why}"),
             None => format!(
                 "cannot reach the head at {}: {}\n  is `ftdrive head` running? pass --head URL or set $FTDRIVE_HEAD",

@@ -136,6 +136,8 @@ pub(super) struct ApiState {
     pub agent_backlog: std::sync::Arc<super::agents::AgentBacklog>,
     pub tokens: Tokens,
     pub http: reqwest::Client,
+    /// The CA the head verifies agents' log servers with (`--ca-cert`), named in hints.
+    pub agent_ca: Option<PathBuf>,
     /// Turns true when the head stops: agent channels and event streams end on it.
     pub closing: tokio::sync::watch::Receiver<bool>,
 }
@@ -145,10 +147,11 @@ impl ApiState {
         head: Addr<HeadActor>,
         tokens: Tokens,
         http: reqwest::Client,
+        agent_ca: Option<PathBuf>,
         closing: tokio::sync::watch::Receiver<bool>,
     ) -> ApiState {
         let agent_backlog = super::agents::AgentBacklog::new(super::agents::MAX_AGENT_MESSAGES_QUEUED);
-        ApiState { head, agent_backlog, tokens, http, closing }
+        ApiState { head, agent_backlog, tokens, http, agent_ca, closing }
     }
 }
 
@@ -186,7 +189,7 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
     let head = start_actor(options.config, store, restored, options.first_job_number, commits);
     let (closing, closing_rx) = tokio::sync::watch::channel(false);
     let closing = std::sync::Arc::new(closing);
-    let state = web::Data::new(ApiState::new(head.clone(), tokens.clone(), http, closing_rx));
+    let state = web::Data::new(ApiState::new(head.clone(), tokens.clone(), http, options.agent_ca.clone(), closing_rx));
     let server = HttpServer::new(move || {
         App::new().app_data(state.clone()).configure(input_limits).wrap(json_errors()).configure(routes)
     })
@@ -534,7 +537,9 @@ async fn job_logs(
     let locate = LocateLog { job, actor: query.actor, attempt: query.attempt, local_rank: query.local_rank };
     let source = state.head.send(locate).await.map_err(mailbox)??;
     let unreachable = |e: reqwest::Error| {
-        let why = crate::tls::tls_cause("the agent", &source.url, &e);
+        let flag = "`ftdrive head --ca-cert PEM` (the CA that signed the agents' certificates)";
+        let trust = crate::tls::Trust { flag, given: state.agent_ca.as_deref() };
+        let why = crate::tls::tls_cause("the agent", &source.url, &e, &trust);
         let why = why.unwrap_or_else(|| {
             if e.is_timeout() {
                 format!("no answer within {AGENT_REQUEST_TIMEOUT:?}")

@@ -39,7 +39,8 @@ pub async fn maintain(
                 agent.do_send(Unlinked);
             }
             Err(e) if last_logged.is_none_or(|t| t.elapsed() >= Duration::from_millis(LOG_EVERY_MS)) => {
-                match crate::tls::diagnose("the head", &head_url, &*e).await {
+                let trust = crate::tls::Trust { flag: crate::tls::Trust::OWN_FLAG, given: None };
+                match crate::tls::diagnose("the head", &head_url, &*e, &trust).await {
                     Some(why) => tracing::warn!("cannot reach the head: {why}; retrying"),
                     None => tracing::warn!("cannot reach the head at {head_url}: {e}; retrying"),
                 }

@@ -179,7 +179,7 @@ async fn no_request_panics_or_answers_anything_but_json_errors() {
     let config = HeadConfig { max_jobs: 100, ..HeadConfig::default() };
     let head = crate::head::start_actor(config, store, restored, 1, commits);
     let (_closing, closing_rx) = tokio::sync::watch::channel(false);
-    let state = web::Data::new(ApiState::new(head, tokens.clone(), reqwest::Client::new(), closing_rx));
+    let state = web::Data::new(ApiState::new(head, tokens.clone(), reqwest::Client::new(), None, closing_rx));
     let app =
         test::init_service(App::new().app_data(state).configure(input_limits).wrap(json_errors()).configure(routes))
             .await;
