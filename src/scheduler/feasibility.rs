@@ -62,7 +62,14 @@ impl Filter {
                 "infeasible: last_attempt_non_preemptible keeps the job off preemptible nodes, and no other node matches"
                     .to_string()
             }
-            Filter::FitsWhenEmpty => shortfall(survivors, &pg.bundle.times(bundles_per_node(pg))),
+            Filter::FitsWhenEmpty => {
+                let per_node = bundles_per_node(pg);
+                let what = match per_node {
+                    1 => "bundle".to_string(),
+                    n => format!("STRICT_PACK gang of {n} bundles on one node"),
+                };
+                shortfall(survivors, &pg.bundle.times(per_node), &what)
+            }
         }
     }
 }
@@ -211,8 +218,9 @@ fn bundles_when_empty(node: &Node, pg: &PlacementGroup) -> u64 {
     }
 }
 
-/// Names the first resource no single node has enough of, with the largest node's amount.
-fn shortfall(matching: &[&Node], need: &Resources) -> String {
+/// Names the first resource no single node has enough of for `what` (a bundle, or a whole
+/// STRICT_PACK gang), with the largest node's amount.
+fn shortfall(matching: &[&Node], need: &Resources, what: &str) -> String {
     for (name, want) in need.iter().filter(|(_, q)| *q > 0) {
         let largest = matching
             .iter()
@@ -221,7 +229,7 @@ fn shortfall(matching: &[&Node], need: &Resources) -> String {
         let (have, node) = largest.expect("matching is not empty");
         if have < want {
             return format!(
-                "infeasible: bundle needs {name}={}, largest node has {name}={} ({node}){}",
+                "infeasible: {what} needs {name}={}, largest node has {name}={} ({node}){}",
                 format_milli(want),
                 format_milli(have),
                 misspelt_hint(matching, name)

@@ -144,7 +144,10 @@ fn strict_pack_gang_bigger_than_any_node_is_infeasible() {
     join(&mut s, "a", 2, &[]);
     s.create_pg(1, pg(3, 3, Strategy::StrictPack, 0));
     let reason = s.pg(1).unwrap().infeasible.clone();
-    assert_eq!(reason.as_deref(), Some("infeasible: bundle needs cpu=3, largest node has cpu=2 (a)"));
+    assert_eq!(
+        reason.as_deref(),
+        Some("infeasible: STRICT_PACK gang of 3 bundles on one node needs cpu=3, largest node has cpu=2 (a)")
+    );
 }
 
 #[test]
