@@ -378,3 +378,24 @@ fn one_drain_of_a_node_holding_several_ranks_is_charged_once() {
     assert_eq!(preempted.iter().filter(|e| e.budget == BudgetKind::Preemption).count(), 1, "{:#?}", view.ledger);
     assert_eq!((view.state, view.remaining.preemption.as_i64()), (JobState::Running, 0), "it runs on n2: {view:#?}");
 }
+
+/// A failure that waits in FAILING for its peers (here a peer that takes its stop grace) is
+/// recorded as ending when its process exited, not when the wait was over.
+#[test]
+fn a_failure_that_waited_for_its_peers_ends_in_the_ledger_when_it_exited() {
+    let mut s = spec("waits", 2, 2);
+    s.retries.user = Budget::from_i64(2).unwrap();
+    let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
+    c.advance(1_000);
+    let peer_node = c.view(&job).actors[1].node.clone().unwrap();
+    c.agents.get_mut(&peer_node).unwrap().slow_to_stop = true;
+    let exited_at = c.now.as_ms();
+    c.exit_rank(&job, 0, 1);
+    c.advance(2_000);
+    c.agents.get_mut(&peer_node).unwrap().slow_to_stop = false;
+    c.crash(&peer_node); // the peer's grace runs out with its machine; the wait ends
+    c.advance(10_000);
+    let view = c.view(&job);
+    let failed = view.ledger.iter().find(|e| e.cause == Cause::UserError).expect("the crash was decided");
+    assert_eq!(failed.end_ms, exited_at, "{:#?}", view.ledger);
+}

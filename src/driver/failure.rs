@@ -69,7 +69,9 @@ impl Driver {
             let Some(failed) = self.pending.remove(&ix) else { continue };
             self.timers.stop(Timer::Attribution(ix));
             let verdict = self.attribute(ix, &failed);
-            self.settle_attempt(now, ix, failed.run, verdict, Some(failed.status));
+            // The attempt ended when its process exited, not when the wait for its peers did.
+            let run = Run { exited: Some((failed.status, failed.at)), ..failed.run };
+            self.settle_attempt(now, ix, run, verdict, Some(failed.status));
         }
     }
 
