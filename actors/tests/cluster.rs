@@ -80,6 +80,9 @@ fn draining_a_node_preempts_its_actor_and_undrain_takes_it_back() {
     // A second drain changes nothing, and says so rather than claim its own deadline.
     let again = c.ftdrive(&["drain", &node, "--deadline-ms", "500"]);
     assert!(again.contains("already draining and keeps the deadline it was first given (not 500 ms)"), "{again}");
+    let answer: serde_json::Value = serde_json::from_str(&c.ftdrive(&["drain", &node, "--output", "json"])).unwrap();
+    assert_eq!((answer["state"].as_str(), answer["cordoned"].as_bool()), (Some("DRAINING"), Some(true)), "{answer}");
+    assert!(answer.get("deadline_ms").is_none(), "the first deadline stands: {answer}");
     let job = c.wait_for_job(&id, "it succeeds elsewhere", |j| j["state"] == "SUCCEEDED");
     let first = &job["ledger"][0];
     assert_eq!((first["cause"].as_str(), first["budget"].as_str()), (Some("preempted"), Some("preemption")), "{job:#}");
@@ -173,6 +176,8 @@ fn stop_ends_the_job_and_every_process_and_submit_exits_3() {
     c.wait_until("no process of the job remains", |c| c.processes(None).is_empty());
     let again = c.ftdrive(&["stop", "j1"]);
     assert_eq!(again.trim(), "j1 (stopped) is STOPPED");
+    let answer: serde_json::Value = serde_json::from_str(&c.ftdrive(&["stop", "j1", "--output", "json"])).unwrap();
+    assert_eq!(answer["state"], "STOPPED", "{answer}");
 }
 
 #[test]

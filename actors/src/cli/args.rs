@@ -218,6 +218,9 @@ pub struct LogsArgs {
 pub struct JobArg {
     /// A job id, e.g. `j1`.
     pub job: String,
+    /// `json` prints the head's answer, one document, for scripts.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
     #[command(flatten)]
     pub head: HeadUrl,
 }
@@ -232,6 +235,9 @@ pub struct DrainArgs {
     /// and re-placed elsewhere. At most a day.
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(..=ftdrive::spec::MAX_DELAY_MS))]
     pub deadline_ms: u64,
+    /// `json` prints the head's answer, one document, for scripts.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
     #[command(flatten)]
     pub head: HeadUrl,
 }
@@ -240,6 +246,9 @@ pub struct DrainArgs {
 pub struct NodeArg {
     /// The node's name, as `ftdrive nodes` lists it.
     pub node: String,
+    /// `json` prints the head's answer, one document, for scripts.
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
     #[command(flatten)]
     pub head: HeadUrl,
 }

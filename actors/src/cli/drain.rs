@@ -1,7 +1,7 @@
 //! `ftdrive drain NODE`: the node's work moves elsewhere, and it takes no new work until
 //! `ftdrive undrain NODE`, even after a reboot.
 
-use super::args::DrainArgs;
+use super::args::{DrainArgs, Output};
 use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::out;
@@ -19,11 +19,22 @@ pub(super) struct DrainAnswer {
     pub deadline_ms: Option<u64>,
 }
 
+impl DrainAnswer {
+    pub(super) fn read(body: serde_json::Value) -> Result<DrainAnswer, CliError> {
+        serde_json::from_value(body).map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
+    }
+}
+
 pub fn run(args: DrainArgs) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.head)?;
     super::block_on(async move {
         let path = format!("/v1/nodes/{}/drain", args.node);
-        let answer: DrainAnswer = client.post(&path, json!({"deadline_ms": args.deadline_ms})).await?;
+        let body: serde_json::Value = client.post(&path, json!({"deadline_ms": args.deadline_ms})).await?;
+        if args.output == Output::Json {
+            out::json(&body)?;
+            return Ok(Outcome::Done);
+        }
+        let answer = DrainAnswer::read(body)?;
         let node = &args.node;
         let now = match (answer.state, answer.deadline_ms) {
             (NodeState::Dead, _) => format!("{node} is DEAD; once its agent registers again, it"),

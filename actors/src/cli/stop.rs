@@ -1,6 +1,6 @@
 //! `ftdrive stop JOB`: stop a job; its processes get SIGTERM, then SIGKILL after the grace.
 
-use super::args::JobArg;
+use super::args::{JobArg, Output};
 use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::out;
@@ -12,6 +12,10 @@ pub fn run(args: JobArg) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.head)?;
     super::block_on(async move {
         let view: JobView = client.post(&format!("/v1/jobs/{}/stop", args.job), Value::Null).await?;
+        if args.output == Output::Json {
+            out::json(&view)?;
+            return Ok(Outcome::Done);
+        }
         let text = match view.state {
             // A stop changes nothing once the outcome is decided; saying "stopping" would not be true.
             JobState::Succeeded | JobState::Failed => {

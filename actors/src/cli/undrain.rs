@@ -1,6 +1,6 @@
 //! `ftdrive undrain NODE`: withdraw an operator's drain; the node takes new work again.
 
-use super::args::NodeArg;
+use super::args::{NodeArg, Output};
 use super::client::Client;
 use super::drain::DrainAnswer;
 use super::error::{CliError, Outcome};
@@ -11,7 +11,12 @@ use serde_json::json;
 pub fn run(args: NodeArg) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.head)?;
     super::block_on(async move {
-        let answer: DrainAnswer = client.post(&format!("/v1/nodes/{}/undrain", args.node), json!({})).await?;
+        let body: serde_json::Value = client.post(&format!("/v1/nodes/{}/undrain", args.node), json!({})).await?;
+        if args.output == Output::Json {
+            out::json(&body)?;
+            return Ok(Outcome::Done);
+        }
+        let answer = DrainAnswer::read(body)?;
         let node = &args.node;
         let text = match answer.state {
             NodeState::Alive => format!("{node} is ALIVE: new work may be placed there"),
