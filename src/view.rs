@@ -118,6 +118,17 @@ pub struct NodeView {
     pub metrics_url: Option<String>,
 }
 
+impl JobView {
+    /// Why `local_rank` names no worker of this job's actors, if it names none (the CLI and the
+    /// log API say it alike).
+    pub fn no_such_worker(&self, local_rank: u32) -> Option<String> {
+        (local_rank >= self.nproc_per_node).then(|| {
+            let n = self.nproc_per_node;
+            format!("{} runs {n} worker(s) per actor, local ranks 0 to {}", self.id, n.saturating_sub(1))
+        })
+    }
+}
+
 /// A job as its driver and the scheduler see it; `waiting` is why it waits, when it does.
 pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<String>) -> JobView {
     let actors = d

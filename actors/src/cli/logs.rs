@@ -17,13 +17,8 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.head)?;
     super::block_on(async move {
         let view: JobView = client.get(&format!("/v1/jobs/{}", args.job)).await?;
-        if let Some(local_rank) = args.local_rank.filter(|l| *l >= view.nproc_per_node) {
-            return Err(CliError::BadInput(format!(
-                "--local-rank {local_rank}: {} runs {} worker(s) per actor, local ranks 0 to {}",
-                view.id,
-                view.nproc_per_node,
-                view.nproc_per_node - 1
-            )));
+        if let Some((local_rank, why)) = args.local_rank.and_then(|l| view.no_such_worker(l).map(|why| (l, why))) {
+            return Err(CliError::BadInput(format!("--local-rank {local_rank}: {why}")));
         }
         let wanted = args.actor.as_deref().map(|actor| actor_index(actor, &view.id, view.actors.len())).transpose()?;
         let view = if args.follow { until_started(&client, view, wanted).await? } else { view };

@@ -240,13 +240,8 @@ impl Handler<LocateLog> for HeadActor {
             let last = view.actors.len().saturating_sub(1);
             ApiError::NotFound(format!("job {job} has actors {job}/0 to {job}/{last}; there is no actor {}", msg.actor))
         })?;
-        if let Some(local_rank) = msg.local_rank.filter(|l| *l >= view.nproc_per_node) {
-            return Err(ApiError::BadRequest(format!(
-                "local_rank {local_rank}: {} runs {} worker(s) per actor, local ranks 0 to {}",
-                msg.job,
-                view.nproc_per_node,
-                view.nproc_per_node - 1
-            )));
+        if let Some((local_rank, why)) = msg.local_rank.and_then(|l| view.no_such_worker(l).map(|why| (l, why))) {
+            return Err(ApiError::BadRequest(format!("local_rank {local_rank}: {why}")));
         }
         let attempt = msg.attempt.unwrap_or(actor.attempt);
         if attempt == 0 || attempt > actor.attempt {
