@@ -258,9 +258,11 @@ pub(crate) fn friendlier(message: &str) -> String {
     ] {
         message = message.replace(&format!("expected {rust}"), &format!("expected {json}"));
     }
-    if let Some(at) = message.find("expected struct ") {
-        let name_len = message[at + 16..].find(|c: char| !c.is_alphanumeric()).unwrap_or(message.len() - at - 16);
-        message.replace_range(at..at + 16 + name_len, "expected a JSON object");
+    const STRUCT: &str = "expected struct ";
+    if let Some(at) = message.find(STRUCT) {
+        let name = at + STRUCT.len();
+        let end = message[name..].find(|c: char| !c.is_alphanumeric()).map_or(message.len(), |len| name + len);
+        message.replace_range(at..end, "expected a JSON object");
     }
     let message = match message.find(" at line ") {
         Some(cut) => message[..cut].to_string(),
@@ -538,10 +540,16 @@ fn check_whole_gpus(bundle: &Resources) -> Result<(), SpecError> {
 }
 
 fn check_delay(field: &str, ms: u64) -> Result<u64, SpecError> {
-    if ms > MAX_DELAY_MS {
-        return Err(SpecError::new(field, format!("is {ms} ms; at most {MAX_DELAY_MS} (one day) is allowed")));
+    match delay_too_long(ms) {
+        Some(why) => Err(SpecError::new(field, why)),
+        None => Ok(ms),
     }
-    Ok(ms)
+}
+
+/// The one bound on a delay or deadline anywhere (a spec's `*_ms`, a drain's deadline): why
+/// `ms` is too long, if it is.
+pub fn delay_too_long(ms: u64) -> Option<String> {
+    (ms > MAX_DELAY_MS).then(|| format!("is {ms} ms; at most {MAX_DELAY_MS} (one day) is allowed"))
 }
 
 #[cfg(test)]

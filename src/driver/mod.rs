@@ -361,13 +361,13 @@ impl Driver {
         driver
     }
 
-    /// A driver as a head that restarted finds it: its state snapshot, with the spec and
-    /// ledger the store kept apart.
     /// Test-only switch: break FC-1 (`PolicyFault::ChargeEveryRank`).
     pub fn inject_charge_every_rank(&mut self) {
         self.charge_every_rank = true;
     }
 
+    /// A driver as a head that restarted finds it: its state snapshot, with the spec and
+    /// ledger the store kept apart.
     pub fn restore(mut snapshot: Driver, spec: JobSpec, ledger: Vec<LedgerEntry>) -> Self {
         assert_eq!(snapshot.actors.len() as u32, spec.actor_count(), "job {}: snapshot and spec disagree", snapshot.id);
         snapshot.spec = spec;

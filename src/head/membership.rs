@@ -175,9 +175,7 @@ impl Head {
         deadline_ms: u64,
     ) -> Result<Reply, Rejected> {
         let ix = self.live_node_ix(&node)?;
-        if deadline_ms > crate::spec::MAX_DELAY_MS {
-            return Err(Rejected::DeadlineTooLong(deadline_ms));
-        }
+        check_deadline(deadline_ms)?;
         let record = self.liveness.get_mut(ix).expect("known node has a record");
         if !record.leaving {
             record.leaving = true;
@@ -192,9 +190,7 @@ impl Head {
     /// DRAINING.
     pub(super) fn drain(&mut self, now: Instant, node: NodeId, deadline_ms: u64) -> Result<Reply, Rejected> {
         let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::NoSuchNode(node.clone()))?;
-        if deadline_ms > crate::spec::MAX_DELAY_MS {
-            return Err(Rejected::DeadlineTooLong(deadline_ms));
-        }
+        check_deadline(deadline_ms)?;
         let record = self.liveness.get_mut(ix).expect("known node has a record");
         if !record.cordoned {
             record.cordoned = true;
@@ -298,4 +294,9 @@ impl Head {
             self.feed(now, pg, DriverInput::BundlesLost { actors, loss });
         }
     }
+}
+
+/// A drain's deadline is bounded as every delay is (u64::MAX would never come).
+fn check_deadline(deadline_ms: u64) -> Result<(), Rejected> {
+    crate::spec::delay_too_long(deadline_ms).map_or(Ok(()), |why| Err(Rejected::DeadlineTooLong(why)))
 }

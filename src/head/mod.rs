@@ -152,8 +152,8 @@ pub enum Rejected {
     BadRegistration(NodeId, String),
     #[error("node `{0}` reported on attempt {1}, which runs on another node; a node reports only on its own")]
     NotItsAttempt(NodeId, AttemptKey),
-    #[error("a drain deadline of {0} ms is longer than the {max} ms (one day) allowed", max = crate::spec::MAX_DELAY_MS)]
-    DeadlineTooLong(u64),
+    #[error("the drain deadline {0}; give a shorter one")]
+    DeadlineTooLong(String),
     #[error(
         "node `{0}` cannot be undrained: its own agent announced that the machine is going away (SIGTERM or a \
          cloud's preemption notice); the node is ALIVE again once its agent starts anew and registers"

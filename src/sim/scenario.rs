@@ -261,9 +261,8 @@ impl Scenario {
             match &self.events[i].what {
                 Fault::NodeDrain { node, deadline_ms } | Fault::OperatorDrain { node, deadline_ms } => {
                     known_node(nodes, node)?;
-                    if *deadline_ms > crate::spec::MAX_DELAY_MS {
-                        let max = crate::spec::MAX_DELAY_MS;
-                        return Err(err(field("deadline_ms"), format!("is {deadline_ms}; at most {max} (one day)")));
+                    if let Some(why) = crate::spec::delay_too_long(*deadline_ms) {
+                        return Err(err(field("deadline_ms"), why));
                     }
                 }
                 Fault::NodeCrash { node } | Fault::AgentRestart { node } | Fault::OperatorUndrain { node } => {

@@ -30,9 +30,9 @@ pub struct LogChunk {
 }
 
 impl Client {
+    /// For a head at `base`, a URL with scheme and no trailing slash (`head_base_url`'s).
     pub fn new(base: &str, token: String, token_from: String) -> Client {
-        let base = if base.contains("://") { base.trim_end_matches('/').to_string() } else { format!("http://{base}") };
-        Client { base, token, token_from, ca_cert: None, http: reqwest::Client::new() }
+        Client { base: base.to_string(), token, token_from, ca_cert: None, http: reqwest::Client::new() }
     }
 
     /// For `--head URL` (or `$FTDRIVE_HEAD`), with the token from `$FTDRIVE_TOKEN` or the

@@ -30,7 +30,7 @@ pub async fn follow(
     progress: Progress,
 ) -> Result<Outcome, CliError> {
     // Registered before anything is printed: whoever sees our output may press Ctrl-C at once.
-    let watch = |kind| signal(kind).map_err(|e| CliError::Failed(format!("cannot watch for Ctrl-C: {e}")));
+    let watch = |kind| signal(kind).map_err(|e| CliError::Failed(format!("cannot watch for Ctrl-C and SIGTERM: {e}")));
     let mut interrupt = watch(SignalKind::interrupt())?;
     // An embedded cluster dies with us: SIGTERM (a CI runner's timeout) stops the job as Ctrl-C
     // does. Following a real head, SIGTERM keeps its default: we go, the job runs on.

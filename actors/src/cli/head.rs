@@ -61,15 +61,15 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
 /// anything is written, rather than failing at the bind as if the port were taken.
 fn check_listen(listen: &str) -> Result<(), CliError> {
     use std::net::ToSocketAddrs;
-    match listen.to_socket_addrs().map(|mut addrs| addrs.next()) {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) => Err(CliError::BadInput(format!("--listen `{listen}` names no address"))),
-        Err(e) => Err(CliError::BadInput(format!(
-            "--listen `{listen}`: {e}; give HOST:PORT, such as 127.0.0.1:{} or 0.0.0.0:{} (port 0: any free port)",
-            super::DEFAULT_HEAD_PORT,
-            super::DEFAULT_HEAD_PORT
-        ))),
-    }
+    let why = match listen.to_socket_addrs().map(|mut addrs| addrs.next()) {
+        Ok(Some(_)) => return Ok(()),
+        Ok(None) => "names no address".to_string(),
+        Err(e) => e.to_string(),
+    };
+    let port = super::DEFAULT_HEAD_PORT;
+    Err(CliError::BadInput(format!(
+        "--listen `{listen}`: {why}; give HOST:PORT, such as 127.0.0.1:{port} or 0.0.0.0:{port} (port 0: any free port)"
+    )))
 }
 
 /// One descriptor per agent connection: the usual soft limit (1,024) would stop a head at about

@@ -35,10 +35,9 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
 /// The actors whose output there is: the one asked for, or every one that has started; or
 /// why there is none yet.
 fn started(view: &JobView, wanted: Option<u32>) -> Result<Vec<u32>, NotStarted<'_>> {
-    let actors: Vec<u32> = match wanted {
-        Some(actor) => vec![actor].into_iter().filter(|a| view.actors[*a as usize].attempt > 0).collect(),
-        None => view.actors.iter().enumerate().filter(|(_, a)| a.attempt > 0).map(|(i, _)| i as u32).collect(),
-    };
+    let actors: Vec<u32> = (0..view.actors.len() as u32)
+        .filter(|i| wanted.is_none_or(|w| w == *i) && view.actors[*i as usize].attempt > 0)
+        .collect();
     if actors.is_empty() {
         return Err(NotStarted { view, wanted });
     }
