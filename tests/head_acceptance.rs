@@ -352,3 +352,42 @@ fn a_restarted_head_readopts_running_attempts_and_charges_nothing() {
     assert_eq!(done.state, JobState::Succeeded);
     assert!(done.ledger[before.ledger.len()..].iter().all(|e| e.cause == Cause::Completed && e.cycle == 2));
 }
+
+/// An agent's report to a restarted head can arrive after messages it sent later (the network
+/// may reorder them): an attempt this head started since its restart is not judged by a report
+/// written before the start reached the agent.
+#[test]
+fn a_report_overtaken_by_a_later_start_loses_nothing() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    let mut s = spec("overtaken", 1, 1);
+    s.retries.user = Budget::from_i64(2).unwrap();
+    let job = c.submit(s);
+    let first: AttemptKey = c.running_of(&job).next().expect("running").clone();
+    let incarnation = c.agents["n1"].protocol.incarnation();
+
+    c.head = ftdrive::head::Head::restore(c.head.config().clone(), c.store.read(), c.now);
+    assert!(c.head.recovering());
+    c.exit_rank(&job, 0, 1); // reaches the new head before the agent's report does
+    c.advance(500);
+    let second: AttemptKey = c.running_of(&job).next().expect("restarted after its backoff").clone();
+    assert_eq!(second.attempt, 2);
+    let written_before_the_start = ftdrive::protocol::Registration {
+        node: ftdrive::NodeId::new("n1"),
+        incarnation,
+        resources: cpu(1),
+        labels: ftdrive::Labels::new(),
+        addr: "10.0.0.1".into(),
+        devices: None,
+        log_url: String::new(),
+        identity: String::new(),
+        running: Vec::new(),
+        ended: vec![first],
+    };
+    c.input(ftdrive::head::Input::Register(Box::new(written_before_the_start)));
+    assert!(!c.head.recovering(), "the report came");
+    let view = c.view(&job);
+    let causes: Vec<Cause> = view.ledger.iter().map(|e| e.cause).collect();
+    assert_eq!(causes, [Cause::UserError], "attempt 2 was not taken for lost: {:?}", view.ledger);
+    assert_eq!((view.actors[0].attempt, view.actors[0].state), (2, ActorState::Running));
+}

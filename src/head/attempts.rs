@@ -11,6 +11,8 @@ struct LiveAttempt {
     spec: StartSpec,
     acked: bool,
     stop_grace_ms: Option<u64>,
+    /// Known from the durable state of an earlier run of the head, not started by this one.
+    restored: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -24,9 +26,19 @@ impl AttemptIndex {
     pub fn started(&mut self, node: NodeIx, spec: StartSpec) {
         let key = spec.key.clone();
         self.node_of.insert(key.clone(), node);
-        let previous =
-            self.by_node.entry(node).or_default().insert(key, LiveAttempt { spec, acked: false, stop_grace_ms: None });
+        let previous = self
+            .by_node
+            .entry(node)
+            .or_default()
+            .insert(key, LiveAttempt { spec, acked: false, stop_grace_ms: None, restored: false });
         assert!(previous.is_none(), "attempt started twice");
+    }
+
+    /// An attempt an earlier run of the head started, as its durable state has it.
+    pub fn restored(&mut self, node: NodeIx, spec: StartSpec) {
+        let key = spec.key.clone();
+        self.started(node, spec);
+        self.by_node.get_mut(&node).and_then(|m| m.get_mut(&key)).expect("just started").restored = true;
     }
 
     /// Whether `key` is live on a node other than `node` (so `node` may not report on it).
@@ -60,9 +72,26 @@ impl AttemptIndex {
     /// Attempts on `node` whose start was confirmed but that a restarted agent neither runs
     /// (`running`) nor owes an end report for (`ended`).
     pub fn missing(&self, node: NodeIx, running: &[AttemptKey], ended: &[AttemptKey]) -> Vec<AttemptKey> {
+        self.missing_where(node, running, ended, |_| true)
+    }
+
+    /// As `missing`, among the attempts an earlier run of the head started: the report an
+    /// agent makes to a restarted head may have been written before this head's first starts
+    /// reached it (a message can overtake another), so those starts are not judged by it.
+    pub fn missing_since_restart(&self, node: NodeIx, running: &[AttemptKey], ended: &[AttemptKey]) -> Vec<AttemptKey> {
+        self.missing_where(node, running, ended, |a| a.restored)
+    }
+
+    fn missing_where(
+        &self,
+        node: NodeIx,
+        running: &[AttemptKey],
+        ended: &[AttemptKey],
+        judged: impl Fn(&LiveAttempt) -> bool,
+    ) -> Vec<AttemptKey> {
         let Some(live) = self.by_node.get(&node) else { return Vec::new() };
         live.iter()
-            .filter(|(key, a)| a.acked && !running.contains(key) && !ended.contains(key))
+            .filter(|(key, a)| a.acked && judged(a) && !running.contains(key) && !ended.contains(key))
             .map(|(key, _)| key.clone())
             .collect()
     }

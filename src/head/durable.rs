@@ -200,7 +200,7 @@ impl Head {
             let node = self.scheduler.node_ix(&run.node).expect("an attempt's node is known");
             let spec = driver.start_spec(ix as u32).expect("a live run has a start");
             let key = spec.key.clone();
-            self.attempts.started(node, spec);
+            self.attempts.restored(node, spec);
             if run.acked {
                 self.attempts.acked(node, &key);
             }

@@ -55,7 +55,8 @@ impl Head {
                 self.liveness.get_mut(ix).expect("record").addr = agent.addr.clone();
                 self.heard_from(ix, now);
                 if self.reported(ix) {
-                    self.lose_missing(now, ix, &agent, "was not running there when the head restarted");
+                    let gone = self.attempts.missing_since_restart(ix, &agent.running, &agent.ended);
+                    self.lose_attempts(now, ix, &node, gone, "was not running there when the head restarted");
                 }
                 return Ok(Reply::Done);
             }
@@ -115,18 +116,18 @@ impl Head {
             reattached: agent.running.len() as u32,
             lost: gone.len() as u32,
         });
-        self.lose_missing(now, ix, &agent, "was gone when its agent restarted");
+        self.lose_attempts(now, ix, &agent.node, gone, "was gone when its agent restarted");
     }
 
     /// Attempts whose start `node` confirmed but that its registration neither lists running
-    /// nor owes an end for: their processes are gone.
-    fn lose_missing(&mut self, now: Instant, ix: NodeIx, agent: &Registration, how: &str) {
+    /// nor owes an end for (`AttemptIndex::missing`): their processes are gone.
+    fn lose_attempts(&mut self, now: Instant, ix: NodeIx, node: &NodeId, gone: Vec<AttemptKey>, how: &str) {
         let draining = self.scheduler.node(ix).state == NodeState::Draining;
-        for key in self.attempts.missing(ix, &agent.running, &agent.ended) {
+        for key in gone {
             self.attempts.ended(ix, &key);
             let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) else { continue };
-            let evidence = format!("{key} on {} {how}", agent.node);
-            let loss = Loss { node: agent.node.clone(), preemptible: false, draining, silent_since: now, evidence };
+            let evidence = format!("{key} on {node} {how}");
+            let loss = Loss { node: node.clone(), preemptible: false, draining, silent_since: now, evidence };
             self.feed(now, pg, DriverInput::AttemptLost { key, loss });
         }
     }
