@@ -24,6 +24,9 @@ pub struct HeadConfig {
     pub retain_finished: usize,
     /// How long a finished job is kept.
     pub retain_finished_ms: u64,
+    /// DEAD nodes kept for `ftdrive nodes` and a possible return (the longest dead beyond this
+    /// are forgotten, except those the operator drained).
+    pub retain_dead_nodes: usize,
     /// Seed for backoff jitter; the same seed and inputs give the same effects.
     pub seed: u64,
 }
@@ -40,6 +43,7 @@ impl Default for HeadConfig {
             max_nodes: 100_000,
             retain_finished: 1_000,
             retain_finished_ms: 7 * 86_400_000,
+            retain_dead_nodes: 1_000,
             seed: 0,
         }
     }

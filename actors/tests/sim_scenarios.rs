@@ -175,6 +175,19 @@ const EXPECTED: &[(&str, Expectation)] = &[
         );
         assert_eq!(cycles[1]["ranks"][0], "g/0", "actor 0 keeps rank 0 on its new node");
     }),
+    ("dead_node_forgotten_rejoins_as_new", |r| {
+        assert_eq!(r.summary["stats"]["faults_without_target"], 1, "the forget of the ALIVE node was refused");
+        let feasibility: Vec<&Value> = r.events("feasibility");
+        let reasons: Vec<Option<&str>> = feasibility.iter().map(|e| e["infeasible"].as_str()).collect();
+        assert_eq!(
+            reasons,
+            [Some("infeasible: no node matches node_selector kind=gpu"), None],
+            "forgotten, the only matching node no longer counts; the machine's return does"
+        );
+        assert_eq!(feasibility[0]["t_ms"], 12000, "at the forget, not at the death");
+        assert_eq!(r.state("g"), "SUCCEEDED");
+        assert_eq!(r.ledger("g"), vec![pair("node_lost", "system"), pair("completed", "none")]);
+    }),
     ("packed_gang_node_lost_charged_once", |r| {
         assert_eq!((r.state("p"), r.job("p")["cycles"].as_u64()), ("SUCCEEDED", Some(2)));
         let lost: Vec<(String, String)> = r.ledger("p").into_iter().filter(|(c, _)| c == "node_lost").collect();

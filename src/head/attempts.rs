@@ -103,7 +103,6 @@ impl AttemptIndex {
         }
     }
 
-    #[cfg(test)]
     pub fn live_on(&self, node: NodeIx) -> usize {
         self.by_node.get(&node).map_or(0, BTreeMap::len)
     }

@@ -40,6 +40,8 @@ pub enum Durable {
         id: JobId,
         pg: PgId,
     },
+    /// A DEAD node was forgotten (`forget.rs`): its record goes.
+    ForgottenNode(NodeId),
     Counters,
 }
 
@@ -143,6 +145,8 @@ impl Head {
             NodeState::Dead => {
                 self.scheduler.kill_node(ix);
                 self.liveness.mark_dead(ix);
+                // Restored in name order at one instant: retention takes them in that order.
+                self.note_dead(now, ix);
                 None
             }
         }
@@ -260,6 +264,7 @@ impl Head {
                     None => continue,
                 },
                 DirtyKey::Forgotten(pg, id) => Durable::Forgotten { id, pg },
+                DirtyKey::ForgottenNode(name) => Durable::ForgottenNode(name),
             };
             self.effects.push_back(super::Effect::Persist(durable));
         }
@@ -340,4 +345,5 @@ pub(super) enum DirtyKey {
     Node(NodeIx),
     Job(PgId),
     Forgotten(PgId, JobId),
+    ForgottenNode(NodeId),
 }

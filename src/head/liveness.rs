@@ -97,6 +97,12 @@ impl Liveness {
         records.filter(|(_, r)| r.as_ref().is_some_and(|r| r.alive && silent(r))).map(|(ix, _)| ix as NodeIx).collect()
     }
 
+    /// The node was forgotten: nothing of it is kept (a stale expiry finds no record).
+    pub fn forget(&mut self, ix: NodeIx) {
+        let record = self.records.get_mut(ix as usize).and_then(Option::take);
+        assert!(record.is_some_and(|r| !r.alive), "forgetting a node that is not dead");
+    }
+
     pub fn mark_dead(&mut self, ix: NodeIx) {
         if let Some(record) = self.get_mut(ix) {
             record.alive = false;

@@ -5,7 +5,8 @@
 //! - **MB-1 a cordon holds.** A node the operator drained (`Input::Drain`) is never ALIVE until
 //!   the operator undrains it: not after an agent restart, a head restart, or its death and a
 //!   new registration in its name. `register` drains a cordoned node as it joins; only
-//!   `undrain` lifts the cordon. `check_cordons` asserts it.
+//!   `undrain` lifts the cordon — or the operator's `forget` of the DEAD node, after which the
+//!   name is new (FG-2 in `forget.rs`). `check_cordons` asserts it.
 
 use super::{check_name, Effect, Head, Rejected, Reply};
 use crate::driver::{DriverInput, Loss};
@@ -39,7 +40,7 @@ impl Head {
         crate::resources::check_labels(&agent.labels).map_err(|e| Rejected::BadRegistration(node.clone(), e))?;
         crate::resources::check_kinds(&agent.resources).map_err(|e| Rejected::BadRegistration(node.clone(), e))?;
         let known = self.scheduler.node_ix(&node);
-        if known.is_none() && self.scheduler.node_count() >= self.config.max_nodes {
+        if known.is_none() && self.scheduler.node_count() >= self.config.max_nodes && !self.make_room() {
             return Err(Rejected::TooManyNodes(self.scheduler.node_count()));
         }
         if let Some(ix) = known {
@@ -76,6 +77,7 @@ impl Head {
             }
         }
         let ix = self.scheduler.add_node(node.clone(), agent.resources, agent.labels, agent.devices);
+        self.note_rejoined(ix);
         self.liveness.register(ix, agent.addr, agent.incarnation, now, self.config.node_timeout_ms);
         self.scheduler.clear_suspect(ix);
         self.reported(ix);
@@ -285,6 +287,7 @@ impl Head {
         self.attempts.node_lost(ix);
         self.touch_node(ix);
         let lost = self.scheduler.kill_node(ix);
+        self.note_dead(now, ix);
         self.notify(Event::NodeState { node: name.clone(), state: NodeState::Dead, evidence: evidence.clone() });
         let mut by_job: BTreeMap<PgId, Vec<u32>> = BTreeMap::new();
         for (pg, actor) in lost {

@@ -20,6 +20,7 @@
 
 mod attempts;
 mod durable;
+mod forget;
 mod liveness;
 mod membership;
 
@@ -92,6 +93,11 @@ pub enum Input {
     Undrain {
         node: NodeId,
     },
+    /// The operator's `ftdrive forget`: a DEAD node leaves the head, records and all; a node
+    /// registering in its name later is new (`forget.rs`).
+    Forget {
+        node: NodeId,
+    },
     /// A job submission; `id` is minted by the head when absent.
     Submit {
         id: Option<JobId>,
@@ -159,6 +165,11 @@ pub enum Rejected {
          cloud's preemption notice); the node is ALIVE again once its agent starts anew and registers"
     )]
     LeavingNode(NodeId),
+    #[error(
+        "node `{0}` is {1}, and only a DEAD node can be forgotten: stop its agent (after `ftdrive drain {0}` to \
+         move its work away); the head declares it DEAD once `node_timeout_ms` passes without a heartbeat"
+    )]
+    NotDead(NodeId, &'static str),
 }
 
 /// What the head asks its runtime to do.
@@ -207,6 +218,8 @@ pub struct Head {
     recovery: Option<Recovery>,
     /// Finished jobs kept for `status`, oldest first.
     finished: BTreeSet<(Instant, PgId)>,
+    /// DEAD nodes, longest dead first (`forget.rs`).
+    dead_nodes: BTreeSet<(Instant, NodeIx)>,
 }
 
 impl Head {
@@ -232,6 +245,7 @@ impl Head {
             dirty: BTreeSet::new(),
             recovery: None,
             finished: BTreeSet::new(),
+            dead_nodes: BTreeSet::new(),
         }
     }
 
@@ -283,12 +297,14 @@ impl Head {
             Input::PreemptionNotice { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms)?,
             Input::Drain { node, deadline_ms } => self.drain(now, node, deadline_ms)?,
             Input::Undrain { node } => self.undrain(node)?,
+            Input::Forget { node } => self.forget_named(node)?,
             Input::Submit { id, spec } => self.submit(now, id, *spec)?,
             Input::Stop { job } => self.stop(now, job)?,
             Input::LinkLost { node } => self.link_lost(node),
         };
         self.settle(now);
         self.trim_finished();
+        self.trim_dead_nodes();
         self.emit_persists();
         Ok(reply)
     }
@@ -308,6 +324,7 @@ impl Head {
         }
         self.settle(now);
         self.trim_finished();
+        self.trim_dead_nodes();
         self.emit_persists();
     }
 

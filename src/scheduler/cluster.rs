@@ -7,8 +7,9 @@ use crate::resources::{is_preemptible, Devices, Labels, Resources};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A node's position in the cluster table; stable for the life of the head, even across a
-/// node's death and rejoin.
+/// A node's position in the cluster table; stable while the head knows the node, across its
+/// death and rejoin. A node forgotten (`Cluster::forget`) frees its position for the next new
+/// name.
 pub type NodeIx = u32;
 
 /// Index of a resource name in the [`ResourceTable`].
@@ -22,6 +23,17 @@ pub enum NodeState {
     /// A preemption notice was received; nothing new is placed here.
     Draining,
     Dead,
+}
+
+impl NodeState {
+    /// As the API and the command line spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeState::Alive => "ALIVE",
+            NodeState::Draining => "DRAINING",
+            NodeState::Dead => "DEAD",
+        }
+    }
 }
 
 /// Resource names interned to small indices so that fit checks index vectors, not maps.
@@ -256,11 +268,15 @@ impl NameIndex {
     }
 }
 
-/// All nodes ever seen, and the load-ordered index of the ALIVE ones.
+/// Every node the head knows (seen and not forgotten), and the load-ordered index of the ALIVE
+/// ones.
 #[derive(Clone, Debug)]
 pub struct Cluster {
     pub table: ResourceTable,
+    /// By `NodeIx`; a forgotten node's position stays (vacant) until a new name takes it.
     nodes: Vec<Node>,
+    /// Positions of forgotten nodes, reused lowest first.
+    vacant: BTreeSet<NodeIx>,
     by_name: BTreeMap<NodeId, NodeIx>,
     lookup: NameIndex,
     /// Each node's name by index, compact: checks a `NodeId`'s hint without touching `nodes`.
@@ -276,6 +292,7 @@ impl Cluster {
         Cluster {
             table: ResourceTable::default(),
             nodes: Vec::new(),
+            vacant: BTreeSet::new(),
             by_name: BTreeMap::new(),
             lookup: NameIndex::default(),
             names: Vec::new(),
@@ -325,11 +342,21 @@ impl Cluster {
                 ix
             }
             None => {
-                let ix = NodeIx::try_from(self.nodes.len()).expect("fewer than 2^32 nodes");
-                self.nodes.push(node);
+                let ix = match self.vacant.pop_first() {
+                    Some(ix) => {
+                        self.nodes[ix as usize] = node;
+                        self.names[ix as usize] = name.clone();
+                        ix
+                    }
+                    None => {
+                        let ix = NodeIx::try_from(self.nodes.len()).expect("fewer than 2^32 nodes");
+                        self.nodes.push(node);
+                        self.names.push(name.clone());
+                        ix
+                    }
+                };
                 self.by_name.insert(name.clone(), ix);
                 self.lookup.insert(ix, &name);
-                self.names.push(name.clone());
                 ix
             }
         };
@@ -369,6 +396,27 @@ impl Cluster {
         node.free_devices = node.devices;
         node.load = 0;
         lost
+    }
+
+    /// A DEAD node leaves the table: its name is unknown from now on (a node registering in it
+    /// is new), and its position goes to the next new name.
+    pub fn forget(&mut self, ix: NodeIx) {
+        let node = &self.nodes[ix as usize];
+        assert_eq!(node.state, NodeState::Dead, "forgetting {} which is {:?}", node.name, node.state);
+        assert!(node.bundles.is_empty(), "forgetting {} which holds bundles", node.name);
+        assert!(!self.vacant.contains(&ix), "forgetting {} twice", node.name);
+        let removed = self.by_name.remove(&node.name);
+        assert_eq!(removed, Some(ix), "{} is known by its name", node.name);
+        // A stale hint on the old name must not find this position: the placeholder matches
+        // no name a node can have (names are never empty).
+        self.names[ix as usize] = NodeId::new("");
+        self.vacant.insert(ix);
+        // Open addressing has no cheap delete; forgetting is rare (an operator's command, or a
+        // death past the retention bound), so the index is rebuilt.
+        self.lookup = NameIndex::default();
+        for (name, &ix) in &self.by_name {
+            self.lookup.insert(ix, name);
+        }
     }
 
     /// Reserves one bundle on a node (the commit of the two-phase reserve): its resources, a
@@ -434,14 +482,15 @@ impl Cluster {
         hinted.or_else(|| self.lookup.find(name))
     }
 
-    /// Every node ever seen, by name.
+    /// Every known node, by name.
     pub fn nodes_by_name(&self) -> impl Iterator<Item = (NodeIx, &Node)> {
         self.by_name.values().map(move |&ix| (ix, &self.nodes[ix as usize]))
     }
 
-    /// Every node ever seen, in join order (cheaper than by name).
+    /// Every known node, by position (cheaper than by name).
     pub fn all(&self) -> impl Iterator<Item = (NodeIx, &Node)> {
-        self.nodes.iter().enumerate().map(|(ix, n)| (ix as NodeIx, n))
+        let known = move |ix: &NodeIx| self.vacant.is_empty() || !self.vacant.contains(ix);
+        (0..self.nodes.len() as NodeIx).filter(known).map(move |ix| (ix, &self.nodes[ix as usize]))
     }
 
     /// ALIVE nodes in rank order: least loaded first, ties by name.
@@ -450,11 +499,11 @@ impl Cluster {
     }
 
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.by_name.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.by_name.is_empty()
     }
 
     /// Asserts that no node is over-committed and the index matches node states.
@@ -478,6 +527,7 @@ impl Cluster {
             }
         }
         assert_eq!(alive, self.by_load.len(), "index holds non-ALIVE nodes");
+        assert_eq!(self.by_name.len() + self.vacant.len(), self.nodes.len(), "a position is both known and vacant");
     }
 }
 
@@ -569,5 +619,35 @@ mod tests {
         assert_eq!(again, a);
         assert_eq!(c.node(a).room_for(&demand, 100), 4, "limited by ports");
         c.check_invariants();
+    }
+
+    #[test]
+    fn a_forgotten_node_is_unknown_and_its_position_goes_to_the_next_new_name() {
+        let mut c = cluster_with(&[("a", 2), ("b", 2), ("c", 2)]);
+        let ix = c.ix(&NodeId::new("a")).unwrap();
+        let a = c.node(ix).name.clone();
+        assert_eq!(a.hint(), Some(ix), "the name as registered carries its position");
+        c.kill(ix);
+        c.forget(ix);
+        assert_eq!(c.ix(&a), None, "neither the hint nor the index finds it");
+        assert_eq!(c.ix(&NodeId::new("a")), None);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.all().map(|(_, n)| n.name.to_string()).collect::<Vec<_>>(), ["b", "c"]);
+        assert_eq!(c.ix(&NodeId::new("c")), Some(2), "the others are found as before");
+        let d = c.join(NodeId::new("d"), Resources::units(&[("cpu", 4)]), Labels::new(), None);
+        assert_eq!(d, ix, "the vacant position is reused");
+        assert_eq!(c.ix(&a), None, "the old name's hint points at d now, and is not taken for it");
+        assert_eq!(c.ix(&NodeId::new("d")), Some(ix));
+        assert_eq!(c.ranked().count(), 3);
+        let a_again = c.join(NodeId::new("a"), Resources::units(&[("cpu", 1)]), Labels::new(), None);
+        assert_eq!(a_again, 3, "a name forgotten is new when it comes back");
+        c.check_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "forgetting b which is Alive")]
+    fn only_a_dead_node_is_forgotten() {
+        let mut c = cluster_with(&[("a", 2), ("b", 2)]);
+        c.forget(1);
     }
 }

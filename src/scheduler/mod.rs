@@ -249,6 +249,22 @@ impl Scheduler {
         lost
     }
 
+    /// A DEAD node is forgotten. The nodes ever seen counted it when judging whether a group
+    /// could ever be placed: each group it could have held is judged again without it (a gang
+    /// that needed it turns infeasible, with the count of what is left).
+    pub fn forget_node(&mut self, ix: NodeIx) {
+        let node = self.cluster.node(ix);
+        let touched: Vec<PgId> =
+            self.pgs.iter().filter(|(_, pg)| feasibility::node_passes_filters(node, pg)).map(|(id, _)| *id).collect();
+        self.cluster.forget(ix);
+        self.suspects.remove(&ix);
+        for id in touched {
+            let verdict = feasibility::infeasible_reason(&self.cluster, &self.pgs[&id]);
+            self.note_feasibility(id, verdict);
+        }
+        self.dirty = true;
+    }
+
     pub fn node_ix(&self, name: &NodeId) -> Option<NodeIx> {
         self.cluster.ix(name)
     }
@@ -257,7 +273,7 @@ impl Scheduler {
         self.cluster.node(ix)
     }
 
-    /// Every node ever seen, by name.
+    /// Every known node (seen and not forgotten), by name.
     pub fn nodes(&self) -> impl Iterator<Item = (NodeIx, &Node)> {
         self.cluster.nodes_by_name()
     }

@@ -334,17 +334,7 @@ impl Simulation {
 
     /// Carries out the head's effects, records the trace and runs the checkers.
     fn after_step(&mut self) {
-        while let Some(effect) = self.head.poll_effect() {
-            match effect {
-                Effect::Send { node, msg } => self.send_to_agent(&node, msg),
-                Effect::Notify(event) => self.step_events.push(event),
-                Effect::Persist(durable) => {
-                    if let Some(store) = self.store.as_mut() {
-                        store.write(&self.head, durable);
-                    }
-                }
-            }
-        }
+        self.carry_out_effects();
         if self.step_events.is_empty() && self.now < self.next_stale_check {
             return;
         }
@@ -448,6 +438,11 @@ impl Simulation {
             Fault::OperatorUndrain { node } => {
                 if self.operator(Input::Undrain { node: node.clone() }) {
                     self.note_cordon(node, false);
+                }
+            }
+            Fault::OperatorForget { node } => {
+                if self.operator(Input::Forget { node: node.clone() }) {
+                    self.note_cordon(node, false); // FG-2: its cordon went with it
                 }
             }
             Fault::HeadRestart { down_ms } => self.head_down(down_ms),
@@ -654,7 +649,24 @@ impl Simulation {
         for node in std::mem::take(&mut self.operator_drained) {
             let undrain = Input::Undrain { node: node.clone() };
             self.head.handle(self.now, undrain).expect("the head takes back a drain it took (MB-1)");
+            self.carry_out_effects();
             self.note_cordon(node, false);
+        }
+    }
+
+    /// The effects of the head's last input, carried out before its next one (as the daemon
+    /// does: a `Persist` writes the head's state as it is then).
+    fn carry_out_effects(&mut self) {
+        while let Some(effect) = self.head.poll_effect() {
+            match effect {
+                Effect::Send { node, msg } => self.send_to_agent(&node, msg),
+                Effect::Notify(event) => self.step_events.push(event),
+                Effect::Persist(durable) => {
+                    if let Some(store) = self.store.as_mut() {
+                        store.write(&self.head, durable);
+                    }
+                }
+            }
         }
     }
 

@@ -132,6 +132,10 @@ pub enum Fault {
     /// a fault without a target, where the node was not drained by the operator but is leaving,
     /// or the head is down).
     OperatorUndrain { node: NodeId },
+    /// The operator's `ftdrive forget`: a DEAD node leaves the head (refused, and counted as a
+    /// fault without a target, where the node is not DEAD or the head is down); its machine,
+    /// booting again, joins as a new node.
+    OperatorForget { node: NodeId },
     /// The process of `job`'s `rank` ends (exit code, or killed by a signal nobody sent); of a
     /// group of several workers, `local_rank` says which worker it was (its group ends with it).
     ProcessExit {
@@ -265,9 +269,10 @@ impl Scenario {
                         return Err(err(field("deadline_ms"), why));
                     }
                 }
-                Fault::NodeCrash { node } | Fault::AgentRestart { node } | Fault::OperatorUndrain { node } => {
-                    known_node(nodes, node)?
-                }
+                Fault::NodeCrash { node }
+                | Fault::AgentRestart { node }
+                | Fault::OperatorUndrain { node }
+                | Fault::OperatorForget { node } => known_node(nodes, node)?,
                 Fault::NodeJoin { node } => {
                     check_name(field("node.name"), node.name.as_str())?;
                     nodes.insert(&node.name);

@@ -37,6 +37,9 @@ impl MemoryStore {
             Durable::Forgotten { id, .. } => {
                 self.jobs.remove(&id);
             }
+            Durable::ForgottenNode(name) => {
+                self.nodes.remove(&name);
+            }
             Durable::Job(id) => {
                 let record = head.job_record(&id).expect("a persisted job is known");
                 let driver = serde_json::to_string(record.driver).expect("drivers serialize");

@@ -59,7 +59,10 @@ pub fn generate(seed: u64) -> SwarmCase {
         drop_ppm: if g.chance(30) { 0 } else { g.range(0, 30_000) as u32 },
         duplicate_ppm: if g.chance(30) { 0 } else { g.range(0, 20_000) as u32 },
     };
-    let config = HeadConfig { starvation_ms: g.range(5_000, 60_000), seed, ..HeadConfig::default() };
+    let starvation_ms = g.range(5_000, 60_000);
+    // Some cases keep few DEAD nodes, so that retention forgets them as they die (FG-3).
+    let retain_dead_nodes = if g.chance(30) { g.range(0, 3) as usize } else { HeadConfig::default().retain_dead_nodes };
+    let config = HeadConfig { starvation_ms, retain_dead_nodes, seed, ..HeadConfig::default() };
     let liveness_at_ms = fault_ms + healed_ms;
     let scenario = Scenario { seed, config, network, nodes, jobs, events, until_ms: liveness_at_ms };
     scenario.validate().expect("generated scenarios are valid");
@@ -182,7 +185,14 @@ fn gen_faults(g: &mut Gen, nodes: &[NodeDef], jobs: &[JobDef], fault_ms: u64) ->
     for at_ms in times {
         let node = g.pick(&known).name.clone();
         let what = match g.below(100) {
-            0..=19 => Fault::NodeCrash { node },
+            0..=19 => {
+                if g.chance(25) {
+                    // Forgotten once it could be DEAD (the node timeout is 3 s), or refused.
+                    let forget_at_ms = (at_ms + g.range(2_000, 8_000)).min(fault_ms);
+                    events.push(FaultEvent { at_ms: forget_at_ms, what: Fault::OperatorForget { node: node.clone() } });
+                }
+                Fault::NodeCrash { node }
+            }
             20..=34 => {
                 let def = if g.chance(50) { g.pick(&known).clone() } else { new_node(g, known.len()) };
                 if !known.iter().any(|k| k.name == def.name) {

@@ -120,6 +120,13 @@ impl TestCluster {
         answer
     }
 
+    /// The operator's `ftdrive forget`, answered as the head answers it.
+    pub fn forget(&mut self, node: &str) -> Result<Reply, ftdrive::head::Rejected> {
+        let answer = self.head.handle(self.now, Input::Forget { node: NodeId::new(node) });
+        self.pump();
+        answer
+    }
+
     /// The machine itself is told it goes away (a cloud's notice): its agent tells the head.
     pub fn agent_notice(&mut self, node: &str, deadline_ms: u64) {
         self.agent_input(node, AgentInput::PreemptionNotice { deadline_ms });

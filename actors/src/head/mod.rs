@@ -354,6 +354,7 @@ impl HeadActor {
                 self.ledger_written.remove(&id);
                 Some(Write::Forget { pg })
             }
+            Durable::ForgottenNode(name) => Some(Write::ForgetNode { name: name.to_string() }),
             Durable::Job(id) => self.job_write(&id),
         }
     }

@@ -121,6 +121,10 @@ pub enum Write {
     Forget {
         pg: u64,
     },
+    /// A DEAD node the head forgot.
+    ForgetNode {
+        name: String,
+    },
     Counters(Counters),
 }
 
@@ -364,6 +368,9 @@ fn apply(tx: &rusqlite::Transaction, write: &Write) -> rusqlite::Result<()> {
             ] {
                 tx.prepare_cached(table)?.execute([*pg as i64])?;
             }
+        }
+        Write::ForgetNode { name } => {
+            tx.prepare_cached("DELETE FROM nodes WHERE name = ?1")?.execute([name])?;
         }
         Write::Counters(c) => {
             let set = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)";
