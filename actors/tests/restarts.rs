@@ -457,3 +457,49 @@ fn a_stalled_head_declares_no_live_node_dead() {
     assert!(nodes.as_array().unwrap().iter().all(|n| n["state"] == "ALIVE"), "{nodes:#}");
     c.ftdrive(&["stop", &id]);
 }
+
+/// DEAD nodes leave the head — past `--retain-dead-nodes`, or by `ftdrive forget` — and stay
+/// gone across a head restart; a live node is never forgotten; a machine returning in a
+/// forgotten name joins as a new node.
+#[test]
+fn dead_nodes_are_forgotten_durably_and_a_live_one_never() {
+    let mut c = Cluster::start_with(&["n1", "n2", "n3"], &["--retain-dead-nodes", "1"]);
+    c.wait_until("three nodes are ALIVE", |c| node_names(c).len() == 3);
+    let state_of = |c: &Cluster, name: &str| {
+        c.nodes_json().as_array().unwrap().iter().find(|n| n["name"] == name).map(|n| n["state"].clone())
+    };
+    c.kill_node("n2");
+    c.wait_until("n2 is declared DEAD", |c| state_of(c, "n2") == Some("DEAD".into()));
+    c.kill_node("n3");
+    c.wait_until("n3 is declared DEAD, and n2 forgotten to keep one DEAD node", |c| {
+        state_of(c, "n3") == Some("DEAD".into()) && state_of(c, "n2").is_none()
+    });
+
+    let refused = c.try_ftdrive(&["forget", "n1"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(said.contains("node `n1` is ALIVE, and only a DEAD node can be forgotten"), "{said}");
+    let answer: Value = serde_json::from_str(&c.ftdrive(&["forget", "n3", "--output", "json"])).unwrap();
+    assert_eq!(
+        (answer["name"].as_str(), answer["state"].as_str(), answer["forgotten"].as_bool()),
+        (Some("n3"), Some("DEAD"), Some(true))
+    );
+    let again = c.try_ftdrive(&["forget", "n3"]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("no node `n3` has registered"), "{again:?}");
+    assert_eq!(node_names(&c), ["n1"]);
+
+    c.kill_head();
+    c.start_head_again();
+    c.wait_until("the restarted head answers", |c| c.try_ftdrive(&["nodes", "--output", "json"]).status.success());
+    assert_eq!(node_names(&c), ["n1"], "what was forgotten stays forgotten");
+    c.add_node("n3");
+    c.wait_until("n3 joins again, as a new node", |c| state_of(c, "n3") == Some("ALIVE".into()));
+    c.kill_node("n3");
+    c.wait_until("n3 is DEAD again", |c| state_of(c, "n3") == Some("DEAD".into()));
+    let said = c.ftdrive(&["forget", "n3"]);
+    assert_eq!(said.trim(), "forgot n3: a node that registers as n3 joins as a new one");
+}
+
+fn node_names(c: &Cluster) -> Vec<String> {
+    c.nodes_json().as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap().to_string()).collect()
+}

@@ -290,6 +290,13 @@ class Client:
         :class:`~ftdrive.errors.ApiError` 409."""
         return Drain.from_json(self._json("POST", f"/v1/nodes/{_seg(node)}/undrain", {}))
 
+    def forget(self, node: str) -> Node:
+        """Forgets a DEAD node: it leaves :meth:`nodes`, the reasons jobs wait and the head's
+        state, and a machine registering in its name later joins as a new node (its drain, if
+        any, forgotten too). Answers the node as it was. A node that is not DEAD is
+        :class:`~ftdrive.errors.ApiError` 409; one the head does not know, 404."""
+        return Node.from_json(self._json("DELETE", f"/v1/nodes/{_seg(node)}"))
+
     def health(self) -> Health:
         """Whether the head is recovering after a restart, and job and node counts."""
         return Health.from_json(self._json("GET", "/v1/health"))

@@ -262,6 +262,23 @@ def test_drain_and_undrain_a_node(cluster: Cluster) -> None:
     assert unknown.value.status == 404 and "no-such-node" in unknown.value.message
 
 
+def test_forget_a_dead_node_but_never_a_live_one(cluster: Cluster) -> None:
+    client = cluster.client()
+    cluster.add_node("gone")
+    wait_for("gone joins", lambda: any(n.name == "gone" for n in client.nodes()))
+    with pytest.raises(ApiError) as live:
+        client.forget("gone")
+    assert live.value.status == 409 and "only a DEAD node can be forgotten" in live.value.message
+    cluster.kill_node("gone")
+    wait_for("gone is DEAD", lambda: {n.name: n.state for n in client.nodes()}.get("gone") == "DEAD")
+    forgotten = client.forget("gone")
+    assert (forgotten.name, forgotten.state, forgotten.raw.get("forgotten")) == ("gone", "DEAD", True)
+    assert "gone" not in {n.name for n in client.nodes()}
+    with pytest.raises(ApiError) as unknown:
+        client.forget("gone")
+    assert unknown.value.status == 404 and "gone" in unknown.value.message
+
+
 @pytest.mark.parametrize(
     "spec, status, fragment",
     [

@@ -30,6 +30,8 @@ pub enum Command {
     Drain(DrainArgs),
     /// Withdraw `ftdrive drain`: the node takes new work again.
     Undrain(NodeArg),
+    /// Forget a DEAD node: it leaves `ftdrive nodes`, and a node registering in its name is new.
+    Forget(NodeArg),
     /// Run a scenario in the deterministic simulator.
     Sim(SimArgs),
 }
@@ -101,6 +103,11 @@ pub struct HeadArgs {
     /// How long a finished job is kept, in hours.
     #[arg(long, default_value_t = 168)]
     pub retain_finished_hours: u64,
+    /// DEAD nodes kept in `ftdrive nodes` (and ready to return); the longest dead beyond this
+    /// are forgotten, except those drained with `ftdrive drain`. `ftdrive forget NODE` forgets
+    /// one at once.
+    #[arg(long, default_value_t = 1_000)]
+    pub retain_dead_nodes: usize,
     #[command(flatten)]
     pub tls: ServeTls,
     /// The CA certificate (PEM) that agents' https:// log servers are verified with (default:

@@ -101,6 +101,11 @@ impl Client {
         response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
     }
 
+    pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
+        let response = self.send(self.http.delete(format!("{}{path}", self.base))).await?;
+        response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
+    }
+
     /// An NDJSON stream, line by line.
     pub async fn lines(&self, path: &str) -> Result<Lines, CliError> {
         let response = self.send(self.http.get(format!("{}{path}", self.base))).await?;

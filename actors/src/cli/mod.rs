@@ -6,6 +6,7 @@ mod client;
 mod drain;
 pub mod error;
 mod follow;
+mod forget;
 mod head;
 mod local;
 mod logs;
@@ -50,6 +51,7 @@ fn dispatch(command: Command) -> Result<Outcome, CliError> {
         Command::Stop(args) => stop::run(args),
         Command::Drain(args) => drain::run(args),
         Command::Undrain(args) => undrain::run(args),
+        Command::Forget(args) => forget::run(args),
         Command::Sim(args) => sim::run(args),
     }
 }

@@ -10,6 +10,7 @@
 //! | `GET /v1/jobs/{id}/logs?actor=&attempt=&offset=&local_rank=` | an attempt's log (or one worker's), fetched from its agent |
 //! | `GET /v1/nodes`, `POST /v1/nodes/{name}/drain` | nodes; the operator's drain (a preemption notice, and no new work until undrained) |
 //! | `POST /v1/nodes/{name}/undrain` | withdraw the operator's drain: the node takes new work again |
+//! | `DELETE /v1/nodes/{name}` | forget a DEAD node (409 for a live one); answers the node as it was |
 //! | `GET /v1/agent` | the agents' WebSocket channel |
 //! | `GET /v1/health` | `recovering` (a restarted head waiting for its nodes), job and node counts |
 //! | `GET /metrics` | Prometheus text (`docs/metrics.md`) |
@@ -17,8 +18,8 @@
 
 use super::store::{Store, StoreError};
 use super::{
-    agents, start_actor, ApiError, Drain, Follow, HeadActor, Health, Jobs, LocateLog, Metrics, Nodes, Stop, Stopping,
-    Submit, Undrain,
+    agents, start_actor, ApiError, Drain, Follow, Forget, HeadActor, Health, Jobs, LocateLog, Metrics, Nodes, Stop,
+    Stopping, Submit, Undrain,
 };
 use crate::paths::Tokens;
 use actix::prelude::*;
@@ -221,6 +222,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .route("/v1/nodes", web::get().to(list_nodes))
         .route("/v1/nodes/{name}/drain", web::post().to(drain_node))
         .route("/v1/nodes/{name}/undrain", web::post().to(undrain_node))
+        .route("/v1/nodes/{name}", web::delete().to(forget_node))
         .route("/v1/agent", web::get().to(agents::channel))
         .route("/v1/health", web::get().to(health))
         .route("/metrics", web::get().to(metrics))
@@ -513,6 +515,19 @@ async fn undrain_node(
     let node = NodeId::from(name.into_inner());
     let view = state.head.send(Undrain { node }).await.map_err(mailbox)??;
     Ok(HttpResponse::Ok().json(drain_answer(&view, None)))
+}
+
+/// The operator's `ftdrive forget`: answers the node as it was, with `forgotten: true`.
+async fn forget_node(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let node = NodeId::from(name.into_inner());
+    let view = state.head.send(Forget { node }).await.map_err(mailbox)??;
+    let mut answer = serde_json::to_value(&view).map_err(|e| ApiError::Internal(e.to_string()))?;
+    answer["forgotten"] = true.into();
+    Ok(HttpResponse::Ok().json(answer))
 }
 
 #[derive(Deserialize)]

@@ -102,6 +102,24 @@ impl Handler<Undrain> for HeadActor {
     }
 }
 
+/// The operator's `ftdrive forget` of a DEAD node; answers the node as it was.
+#[derive(Message)]
+#[rtype(result = "Result<NodeView, ApiError>")]
+pub struct Forget {
+    pub node: NodeId,
+}
+
+impl Handler<Forget> for HeadActor {
+    type Result = ResponseFuture<Result<NodeView, ApiError>>;
+    fn handle(&mut self, msg: Forget, ctx: &mut Context<Self>) -> Self::Result {
+        let before = self.head.node_view(&msg.node);
+        let node = msg.node.clone();
+        self.durable_answer(Input::Forget { node: msg.node }, ctx, move |_, _| {
+            before.ok_or_else(|| ApiError::Internal(format!("node `{node}` was forgotten unseen")))
+        })
+    }
+}
+
 impl HeadActor {
     /// A node the head just took an input about (so it knows it).
     fn node_after(&self, node: &NodeId) -> Result<NodeView, ApiError> {

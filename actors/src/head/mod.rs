@@ -64,7 +64,7 @@ impl From<Rejected> for ApiError {
             Rejected::UnknownJob(_) | Rejected::UnknownNode(_) | Rejected::NoSuchNode(_) => {
                 ApiError::NotFound(r.to_string())
             }
-            Rejected::LeavingNode(_) => ApiError::Conflict(r.to_string()),
+            Rejected::LeavingNode(_) | Rejected::NotDead(..) => ApiError::Conflict(r.to_string()),
             _ => ApiError::BadRequest(r.to_string()),
         }
     }
