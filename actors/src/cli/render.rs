@@ -88,9 +88,15 @@ fn waits_because(view: &JobView) -> Option<&String> {
     view.infeasible.as_ref().or(view.waiting.as_ref()).filter(|_| !view.state.is_terminal())
 }
 
-/// A job's one-line message: how it ended, else why it waits.
-fn message(view: &JobView) -> Option<&String> {
-    view.message.as_ref().or_else(|| waits_because(view))
+/// A job's one-line message: how it ended; while it ends (the outcome decided, its processes
+/// inside their stop grace: Kubernetes' Terminating, Slurm's COMPLETING), why and that it waits
+/// for them; else why it waits to be placed.
+fn message(view: &JobView) -> Option<String> {
+    match &view.message {
+        Some(m) if !view.state.is_terminal() => Some(format!("ending ({m}): its processes are stopping")),
+        Some(m) => Some(m.clone()),
+        None => waits_because(view).cloned(),
+    }
 }
 
 pub fn job_table(view: &JobView) -> String {
@@ -167,7 +173,7 @@ pub fn jobs_table(views: &[JobView]) -> String {
     let mut out = format!("{:<10} {:<20} {:<10} {:>6} {:>8}  MESSAGE\n", "ID", "NAME", "STATE", "CYCLES", "RUNNING");
     for v in views {
         let running = v.actors.iter().filter(|a| a.state == ActorState::Running).count();
-        let message = message(v).cloned().unwrap_or_default();
+        let message = message(v).unwrap_or_default();
         let _ = writeln!(
             out,
             "{:<10} {:<20} {:<10} {:>6} {:>8}  {}",
@@ -264,5 +270,29 @@ mod tests {
         );
         let addr_at = lines[0].find("ADDR").unwrap();
         assert!(lines[1..].iter().all(|l| l.find("127.") == Some(addr_at)), "{table}");
+    }
+
+    fn job(state: &str, message: Option<&str>) -> JobView {
+        serde_json::from_value(serde_json::json!({
+            "id": "j1", "name": "train", "state": state, "cycles": 1, "min_nodes": 1, "max_nodes": 1,
+            "submit_ms": 0, "message": message, "infeasible": null,
+            "remaining": {"user": 0, "system": 0, "preemption": 0},
+            "actors": [], "ledger": [], "placement_groups": []
+        }))
+        .expect("a job view")
+    }
+
+    #[test]
+    fn a_job_inside_its_stop_grace_says_it_is_ending_not_that_it_stopped() {
+        let ending = jobs_table(&[job("RUNNING", Some("stopped by the user"))]);
+        assert!(
+            ending.contains("RUNNING") && ending.contains("ending (stopped by the user): its processes are stopping"),
+            "{ending}"
+        );
+        let stopped = jobs_table(&[job("STOPPED", Some("stopped by the user"))]);
+        assert!(stopped.trim_end().ends_with("  stopped by the user"), "{stopped}");
+        let summary =
+            job_summary(&job("RUNNING", Some("j1/0 failed (user_error) and the user retry budget is exhausted")));
+        assert!(summary.contains("ending (j1/0 failed (user_error)"), "{summary}");
     }
 }

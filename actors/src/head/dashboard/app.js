@@ -448,7 +448,13 @@ function jobRow(job) {
     el('td', { class: 'num' }, job.cycles),
     el('td', { class: 'num' }, `${running} of ${job.actors.length}`),
     el('td', {}, formatTime(job.submit_ms)),
-    el('td', { class: 'message' }, job.message || job.infeasible || job.waiting || ''));
+    el('td', { class: 'message' }, jobMessage(job) || job.infeasible || job.waiting || ''));
+}
+
+/** How the job ended; while it ends (its outcome decided, its processes inside their stop grace), why. */
+function jobMessage(job) {
+  if (!job.message || TERMINAL_JOB_STATES.has(job.state)) return job.message;
+  return `ending (${job.message}): its processes are stopping`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -477,7 +483,7 @@ function jobHeader(job) {
       el('h1', HEADING, `Job ${job.id} `, el('span', { class: 'job-name' }, job.name)),
       stateBadge(job.state, { class: `badge badge-large state-${job.state}`, 'data-job-state': job.state }),
       TERMINAL_JOB_STATES.has(job.state) ? null : stopButton(job)),
-    job.message ? el('p', { class: `callout ${job.state === 'FAILED' ? 'callout-error' : 'callout-info'}` }, job.message) : null,
+    job.message ? el('p', { class: `callout ${job.state === 'FAILED' ? 'callout-error' : 'callout-info'}` }, jobMessage(job)) : null,
     job.infeasible ? el('p', { class: 'callout callout-warn' }, `Cannot be placed: ${job.infeasible}`) : null,
     job.waiting && !TERMINAL_JOB_STATES.has(job.state)
       ? el('p', { class: 'callout callout-info', dataset: { waiting: '' } }, job.waiting) : null,
