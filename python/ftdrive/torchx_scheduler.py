@@ -26,11 +26,19 @@ described) is ``UNKNOWN`` while the head cannot be reached, for up to ``HEAD_RET
 (120 s), as a Kubernetes pod is ``Unknown`` while its node is out of touch: ``torchx run --wait``
 polls on through the restart. An app never answered here (a one-shot ``torchx status``, a wrong
 head) raises :class:`~ftdrive.errors.HeadUnreachableError` at once.
+
+An app the head does not have (never submitted to it, or finished and since forgotten) is
+``None`` to ``describe``, as torchx expects of an app that does not exist: ``torchx status``
+says so and ``torchx cancel`` cancels nothing. The scheduler logs why, and how to list the apps
+there are, as an error. Asked about that app again (``torchx log`` polls ``describe`` until the
+app has started), ``describe`` raises :class:`UnknownAppError` instead, so that the poll ends:
+a forgotten job does not come back. ``log_iter`` raises it at once.
 """
 
 from __future__ import annotations
 
 import configparser
+import contextlib
 import functools
 import json
 import logging
@@ -53,13 +61,14 @@ from torchx.specs import (
     RetryPolicy,
     Role,
     RoleStatus,
+    UnknownAppException,
     macros,
     runopts,
 )
 
 from . import torchrun
 from .client import HEAD_RETURN_TIMEOUT_S, Client, HeadAway
-from .errors import ApiError, HeadUnreachableError
+from .errors import ApiError, FtdriveError, HeadUnreachableError
 from .models import Job
 from .spec import STRATEGIES, JobSpec, Retries
 
@@ -93,6 +102,20 @@ _REPLICA_STATE: Mapping[str, AppState] = {
 _POLL_S = 0.5
 
 
+class UnknownAppError(FtdriveError, UnknownAppException):
+    """The head has no such app: it was never submitted there, or it finished and was forgotten.
+    Also torchx's :class:`~torchx.specs.UnknownAppException`, what torchx raises for it."""
+
+    def __init__(self, app_id: str, head: str) -> None:
+        self.app_id = app_id
+        self.head = head
+        Exception.__init__(
+            self,
+            f"the head at {head} has no app {app_id} (never submitted there, or finished and since forgotten); "
+            "`torchx list -s ftdrive` or `ftdrive status` lists the apps it has",
+        )
+
+
 class FtdriveOpts(TypedDict, total=False):
     head: Optional[str]
     ca_cert: Optional[str]
@@ -109,13 +132,15 @@ class FtdriveOpts(TypedDict, total=False):
 
 @dataclass
 class FtdriveRequest:
-    """What ``schedule`` submits: the job spec, the head it goes to, and notes on how the
-    role was mapped (shown by ``--dryrun``)."""
+    """What ``schedule`` submits: the job spec, the head it goes to, notes on how the role was
+    mapped (shown by ``--dryrun``), and the role's name (torchx asks for the app's logs by it;
+    the job is named after the app)."""
 
     spec: JobSpec
     head: Optional[str] = None
     ca_cert: Optional[str] = None
     notes: List[str] = field(default_factory=list)
+    role_name: str = ""
 
     def __str__(self) -> str:
         head = self.head or os.environ.get("FTDRIVE_HEAD") or "(no head: set $FTDRIVE_HEAD or -cfg head=URL)"
@@ -203,7 +228,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         request = dryrun_info.request
         client = self._client(request.head, request.ca_cert)
         job = client.submit(request.spec)
-        self._answered(client, job.id, job)
+        self._answered(client, job.id, job).submitted_as = request.role_name
         return job.id
 
     # ---- observing and cancelling -------------------------------------------------------
@@ -216,6 +241,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             return self._while_the_head_is_away(app_id, e)
         seen = self._answered(client, app_id, job)
         if job is None:
+            self._not_on_the_head(client, app_id, seen)
             return None
         role = job.name
         replicas = [
@@ -244,7 +270,18 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         seen.away.answered()
         if job is not None:
             seen.roles = [_role(job)]
+            seen.absent = False
         return seen
+
+    def _not_on_the_head(self, client: Client, app_id: str, seen: _Seen) -> None:
+        """Logs that the head has no ``app_id`` the first time it says so (``describe`` then
+        answers None, as torchx expects); raises :class:`UnknownAppError` when asked again, as
+        whoever asks again is waiting for the app to appear, and it will not."""
+        error = UnknownAppError(app_id, client.base_url)
+        if seen.absent:
+            raise error
+        seen.absent = True
+        logger.error("%s", error)
 
     def _while_the_head_is_away(self, app_id: str, error: HeadUnreachableError) -> DescribeAppResponse:
         """``UNKNOWN`` for an app answered here before, until the head has been away for
@@ -271,7 +308,9 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         ]
 
     def _cancel_existing(self, app_id: str) -> None:
-        self._client().stop(app_id)
+        client = self._client()
+        with _known(client, app_id):
+            client.stop(app_id)
 
     def log_iter(
         self,
@@ -287,12 +326,20 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         """Replica ``k`` is actor ``<job>/k``; its log is each of its attempts' output in turn
         (every worker's lines, prefixed ``[rankR]: ``). ``since``/``until`` skip attempts that
         ended before or started after them; ``should_tail`` follows the running attempt and
-        the ones after it until the job ends."""
+        the ones after it until the job ends. An app the head does not have raises
+        :class:`UnknownAppError`. The app has one role: a role name it does not know by (a typo,
+        or the component's own name asked from another process) is logged as a warning that
+        names the role, and its logs are shown."""
         if streams not in (None, Stream.COMBINED):
             raise ValueError("ftdrive keeps stdout and stderr of an attempt in one log; use --streams combined")
         client = self._client()
         away = HeadAway(client.base_url, self._head_return_timeout_s)
-        job = away.ask(functools.partial(client.status, app_id)) if should_tail else client.status(app_id)
+        with _known(client, app_id):
+            job = away.ask(functools.partial(client.status, app_id)) if should_tail else client.status(app_id)
+        roles = self._role_names(app_id, job)
+        if role_name not in roles:
+            named = " or ".join(map(repr, roles))
+            logger.warning("app %s has one role, named %s here; showing its logs for %r", app_id, named, role_name)
         if not 0 <= k < len(job.actors):
             raise ValueError(f"{app_id} has replicas 0 to {len(job.actors) - 1}; there is no replica {k}")
         lines = _replica_lines(client, away, app_id, k, _ms(since), _ms(until), should_tail)
@@ -300,6 +347,14 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             pattern = re.compile(regex)
             return (line for line in lines if pattern.search(line))
         return lines
+
+    def _role_names(self, app_id: str, job: Job) -> List[str]:
+        """The names the app's one role goes by: the job's (what ``describe`` shows), and the
+        role's own when the app was submitted here under another name (``torchx run --log``
+        asks by it)."""
+        seen = self._seen.get(app_id)
+        submitted_as = seen.submitted_as if seen is not None else ""
+        return [job.name, submitted_as] if submitted_as and submitted_as != job.name else [job.name]
 
 
 def create_scheduler(
@@ -344,7 +399,9 @@ def to_request(app: AppDef, cfg: Mapping[str, Any]) -> FtdriveRequest:
         spec.strategy = str(cfg["strategy"])
     if cfg.get("node_selector"):
         spec.node_selector = dict(cfg["node_selector"])
-    return FtdriveRequest(spec=spec, head=cfg.get("head"), ca_cert=cfg.get("ca_cert"), notes=notes)
+    return FtdriveRequest(
+        spec=spec, head=cfg.get("head"), ca_cert=cfg.get("ca_cert"), notes=notes, role_name=app.roles[0].name
+    )
 
 
 def _launch_shape(role: Role, python: str, notes: List[str]) -> Tuple[List[str], int, int, int]:
@@ -467,16 +524,31 @@ def _torchxconfig(key: str) -> Optional[str]:
 
 @dataclass
 class _Seen:
-    """An app the head answered for: how long the head has been away since, and the app's roles
-    as last seen (shown while the head is away, so that ``torchx log`` still finds replicas)."""
+    """An app the head answered for: how long the head has been away since, the app's roles as
+    last seen (shown while the head is away, so that ``torchx log`` still finds replicas), the
+    role's own name when it was submitted here, and whether the head last said it has no such
+    app."""
 
     away: HeadAway
     roles: List[Role] = field(default_factory=list)
+    submitted_as: str = ""
+    absent: bool = False
 
 
 def _role(job: Job) -> Role:
     """A job's one role: its name and actors."""
     return Role(name=job.name, image="", num_replicas=len(job.actors), min_replicas=job.min_nodes)
+
+
+@contextlib.contextmanager
+def _known(client: Client, app_id: str) -> Iterator[None]:
+    """Turns the head's 404 for ``app_id`` into :class:`UnknownAppError`."""
+    try:
+        yield
+    except ApiError as e:
+        if e.status == 404:
+            raise UnknownAppError(app_id, client.base_url) from e
+        raise
 
 
 def _status_or_none(client: Client, app_id: str) -> Optional[Job]:

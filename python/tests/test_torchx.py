@@ -1,6 +1,7 @@
 """The ``ftdrive`` torchx scheduler through the real ``torchx`` CLI against a real cluster:
 ``dist.ddp`` apps that succeed, fail and are cancelled; ``status``, ``log``, ``list``,
-``cancel`` and ``--dryrun``; ``run --log`` (waiting and following) across a head restart."""
+``cancel`` and ``--dryrun``; ``run --log`` (waiting and following) across a head restart;
+``log`` and ``cancel`` of an app the head does not know, ``log`` of a role an app does not have."""
 
 from __future__ import annotations
 
@@ -14,16 +15,22 @@ from typing import Any, Dict, List
 
 import pytest
 from conftest import Cluster, wait_for
-from torchx.specs import AppState
+from torchx.components.utils import sh
+from torchx.specs import AppState, UnknownAppException
 
 from ftdrive import Client, HeadUnreachableError, Job
 from ftdrive.torchx_scheduler import create_scheduler
 
 
-def torchx(cli: List[str], cluster: Cluster, *args: str, check: bool = True) -> "subprocess.CompletedProcess[str]":
-    done = subprocess.run(
-        [*cli, *args], cwd=cluster.work, env=cluster.user_env(), capture_output=True, text=True, timeout=120
-    )
+def torchx(
+    cli: List[str], cluster: Cluster, *args: str, check: bool = True, timeout: float = 120
+) -> "subprocess.CompletedProcess[str]":
+    try:
+        done = subprocess.run(
+            [*cli, *args], cwd=cluster.work, env=cluster.user_env(), capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"torchx {' '.join(args)} was still running after {timeout:.0f} s:\n{e.stderr!r}") from e
     if check and done.returncode != 0:
         raise AssertionError(f"torchx {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return done
@@ -97,6 +104,64 @@ def test_torchx_cancel_stops_a_running_app(cluster: Cluster, torchx_cli: List[st
     job = cluster.wait_job(job_id, "it is stopped", lambda j: j.is_terminal, timeout=30)
     assert job.state == "STOPPED", job
     assert "CANCELLED" in torchx(torchx_cli, cluster, "status", handle).stdout
+
+
+def unknown_app(cluster: Cluster) -> str:
+    """A job id the head has not handed out."""
+    numbers = [int(job.id.lstrip("j")) for job in cluster.client().jobs()]
+    return f"j{max(numbers, default=0) + 1000}"
+
+
+def test_log_of_an_app_the_head_does_not_know_ends_saying_how_to_list_apps(
+    cluster: Cluster, torchx_cli: List[str]
+) -> None:
+    app_id = unknown_app(cluster)
+    for handle in (f"ftdrive://torchx/{app_id}", f"ftdrive://torchx/{app_id}/sh/0"):
+        done = torchx(torchx_cli, cluster, "log", handle, check=False, timeout=30)
+        assert done.returncode != 0, f"{handle}:\n{done.stdout}\n{done.stderr}"
+        assert f"has no app {app_id}" in done.stderr, done.stderr
+        assert "`torchx list -s ftdrive` or `ftdrive status`" in done.stderr, done.stderr
+
+    scheduler = create_scheduler("torchx", client=cluster.client())
+    for tail in (False, True):
+        with pytest.raises(UnknownAppException, match=f"has no app {app_id} .*torchx list -s ftdrive"):
+            scheduler.log_iter(app_id, "sh", should_tail=tail)
+    assert scheduler.describe(app_id) is None  # torchx's answer for an app that does not exist
+    with pytest.raises(UnknownAppException, match=f"has no app {app_id} "):
+        scheduler.describe(app_id)  # asked again, as torchx log does while it waits for the app to start
+
+
+def test_cancel_of_an_app_the_head_does_not_know_says_so(cluster: Cluster, torchx_cli: List[str]) -> None:
+    app_id = unknown_app(cluster)
+    done = torchx(torchx_cli, cluster, "cancel", f"ftdrive://torchx/{app_id}", check=False)
+    assert f"has no app {app_id}" in done.stderr, done.stderr
+    assert "`torchx list -s ftdrive` or `ftdrive status`" in done.stderr, done.stderr
+    assert app_id not in {job.id for job in cluster.client().jobs()}
+
+
+def test_log_of_a_role_the_app_does_not_know_names_the_apps_role(cluster: Cluster, torchx_cli: List[str]) -> None:
+    """The app's one role answers to any name (the component's own may differ from the job's,
+    and another process cannot know it), with a warning naming the role."""
+    handle = launch(torchx_cli, cluster, "--wait", "utils.sh", "echo", "hello from sh")
+    job_id = job_of(handle)
+    right = torchx(torchx_cli, cluster, "log", f"{handle}/sh/0")
+    assert "hello from sh" in right.stdout and "has one role" not in right.stderr, right.stderr
+
+    done = torchx(torchx_cli, cluster, "log", f"{handle}/wrongrole/0")
+    assert f"app {job_id} has one role, named 'sh' here; showing its logs for 'wrongrole'" in done.stderr, done.stderr
+    assert "hello from sh" in done.stdout, done.stdout
+
+
+def test_log_takes_the_role_name_an_app_was_submitted_with(cluster: Cluster) -> None:
+    """The job is named after the app; ``torchx run --log`` asks for the role's own name."""
+    scheduler = create_scheduler("torchx", client=cluster.client())
+    app = sh("echo", "renamed")
+    app.name = "greeting"
+    app_id = scheduler.submit(app, {"cwd": str(cluster.work)})
+    job = cluster.wait_job(app_id, "it ends", lambda j: j.is_terminal)
+    assert (job.state, job.name) == ("SUCCEEDED", "greeting"), job
+    for role in ("sh", "greeting"):
+        assert "renamed" in "".join(scheduler.log_iter(app_id, role)), role
 
 
 def test_a_failing_app_ends_failed_with_its_ledger_charged_to_the_user_budget(
