@@ -51,10 +51,15 @@ pub enum Event {
         reattached: u32,
         lost: u32,
     },
+    /// A DEAD node left the head (`ftdrive forget`, or retention): `evidence` says which.
+    NodeForgotten {
+        node: NodeId,
+        evidence: String,
+    },
 }
 
 /// The `event` tags of [`Event`]'s own variants; every other tag is a [`JobEvent`]'s.
-const OWN_TAGS: [&str; 5] = ["job_submitted", "placed", "released", "node_state", "agent_restarted"];
+const OWN_TAGS: [&str; 6] = ["job_submitted", "placed", "released", "node_state", "agent_restarted", "node_forgotten"];
 
 impl Event {
     /// The job the event is about, if any.
@@ -64,7 +69,7 @@ impl Event {
             | Event::Job { job, .. }
             | Event::Placed { job, .. }
             | Event::Released { job, .. } => Some(job),
-            Event::NodeState { .. } | Event::AgentRestarted { .. } => None,
+            Event::NodeState { .. } | Event::AgentRestarted { .. } | Event::NodeForgotten { .. } => None,
         }
     }
 }

@@ -135,3 +135,24 @@ fn register(node: &str) -> Input {
         identity: String::new(),
     }))
 }
+
+#[test]
+fn an_undrained_dead_node_is_the_last_that_retention_forgets() {
+    let mut c = cluster(HeadConfig { retain_dead_nodes: 1, ..config() }, &["a", "b", "c", "d"]);
+    c.drain("a", 1_000);
+    for node in ["a", "b", "c"] {
+        c.crash(node);
+        c.advance(1_000);
+    }
+    c.advance(5_000);
+    assert_eq!(names(&c), ["a", "c", "d"], "a, cordoned, is kept; of b and c, b died first");
+    assert_eq!(c.undrain("a"), Ok(Reply::Done));
+    assert_eq!(names(&c), ["a", "d"], "a, the node the operator just acted on, outlasts c");
+
+    let mut c = cluster(HeadConfig { retain_dead_nodes: 0, ..config() }, &["a", "b"]);
+    c.drain("a", 1_000);
+    c.crash("a");
+    c.advance(5_000);
+    assert_eq!(c.undrain("a"), Ok(Reply::Done), "taken, though retention forgets it at once");
+    assert_eq!(names(&c), ["b"]);
+}

@@ -2,7 +2,8 @@
 //! gangs beat replacements, `replacement_first` fires; with one that makes a restarted head
 //! forget which attempts run where, the restart charges budgets and `charge_explained` fires;
 //! with one that hands out GPU devices whoever holds them, `no_overcommit` fires; with one that
-//! charges every rank a node's loss ends, `one_charge_per_fault` fires. With the real policy
+//! charges every rank a node's loss ends, `one_charge_per_fault` fires; with one that lets
+//! retention forget nodes the operator drained, `forget_only_dead` fires. With the real policy
 //! none does.
 
 #![allow(clippy::disallowed_methods)]
@@ -83,6 +84,23 @@ fn charging_every_rank_one_lost_machine_ended_is_caught() {
     let found = run(name, PolicyFault::ChargeEveryRank);
     assert!(
         found.iter().any(|v| v.starts_with("one_charge_per_fault: p was charged again for one fault of n1")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn retention_forgetting_a_drained_node_is_caught() {
+    let mut s = scenario("operator_drain_outlasts_a_reboot");
+    s.config.retain_dead_nodes = 0;
+    let run = |fault| {
+        let options = SimOptions { policy_fault: fault, ..SimOptions::default() };
+        let report = Simulation::new(&s, s.seed, options).run();
+        report.violations.into_iter().map(|v| format!("{}: {}", v.invariant, v.detail)).collect::<Vec<_>>()
+    };
+    assert_eq!(run(PolicyFault::None), Vec::<String>::new(), "a drained DEAD node is kept, whatever the bound");
+    let found = run(PolicyFault::ForgetCordoned);
+    assert!(
+        found.iter().any(|v| v.starts_with("forget_only_dead: n1 forgotten while the operator's drain stands")),
         "{found:?}"
     );
 }

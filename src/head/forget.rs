@@ -17,8 +17,9 @@
 //! of it (`make_room`, the operator's `forget`), never while drivers still react to the death.
 
 use super::{DirtyKey, Head, Rejected, Reply};
+use crate::event::Event;
 use crate::ids::NodeId;
-use crate::scheduler::{NodeIx, NodeState};
+use crate::scheduler::{NodeIx, NodeState, PolicyFault};
 use crate::time::Instant;
 
 impl Head {
@@ -29,7 +30,7 @@ impl Head {
         if state != NodeState::Dead {
             return Err(Rejected::NotDead(node, state.name()));
         }
-        self.forget_node(ix);
+        self.forget_node(ix, "forgotten by the operator (`ftdrive forget`)".to_string());
         Ok(Reply::Done)
     }
 
@@ -47,26 +48,34 @@ impl Head {
     pub(super) fn trim_dead_nodes(&mut self) {
         let excess = self.forgettable().count().saturating_sub(self.config.retain_dead_nodes);
         let oldest: Vec<NodeIx> = self.forgettable().take(excess).collect();
+        let retain = self.config.retain_dead_nodes;
         for ix in oldest {
-            self.forget_node(ix);
+            let why =
+                format!("forgotten: the head keeps {retain} DEAD node(s) (`--retain-dead-nodes`), the longest dead go");
+            self.forget_node(ix, why);
         }
     }
 
     /// A new node arrives at `max_nodes`: the longest-dead node the operator did not drain
     /// makes room for it. Whether there was one.
-    pub(super) fn make_room(&mut self) -> bool {
+    pub(super) fn make_room(&mut self, joining: &NodeId) -> bool {
         let Some(ix) = self.forgettable().next() else { return false };
-        self.forget_node(ix);
+        let max = self.config.max_nodes;
+        self.forget_node(
+            ix,
+            format!("forgotten to make room for {joining} (`max_nodes` {max}); it was DEAD the longest"),
+        );
         true
     }
 
     /// DEAD nodes retention may forget, longest dead first.
     fn forgettable(&self) -> impl Iterator<Item = NodeIx> + '_ {
-        let cordoned = |ix: NodeIx| self.liveness.get(ix).is_some_and(|r| r.cordoned);
+        let keep_cordons = self.scheduler.policy_fault() != PolicyFault::ForgetCordoned;
+        let cordoned = move |ix: NodeIx| keep_cordons && self.liveness.get(ix).is_some_and(|r| r.cordoned);
         self.dead_nodes.iter().map(|&(_, ix)| ix).filter(move |&ix| !cordoned(ix))
     }
 
-    fn forget_node(&mut self, ix: NodeIx) {
+    fn forget_node(&mut self, ix: NodeIx, evidence: String) {
         let name = self.scheduler.node(ix).name.clone();
         assert_eq!(self.scheduler.node(ix).state, NodeState::Dead, "FG-1: forgetting {name}, not DEAD");
         assert_eq!(self.attempts.live_on(ix), 0, "FG-1: forgetting {name}, which runs attempts");
@@ -76,6 +85,7 @@ impl Head {
         // A node the head waited for after a restart, forgotten, is waited for no longer.
         self.reported(ix);
         self.dirty.remove(&DirtyKey::Node(ix));
-        self.dirty.insert(DirtyKey::ForgottenNode(name));
+        self.dirty.insert(DirtyKey::ForgottenNode(name.clone()));
+        self.notify(Event::NodeForgotten { node: name, evidence });
     }
 }

@@ -40,7 +40,7 @@ impl Head {
         crate::resources::check_labels(&agent.labels).map_err(|e| Rejected::BadRegistration(node.clone(), e))?;
         crate::resources::check_kinds(&agent.resources).map_err(|e| Rejected::BadRegistration(node.clone(), e))?;
         let known = self.scheduler.node_ix(&node);
-        if known.is_none() && self.scheduler.node_count() >= self.config.max_nodes && !self.make_room() {
+        if known.is_none() && self.scheduler.node_count() >= self.config.max_nodes && !self.make_room(&node) {
             return Err(Rejected::TooManyNodes(self.scheduler.node_count()));
         }
         if let Some(ix) = known {
@@ -226,7 +226,7 @@ impl Head {
     /// The operator withdraws a drain: the cordon is lifted, and a DRAINING node is offered
     /// again. What the drain stopped stays stopped (its actors were re-placed or wait to be). A
     /// drain the node's own agent announced stands: refused, unless there was a cordon to lift.
-    pub(super) fn undrain(&mut self, node: NodeId) -> Result<Reply, Rejected> {
+    pub(super) fn undrain(&mut self, now: Instant, node: NodeId) -> Result<Reply, Rejected> {
         let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::NoSuchNode(node.clone()))?;
         let record = self.liveness.get_mut(ix).expect("known node has a record");
         let (cordoned, leaving) = (record.cordoned, record.leaving);
@@ -237,6 +237,12 @@ impl Head {
         if cordoned {
             record.cordoned = false;
             self.touch_node(ix);
+            if self.scheduler.node(ix).state == NodeState::Dead {
+                // Retention may forget it from now on; as the node the operator just acted on,
+                // it goes after every other DEAD node (FG-3).
+                self.note_rejoined(ix);
+                self.note_dead(now, ix);
+            }
         }
         if draining && !leaving {
             self.scheduler.undrain_node(ix);

@@ -296,7 +296,7 @@ impl Head {
             }
             Input::PreemptionNotice { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms)?,
             Input::Drain { node, deadline_ms } => self.drain(now, node, deadline_ms)?,
-            Input::Undrain { node } => self.undrain(node)?,
+            Input::Undrain { node } => self.undrain(now, node)?,
             Input::Forget { node } => self.forget_named(node)?,
             Input::Submit { id, spec } => self.submit(now, id, *spec)?,
             Input::Stop { job } => self.stop(now, job)?,

@@ -106,6 +106,8 @@ pub enum PolicyFault {
     IgnoreSuspects,
     /// Every rank a node's loss or drain ends is charged (FC-1 broken; applied by drivers).
     ChargeEveryRank,
+    /// Retention forgets DEAD nodes the operator drained too (FG-3 broken; applied by the head).
+    ForgetCordoned,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over

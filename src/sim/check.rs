@@ -17,6 +17,7 @@
 //! | `stop_accounted` | every process the head had stopped has a ledger entry for its attempt by the time its job ends: no work is stopped unaccounted (say, by a head that forgot it after a restart) |
 //! | `cordon_holds` | a node the operator drained is not ALIVE until the operator undrains it, whatever befalls it meanwhile (agent or head restart, death and a new registration) |
 //! | `one_charge_per_fault` | a job is charged at most once per fault of a node (a death, a drain, an agent restart), however many of its ranks the fault ends; a `node_lost` or `preempted` end goes free only when its job was charged for a fault of that node |
+//! | `forget_only_dead` | a node forgotten (by the operator, by retention, to make room) is DEAD, holds no bundle, and is not under an operator's drain the operator did not withdraw |
 //! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
 //! Over 600 lines: every checker in one place, so that all of them stay apart from the code
@@ -216,6 +217,7 @@ impl Checker {
                     self.node_state(node, *state)
                 }
                 Event::AgentRestarted { node, .. } => *self.fault_epoch.entry(node.clone()).or_default() += 1,
+                Event::NodeForgotten { node, .. } => self.node_forgotten(node),
                 Event::Placed { job, actor, node, class, devices } => {
                     let key = actor_key(actor);
                     if !self.admitted.contains(job) {
@@ -310,6 +312,23 @@ impl Checker {
         } else if let Some(n) = self.nodes.get_mut(node) {
             n.state = state;
         }
+    }
+
+    /// `forget_only_dead`: only a DEAD node holding nothing is forgotten, and never one under
+    /// the operator's drain unless the operator forgot it (who withdrew the cordon first).
+    fn node_forgotten(&mut self, node: &NodeId) {
+        let state = self.nodes.get(node).map(|n| n.state);
+        if state != Some(NodeState::Dead) {
+            self.violation("forget_only_dead", format!("{node} forgotten while {state:?}"));
+        }
+        if self.on_node.get(node).is_some_and(|held| !held.is_empty()) {
+            self.violation("forget_only_dead", format!("{node} forgotten while it holds bundles"));
+        }
+        if self.cordoned.contains(node) {
+            self.violation("forget_only_dead", format!("{node} forgotten while the operator's drain stands"));
+        }
+        // A placement there before a new registration is a placement on an unknown node.
+        self.nodes.remove(node);
     }
 
     fn placed(&mut self, key: ActorKey, node: &NodeId) {

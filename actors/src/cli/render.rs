@@ -17,6 +17,7 @@ pub fn event_line(line: &EventLine, origin_ms: u64) -> Option<String> {
         Event::AgentRestarted { node, reattached, lost } => {
             format!("node {node}: its agent restarted and re-attached to {reattached} attempt(s), {lost} gone")
         }
+        Event::NodeForgotten { node, evidence } => format!("node {node} {evidence}"),
         Event::JobSubmitted { .. } | Event::Placed { .. } | Event::Released { .. } => return None,
     };
     Some(format!("{t:>8.1}s  {text}"))

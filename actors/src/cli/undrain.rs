@@ -16,9 +16,14 @@ pub fn run(args: NodeArg) -> Result<Outcome, CliError> {
             out::json(&body)?;
             return Ok(Outcome::Done);
         }
+        let forgotten = body["forgotten"].as_bool() == Some(true);
         let answer = DrainAnswer::read(body)?;
         let node = &args.node;
         let text = match answer.state {
+            NodeState::Dead if forgotten => format!(
+                "{node} is not drained; it was DEAD, and with its drain lifted `--retain-dead-nodes` forgot it: a \
+                 machine registering as {node} joins as a new node"
+            ),
             NodeState::Alive => format!("{node} is ALIVE: new work may be placed there"),
             NodeState::Dead => {
                 // Whether it was drained before or not, it is not now.

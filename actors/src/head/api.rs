@@ -513,8 +513,12 @@ async fn undrain_node(
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let node = NodeId::from(name.into_inner());
-    let view = state.head.send(Undrain { node }).await.map_err(mailbox)??;
-    Ok(HttpResponse::Ok().json(drain_answer(&view, None)))
+    let (view, forgotten) = state.head.send(Undrain { node }).await.map_err(mailbox)??;
+    let mut answer = drain_answer(&view, None);
+    if forgotten {
+        answer["forgotten"] = true.into();
+    }
+    Ok(HttpResponse::Ok().json(answer))
 }
 
 /// The operator's `ftdrive forget`: answers the node as it was, with `forgotten: true`.

@@ -87,18 +87,27 @@ impl Handler<Drain> for HeadActor {
     }
 }
 
-/// Withdraw the operator's drain of a node; answers the node as it is then.
+/// Withdraw the operator's drain of a node; answers the node as it is then, and whether it is
+/// gone: a DEAD node no longer cordoned may be forgotten at once by `--retain-dead-nodes`.
 #[derive(Message)]
-#[rtype(result = "Result<NodeView, ApiError>")]
+#[rtype(result = "Result<(NodeView, bool), ApiError>")]
 pub struct Undrain {
     pub node: NodeId,
 }
 
 impl Handler<Undrain> for HeadActor {
-    type Result = ResponseFuture<Result<NodeView, ApiError>>;
+    type Result = ResponseFuture<Result<(NodeView, bool), ApiError>>;
     fn handle(&mut self, msg: Undrain, ctx: &mut Context<Self>) -> Self::Result {
         let node = msg.node.clone();
-        self.durable_answer(Input::Undrain { node: msg.node }, ctx, move |act, _| act.node_after(&node))
+        let before = self.head.node_view(&node);
+        self.durable_answer(Input::Undrain { node: msg.node }, ctx, move |act, _| match act.head.node_view(&node) {
+            Some(view) => Ok((view, false)),
+            None => {
+                let mut view = before.ok_or_else(|| ApiError::Internal(format!("node `{node}` vanished")))?;
+                view.cordoned = false;
+                Ok((view, true))
+            }
+        })
     }
 }
 

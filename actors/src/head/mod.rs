@@ -512,6 +512,7 @@ fn log_event(event: &Event) {
         Event::AgentRestarted { node, reattached, lost } => {
             tracing::info!("node {node}: agent restarted, re-attached to {reattached} attempt(s), {lost} gone")
         }
+        Event::NodeForgotten { node, evidence } => tracing::info!("node {node} {evidence}"),
         Event::Job { job, detail: JobEvent::JobState { to, message, .. } } => {
             tracing::info!("job {job} {to}{}", message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())
         }
