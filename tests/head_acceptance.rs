@@ -391,3 +391,37 @@ fn a_report_overtaken_by_a_later_start_loses_nothing() {
     assert_eq!(causes, [Cause::UserError], "attempt 2 was not taken for lost: {:?}", view.ledger);
     assert_eq!((view.actors[0].attempt, view.actors[0].state), (2, ActorState::Running));
 }
+
+/// An agent restarted to offer other labels or more resources keeps its running work, as a
+/// kubelet restarted with new labels keeps its pods: nothing is lost, charged or started twice,
+/// and what is placed from then on sees the new offer. One that no longer fits what runs there
+/// is a new machine.
+#[test]
+fn an_agent_restarted_with_other_labels_keeps_its_running_work() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(2));
+    let job = c.submit(spec("steady", 1, 1));
+    let running: Vec<AttemptKey> = c.running_of(&job).cloned().collect();
+    let gpu_type = Labels::from([("gpu-type".to_string(), "a100".to_string())]);
+    c.restart_agent_offering("n1", cpu(4), gpu_type.clone());
+    c.advance(5_000);
+    let view = c.view(&job);
+    assert!(view.ledger.is_empty(), "nothing lost or charged: {:?}", view.ledger);
+    assert_eq!(c.running_of(&job).cloned().collect::<Vec<_>>(), running, "the same attempt runs, alone");
+    assert_eq!(c.agents["n1"].running.len(), 1);
+    let node = c.head.node_view(&ftdrive::NodeId::new("n1")).unwrap();
+    assert_eq!(
+        (node.labels, node.resources.milli("cpu"), node.allocated.milli("cpu")),
+        (gpu_type.clone(), 4_000, 1_000)
+    );
+    let mut wants_a100 = spec("a100", 1, 1);
+    wants_a100.node_selector = gpu_type;
+    let placed = c.submit(wants_a100);
+    assert_eq!(c.view(&placed).actors[0].state, Running, "the new label and the added cpu are offered");
+
+    // Fewer resources than what runs there: a new machine, and what ran there is lost.
+    c.restart_agent_offering("n1", Resources::units(&[("cpu", 1)]), Labels::new());
+    c.advance(5_000);
+    let lost: Vec<Cause> = c.view(&job).ledger.iter().map(|e| e.cause).collect();
+    assert_eq!(lost, [Cause::NodeLost]);
+}

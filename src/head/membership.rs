@@ -72,6 +72,13 @@ impl Head {
                 self.readopt(now, ix, agent);
                 return Ok(Reply::Done);
             }
+            // Restarted to offer other resources or labels (a label added): as a restarted
+            // kubelet keeps its pods, the processes it re-attached to run on, where what they
+            // hold still fits; labels steer only what is placed from now on.
+            if alive && !left && reattached && self.reconfigure(ix, &agent) {
+                self.readopt(now, ix, agent);
+                return Ok(Reply::Done);
+            }
             if alive {
                 self.lose_node(now, ix, format!("the agent on {node} restarted; its processes were lost"));
             }
@@ -91,6 +98,11 @@ impl Head {
             self.notify(Event::NodeState { node, state: NodeState::Alive, evidence: "registered".into() });
         }
         Ok(Reply::Done)
+    }
+
+    fn reconfigure(&mut self, ix: NodeIx, agent: &Registration) -> bool {
+        let (resources, labels) = (agent.resources.clone(), agent.labels.clone());
+        self.scheduler.reconfigure_node(ix, resources, labels, agent.devices)
     }
 
     fn offers_the_same(&self, ix: NodeIx, agent: &Registration) -> bool {

@@ -305,20 +305,7 @@ impl Cluster {
     /// Adds a node, or brings a DEAD one back with its new resources and labels. Its GPUs are
     /// `devices` when the agent names them (and `gpu` is then their count), else `0..gpu`.
     pub fn join(&mut self, name: NodeId, resources: Resources, labels: Labels, devices: Option<Devices>) -> NodeIx {
-        let devices = devices.unwrap_or_else(|| Devices::first((resources.milli("gpu") / 1000) as u32));
-        let resources = if devices.is_empty() && resources.milli("gpu") == 0 {
-            resources
-        } else {
-            resources.with_milli("gpu", u64::from(devices.count()) * 1000)
-        };
-        let mut capacity = Vec::new();
-        for (n, q) in resources.iter() {
-            let r = usize::from(self.table.intern(n));
-            if capacity.len() <= r {
-                capacity.resize(r + 1, 0);
-            }
-            capacity[r] = q;
-        }
+        let (resources, capacity, devices) = self.offer(resources, devices);
         let node = Node {
             name: name.clone(),
             state: NodeState::Alive,
@@ -363,6 +350,51 @@ impl Cluster {
         name.set_hint(ix);
         self.by_load.insert((0, name, ix));
         ix
+    }
+
+    /// What a node offers: its resources (`gpu` the count of its devices), their capacities by
+    /// resource index, and its GPU devices (`0..gpu` unless named).
+    fn offer(&mut self, resources: Resources, devices: Option<Devices>) -> (Resources, Vec<u64>, Devices) {
+        let devices = devices.unwrap_or_else(|| Devices::first((resources.milli("gpu") / 1000) as u32));
+        let resources = if devices.is_empty() && resources.milli("gpu") == 0 {
+            resources
+        } else {
+            resources.with_milli("gpu", u64::from(devices.count()) * 1000)
+        };
+        let mut capacity = Vec::new();
+        for (n, q) in resources.iter() {
+            let r = usize::from(self.table.intern(n));
+            if capacity.len() <= r {
+                capacity.resize(r + 1, 0);
+            }
+            capacity[r] = q;
+        }
+        (resources, capacity, devices)
+    }
+
+    /// A live node offers other resources, labels or devices (its agent restarted so
+    /// configured) and keeps what it holds: done only if what is allocated there still fits
+    /// and every device a bundle holds is still offered. Whether it was done.
+    pub fn reconfigure(&mut self, ix: NodeIx, resources: Resources, labels: Labels, devices: Option<Devices>) -> bool {
+        let (resources, mut capacity, devices) = self.offer(resources, devices);
+        let node = &self.nodes[ix as usize];
+        assert!(node.state != NodeState::Dead, "reconfiguring {}, which is DEAD", node.name);
+        let held = node.devices.without(node.free_devices);
+        capacity.resize(capacity.len().max(node.allocated.len()), 0);
+        let fits = node.allocated.iter().zip(&capacity).all(|(used, cap)| used <= cap);
+        if !fits || !devices.contains_all(held) {
+            return false;
+        }
+        let node = &mut self.nodes[ix as usize];
+        node.allocated.resize(capacity.len(), 0);
+        node.capacity = capacity;
+        node.preemptible = is_preemptible(&labels);
+        node.labels = labels;
+        node.resources = resources;
+        node.free_devices = devices.without(held);
+        node.devices = devices;
+        self.reindex(ix);
+        true
     }
 
     /// ALIVE → DRAINING: the node keeps its bundles but is no longer offered.
@@ -649,5 +681,27 @@ mod tests {
     fn only_a_dead_node_is_forgotten() {
         let mut c = cluster_with(&[("a", 2), ("b", 2)]);
         c.forget(1);
+    }
+
+    #[test]
+    fn a_reconfigured_node_keeps_its_bundles_only_where_they_still_fit() {
+        let mut c = Cluster::new(29_500, 8);
+        let four = Devices::from_indices(&[0, 1, 2, 3]).unwrap();
+        let a = c.join(NodeId::new("a"), Resources::units(&[("cpu", 4)]), Labels::new(), Some(four));
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 2), ("gpu", 2)]));
+        c.allocate(a, &demand, (1, 0), 2);
+        let held = c.node(a).devices.without(c.node(a).free_devices());
+        let two = Devices::from_indices(&[2, 3]).unwrap();
+        assert!(!c.reconfigure(a, Resources::units(&[("cpu", 4)]), Labels::new(), Some(two)), "its devices are gone");
+        assert!(!c.reconfigure(a, Resources::units(&[("cpu", 1)]), Labels::new(), Some(four)), "too few cpus");
+        assert_eq!(c.node(a).resources.milli("cpu"), 4_000, "a refused change changes nothing");
+        let labels = Labels::from([("zone".to_string(), "b".to_string())]);
+        let six = Devices::from_indices(&[0, 1, 2, 3, 4, 5]).unwrap();
+        assert!(c.reconfigure(a, Resources::units(&[("cpu", 8)]), labels.clone(), Some(six)));
+        let node = c.node(a);
+        assert_eq!((node.labels.clone(), node.resources.milli("gpu")), (labels, 6_000));
+        assert_eq!(node.free_devices(), six.without(held), "the held devices stay held");
+        assert_eq!(node.room_for(&demand, 10), 2, "6 cpus and 4 devices left");
+        c.check_invariants();
     }
 }

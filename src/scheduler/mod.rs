@@ -251,13 +251,41 @@ impl Scheduler {
         lost
     }
 
+    /// A live node's agent restarted offering other resources or labels; the node keeps its
+    /// bundles if they still fit (`Cluster::reconfigure`), and every group whose verdict the
+    /// change could turn is judged again. Whether the node was reconfigured.
+    pub fn reconfigure_node(
+        &mut self,
+        ix: NodeIx,
+        resources: Resources,
+        labels: Labels,
+        devices: Option<Devices>,
+    ) -> bool {
+        let could_hold: BTreeSet<PgId> = self.groups_the_node_could_hold(ix);
+        if !self.cluster.reconfigure(ix, resources, labels, devices) {
+            return false;
+        }
+        let mut touched = could_hold;
+        touched.extend(self.groups_the_node_could_hold(ix));
+        touched.extend(self.infeasible.keys().copied());
+        for id in touched {
+            let verdict = feasibility::infeasible_reason(&self.cluster, &self.pgs[&id]);
+            self.note_feasibility(id, verdict);
+        }
+        self.dirty = true;
+        true
+    }
+
+    fn groups_the_node_could_hold(&self, ix: NodeIx) -> BTreeSet<PgId> {
+        let node = self.cluster.node(ix);
+        self.pgs.iter().filter(|(_, pg)| feasibility::node_passes_filters(node, pg)).map(|(id, _)| *id).collect()
+    }
+
     /// A DEAD node is forgotten. The nodes ever seen counted it when judging whether a group
     /// could ever be placed: each group it could have held is judged again without it (a gang
     /// that needed it turns infeasible, with the count of what is left).
     pub fn forget_node(&mut self, ix: NodeIx) {
-        let node = self.cluster.node(ix);
-        let touched: Vec<PgId> =
-            self.pgs.iter().filter(|(_, pg)| feasibility::node_passes_filters(node, pg)).map(|(id, _)| *id).collect();
+        let touched = self.groups_the_node_could_hold(ix);
         self.cluster.forget(ix);
         self.suspects.remove(&ix);
         for id in touched {

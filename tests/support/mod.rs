@@ -148,9 +148,20 @@ impl TestCluster {
     /// The agent process restarts on the same machine: its processes run on under their
     /// supervisors, and the new agent re-attaches to them.
     pub fn restart_agent(&mut self, node: &str) {
+        let identity = self.agents[node].protocol.identity().clone();
+        self.restart_agent_as(node, identity);
+    }
+
+    /// As `restart_agent`, the new agent started with other resources and labels (`ftdrive
+    /// node --resources ... --labels ...`).
+    pub fn restart_agent_offering(&mut self, node: &str, resources: Resources, labels: Labels) {
+        let identity = AgentIdentity { resources, labels, ..self.agents[node].protocol.identity().clone() };
+        self.restart_agent_as(node, identity);
+    }
+
+    fn restart_agent_as(&mut self, node: &str, identity: AgentIdentity) {
         let agent = self.agents.get_mut(node).expect("known node");
         let recovered = agent.protocol.recoverable();
-        let identity = agent.protocol.identity().clone();
         agent.protocol = AgentProtocol::new(identity, agent.protocol.incarnation() + 1, recovered);
         self.agent_input(node, AgentInput::LinkUp);
         self.pump();
