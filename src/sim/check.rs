@@ -260,14 +260,18 @@ impl Checker {
             .collect()
     }
 
-    /// Is there still a node, other than those just given to lower classes and the silent
-    /// ones, that `w` could be re-placed on? The head holds one node per suspect bundle, so
-    /// lower items may take the rest.
+    /// Is there still a node, other than those just given to lower classes and the surely
+    /// suspect ones, that `w` could be re-placed on? The head holds one node per suspect bundle,
+    /// so lower items may take the rest. A machine lost too recently for the head to have
+    /// missed its heartbeat counts: the head, not knowing, may have held that one.
     fn has_room_elsewhere(&self, w: &WaitingBundle, lower: &BTreeMap<NodeId, Vec<ActorKey>>) -> bool {
         // Any node counts here, preemptible ones too: the head may have held one of those.
         let w = &WaitingBundle { avoid_preemptible: false, ..w.clone() };
+        let bound_ms = self.suspect_bound_ms.unwrap_or(0);
+        let surely_suspect =
+            |node: &NodeId| self.silent_since.get(node).is_some_and(|at| self.now >= at.plus_ms(bound_ms));
         self.nodes.iter().any(|(node, n)| {
-            if lower.contains_key(node) || self.silent_since.contains_key(node) {
+            if lower.contains_key(node) || surely_suspect(node) {
                 return false;
             }
             let mut free: BTreeMap<String, i128> =
