@@ -46,10 +46,13 @@ pub enum Event {
         evidence: String,
     },
     /// A node's agent restarted: it re-attached to `reattached` attempts; `lost` were gone.
+    /// `reconfigured`: it offers other resources or labels, and the node took them in place.
     AgentRestarted {
         node: NodeId,
         reattached: u32,
         lost: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        reconfigured: bool,
     },
     /// A DEAD node left the head (`ftdrive forget`, or retention): `evidence` says which.
     NodeForgotten {

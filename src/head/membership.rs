@@ -69,18 +69,26 @@ impl Head {
             let reattached = !agent.running.is_empty() || !agent.ended.is_empty();
             let left = self.liveness.get(ix).expect("record").leaving && !reattached;
             if alive && !left && self.offers_the_same(ix, &agent) {
-                self.readopt(now, ix, agent);
+                self.readopt(now, ix, agent, false);
                 return Ok(Reply::Done);
             }
             // Restarted to offer other resources or labels (a label added): as a restarted
-            // kubelet keeps its pods, the processes it re-attached to run on, where what they
-            // hold still fits; labels steer only what is placed from now on.
-            if alive && !left && reattached && self.reconfigure(ix, &agent) {
-                self.readopt(now, ix, agent);
+            // kubelet keeps its pods, the node keeps its bundles and the processes it
+            // re-attached to run on, where what they hold still fits; labels steer only what is
+            // placed from now on. (A reboot that lost them reports them missing, as above.)
+            if alive && !left && self.reconfigure(ix, &agent) {
+                self.readopt(now, ix, agent, true);
                 return Ok(Reply::Done);
             }
             if alive {
-                self.lose_node(now, ix, format!("the agent on {node} restarted; its processes were lost"));
+                let why = if left {
+                    format!("the agent on {node} restarted; its processes were lost")
+                } else {
+                    format!(
+                        "the agent on {node} restarted offering less than what is allocated there; it is a new machine"
+                    )
+                };
+                self.lose_node(now, ix, why);
             }
         }
         let ix = self.scheduler.add_node(node.clone(), agent.resources, agent.labels, agent.devices);
@@ -117,7 +125,7 @@ impl Head {
     /// A restarted agent on a live node: its supervisors kept the attempts it lists running, and
     /// it owes the ends of those it lists ended. Every other attempt the head has seen start
     /// there is gone with the old agent. The node keeps its bundles.
-    fn readopt(&mut self, now: Instant, ix: NodeIx, agent: Registration) {
+    fn readopt(&mut self, now: Instant, ix: NodeIx, agent: Registration, reconfigured: bool) {
         // The machine is the same, and so is a departure it announced.
         let leaving = self.liveness.get(ix).expect("record").leaving;
         self.liveness.register(ix, agent.addr.clone(), agent.incarnation, now, self.config.node_timeout_ms);
@@ -129,6 +137,7 @@ impl Head {
             node: agent.node.clone(),
             reattached: agent.running.len() as u32,
             lost: gone.len() as u32,
+            reconfigured,
         });
         self.lose_attempts(now, ix, &agent.node, gone, "was gone when its agent restarted");
     }

@@ -163,6 +163,12 @@ impl Checker {
         self.booted.insert(node.clone(), (resources.clone(), labels.clone()));
     }
 
+    /// A machine's next agent offers these: they count once the head reports the node
+    /// registered anew, or reconfigured in place (`AgentRestarted`).
+    pub fn agent_offers(&mut self, node: &NodeId, resources: &Resources, labels: &Labels) {
+        self.booted.insert(node.clone(), (resources.clone(), labels.clone()));
+    }
+
     pub fn process_started(&mut self, node: &NodeId, key: &AttemptKey) {
         let actor = (key.job.clone(), key.actor);
         let ended = self.ended.get(&actor).is_some_and(|e| *e >= key.attempt);
@@ -216,7 +222,12 @@ impl Checker {
                     }
                     self.node_state(node, *state)
                 }
-                Event::AgentRestarted { node, .. } => *self.fault_epoch.entry(node.clone()).or_default() += 1,
+                Event::AgentRestarted { node, reconfigured, .. } => {
+                    *self.fault_epoch.entry(node.clone()).or_default() += 1;
+                    if *reconfigured {
+                        self.node_reconfigured(node);
+                    }
+                }
                 Event::NodeForgotten { node, .. } => self.node_forgotten(node),
                 Event::Placed { job, actor, node, class, devices } => {
                     let key = actor_key(actor);
@@ -315,6 +326,14 @@ impl Checker {
             self.nodes.insert(node.clone(), NodeCheck { capacity, labels, state });
         } else if let Some(n) = self.nodes.get_mut(node) {
             n.state = state;
+        }
+    }
+
+    /// The node took its agent's new offer in place: placements from now on are held to it.
+    fn node_reconfigured(&mut self, node: &NodeId) {
+        let (capacity, labels) = self.booted.get(node).cloned().unwrap_or_default();
+        if let Some(n) = self.nodes.get_mut(node) {
+            (n.capacity, n.labels) = (capacity, labels);
         }
     }
 

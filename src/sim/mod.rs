@@ -412,9 +412,10 @@ impl Simulation {
                 let ix = self.agent_of[&node];
                 self.crash(ix);
             }
-            Fault::AgentRestart { node } => {
+            Fault::AgentRestart { node, labels, resources } => {
                 let ix = self.agent_of[&node];
                 if self.agents[ix as usize].up {
+                    self.offer(ix, labels, resources);
                     self.restart_agent(ix);
                 }
             }
@@ -568,6 +569,18 @@ impl Simulation {
 
     /// The agent process restarts; the machine, its processes (under their supervisors) and
     /// its records of owed reports stay. The new agent re-attaches and registers.
+    /// The machine's next agent offers other labels or resources.
+    fn offer(&mut self, ix: u32, labels: Option<crate::Labels>, resources: Option<crate::Resources>) {
+        let machine = &mut self.agents[ix as usize];
+        machine.labels.extend(labels.unwrap_or_default());
+        for (kind, milli) in resources.unwrap_or_default().iter() {
+            machine.resources = machine.resources.clone().with_milli(kind, milli);
+        }
+        if let Some(checker) = self.checker.as_mut() {
+            checker.agent_offers(&machine.name, &machine.resources, &machine.labels);
+        }
+    }
+
     fn restart_agent(&mut self, ix: u32) {
         let machine = &mut self.agents[ix as usize];
         let recovered = machine.agent.recoverable();

@@ -148,7 +148,15 @@ pub enum Fault {
     },
     /// The agent process restarts; the processes it supervised keep running, and the new
     /// agent re-attaches to them and registers again.
-    AgentRestart { node: NodeId },
+    AgentRestart {
+        node: NodeId,
+        /// The new agent offers these labels too (`ftdrive node --labels`), over the machine's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        labels: Option<Labels>,
+        /// The new agent offers these resources, each over the machine's of its kind.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resources: Option<Resources>,
+    },
     /// The head is killed and started again `down_ms` later from what it made durable; agents
     /// reconnect. Messages in flight to or from it are lost.
     HeadRestart {
@@ -269,10 +277,18 @@ impl Scenario {
                         return Err(err(field("deadline_ms"), why));
                     }
                 }
-                Fault::NodeCrash { node }
-                | Fault::AgentRestart { node }
-                | Fault::OperatorUndrain { node }
-                | Fault::OperatorForget { node } => known_node(nodes, node)?,
+                Fault::AgentRestart { node, labels, resources } => {
+                    known_node(nodes, node)?;
+                    if let Some(labels) = labels {
+                        crate::resources::check_labels(labels).map_err(|e| err(field("labels"), e))?;
+                    }
+                    if let Some(resources) = resources {
+                        crate::resources::check_kinds(resources).map_err(|e| err(field("resources"), e))?;
+                    }
+                }
+                Fault::NodeCrash { node } | Fault::OperatorUndrain { node } | Fault::OperatorForget { node } => {
+                    known_node(nodes, node)?
+                }
                 Fault::NodeJoin { node } => {
                     check_name(field("node.name"), node.name.as_str())?;
                     nodes.insert(&node.name);

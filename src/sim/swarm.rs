@@ -225,7 +225,18 @@ fn gen_faults(g: &mut Gen, nodes: &[NodeDef], jobs: &[JobDef], fault_ms: u64) ->
                     local_rank: None,
                 }
             }
-            80..=87 => Fault::AgentRestart { node },
+            80..=87 => {
+                // Some restarts offer a label and a resource more (an operator adding them): what
+                // runs there stays, and every job still fits the cluster it was drawn for.
+                let (labels, resources) = if g.chance(30) {
+                    let team = g.pick(&["a", "b"]).to_string();
+                    let ssd = Resources::units(&[("ssd", g.range(1, 4))]);
+                    (Some(Labels::from([("team".to_string(), team)])), Some(ssd))
+                } else {
+                    (None, None)
+                };
+                Fault::AgentRestart { node, labels, resources }
+            }
             88..=94 => Fault::HeadRestart { down_ms: g.range(0, 3_000) },
             _ => Fault::StopJob { job: g.pick(jobs).id.clone() },
         };

@@ -14,8 +14,9 @@ pub fn event_line(line: &EventLine, origin_ms: u64) -> Option<String> {
     let text = match &line.event {
         Event::Job { job, detail } => job_event_text(job, detail)?,
         Event::NodeState { node, state, evidence } => format!("node {node} {}: {evidence}", state_text(state)),
-        Event::AgentRestarted { node, reattached, lost } => {
-            format!("node {node}: its agent restarted and re-attached to {reattached} attempt(s), {lost} gone")
+        Event::AgentRestarted { node, reattached, lost, reconfigured } => {
+            let offer = if *reconfigured { ", offering other resources or labels" } else { "" };
+            format!("node {node}: its agent restarted{offer} and re-attached to {reattached} attempt(s), {lost} gone")
         }
         Event::NodeForgotten { node, evidence } => format!("node {node} {evidence}"),
         Event::JobSubmitted { .. } | Event::Placed { .. } | Event::Released { .. } => return None,

@@ -509,8 +509,9 @@ fn snapshot_line(view: &JobView) -> Bytes {
 fn log_event(event: &Event) {
     match event {
         Event::NodeState { node, state, evidence } => tracing::info!("node {node} {state:?}: {evidence}"),
-        Event::AgentRestarted { node, reattached, lost } => {
-            tracing::info!("node {node}: agent restarted, re-attached to {reattached} attempt(s), {lost} gone")
+        Event::AgentRestarted { node, reattached, lost, reconfigured } => {
+            let offer = if *reconfigured { " with other resources or labels" } else { "" };
+            tracing::info!("node {node}: agent restarted{offer}, re-attached to {reattached} attempt(s), {lost} gone")
         }
         Event::NodeForgotten { node, evidence } => tracing::info!("node {node} {evidence}"),
         Event::Job { job, detail: JobEvent::JobState { to, message, .. } } => {
