@@ -227,7 +227,13 @@ pub(crate) fn parse_object<T: serde::de::DeserializeOwned>(text: &str, example: 
         return Err(("(document)".to_string(), format!("is {found}; write one JSON object, such as {example}")));
     }
     let mut de = serde_json::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(&mut de).map_err(placed_error)
+    let value = serde_path_to_error::deserialize(&mut de).map_err(placed_error)?;
+    // Two specs run together, or text left after the object, would otherwise run the first
+    // alone without a word.
+    de.end().map_err(|e| {
+        ("(document)".to_string(), format!("has more after its one JSON object ({e}); a file holds one object"))
+    })?;
+    Ok(value)
 }
 
 /// Where a JSON document was refused, and why: the dotted path of the field at fault, or
@@ -575,6 +581,21 @@ mod tests {
         assert_eq!(wrong_type.message, "invalid type: string \"true\", expected a JSON array");
         assert_eq!(wrong_type.field, "command");
         assert!(!wrong_type.message.contains("line"), "a field's error needs no position: {}", wrong_type.message);
+    }
+
+    #[test]
+    fn a_spec_file_holds_one_object_and_nothing_after_it() {
+        let one = r#"{"name": "t", "command": ["true"], "min_nodes": 1, "max_nodes": 1}"#;
+        assert!(parse(&format!("{one}\n\n")).is_ok(), "whitespace after it is fine");
+        for text in [format!("{one}{one}"), format!("{one} trailing garbage"), format!("{one}\n>>>>>>> main")] {
+            let err = parse(&text).unwrap_err();
+            assert_eq!(err.field, "(document)", "{text}");
+            assert!(
+                err.message.starts_with("has more after its one JSON object (trailing characters at line"),
+                "{}",
+                err.message
+            );
+        }
     }
 
     #[test]
