@@ -770,3 +770,44 @@ fn the_local_cluster_refuses_a_job_it_can_never_hold() {
     assert!(stderr.contains("can never run on the local cluster's 2 node(s)"), "{stderr}");
     assert!(stderr.contains("Run it with --local-nodes 3"), "{stderr}");
 }
+
+/// A follower of an attempt whose machine died ends once the head has declared the node DEAD
+/// (rather than waiting for an agent that will not come back), naming what ended it; the whole
+/// job's log goes on past that actor to the others.
+#[test]
+fn a_log_follower_ends_when_its_machine_is_lost_and_the_other_logs_still_show() {
+    let mut c = Cluster::start(&["n1", "n2", "n3"]);
+    let command = format!("echo up; {LONG_THEN_SHORT}");
+    let spec = c.spec("lost", json!({"command": ["sh", "-c", command], "min_nodes": 2, "max_nodes": 2}));
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "both ranks run", |j| running(j, 2));
+    let (actor, victim) = actor_on_rank(&job, 1);
+    let index = actor.rsplit('/').next().unwrap().to_string();
+    let mut follow = c.command();
+    follow.args(["logs", &id, "--actor", &index, "--follow"]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut follower = follow.spawn().unwrap();
+    let mut first = String::new();
+    let mut stdout = std::io::BufReader::new(follower.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    assert_eq!(first, "up\n", "following attempt 1");
+    c.kill_node(&victim);
+    let follower = std::sync::Mutex::new(follower);
+    c.wait_until("the follower ends", |_| follower.lock().unwrap().try_wait().unwrap().is_some());
+    let out = follower.into_inner().unwrap().wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!(
+            "node {victim} is DEAD: the log of {actor} attempt 1, where it ended node_lost, stays on that machine"
+        )),
+        "{said}"
+    );
+
+    c.wait_for_job(&id, "it succeeds on the spare node", |j| j["state"] == "SUCCEEDED");
+    let all = c.try_ftdrive(&["logs", &id, "--attempt", "1"]);
+    let (shown, said) = (String::from_utf8_lossy(&all.stdout), String::from_utf8_lossy(&all.stderr));
+    assert_eq!(all.status.code(), Some(1), "{said}");
+    let other = if index == "0" { format!("{id}/1") } else { format!("{id}/0") };
+    assert!(shown.contains(&format!("==> {other} attempt 1 on ")) && shown.contains("up\n"), "{shown}\n{said}");
+    assert!(said.contains(&format!("could not read the log of {actor} (said above)")), "{said}");
+}

@@ -24,9 +24,23 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
         let view = if args.follow { until_started(&client, view, wanted).await? } else { view };
         let actors = started(&view, wanted).map_err(|why| CliError::Failed(why.to_string()))?;
         let headers = actors.len() > 1;
+        let mut unread = Vec::new();
         for actor in actors {
-            let which = Which { actor, attempt: args.attempt, local_rank: args.local_rank };
-            print_attempt(&client, &view.id, which, args.follow, headers).await?;
+            // A follower keeps to the attempt that is the latest now (`Cursor`), even if its
+            // first read fails and a retry starts meanwhile.
+            let latest = args.follow.then(|| view.actors[actor as usize].attempt);
+            let which = Which { actor, attempt: args.attempt.or(latest), local_rank: args.local_rank };
+            match print_attempt(&client, &view.id, which, args.follow, headers).await {
+                // Of several actors, one whose machine is gone does not hide the others'.
+                Err(CliError::Failed(why) | CliError::Unavailable(why)) if headers => {
+                    eprintln!("ftdrive: {}/{actor}: {why}", view.id);
+                    unread.push(format!("{}/{actor}", view.id));
+                }
+                other => other?,
+            }
+        }
+        if !unread.is_empty() {
+            return Err(CliError::Failed(format!("could not read the log of {} (said above)", unread.join(", "))));
         }
         Ok(Outcome::Done)
     })

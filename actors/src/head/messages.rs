@@ -130,6 +130,15 @@ impl Handler<Forget> for HeadActor {
 }
 
 impl HeadActor {
+    /// Why a node's agent will not serve logs again: it is DEAD, or the head forgot it.
+    fn node_gone(&self, node: &str) -> Option<&'static str> {
+        match self.head.node_view(&NodeId::from(node.to_string())).map(|v| v.state) {
+            None => Some("is no longer known to the head"),
+            Some(NodeState::Dead) => Some("is DEAD"),
+            Some(_) => None,
+        }
+    }
+
     /// A node the head just took an input about (so it knows it).
     fn node_after(&self, node: &NodeId) -> Result<NodeView, ApiError> {
         self.head.node_view(node).ok_or_else(|| ApiError::Internal(format!("node `{node}` vanished")))
@@ -285,6 +294,19 @@ impl Handler<LocateLog> for HeadActor {
                 .clone()
                 .ok_or_else(|| ApiError::NotFound(format!("attempt {attempt} of {} has no node", actor.name)))?,
         };
+        if let Some(gone) = self.node_gone(&node) {
+            // For good, not for a reconnect: a follower ends here instead of waiting for it.
+            let ended = ended.map(|e| format!(", where it ended {},", e.cause)).unwrap_or_default();
+            let latest = if actor.attempt > attempt {
+                format!("; attempt {} is the latest (`ftdrive logs {} --actor {}`)", actor.attempt, msg.job, msg.actor)
+            } else {
+                String::new()
+            };
+            return Err(ApiError::NotFound(format!(
+                "node {node} {gone}: the log of {} attempt {attempt}{ended} stays on that machine{latest}",
+                actor.name
+            )));
+        }
         let base = self.log_urls.get(node.as_str()).ok_or_else(|| {
             ApiError::Unavailable(format!(
                 "node {node} is not connected; attempt {attempt}'s log stays on that machine"
