@@ -119,6 +119,14 @@ impl Credential {
         }
     }
 
+    /// Where the secret comes from, for a message that says which one to fix.
+    pub fn source(&self, var: &str) -> String {
+        match self {
+            Credential::Given(_) => format!("${var}"),
+            Credential::File(file) => file.display().to_string(),
+        }
+    }
+
     pub fn read(&self) -> Result<String, String> {
         match self {
             Credential::Given(token) => Ok(token.clone()),

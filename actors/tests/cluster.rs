@@ -110,7 +110,7 @@ fn draining_a_node_preempts_its_actor_and_undrain_takes_it_back() {
     assert!(job["ledger"].as_array().unwrap().iter().any(|e| e["node"] == node.as_str()), "{job:#}");
     let unknown = c.try_ftdrive(&["undrain", "no-such-node"]);
     assert_eq!(unknown.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no node `no-such-node` has registered"));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("the head knows no node `no-such-node`"));
 }
 
 /// `ftdrive submit --output json job.json | jq`: standard output is the one document, the

@@ -480,12 +480,17 @@ fn dead_nodes_are_forgotten_durably_and_a_live_one_never() {
     assert_eq!(refused.status.code(), Some(1), "{said}");
     assert!(said.contains("node `n1` is ALIVE, and only a DEAD node can be forgotten"), "{said}");
     let answer: Value = serde_json::from_str(&c.ftdrive(&["forget", "n3", "--output", "json"])).unwrap();
+    assert_eq!(answer["node"], answer["name"], "keyed as drain and undrain answer");
     assert_eq!(
         (answer["name"].as_str(), answer["state"].as_str(), answer["forgotten"].as_bool()),
         (Some("n3"), Some("DEAD"), Some(true))
     );
     let again = c.try_ftdrive(&["forget", "n3"]);
-    assert!(String::from_utf8_lossy(&again.stderr).contains("no node `n3` has registered"), "{again:?}");
+    assert!(
+        String::from_utf8_lossy(&again.stderr)
+            .contains("the head knows no node `n3` (none registered, or it was forgotten)"),
+        "{again:?}"
+    );
     assert_eq!(node_names(&c), ["n1"]);
 
     c.kill_head();

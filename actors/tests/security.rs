@@ -277,3 +277,28 @@ fn nothing_an_attempt_starts_outlives_it() {
 fn is_supervisor(pid: u32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmd| cmd.split(|b| *b == 0).nth(1) == Some(b"__attempt"))
 }
+
+#[test]
+fn an_agent_with_a_wrong_token_says_which_credential_the_head_refused() {
+    let c = Cluster::start(&[]);
+    let log = c.dir.path().join("wrong-token-agent.log");
+    let mut agent = c
+        .node_command("w1")
+        .env("FTDRIVE_AGENT_TOKEN", "not-the-agent-token")
+        .env("FTDRIVE_LOG", "warn")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    c.wait_until("the agent says why it is not let in", |_| said().contains("refused the agent token"));
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    let said = said();
+    assert!(
+        said.contains("refused the agent token from $FTDRIVE_AGENT_TOKEN (401 Unauthorized)")
+            && said.contains("the `agent-token` file in the head's state dir"),
+        "{said}"
+    );
+    assert!(!said.contains("cannot reach the head"), "the head was reached: {said}");
+    assert!(c.nodes_json().as_array().unwrap().is_empty(), "it never joined");
+}

@@ -140,7 +140,7 @@ pub enum Reply {
 pub enum Rejected {
     #[error("node `{0}` is not registered (or was declared dead); its agent must register again")]
     UnknownNode(NodeId),
-    #[error("no node `{0}` has registered; `ftdrive nodes` lists the nodes")]
+    #[error("the head knows no node `{0}` (none registered, or it was forgotten); `ftdrive nodes` lists the nodes")]
     NoSuchNode(NodeId),
     #[error("node `{0}` sent a message from an older agent run; only its newest registration counts")]
     StaleIncarnation(NodeId),
@@ -165,11 +165,19 @@ pub enum Rejected {
          cloud's preemption notice); the node is ALIVE again once its agent starts anew and registers"
     )]
     LeavingNode(NodeId),
-    #[error(
-        "node `{0}` is {1}, and only a DEAD node can be forgotten: stop its agent (after `ftdrive drain {0}` to \
-         move its work away); the head declares it DEAD once `node_timeout_ms` passes without a heartbeat"
-    )]
+    #[error("{}", not_dead(.0, .1))]
     NotDead(NodeId, &'static str),
+}
+
+/// Why a live node cannot be forgotten, and how it becomes DEAD: an ALIVE one is drained first
+/// so that its work moves; a DRAINING one already is.
+fn not_dead(node: &NodeId, state: &str) -> String {
+    let drain_first =
+        if state == "ALIVE" { format!(" (after `ftdrive drain {node}` to move its work away)") } else { String::new() };
+    format!(
+        "node `{node}` is {state}, and only a DEAD node can be forgotten: stop its agent{drain_first}; the head \
+         declares it DEAD once `node_timeout_ms` passes without a heartbeat"
+    )
 }
 
 /// What the head asks its runtime to do.

@@ -521,7 +521,8 @@ async fn undrain_node(
     Ok(HttpResponse::Ok().json(answer))
 }
 
-/// The operator's `ftdrive forget`: answers the node as it was, with `forgotten: true`.
+/// The operator's `ftdrive forget`: answers the node as it was, with `forgotten: true` (and its
+/// name as `node` too, the key drain and undrain answer it under).
 async fn forget_node(
     _: Authorized,
     state: web::Data<ApiState>,
@@ -530,6 +531,7 @@ async fn forget_node(
     let node = NodeId::from(name.into_inner());
     let view = state.head.send(Forget { node }).await.map_err(mailbox)??;
     let mut answer = serde_json::to_value(&view).map_err(|e| ApiError::Internal(e.to_string()))?;
+    answer["node"] = view.name.clone().into();
     answer["forgotten"] = true.into();
     Ok(HttpResponse::Ok().json(answer))
 }

@@ -40,9 +40,19 @@ pub async fn maintain(
             }
             Err(e) if last_logged.is_none_or(|t| t.elapsed() >= Duration::from_millis(LOG_EVERY_MS)) => {
                 let trust = crate::tls::Trust { flag: crate::tls::Trust::OWN_FLAG, given: None };
-                match crate::tls::diagnose("the head", &head_url, &*e, &trust).await {
-                    Some(why) => tracing::warn!("cannot reach the head: {why}; retrying"),
-                    None => tracing::warn!("cannot reach the head at {head_url}: {e}; retrying"),
+                if let Some(status) = refused(&*e) {
+                    // Reached, and refused: a credential to fix, not a network to wait for.
+                    let from = credential.source("FTDRIVE_AGENT_TOKEN");
+                    tracing::warn!(
+                        "the head at {head_url} refused the agent token from {from} ({status}): an agent presents \
+                         the head's agent token ($FTDRIVE_AGENT_TOKEN, or the `agent-token` file in the head's state \
+                         dir), not the client token; retrying"
+                    );
+                } else {
+                    match crate::tls::diagnose("the head", &head_url, &*e, &trust).await {
+                        Some(why) => tracing::warn!("cannot reach the head: {why}; retrying"),
+                        None => tracing::warn!("cannot reach the head at {head_url}: {e}; retrying"),
+                    }
                 }
                 last_logged = Some(std::time::Instant::now());
             }
@@ -50,6 +60,16 @@ pub async fn maintain(
         }
         tokio::time::sleep(Duration::from_millis(backoff)).await;
         backoff = (backoff * 2).min(heartbeat_ms.load(Ordering::Relaxed).max(FIRST_BACKOFF_MS));
+    }
+}
+
+/// The head's 401 or 403 to the WebSocket upgrade, if that is what `e` is.
+fn refused(e: &(dyn std::error::Error + 'static)) -> Option<tokio_tungstenite::tungstenite::http::StatusCode> {
+    match e.downcast_ref::<tokio_tungstenite::tungstenite::Error>()? {
+        tokio_tungstenite::tungstenite::Error::Http(response) if matches!(response.status().as_u16(), 401 | 403) => {
+            Some(response.status())
+        }
+        _ => None,
     }
 }
 
