@@ -666,10 +666,27 @@ fn ctrl_c_detaches_and_says_how_to_follow_or_stop() {
     assert!(
         stderr.contains("detached from j1")
             && stderr.contains("ftdrive stop j1")
-            && stderr.contains("ftdrive status j1"),
+            && stderr.contains("ftdrive status j1 --follow"),
         "{stderr}"
     );
     assert_eq!(c.job("j1")["state"], "RUNNING", "the job keeps running");
+
+    // Followed again, to its end: the exit code is its outcome, as submit's is.
+    let again = c.command().args(["status", "j1", "--follow"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let mut again = again.unwrap();
+    let mut stdout = std::io::BufReader::new(again.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("job j1") {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "the second follower printed where the job stands");
+    }
+    c.ftdrive(&["stop", "j1"]);
+    let rest: Vec<String> = stdout.lines().map(|l| l.unwrap()).collect();
+    let out = again.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "STOPPED: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(rest.iter().any(|l| l.contains("job j1 STOPPED")), "{rest:?}");
+    let refused = c.try_ftdrive(&["status", "--follow"]);
+    assert_eq!(refused.status.code(), Some(2), "--follow needs a job");
 }
 
 /// DESIGN §3: a machine that joins right after a node is lost, before the loss is confirmed,

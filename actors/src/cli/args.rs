@@ -196,6 +196,10 @@ pub struct SubmitArgs {
 pub struct StatusArgs {
     /// A job id, e.g. `j1` (default: every job, one line each).
     pub job: Option<String>,
+    /// Follow the job to its end, as `submit` does, and exit with its outcome (0 SUCCEEDED, 1
+    /// FAILED, 3 STOPPED); Ctrl-C stops following, not the job.
+    #[arg(long, requires = "job")]
+    pub follow: bool,
     #[command(flatten)]
     pub out: OutputArgs,
 }

@@ -169,7 +169,9 @@ async fn on_signal(
 }
 
 fn detached(job: &str) -> Outcome {
-    eprintln!("\ndetached from {job}; it keeps running.\n  follow: ftdrive status {job}\n  stop:   ftdrive stop {job}");
+    eprintln!(
+        "\ndetached from {job}; it keeps running.\n  follow: ftdrive status {job} --follow\n  stop:   ftdrive stop {job}"
+    );
     Outcome::Done
 }
 

@@ -3,7 +3,8 @@
 use super::args::{Output, StatusArgs};
 use super::client::Client;
 use super::error::{CliError, Outcome};
-use super::out;
+use super::follow::{self, OnInterrupt};
+use super::out::{self, Progress};
 use super::render;
 use ftdrive::view::JobView;
 
@@ -11,6 +12,7 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.out.head)?;
     super::block_on(async move {
         match args.job {
+            Some(job) if args.follow => return follow_to_the_end(&client, &job, args.out.output).await,
             Some(job) => {
                 let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
                 match args.out.output {
@@ -28,4 +30,16 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
         }
         Ok(Outcome::Done)
     })
+}
+
+/// `--follow`: what `submit` prints while it follows, and the job's outcome as the exit code
+/// (`kubectl wait`, `ray job logs -f`); with `--output json`, the final job on stdout.
+async fn follow_to_the_end(client: &Client, job: &str, output: Output) -> Result<Outcome, CliError> {
+    let progress = if output == Output::Json { Progress::Stderr } else { Progress::Stdout };
+    let outcome = follow::follow(client, job, OnInterrupt::Detach, progress).await?;
+    if output == Output::Json {
+        let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
+        out::json(&view)?;
+    }
+    Ok(outcome)
 }

@@ -86,9 +86,10 @@ pub async fn follow_submitted(
     if args.no_wait {
         match args.output {
             Output::Json => out::json(&view)?,
-            Output::Text => {
-                out::line(&format!("submitted {} ({}); follow with `ftdrive status {}`", view.id, view.name, view.id))?
-            }
+            Output::Text => out::line(&format!(
+                "submitted {} ({}); follow with `ftdrive status {} --follow`",
+                view.id, view.name, view.id
+            ))?,
         }
         // Accepted, but it will wait until the cluster changes: a script should not find out later.
         if let Some(why) = &view.infeasible {
