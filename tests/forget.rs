@@ -29,10 +29,10 @@ fn only_a_dead_node_is_forgotten_and_a_refusal_changes_nothing() {
     c.advance(1_000);
     let before = (names(&c), c.effects.len(), c.view(&job));
     let refusal = c.refused_input(Input::Forget { node: NodeId::new("n1") });
-    assert_eq!(refusal, Rejected::NotDead(NodeId::new("n1"), "ALIVE"));
+    assert_eq!(refusal, Rejected::NotDead(NodeId::new("n1"), NodeState::Alive));
     let message = refusal.to_string();
     assert!(message.contains("only a DEAD node") && message.contains("stop its agent"), "{message}");
-    assert_eq!(c.forget("n2"), Err(Rejected::NotDead(NodeId::new("n2"), "DRAINING")));
+    assert_eq!(c.forget("n2"), Err(Rejected::NotDead(NodeId::new("n2"), NodeState::Draining)));
     assert_eq!(c.forget("n9"), Err(Rejected::NoSuchNode(NodeId::new("n9"))));
     assert_eq!((names(&c), c.effects.len(), c.view(&job)), before, "refused: no event, nothing persisted");
 }

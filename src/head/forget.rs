@@ -28,15 +28,17 @@ impl Head {
         let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::NoSuchNode(node.clone()))?;
         let state = self.scheduler.node(ix).state;
         if state != NodeState::Dead {
-            return Err(Rejected::NotDead(node, state.name()));
+            return Err(Rejected::NotDead(node, state));
         }
         self.forget_node(ix, "forgotten by the operator (`ftdrive forget`)".to_string());
         Ok(Reply::Done)
     }
 
-    /// A node was declared DEAD at `now`: it counts toward `retain_dead_nodes`.
+    /// A node was declared DEAD at `now`: it counts toward `retain_dead_nodes`, checked once
+    /// the input has settled.
     pub(super) fn note_dead(&mut self, now: Instant, ix: NodeIx) {
         self.dead_nodes.insert((now, ix));
+        self.trim_due = true;
     }
 
     /// A DEAD node registered again: it is no longer a candidate for forgetting.
@@ -44,8 +46,12 @@ impl Head {
         self.dead_nodes.retain(|&(_, dead)| dead != ix);
     }
 
-    /// Keeps at most `retain_dead_nodes` DEAD nodes the operator did not drain (FG-3).
+    /// Keeps at most `retain_dead_nodes` DEAD nodes the operator did not drain (FG-3). Only
+    /// after an input that noted a death: most inputs (heartbeats) change nothing here.
     pub(super) fn trim_dead_nodes(&mut self) {
+        if !std::mem::take(&mut self.trim_due) {
+            return;
+        }
         let excess = self.forgettable().count().saturating_sub(self.config.retain_dead_nodes);
         let oldest: Vec<NodeIx> = self.forgettable().take(excess).collect();
         let retain = self.config.retain_dead_nodes;

@@ -166,14 +166,17 @@ pub enum Rejected {
     )]
     LeavingNode(NodeId),
     #[error("{}", not_dead(.0, .1))]
-    NotDead(NodeId, &'static str),
+    NotDead(NodeId, crate::scheduler::NodeState),
 }
 
 /// Why a live node cannot be forgotten, and how it becomes DEAD: an ALIVE one is drained first
 /// so that its work moves; a DRAINING one already is.
-fn not_dead(node: &NodeId, state: &str) -> String {
-    let drain_first =
-        if state == "ALIVE" { format!(" (after `ftdrive drain {node}` to move its work away)") } else { String::new() };
+fn not_dead(node: &NodeId, state: &crate::scheduler::NodeState) -> String {
+    let drain_first = match state {
+        crate::scheduler::NodeState::Alive => format!(" (after `ftdrive drain {node}` to move its work away)"),
+        _ => String::new(),
+    };
+    let state = state.name();
     format!(
         "node `{node}` is {state}, and only a DEAD node can be forgotten: stop its agent{drain_first}; the head \
          declares it DEAD once `node_timeout_ms` passes without a heartbeat"
@@ -228,6 +231,8 @@ pub struct Head {
     finished: BTreeSet<(Instant, PgId)>,
     /// DEAD nodes, longest dead first (`forget.rs`).
     dead_nodes: BTreeSet<(Instant, NodeIx)>,
+    /// A death was noted since retention last looked (`forget.rs`).
+    trim_due: bool,
 }
 
 impl Head {
@@ -254,6 +259,7 @@ impl Head {
             recovery: None,
             finished: BTreeSet::new(),
             dead_nodes: BTreeSet::new(),
+            trim_due: false,
         }
     }
 

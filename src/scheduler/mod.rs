@@ -268,12 +268,18 @@ impl Scheduler {
         let mut touched = could_hold;
         touched.extend(self.groups_the_node_could_hold(ix));
         touched.extend(self.infeasible.keys().copied());
-        for id in touched {
+        self.judge_again(touched);
+        true
+    }
+
+    /// Counts every node again for `groups` (the cluster changed under their verdicts), and
+    /// lets the next pass look.
+    fn judge_again(&mut self, groups: BTreeSet<PgId>) {
+        for id in groups {
             let verdict = feasibility::infeasible_reason(&self.cluster, &self.pgs[&id]);
             self.note_feasibility(id, verdict);
         }
         self.dirty = true;
-        true
     }
 
     fn groups_the_node_could_hold(&self, ix: NodeIx) -> BTreeSet<PgId> {
@@ -288,11 +294,7 @@ impl Scheduler {
         let touched = self.groups_the_node_could_hold(ix);
         self.cluster.forget(ix);
         self.suspects.remove(&ix);
-        for id in touched {
-            let verdict = feasibility::infeasible_reason(&self.cluster, &self.pgs[&id]);
-            self.note_feasibility(id, verdict);
-        }
-        self.dirty = true;
+        self.judge_again(touched);
     }
 
     pub fn node_ix(&self, name: &NodeId) -> Option<NodeIx> {

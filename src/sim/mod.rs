@@ -567,8 +567,6 @@ impl Simulation {
         }
     }
 
-    /// The agent process restarts; the machine, its processes (under their supervisors) and
-    /// its records of owed reports stay. The new agent re-attaches and registers.
     /// The machine's next agent offers other labels or resources.
     fn offer(&mut self, ix: u32, labels: Option<crate::Labels>, resources: Option<crate::Resources>) {
         let machine = &mut self.agents[ix as usize];
@@ -581,6 +579,8 @@ impl Simulation {
         }
     }
 
+    /// The agent process restarts; the machine, its processes (under their supervisors) and
+    /// its records of owed reports stay. The new agent re-attaches and registers.
     fn restart_agent(&mut self, ix: u32) {
         let machine = &mut self.agents[ix as usize];
         let recovered = machine.agent.recoverable();
