@@ -154,6 +154,18 @@ const EXPECTED: &[(&str, Expectation)] = &[
         let cycles = r.events("cycle_formed");
         assert_ne!(cycles[0]["master_addr"], cycles[1]["master_addr"]);
     }),
+    // t keeps min_nodes with rank 1 alone, but none of its ranks starts without rank 0: the
+    // machine that joins restores rank 0 before the pending job b, whatever b's priority.
+    ("torchx_rank0_restored_before_a_pending_job", |r| {
+        let placed: Vec<(&str, &str)> = r
+            .events("placed")
+            .into_iter()
+            .filter(|p| p["node"] == "n3")
+            .map(|p| (p["actor"].as_str().unwrap(), p["class"].as_str().unwrap()))
+            .collect();
+        assert_eq!(placed.first(), Some(&("t/0", "replacement")), "{placed:?}");
+        assert_eq!((r.state("t"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
+    }),
     ("gpu_workers_replaced_with_their_devices", |r| {
         assert_eq!((r.state("a"), r.job("a")["cycles"].as_u64()), ("SUCCEEDED", Some(2)));
         let replaced: Vec<&Value> = r.events("placed").into_iter().filter(|p| p["class"] == "replacement").collect();

@@ -1,7 +1,8 @@
 //! What bundles the job needs and says so to the scheduler: the required gang at submission,
-//! then — once admitted — lost ranks it needs to stay at `min_nodes` (`Need::Restore`, FIFO by
-//! loss), growth towards `max_nodes`, and spares. Which queue class a need goes to is the
-//! scheduler policy's decision (`scheduler/policy.rs`), not the driver's.
+//! then — once admitted — lost ranks it needs to stay at `min_nodes` or to run at all (rank 0
+//! in actor mode) (`Need::Restore`, FIFO by loss), growth towards `max_nodes`, and spares.
+//! Which queue class a need goes to is the scheduler policy's decision
+//! (`scheduler/policy.rs`), not the driver's.
 
 use super::{ActorState, Bundle, CloseReason, Driver, DriverEffect, Role, Timer};
 use crate::event::JobEvent;
@@ -37,13 +38,21 @@ impl Driver {
         let deficit = self.spec.min_nodes.saturating_sub(placed_active) as usize;
         for (n, ix) in active.into_iter().enumerate() {
             let lost_at = self.actors[ix as usize].lost_at.unwrap_or(self.submitted);
-            let need = if n < deficit { Need::Restore { lost_at } } else { Need::Growth };
+            let restore = n < deficit || self.nothing_runs_without(ix);
+            let need = if restore { Need::Restore { lost_at } } else { Need::Growth };
             self.ensure_requested(ix, need);
         }
         let spares: Vec<ActorIx> = self.waiting_for_bundle(Role::Spare).collect();
         for ix in spares {
             self.ensure_requested(ix, Need::Spare);
         }
+    }
+
+    /// A waiting rank 0 of a mode that starts nothing without it is a restoration even when
+    /// other bundles make up `min_nodes`: as growth it could wait forever behind a pending
+    /// gang that needs the capacity its own job's spare holds (swarm seed 41772).
+    fn nothing_runs_without(&self, ix: ActorIx) -> bool {
+        self.mode().rank0_first() && self.actors[ix as usize].slot == Some(0)
     }
 
     /// Which waiting ranks are restored first: rank 0 where the mode needs it first, then

@@ -3,7 +3,7 @@
 //!
 //! | need | class | order within the class |
 //! |---|---|---|
-//! | `Restore` a lost bundle a running job needs to stay at `min_nodes` | 1 Replacement | loss time (FIFO), whatever the priority |
+//! | `Restore` a lost bundle a running job needs to stay at `min_nodes` (or rank 0 in actor mode) | 1 Replacement | loss time (FIFO), whatever the priority |
 //! | `Admission`: the required gang of a pending job | 2 PendingGang | priority, then submit time |
 //! | `Spare` | 3 Spare | priority, then submit time |
 //! | `Growth` towards `max_nodes` | 4 Elastic | priority, then submit time |
@@ -30,7 +30,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub enum Need {
     /// A member of the required gang of a job not yet admitted (requested as one item).
     Admission,
-    /// A bundle a running job lost and needs to stay at `min_nodes`.
+    /// A bundle a running job lost and needs to stay at `min_nodes`, or rank 0 of an actor-mode
+    /// job, without which none of its ranks starts.
     Restore { lost_at: Instant },
     /// A hot spare.
     Spare,
