@@ -52,10 +52,23 @@ fn signal_the_agent_did_not_send_is_a_user_error() {
 #[test]
 fn stop_under_a_drain_notice_is_preempted() {
     let (mut c, job) = one_job(&["n1", "n2"], spec("d", 1, 1));
+    c.agent_notice("n1", 30_000);
+    let e = last_failure(&c, &job);
+    assert_eq!((e.cause, e.budget), (Cause::Preempted, BudgetKind::Preemption));
+    assert!(e.evidence.starts_with("node n1 received a preemption notice (deadline in 30000 ms)"), "{}", e.evidence);
+    c.advance(1_000);
+    assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("n2"), "moved off the draining node");
+    assert_eq!(c.view(&job).actors[0].state, ActorState::Running);
+}
+
+#[test]
+fn stop_under_an_operator_drain_is_preempted_and_says_who_drained() {
+    let (mut c, job) = one_job(&["n1", "n2"], spec("d", 1, 1));
     c.drain("n1", 30_000);
     let e = last_failure(&c, &job);
     assert_eq!((e.cause, e.budget), (Cause::Preempted, BudgetKind::Preemption));
-    assert!(e.evidence.contains("preemption notice"), "{}", e.evidence);
+    let says = "node n1 was drained by the operator (deadline in 30000 ms); the process was stopped";
+    assert_eq!(e.evidence, says);
     c.advance(1_000);
     assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("n2"), "moved off the draining node");
     assert_eq!(c.view(&job).actors[0].state, ActorState::Running);

@@ -78,6 +78,8 @@ fn an_operator_drain_outlasts_the_nodes_death_and_a_new_machine_in_its_name() {
     c.crash("n1"); // rebooted for maintenance, and slower than the node timeout
     c.advance(5_000);
     assert_eq!(c.node_state("n1"), NodeState::Dead);
+    let (_, died) = node_events(&c, "n1").pop().expect("n1 died");
+    assert!(died.ends_with("(it was draining at the operator's request)"), "not a notice: {died}");
     c.join("n1", cpu(1));
     assert_eq!(c.node_state("n1"), NodeState::Draining, "the cordon stands");
     let (state, evidence) = node_events(&c, "n1").pop().expect("an event for n1");

@@ -119,13 +119,15 @@ pub enum StopReason {
     JobFailed { because: String },
     /// The world grows from `from` to `to` ranks.
     MembershipChange { from: u32, to: u32 },
-    /// The node received a preemption notice (due at `deadline`, which with the node names
-    /// the one drain every attempt it stopped shares).
+    /// The node is draining (due at `deadline`, which with the node names the one drain every
+    /// attempt it stopped shares).
     Drain {
         node: NodeId,
         deadline_ms: u64,
         #[serde(default)]
         deadline: Instant,
+        #[serde(default)]
+        by: DrainSource,
     },
     /// The user stopped the job.
     User,
@@ -155,8 +157,42 @@ pub struct Run {
     pub stop_grace_ms: u64,
     /// Gang mode: exited 0 and waits for its peers before the cycle can succeed.
     pub exited: Option<(ExitStatus, Instant)>,
-    /// The node received a preemption notice while this attempt ran.
+    /// The node started draining while this attempt ran.
     pub draining: bool,
+    /// Who drained it, when `draining`.
+    #[serde(default)]
+    pub drained_by: DrainSource,
+}
+
+/// Who drained a node: its own agent, announcing that the machine goes away, or the operator.
+/// Either way the attempts stopped there are `preempted` (DESIGN §6); the ledger's evidence
+/// says which.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DrainSource {
+    /// The agent's preemption notice (a cloud's spot reclaim, a SIGTERM to the agent).
+    #[default]
+    Notice,
+    /// `ftdrive drain`.
+    Operator,
+}
+
+impl DrainSource {
+    /// Said of a node lost while it drained: "it was draining after a preemption notice".
+    pub fn while_draining(self) -> &'static str {
+        match self {
+            DrainSource::Notice => "it was draining after a preemption notice",
+            DrainSource::Operator => "it was draining at the operator's request",
+        }
+    }
+
+    /// "node n3 received a preemption notice".
+    pub fn describe(self, node: &NodeId) -> String {
+        match self {
+            DrainSource::Notice => format!("node {node} received a preemption notice"),
+            DrainSource::Operator => format!("node {node} was drained by the operator"),
+        }
+    }
 }
 
 /// One command actor.

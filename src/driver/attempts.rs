@@ -2,7 +2,7 @@
 //! environment is the contract of `env.rs`), and asking for a stop with its reason.
 
 use super::env::{self, Placement};
-use super::{ActorState, Bundle, Driver, DriverEffect, Run, StopReason};
+use super::{ActorState, Bundle, DrainSource, Driver, DriverEffect, Run, StopReason};
 use crate::event::JobEvent;
 use crate::ids::ActorIx;
 use crate::protocol::{AttemptKey, StartSpec};
@@ -49,6 +49,7 @@ impl Driver {
             stop_grace_ms: 0,
             exited: None,
             draining: false,
+            drained_by: DrainSource::Notice,
         });
         let spec = self.start_spec(ix).expect("a run was just made");
         self.effects.push_back(DriverEffect::Start { node, spec });

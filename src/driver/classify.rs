@@ -188,7 +188,7 @@ fn exited(job: &JobContext, run: &Run, status: ExitStatus, reacting_to: Option<P
         return (Cause::NonRetryable, format!("{who} exited with code {code}, listed in non_retryable_exit_codes"));
     }
     if run.draining {
-        return (Cause::Preempted, format!("node {node} received a preemption notice and the {who} {status}"));
+        return (Cause::Preempted, format!("{} and the {who} {status}", run.drained_by.describe(node)));
     }
     if status.signalled_by_agent {
         return (
@@ -248,10 +248,9 @@ fn stop_verdict(reason: &StopReason, suffix: &str) -> (Cause, String) {
         StopReason::MembershipChange { from, to } => {
             (Cause::MembershipChange, format!("stopped to grow the world from {from} to {to} ranks"))
         }
-        StopReason::Drain { node, deadline_ms, .. } => (
-            Cause::Preempted,
-            format!("node {node} received a preemption notice (deadline in {deadline_ms} ms); the process was stopped"),
-        ),
+        StopReason::Drain { node, deadline_ms, by, .. } => {
+            (Cause::Preempted, format!("{} (deadline in {deadline_ms} ms); the process was stopped", by.describe(node)))
+        }
         StopReason::User => (Cause::Stopped, "stopped by the user".to_string()),
     };
     (cause, format!("{text}{suffix}"))
@@ -288,6 +287,7 @@ mod tests {
             stop_grace_ms: 0,
             exited: None,
             draining: false,
+            drained_by: crate::driver::DrainSource::Notice,
         }
     }
 

@@ -3,7 +3,7 @@
 //! runs after every input.
 
 use super::classify::Ending;
-use super::{ActorState, Bundle, BundlePlaced, Driver, DriverEffect, LossRecord, Role, StopReason};
+use super::{ActorState, Bundle, BundlePlaced, DrainSource, Driver, DriverEffect, LossRecord, Role, StopReason};
 use super::{Loss, Timer};
 use crate::ids::ActorIx;
 use crate::protocol::{AttemptKey, ExitStatus};
@@ -99,14 +99,14 @@ impl Driver {
     /// A drain notice for `ix`'s node applies to every bundle of the job there, at once; if it
     /// stops a running attempt, the mode reacts as to a failure (a gang stops its other ranks
     /// now, not after the drained ones have ended: one stop grace of downtime, not two).
-    pub(super) fn on_draining(&mut self, now: Instant, ix: ActorIx, deadline: Instant) {
+    pub(super) fn on_draining(&mut self, now: Instant, ix: ActorIx, deadline: Instant, by: DrainSource) {
         let Some(node) = self.actors[ix as usize].bundle.node().map(|n| n.name.clone()) else { return };
         let on_node: Vec<ActorIx> = (0..self.actors.len() as ActorIx)
             .filter(|i| self.actors[*i as usize].bundle.node().is_some_and(|n| n.name == node))
             .collect();
         let mut first_stopped = None;
         for i in on_node {
-            if self.drain_bundle(now, i, deadline) {
+            if self.drain_bundle(now, i, deadline, by) {
                 first_stopped.get_or_insert(i);
             }
         }
@@ -116,7 +116,7 @@ impl Driver {
     }
 
     /// Marks one bundle draining and moves its actor off it. Whether a running attempt was stopped.
-    fn drain_bundle(&mut self, now: Instant, ix: ActorIx, deadline: Instant) -> bool {
+    fn drain_bundle(&mut self, now: Instant, ix: ActorIx, deadline: Instant, by: DrainSource) -> bool {
         let actor = &mut self.actors[ix as usize];
         let Bundle::Placed { draining, node, .. } = &mut actor.bundle else {
             return false;
@@ -138,11 +138,11 @@ impl Driver {
             }
             ActorState::Running => {
                 let run = actor.run.as_mut().expect("a running actor has a run");
-                run.draining = true;
+                (run.draining, run.drained_by) = (true, by);
                 if run.stop.is_none() && run.exited.is_none() {
                     let deadline_ms = deadline.ms_since(now);
                     let grace = self.spec.stop_grace_ms.min(deadline_ms);
-                    self.stop_run(ix, StopReason::Drain { node, deadline_ms, deadline }, grace);
+                    self.stop_run(ix, StopReason::Drain { node, deadline_ms, deadline, by }, grace);
                     return true;
                 }
             }

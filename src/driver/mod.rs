@@ -33,7 +33,7 @@ mod ledger;
 mod requests;
 mod timers;
 
-pub use actor::{Actor, ActorState, Bundle, NodeRef, Role, Run, StopReason};
+pub use actor::{Actor, ActorState, Bundle, DrainSource, NodeRef, Role, Run, StopReason};
 pub use budget::{backoff_ms, Budget, BudgetKind, Budgets, Charge, Remaining};
 pub use classify::{Cause, CauseRow, Fault, CAUSES};
 pub use env::{contract as env_contract, worker_vars as env_worker_vars, Placement as EnvPlacement};
@@ -154,10 +154,11 @@ pub enum DriverInput {
         actors: Vec<ActorIx>,
         loss: Loss,
     },
-    /// The node under this actor's bundle received a preemption notice.
+    /// The node under this actor's bundle started draining.
     Draining {
         actor: ActorIx,
         deadline: Instant,
+        by: DrainSource,
     },
     Started {
         key: AttemptKey,
@@ -392,7 +393,7 @@ impl Driver {
         match input {
             DriverInput::Placed(batch) => batch.into_iter().for_each(|p| self.on_placed(now, p)),
             DriverInput::BundlesLost { actors, loss } => self.on_bundles_lost(now, &actors, loss),
-            DriverInput::Draining { actor, deadline } => self.on_draining(now, actor, deadline),
+            DriverInput::Draining { actor, deadline, by } => self.on_draining(now, actor, deadline, by),
             DriverInput::Started { key } => self.on_started(key),
             DriverInput::Exited { key, status } => self.on_exited(now, key, status),
             DriverInput::SpawnFailed { key, message } => self.on_spawn_failed(now, key, message),

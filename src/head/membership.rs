@@ -9,7 +9,7 @@
 //!   name is new (FG-2 in `forget.rs`). `check_cordons` asserts it.
 
 use super::{check_name, Effect, Head, Rejected, Reply};
-use crate::driver::{DriverInput, Loss};
+use crate::driver::{DrainSource, DriverInput, Loss};
 use crate::event::Event;
 use crate::ids::NodeId;
 use crate::protocol::AttemptKey;
@@ -205,7 +205,8 @@ impl Head {
             record.leaving = true;
             self.touch_node(ix);
         }
-        self.start_drain(now, ix, format!("preemption notice, deadline in {deadline_ms} ms"), deadline_ms);
+        let evidence = format!("preemption notice, deadline in {deadline_ms} ms");
+        self.start_drain(now, ix, evidence, deadline_ms, DrainSource::Notice);
         Ok(Reply::Done)
     }
 
@@ -222,14 +223,14 @@ impl Head {
         }
         if self.scheduler.node(ix).state != NodeState::Dead {
             let evidence = format!("drained by the operator (`ftdrive drain`), deadline in {deadline_ms} ms");
-            self.start_drain(now, ix, evidence, deadline_ms);
+            self.start_drain(now, ix, evidence, deadline_ms, DrainSource::Operator);
         }
         Ok(Reply::Done)
     }
 
     /// ALIVE → DRAINING: the drivers stop what runs there by `deadline_ms`. A node already
     /// DRAINING keeps its first deadline.
-    fn start_drain(&mut self, now: Instant, ix: NodeIx, evidence: String, deadline_ms: u64) {
+    fn start_drain(&mut self, now: Instant, ix: NodeIx, evidence: String, deadline_ms: u64, by: DrainSource) {
         if self.scheduler.node(ix).state != NodeState::Alive {
             return;
         }
@@ -240,7 +241,7 @@ impl Head {
         self.notify(Event::NodeState { node, state: NodeState::Draining, evidence });
         let bundles: Vec<(PgId, u32)> = self.scheduler.node(ix).bundles.iter().copied().collect();
         for (pg, actor) in bundles {
-            self.feed(now, pg, DriverInput::Draining { actor, deadline });
+            self.feed(now, pg, DriverInput::Draining { actor, deadline, by });
         }
     }
 
@@ -291,6 +292,14 @@ impl Head {
         }
     }
 
+    /// Who put a node into DRAINING: its agent's notice stands over an operator's cordon.
+    fn drained_by(&self, ix: NodeIx) -> DrainSource {
+        match self.liveness.get(ix) {
+            Some(record) if record.cordoned && !record.leaving => DrainSource::Operator,
+            _ => DrainSource::Notice,
+        }
+    }
+
     /// Declares DEAD every node not heard from within the node timeout.
     pub(super) fn expire_silent_nodes(&mut self, now: Instant) {
         for ix in self.liveness.pop_expired(now) {
@@ -306,7 +315,7 @@ impl Head {
         let node = self.scheduler.node(ix);
         let (name, preemptible, draining) = (node.name.clone(), node.preemptible, node.state == NodeState::Draining);
         let evidence = match (preemptible, draining) {
-            (_, true) => format!("{evidence} (it was draining after a preemption notice)"),
+            (_, true) => format!("{evidence} ({})", self.drained_by(ix).while_draining()),
             (true, false) => format!("{evidence} (it is labelled preemptible=true)"),
             (false, false) => evidence,
         };
