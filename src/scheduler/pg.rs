@@ -137,6 +137,14 @@ impl PlacementGroup {
         }
     }
 
+    /// Bundles asked for and not placed, queued or not yet.
+    pub fn waiting_count(&self) -> u32 {
+        let waits = |b: &&BundleState| {
+            matches!(b, BundleState::Deferred { .. } | BundleState::Queued { .. } | BundleState::InGang)
+        };
+        self.bundles.iter().filter(waits).count() as u32
+    }
+
     pub fn placed_count(&self) -> usize {
         self.bundles.iter().filter(|b| matches!(b, BundleState::Placed { .. })).count()
     }

@@ -88,15 +88,20 @@ fn pack(cluster: &Cluster, pg: &PlacementGroup, k: u32, accept: &dyn Fn(NodeIx) 
     (chosen.len() == k as usize).then_some(chosen)
 }
 
-/// All on one node: the group's node if it has one, else the first node with room for the
-/// whole required gang — even when only one lost bundle is asked for, or the rest could never
-/// join it.
+/// All on one node: the group's node if it has one. A group with nothing placed picks the
+/// first node with room for every bundle it waits for, so that its growth and spares can join
+/// it later (one lost bundle asked for alone must not settle on a node the rest never fit);
+/// failing that, the first with room for the whole required gang.
 fn strict_pack(cluster: &Cluster, pg: &PlacementGroup, k: u32, accept: &dyn Fn(NodeIx) -> bool) -> Option<Vec<NodeIx>> {
-    let need = if pg.on_nodes.is_empty() { k.max(pg.required) } else { k };
-    let fits = |ix: NodeIx| accept(ix) && cluster.node(ix).room_for(&pg.demand, need) == need;
+    let fits = |ix: NodeIx, need: u32| accept(ix) && cluster.node(ix).room_for(&pg.demand, need) == need;
     let node = match pg.on_nodes.keys().next() {
-        Some(&home) => Some(home).filter(|ix| fits(*ix)),
-        None => cluster.ranked().find(|ix| fits(*ix)),
+        Some(&home) => Some(home).filter(|ix| fits(*ix, k)),
+        None => {
+            let gang = k.max(pg.required);
+            let everything = gang.max(pg.waiting_count());
+            let first_fit = |need: u32| cluster.ranked().find(|ix| fits(*ix, need));
+            first_fit(everything).or_else(|| first_fit(gang))
+        }
     }?;
     Some(vec![node; k as usize])
 }

@@ -376,6 +376,38 @@ fn strict_pack_group_that_lost_everything_returns_to_a_node_that_holds_the_gang(
     assert_eq!(nodes_of(&pass(&mut s, 2), 1), ["big", "big"]);
 }
 
+#[test]
+fn strict_pack_group_that_lost_everything_returns_where_its_growth_and_spare_fit_too() {
+    let mut s = sched();
+    let home = join(&mut s, "home", 4, &[]);
+    s.create_pg(1, pg(4, 1, Strategy::StrictPack, 0)); // min 1, max 3, one spare
+    s.request_gang(1);
+    for (bundle, need) in [(1, Need::Growth), (2, Need::Growth), (3, Need::Spare)] {
+        s.request(1, bundle, need);
+    }
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["home"; 4]);
+    s.kill_node(home);
+    join(&mut s, "a-small", 2, &[]);
+    join(&mut s, "b-big", 4, &[]);
+    s.request(1, 0, Need::Restore { lost_at: t(1) });
+    for (bundle, need) in [(1, Need::Growth), (2, Need::Growth), (3, Need::Spare)] {
+        s.request(1, bundle, need);
+    }
+    let placed = pass(&mut s, 1);
+    assert_eq!(nodes_of(&placed, 1), ["b-big"; 4], "a-small ranks first but holds only two: {placed:?}");
+
+    let mut s = sched();
+    let home = join(&mut s, "home", 4, &[]);
+    s.create_pg(1, pg(4, 1, Strategy::StrictPack, 0));
+    s.request_gang(1);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["home"]);
+    s.kill_node(home);
+    join(&mut s, "a-small", 1, &[]);
+    s.request(1, 0, Need::Restore { lost_at: t(1) });
+    s.request(1, 1, Need::Growth);
+    assert_eq!(nodes_of(&pass(&mut s, 1), 1), ["a-small"], "where nothing holds all, the required gang still runs");
+}
+
 // ---- why a request waits ----------------------------------------------------------------------
 
 fn waiting(s: &Scheduler, id: PgId) -> Option<String> {
