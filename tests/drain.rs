@@ -266,4 +266,7 @@ fn a_drain_stops_the_whole_gang_at_once() {
     assert_eq!((view.state, view.cycles), (ftdrive::driver::JobState::Running, 2), "{view:#?}");
     let causes: Vec<Cause> = view.ledger.iter().map(|e| e.cause).collect();
     assert!(causes.contains(&Cause::Preempted) && causes.contains(&Cause::Collateral), "{causes:?}");
+    let peer = view.ledger.iter().find(|e| e.cause == Cause::Collateral).expect("the peer's entry");
+    let says = format!("stopped with its gang after {job}/0 was moved off draining node {drained}");
+    assert_eq!(peer.evidence, says, "g/0 did not fail");
 }

@@ -113,8 +113,14 @@ impl Bundle {
 /// Why the driver asked a running attempt to stop; decides the cause when it ends.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StopReason {
-    /// Another rank failed (at `at`) and the gang restarts.
-    Collateral { because: ActorId, at: Instant },
+    /// Another rank failed (at `at`) and the gang restarts; `drained` names the node when that
+    /// rank did not fail but was moved off a draining node.
+    Collateral {
+        because: ActorId,
+        at: Instant,
+        #[serde(default)]
+        drained: Option<NodeId>,
+    },
     /// The job failed; its other ranks are stopped.
     JobFailed { because: String },
     /// The world grows from `from` to `to` ranks.

@@ -241,8 +241,11 @@ fn lost_with_node(run: &Run, loss: &Loss) -> (Cause, String) {
 /// The cause and evidence of an attempt the driver asked to stop.
 fn stop_verdict(reason: &StopReason, suffix: &str) -> (Cause, String) {
     let (cause, text) = match reason {
-        StopReason::Collateral { because, .. } => {
+        StopReason::Collateral { because, drained: None, .. } => {
             (Cause::Collateral, format!("stopped with its gang after {because} failed"))
+        }
+        StopReason::Collateral { because, drained: Some(node), .. } => {
+            (Cause::Collateral, format!("stopped with its gang after {because} was moved off draining node {node}"))
         }
         StopReason::JobFailed { because } => (Cause::Collateral, format!("stopped because the job failed: {because}")),
         StopReason::MembershipChange { from, to } => {

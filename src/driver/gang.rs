@@ -3,7 +3,7 @@
 //! `scale_up_delay_ms`.
 
 use super::classify::Ending;
-use super::{ActorState, Bundle, CloseReason, Driver, JobState, Master, Mode, StopReason, Timer};
+use super::{ActorState, Bundle, CloseReason, Driver, JobState, Master, Mode, Run, StopReason, Timer};
 use crate::ids::{ActorId, ActorIx};
 use crate::time::Instant;
 
@@ -19,15 +19,13 @@ impl Mode for Gang {
     }
 
     fn on_failure_noticed(&self, d: &mut Driver, now: Instant, failed: ActorIx) {
-        let because = d.actors[failed as usize].name.clone();
-        d.stop_world(now, &because);
+        d.stop_world(now, failed);
     }
 
     fn restart_after(&self, d: &mut Driver, now: Instant, failed: ActorIx, _: Option<ActorIx>, delay_ms: u64) {
         d.timers.set(Timer::CycleBackoff, now.plus_ms(delay_ms));
         d.timers.stop(Timer::ScaleUp);
-        let because = d.actors[failed as usize].name.clone();
-        d.stop_world(now, &because);
+        d.stop_world(now, failed);
     }
 
     fn on_completed(&self, _: &mut Driver) {}
@@ -89,13 +87,18 @@ impl Driver {
 
     /// Every other running rank is stopped (collateral); ranks that already exited 0 in this
     /// cycle end their attempt the same way.
-    fn stop_world(&mut self, now: Instant, because: &ActorId) {
+    fn stop_world(&mut self, now: Instant, failed: ActorIx) {
+        let because = self.actors[failed as usize].name.clone();
+        let drained = match &self.actors[failed as usize].run {
+            Some(Run { stop: Some(StopReason::Drain { node, .. }), .. }) => Some(node.clone()),
+            _ => None,
+        };
         for ix in 0..self.actors.len() as ActorIx {
             let Some(run) = &self.actors[ix as usize].run else { continue };
             if run.stop.is_some() {
                 continue;
             }
-            let reason = StopReason::Collateral { because: because.clone(), at: now };
+            let reason = StopReason::Collateral { because: because.clone(), at: now, drained: drained.clone() };
             if run.exited.is_some() {
                 self.end_attempt(now, ix, Ending::EndedAfterSuccess(&reason));
             } else {
