@@ -282,6 +282,36 @@ fn a_refused_override_is_blamed_on_its_flag_and_no_wait_needs_a_head() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--no-wait needs a head"), "{stderr}");
     assert!(!dir.path().join("local").exists(), "no embedded cluster was started");
+    // And a head given makes --local-nodes meaningless: refused, not sent to the wrong cluster.
+    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["submit", "--local-nodes", "2", job])
+        .env("FTDRIVE_HEAD", "http://127.0.0.1:9")
+        .env("FTDRIVE_TOKEN", "t")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--local-nodes 2 sizes the embedded cluster"), "{stderr}");
+}
+
+/// A job id or node name the head could never know is refused before the head is asked: an
+/// empty one would otherwise reach it as another route ("no such route").
+#[test]
+fn a_bad_job_id_or_node_name_exits_2_before_the_head_is_asked() {
+    for args in
+        [vec!["forget", ""], vec!["drain", "a/b"], vec!["undrain", "../n1"], vec!["stop", "j 1"], vec!["logs", ""]]
+    {
+        let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+            .args(&args)
+            .args(["--head", "http://127.0.0.1:9"])
+            .env("FTDRIVE_TOKEN", "t")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("use 1 to 253 letters, digits"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("cannot reach"), "the head was never asked: {stderr}");
+    }
 }
 
 #[test]

@@ -148,7 +148,7 @@ pub enum Rejected {
     UnknownJob(JobId),
     #[error("a job with id `{0}` exists already; choose another id")]
     DuplicateJob(JobId),
-    #[error("`{0}` is not a valid name; use 1 to 253 letters, digits, `-`, `_` or `.`")]
+    #[error("{}; use 1 to 253 letters, digits, `-`, `_` or `.`", name_is_bad(.0))]
     BadName(String),
     #[error("the head holds {0} jobs, its limit (`max_jobs`); remove finished jobs or raise the limit")]
     TooManyJobs(usize),
@@ -709,6 +709,14 @@ impl Head {
                 }
             }
         }
+    }
+}
+
+fn name_is_bad(name: &str) -> String {
+    if name.is_empty() {
+        "a name cannot be empty".to_string()
+    } else {
+        format!("`{name}` is not a valid name")
     }
 }
 

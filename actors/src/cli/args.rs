@@ -184,9 +184,9 @@ pub struct SubmitArgs {
     /// Return once the job is accepted instead of following it.
     #[arg(long)]
     pub no_wait: bool,
-    /// Agents of the embedded local cluster (used when no head is configured).
-    #[arg(long, default_value_t = 3)]
-    pub local_nodes: u32,
+    /// Agents of the embedded local cluster, used when no head is configured (default 3).
+    #[arg(long)]
+    pub local_nodes: Option<u32>,
     /// `json`: the job as JSON on stdout once it ended (with --no-wait: once accepted).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
@@ -195,6 +195,7 @@ pub struct SubmitArgs {
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// A job id, e.g. `j1` (default: every job, one line each).
+    #[arg(value_parser = name)]
     pub job: Option<String>,
     /// Follow the job to its end, as `submit` does, and exit with its outcome (0 SUCCEEDED, 1
     /// FAILED, 3 STOPPED); Ctrl-C stops following, not the job.
@@ -207,6 +208,7 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 pub struct LogsArgs {
     /// A job id, e.g. `j1`.
+    #[arg(value_parser = name)]
     pub job: String,
     /// `j1/2` or `2` (default: every actor that ran).
     #[arg(long)]
@@ -228,6 +230,7 @@ pub struct LogsArgs {
 #[derive(Debug, Args)]
 pub struct JobArg {
     /// A job id, e.g. `j1`.
+    #[arg(value_parser = name)]
     pub job: String,
     /// `json` prints the head's answer, one document, for scripts.
     #[arg(long, value_enum, default_value_t)]
@@ -240,6 +243,7 @@ pub struct JobArg {
 pub struct DrainArgs {
     /// The node's name, as `ftdrive nodes` lists it; a DEAD node may be drained too, and comes
     /// back DRAINING.
+    #[arg(value_parser = name)]
     pub node: String,
     /// How long the node's work has to stop: its processes get SIGTERM at once and SIGKILL after
     /// the lesser of the job's `stop_grace_ms` and this; each is charged to the preemption budget
@@ -256,6 +260,7 @@ pub struct DrainArgs {
 #[derive(Debug, Args)]
 pub struct NodeArg {
     /// The node's name, as `ftdrive nodes` lists it.
+    #[arg(value_parser = name)]
     pub node: String,
     /// `json` prints the head's answer, one document, for scripts.
     #[arg(long, value_enum, default_value_t)]
@@ -292,4 +297,10 @@ pub struct SimArgs {
     /// Print each generated scenario (to replay or edit it as a file).
     #[arg(long)]
     pub print_scenario: bool,
+}
+
+/// A job id or node name, refused here by the head's own rule before anything is asked of it
+/// (an empty or `a/b` name would otherwise reach the head as another route).
+fn name(text: &str) -> Result<String, String> {
+    ftdrive::head::check_name(text).map(|()| text.to_string()).map_err(|e| e.to_string())
 }

@@ -19,9 +19,11 @@ use std::time::Duration;
 
 /// Most agents an embedded cluster starts.
 const MAX_LOCAL_NODES: u32 = 64;
+/// Agents an embedded cluster starts without `--local-nodes`.
+const DEFAULT_LOCAL_NODES: u32 = 3;
 
 pub async fn run(spec: JobSpec, args: &SubmitArgs) -> Result<Outcome, CliError> {
-    let nodes = args.local_nodes;
+    let nodes = args.local_nodes.unwrap_or(DEFAULT_LOCAL_NODES);
     if nodes == 0 || nodes > MAX_LOCAL_NODES {
         return Err(CliError::BadInput(format!("--local-nodes is {nodes}; use 1 to {MAX_LOCAL_NODES}")));
     }

@@ -23,6 +23,7 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         priority: args.priority,
     };
     let spec = JobSpec::parse(&text, &overrides).map_err(|e| blame(&e, &args))?;
+    refuse_local_flags_with_a_head(&args)?;
     if args.no_wait && args.head.head.is_none() {
         return Err(CliError::BadInput(
             "--no-wait needs a head: with none given, the job runs on an embedded cluster that ends with this \
@@ -36,6 +37,17 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
             None => local::run(spec, &args).await,
         }
     })
+}
+
+/// `--local-nodes` sizes the embedded cluster, which a configured head replaces: a job sent to
+/// a real cluster while the user believes it runs on N local agents is refused, not sent.
+fn refuse_local_flags_with_a_head(args: &SubmitArgs) -> Result<(), CliError> {
+    match (&args.head.head, args.local_nodes) {
+        (Some(head), Some(n)) => Err(CliError::BadInput(format!(
+            "--local-nodes {n} sizes the embedded cluster, used only without a head, but a head is given              ({head}, from --head or $FTDRIVE_HEAD); drop --local-nodes, or unset $FTDRIVE_HEAD to run locally"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// A refused spec, blamed on what set the field at fault: a flag that overrode it, else the
