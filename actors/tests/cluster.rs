@@ -314,6 +314,27 @@ fn a_bad_job_id_or_node_name_exits_2_before_the_head_is_asked() {
     }
 }
 
+/// One node has its own address; a path asked with a method it does not take is a 405 that
+/// says so, not a 404 that says the path does not exist.
+#[test]
+fn a_node_is_read_by_name_and_a_wrong_method_is_a_405() {
+    let c = Cluster::start(&["n1"]);
+    let token = c.token();
+    let response = http(&c.url, "GET", "/v1/nodes/n1", Some(&token), "");
+    let body = response.split_once("\r\n\r\n").unwrap().1;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let node: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(node, c.nodes_json()[0], "the same object `GET /v1/nodes` lists");
+    let response = http(&c.url, "GET", "/v1/nodes/n9", Some(&token), "");
+    assert!(response.starts_with("HTTP/1.1 404") && response.contains("knows no node `n9`"), "{response}");
+    for (method, path) in [("PUT", "/v1/jobs"), ("POST", "/v1/nodes/n1"), ("GET", "/v1/nodes/n1/drain")] {
+        let response = http(&c.url, method, path, Some(&token), "{}");
+        assert!(response.starts_with("HTTP/1.1 405"), "{method} {path}: {response}");
+        assert!(response.contains("does not take that method"), "{method} {path}: {response}");
+    }
+    assert_eq!(c.nodes_json()[0]["state"], "ALIVE", "nothing was changed");
+}
+
 #[test]
 fn requests_without_the_token_get_401_and_change_nothing() {
     let c = Cluster::start(&["n1"]);

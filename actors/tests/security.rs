@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, stream::MaybeTlsStream, Message, WebSocket};
 
 /// Every client route, with a body where it takes one.
-const CLIENT_ROUTES: [(&str, &str, &str); 13] = [
+const CLIENT_ROUTES: [(&str, &str, &str); 14] = [
     ("GET", "/v1/jobs", ""),
     ("POST", "/v1/jobs", r#"{"spec": {"name": "x", "command": ["true"], "min_nodes": 1, "max_nodes": 1}}"#),
     ("GET", "/v1/jobs/j1", ""),
@@ -22,6 +22,7 @@ const CLIENT_ROUTES: [(&str, &str, &str); 13] = [
     ("GET", "/v1/jobs/j1/logs?actor=0", ""),
     ("GET", "/v1/events", ""),
     ("GET", "/v1/nodes", ""),
+    ("GET", "/v1/nodes/n1", ""),
     ("POST", "/v1/nodes/n1/drain", r#"{"deadline_ms": 1000}"#),
     ("POST", "/v1/nodes/n1/undrain", ""),
     ("DELETE", "/v1/nodes/n1", ""),

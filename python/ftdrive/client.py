@@ -277,6 +277,11 @@ class Client:
         """Every node the head knows, with its state, resources, labels and allocation."""
         return [Node.from_json(n) for n in self._json("GET", "/v1/nodes")]
 
+    def node(self, name: str) -> Node:
+        """One node, as :meth:`nodes` lists it; one the head does not know (never registered, or
+        forgotten) is :class:`~ftdrive.errors.ApiError` 404."""
+        return Node.from_json(self._json("GET", f"/v1/nodes/{_seg(name)}"))
+
     def drain(self, node: str, deadline_ms: int = 30_000) -> Drain:
         """Drains a node: its work moves (charged to the ``preemption`` budget), and it takes no
         new work until :meth:`undrain` — across agent and head restarts, and after the node was

@@ -44,6 +44,10 @@ def test_health_and_nodes(cluster: Cluster) -> None:
     assert {"n1", "n2", "n3"} <= set(nodes)
     n1 = nodes["n1"]
     assert (n1.state, n1.resources, n1.addr) == ("ALIVE", {"cpu": 4, "memory_mb": 8192}, "127.0.0.1")
+    assert client.node("n1") == n1
+    with pytest.raises(ApiError) as unknown:
+        client.node("n99")
+    assert unknown.value.status == 404 and "knows no node `n99`" in str(unknown.value)
 
 
 def test_submit_a_jobspec_and_read_status_ledger_and_jobs(cluster: Cluster) -> None:

@@ -8,7 +8,7 @@
 //! | `POST /v1/jobs/{id}/stop` | stop a job |
 //! | `GET /v1/jobs/{id}/events`, `GET /v1/events` | NDJSON event stream (a job's ends with it) |
 //! | `GET /v1/jobs/{id}/logs?actor=&attempt=&offset=&local_rank=` | an attempt's log (or one worker's), fetched from its agent |
-//! | `GET /v1/nodes`, `POST /v1/nodes/{name}/drain` | nodes; the operator's drain (a preemption notice, and no new work until undrained) |
+//! | `GET /v1/nodes`, `GET /v1/nodes/{name}`, `POST /v1/nodes/{name}/drain` | nodes; the operator's drain (a preemption notice, and no new work until undrained) |
 //! | `POST /v1/nodes/{name}/undrain` | withdraw the operator's drain: the node takes new work again |
 //! | `DELETE /v1/nodes/{name}` | forget a DEAD node (409 for a live one); answers the node as it was |
 //! | `GET /v1/agent` | the agents' WebSocket channel |
@@ -28,6 +28,7 @@ use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError};
 use bytes::Bytes;
 use ftdrive::event::StreamLine;
+use ftdrive::head::Rejected;
 use ftdrive::scheduler::NodeState;
 use ftdrive::spec::{JobSpec, Overrides};
 use ftdrive::view::NodeView;
@@ -211,21 +212,21 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
     Ok((HeadServer { addr, head, tokens, handle, closing }, running))
 }
 
+/// One resource per path, so that a method a path does not take is a 405, not a 404.
 fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/v1/jobs", web::post().to(submit))
-        .route("/v1/jobs", web::get().to(list_jobs))
-        .route("/v1/jobs/{id}", web::get().to(get_job))
-        .route("/v1/jobs/{id}/stop", web::post().to(stop_job))
-        .route("/v1/jobs/{id}/events", web::get().to(job_events))
-        .route("/v1/jobs/{id}/logs", web::get().to(job_logs))
-        .route("/v1/events", web::get().to(all_events))
-        .route("/v1/nodes", web::get().to(list_nodes))
-        .route("/v1/nodes/{name}/drain", web::post().to(drain_node))
-        .route("/v1/nodes/{name}/undrain", web::post().to(undrain_node))
-        .route("/v1/nodes/{name}", web::delete().to(forget_node))
-        .route("/v1/agent", web::get().to(agents::channel))
-        .route("/v1/health", web::get().to(health))
-        .route("/metrics", web::get().to(metrics))
+    cfg.service(web::resource("/v1/jobs").route(web::post().to(submit)).route(web::get().to(list_jobs)))
+        .service(web::resource("/v1/jobs/{id}").route(web::get().to(get_job)))
+        .service(web::resource("/v1/jobs/{id}/stop").route(web::post().to(stop_job)))
+        .service(web::resource("/v1/jobs/{id}/events").route(web::get().to(job_events)))
+        .service(web::resource("/v1/jobs/{id}/logs").route(web::get().to(job_logs)))
+        .service(web::resource("/v1/events").route(web::get().to(all_events)))
+        .service(web::resource("/v1/nodes").route(web::get().to(list_nodes)))
+        .service(web::resource("/v1/nodes/{name}").route(web::get().to(get_node)).route(web::delete().to(forget_node)))
+        .service(web::resource("/v1/nodes/{name}/drain").route(web::post().to(drain_node)))
+        .service(web::resource("/v1/nodes/{name}/undrain").route(web::post().to(undrain_node)))
+        .service(web::resource("/v1/agent").route(web::get().to(agents::channel)))
+        .service(web::resource("/v1/health").route(web::get().to(health)))
+        .service(web::resource("/metrics").route(web::get().to(metrics)))
         .configure(super::dashboard::routes)
         .default_service(web::to(|_: Authorized| async {
             ApiError::NotFound("no such route; see `ftdrive --help`".into()).error_response()
@@ -471,6 +472,20 @@ async fn metrics(_: Authorized, state: web::Data<ApiState>) -> Result<HttpRespon
 
 async fn list_nodes(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(state.head.send(Nodes).await.map_err(mailbox)?))
+}
+
+/// One node as `GET /v1/nodes` lists it.
+async fn get_node(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let node = NodeId::from(name.into_inner());
+    let nodes = state.head.send(Nodes).await.map_err(mailbox)?;
+    match nodes.into_iter().find(|n| n.name == node.as_str()) {
+        Some(view) => Ok(HttpResponse::Ok().json(view)),
+        None => Err(Rejected::NoSuchNode(node).into()),
+    }
 }
 
 #[derive(Deserialize)]
