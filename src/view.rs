@@ -26,6 +26,9 @@ pub struct JobView {
     /// Workers each actor runs (so WORLD_SIZE = nodes · `nproc_per_node`).
     #[serde(default = "one")]
     pub nproc_per_node: u32,
+    /// The spec's `priority`: pending gangs, spares and growth are placed higher first.
+    #[serde(default)]
+    pub priority: i32,
     pub submit_ms: u64,
     /// Why the job failed or stopped, when it did.
     pub message: Option<String>,
@@ -161,6 +164,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
         min_nodes: d.spec().min_nodes,
         max_nodes: d.spec().max_nodes,
         nproc_per_node: d.spec().nproc_per_node,
+        priority: d.spec().priority,
         submit_ms: d.submitted().as_ms(),
         message: d.message().map(str::to_string),
         // The scheduler's reason is current (its count follows nodes joining without an event

@@ -188,6 +188,8 @@ class Job:
     ledger: List[LedgerEntry]
     placement_groups: List[PlacementGroup]
     cycle_starts: List[CycleStart] = field(default_factory=list)
+    #: The spec's ``priority``: pending jobs are placed higher first.
+    priority: int = 0
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -226,6 +228,7 @@ class Job:
             ledger=[LedgerEntry.from_json(e) for e in data.get("ledger") or []],
             placement_groups=[PlacementGroup.from_json(p) for p in data.get("placement_groups") or []],
             cycle_starts=[CycleStart.from_json(c) for c in data.get("cycle_starts") or []],
+            priority=int(data.get("priority", 0)),
             raw=dict(data),
         )
 

@@ -172,16 +172,20 @@ pub fn ledger(view: &JobView) -> String {
 }
 
 pub fn jobs_table(views: &[JobView]) -> String {
-    let mut out = format!("{:<10} {:<20} {:<10} {:>6} {:>8}  MESSAGE\n", "ID", "NAME", "STATE", "CYCLES", "RUNNING");
+    let mut out = format!(
+        "{:<10} {:<20} {:<10} {:>8} {:>6} {:>8}  MESSAGE\n",
+        "ID", "NAME", "STATE", "PRIORITY", "CYCLES", "RUNNING"
+    );
     for v in views {
         let running = v.actors.iter().filter(|a| a.state == ActorState::Running).count();
         let message = message(v).unwrap_or_default();
         let _ = writeln!(
             out,
-            "{:<10} {:<20} {:<10} {:>6} {:>8}  {}",
+            "{:<10} {:<20} {:<10} {:>8} {:>6} {:>8}  {}",
             v.id,
             v.name,
             v.state.to_string(),
+            v.priority,
             v.cycles,
             running,
             message
@@ -296,5 +300,16 @@ mod tests {
         let summary =
             job_summary(&job("RUNNING", Some("j1/0 failed (user_error) and the user retry budget is exhausted")));
         assert!(summary.contains("ending (j1/0 failed (user_error)"), "{summary}");
+    }
+
+    #[test]
+    fn the_jobs_table_shows_each_jobs_priority_under_its_header() {
+        let mut urgent = job("PENDING", None);
+        urgent.priority = -5;
+        let table = jobs_table(&[urgent, job("RUNNING", None)]);
+        let lines: Vec<&str> = table.lines().collect();
+        let end = lines[0].find("PRIORITY").unwrap() + "PRIORITY".len();
+        let column: Vec<&str> = lines.iter().map(|l| l[..end].rsplit(' ').next().unwrap()).collect();
+        assert_eq!(column, ["PRIORITY", "-5", "0"], "{table}");
     }
 }
