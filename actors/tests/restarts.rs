@@ -111,6 +111,37 @@ fn a_head_stopped_with_sigterm_ends_its_streams_and_its_followers_carry_on_with_
     assert!(stderr.contains("lost the head (it closed the event stream)"), "{stderr}");
 }
 
+/// A follower back while the restarted head waits for its agents reads "waiting for the agents
+/// to report"; when that wait ends it is told why its job waits now, not left with a stale
+/// reason.
+#[test]
+fn a_follower_is_told_why_its_job_waits_once_the_heads_recovery_ends() {
+    let mut c = Cluster::start_with(&["n1", "n2"], &["--node-timeout-ms", "4000"]);
+    let long = json!({"command": ["sleep", "600"], "min_nodes": 2, "max_nodes": 2});
+    let holder = c.submit_no_wait(&c.spec("holder", long));
+    c.wait_for_job(&holder, "both ranks run", |j| running(j, 2));
+    let waiter = c.submit_no_wait(&c.spec("waiter", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1})));
+    let mut follower = c.command();
+    follower.args(["status", &waiter, "--follow"]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut follower = Ended(follower.spawn().unwrap());
+    c.kill_head();
+    c.kill_node("n2"); // never reports: the recovery window runs its whole 4 s
+    c.start_head_again();
+    let recovering =
+        |c: &Cluster| http(&c.url, "GET", "/v1/health", Some(&c.token()), "").contains("\"recovering\":true");
+    c.wait_until("the head is back", |c| c.try_ftdrive(&["status"]).status.success());
+    c.wait_until("the recovery window closes", |c| !recovering(c));
+    c.wait_for_job(&holder, "n2's rank is lost", |j| j["ledger"].as_array().is_some_and(|l| !l.is_empty()));
+    c.ftdrive(&["stop", &waiter]);
+    let (code, stdout, stderr) = output_within(&mut follower, WAIT);
+    assert_eq!(code, Some(3), "{stdout}\n{stderr}");
+    let reasons: Vec<&str> = stdout.lines().filter(|l| l.trim_start().starts_with("now  waiting")).collect();
+    let stale = reasons.iter().position(|l| l.contains("waiting for the agents to report"));
+    let stale = stale.unwrap_or_else(|| panic!("the follower came back inside the window:\n{stdout}"));
+    assert!(reasons.len() > stale + 1, "a newer reason follows the recovery's:\n{stdout}");
+    assert!(!reasons.last().unwrap().contains("agents to report"), "{stdout}");
+}
+
 /// The child's exit code and output, once it ends (within `limit`).
 fn output_within(child: &mut Ended, limit: Duration) -> (Option<i32>, String, String) {
     let start = Instant::now();

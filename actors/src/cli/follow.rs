@@ -105,6 +105,8 @@ impl Screen {
             StreamLine::Snapshot(snapshot) => {
                 if (self.view.is_none() || self.reprint) && !self.live {
                     self.to.text(&render::snapshot_lines(&snapshot))?;
+                } else if let Some(why) = self.view.as_ref().and_then(|was| render::new_wait(was, &snapshot)) {
+                    self.show_line(format!("     now  {why}"))?;
                 }
                 self.reprint = false;
                 self.view = Some(*snapshot);

@@ -85,6 +85,12 @@ pub fn snapshot_lines(view: &JobView) -> String {
     out
 }
 
+/// A snapshot in mid-stream (the head's wait for its agents ended): why the job waits now,
+/// where that changed.
+pub fn new_wait<'a>(was: &JobView, now: &'a JobView) -> Option<&'a String> {
+    waits_because(now).filter(|why| waits_because(was) != Some(*why))
+}
+
 /// Why a job that has not ended is not (wholly) placed: it never could be, or not yet.
 fn waits_because(view: &JobView) -> Option<&String> {
     view.infeasible.as_ref().or(view.waiting.as_ref()).filter(|_| !view.state.is_terminal())

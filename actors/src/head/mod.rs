@@ -31,7 +31,7 @@ use ftdrive::head::{Durable, DurableState, Effect, Head, Input, Rejected, Reply}
 use ftdrive::protocol::{StartSpec, ToAgent};
 use ftdrive::view::JobView;
 use ftdrive::{HeadConfig, Instant, JobId, NodeId};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 use store::{Batch, Commit, Store, Write};
 use tokio::sync::oneshot;
@@ -150,6 +150,9 @@ pub struct HeadActor {
     /// After a stall of this process, timeouts wait until then, so that the heartbeats queued
     /// meanwhile are read before any node is declared DEAD.
     stalled_until: Option<Instant>,
+    /// A restarted head waits for its agents (DU-3); when that ends, followers of jobs that
+    /// waited for it get a fresh snapshot, since their last reason is stale.
+    recovering: bool,
     metrics: metrics::HeadMetrics,
 }
 
@@ -190,6 +193,7 @@ impl HeadActor {
             stopping: false,
             timer: None,
             stalled_until: None,
+            recovering: restored,
         }
     }
 
@@ -236,7 +240,26 @@ impl HeadActor {
         if let Some(error) = failed {
             self.write_failed(error, ctx);
         }
+        self.note_recovery_over();
         self.arm_timer(ctx);
+    }
+
+    /// The head's wait for its agents ended: every follower of a job that has not ended is
+    /// told where the job stands now, in place of "waiting for the agents to report".
+    fn note_recovery_over(&mut self) {
+        if !self.recovering || self.head.recovering() {
+            return;
+        }
+        self.recovering = false;
+        tracing::info!("every known node reported or the window closed: placing again");
+        let jobs: BTreeSet<JobId> = self.followers.iter().filter_map(|f| f.job.clone()).collect();
+        for job in jobs {
+            let Some(line) = self.head.job_view(&job).filter(|v| !v.state.is_terminal()).map(|v| snapshot_line(&v))
+            else {
+                continue;
+            };
+            self.followers.retain(|f| f.job.as_ref() != Some(&job) || f.offer(&line));
+        }
     }
 
     /// Whether to commit the batch just made here: it is the only one not yet durable, the

@@ -211,11 +211,16 @@ pub fn spawn_head(dir: &Path, listen: &str, extra: &[String]) -> Child {
     head_command(dir, listen, extra).spawn().unwrap()
 }
 
-/// The command `spawn_head` runs.
+/// The command `spawn_head` runs; a timing flag in `extra` replaces the fast default.
 pub fn head_command(dir: &Path, listen: &str, extra: &[String]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ftdrive"));
-    cmd.args(["head", "--listen", listen, "--heartbeat-interval-ms", "200", "--node-timeout-ms", "1000"])
-        .args(extra)
+    cmd.args(["head", "--listen", listen]);
+    for (flag, fast) in [("--heartbeat-interval-ms", "200"), ("--node-timeout-ms", "1000")] {
+        if !extra.iter().any(|e| e == flag) {
+            cmd.args([flag, fast]);
+        }
+    }
+    cmd.args(extra)
         .arg("--state-dir")
         .arg(dir)
         .env_remove("FTDRIVE_TOKEN")
