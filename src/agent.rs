@@ -364,8 +364,9 @@ impl Agent {
         }
     }
 
-    /// A heartbeat lists what runs here; every unacknowledged report and the preemption
-    /// notice go again with it.
+    /// A heartbeat lists the processes running here (spawned: the head takes the listing as
+    /// confirming their start, HB-1); every unacknowledged report and the preemption notice go
+    /// again with it.
     fn heartbeat(&mut self, now: Instant) {
         if !self.linked {
             return;
@@ -375,7 +376,7 @@ impl Agent {
             node: self.name.clone(),
             incarnation: self.incarnation,
             seq: self.seq,
-            running: self.procs.keys().cloned().collect(),
+            running: self.procs.iter().filter(|(_, p)| p.started).map(|(k, _)| k.clone()).collect(),
         };
         self.send(beat);
         self.resend_reports();

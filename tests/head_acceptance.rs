@@ -353,6 +353,28 @@ fn a_restarted_head_readopts_running_attempts_and_charges_nothing() {
     assert!(done.ledger[before.ledger.len()..].iter().all(|e| e.cause == Cause::Completed && e.cycle == 2));
 }
 
+/// HB-1: a start whose confirmation was lost is confirmed by the next heartbeat that lists it,
+/// durably; so a machine that comes back with nothing, even to a restarted head, has its
+/// attempt counted lost and replaced, instead of a job waiting for an end that never comes.
+#[test]
+fn a_start_whose_confirmation_was_lost_is_confirmed_by_a_heartbeat() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    c.join("n2", cpu(1));
+    c.agents.get_mut("n1").unwrap().loses_started = true;
+    let job = c.submit(spec("unconfirmed", 1, 1));
+    assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("n1"));
+    c.advance(1_000); // a heartbeat lists it
+    c.restart_head();
+    c.reboot_fresh("n1");
+    let lost = c.view(&job).ledger;
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!((lost[0].cause, lost[0].budget), (Cause::NodeLost, BudgetKind::System));
+    assert!(lost[0].evidence.contains("was gone when its agent restarted"), "{}", lost[0].evidence);
+    c.advance(5_000);
+    assert_eq!(c.actor_state(&job, 0), Running, "started again");
+}
+
 /// An agent's report to a restarted head can arrive after messages it sent later (the network
 /// may reorder them): an attempt this head started since its restart is not judged by a report
 /// written before the start reached the agent.

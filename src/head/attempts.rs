@@ -41,6 +41,12 @@ impl AttemptIndex {
         self.by_node.get_mut(&node).and_then(|m| m.get_mut(&key)).expect("just started").restored = true;
     }
 
+    /// Attempts on `node` whose start is not confirmed yet that the agent lists as running.
+    pub fn unconfirmed_among(&self, node: NodeIx, running: &[AttemptKey]) -> Vec<AttemptKey> {
+        let Some(live) = self.by_node.get(&node) else { return Vec::new() };
+        running.iter().filter(|key| live.get(*key).is_some_and(|a| !a.acked)).cloned().collect()
+    }
+
     /// Whether `key` is live on a node other than `node` (so `node` may not report on it).
     pub fn runs_elsewhere(&self, node: NodeIx, key: &AttemptKey) -> bool {
         self.node_of.get(key).is_some_and(|owner| *owner != node)

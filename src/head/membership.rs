@@ -7,6 +7,11 @@
 //!   new registration in its name. `register` drains a cordoned node as it joins; only
 //!   `undrain` lifts the cordon — or the operator's `forget` of the DEAD node, after which the
 //!   name is new (FG-2 in `forget.rs`). `check_cordons` asserts it.
+//! - **HB-1 a listing confirms a start.** A heartbeat lists the processes its agent has
+//!   spawned; one whose `Started` the head never got (dropped, or sent as the link went down)
+//!   is confirmed by the listing. Otherwise it stays unconfirmed for good: a later agent
+//!   restart would not count it lost, and the head would re-send a start that agent ignores
+//!   as already run — the job would wait for an end that never comes (swarm seed 196998).
 
 use super::{check_name, Effect, Head, Rejected, Reply};
 use crate::driver::{DrainSource, DriverInput, Loss};
@@ -170,6 +175,9 @@ impl Head {
         }
         record.last_seq = seq;
         self.heard_from(ix, now);
+        for key in self.attempts.unconfirmed_among(ix, running) {
+            self.confirm_started(now, ix, key);
+        }
         let grace = |key: &AttemptKey| self.jobs.get(&key.job).map_or(10_000, |j| j.driver.spec().stop_grace_ms);
         for msg in self.attempts.reconcile(ix, running, &grace) {
             self.effects.push_back(Effect::Send { node: node.clone(), msg });

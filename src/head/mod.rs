@@ -386,11 +386,17 @@ impl Head {
         if self.attempts.runs_elsewhere(ix, &key) {
             return Err(Rejected::NotItsAttempt(node, key));
         }
+        self.confirm_started(now, ix, key);
+        Ok(Reply::Done)
+    }
+
+    /// The agent runs the attempt: said by its `Started`, or by a heartbeat that lists it when
+    /// that message was lost (HB-1 in `membership.rs`).
+    fn confirm_started(&mut self, now: Instant, ix: NodeIx, key: AttemptKey) {
         self.attempts.acked(ix, &key);
         if let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) {
             self.feed(now, pg, DriverInput::Started { key });
         }
-        Ok(Reply::Done)
     }
 
     /// An exit or spawn failure: acknowledged to the agent whatever it is (so it stops

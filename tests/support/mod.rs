@@ -24,6 +24,8 @@ pub struct Agent {
     /// Its processes take their stop grace (a SIGTERM trapped to checkpoint): a stop leaves
     /// them running, as a real one would be for a while.
     pub slow_to_stop: bool,
+    /// Its `Started` confirmations are lost on the way (as on a link that dropped as they went).
+    pub loses_started: bool,
 }
 
 pub struct TestCluster {
@@ -91,8 +93,10 @@ impl TestCluster {
             identity: String::new(),
         };
         let protocol = AgentProtocol::new(identity, incarnation, Recovered::default());
-        self.agents
-            .insert(name.into(), Agent { protocol, heartbeating: true, running: BTreeMap::new(), slow_to_stop: false });
+        self.agents.insert(
+            name.into(),
+            Agent { protocol, heartbeating: true, running: BTreeMap::new(), slow_to_stop: false, loses_started: false },
+        );
         self.agent_input(name, AgentInput::LinkUp);
         self.pump();
     }
@@ -157,6 +161,17 @@ impl TestCluster {
     pub fn restart_agent_offering(&mut self, node: &str, resources: Resources, labels: Labels) {
         let identity = AgentIdentity { resources, labels, ..self.agents[node].protocol.identity().clone() };
         self.restart_agent_as(node, identity);
+    }
+
+    /// The machine restarts on a fresh disk: its processes are gone, and its new agent
+    /// recovers nothing.
+    pub fn reboot_fresh(&mut self, node: &str) {
+        let agent = self.agents.get_mut(node).expect("known node");
+        agent.running.clear();
+        let identity = agent.protocol.identity().clone();
+        agent.protocol = AgentProtocol::new(identity, agent.protocol.incarnation() + 1, Recovered::default());
+        self.agent_input(node, AgentInput::LinkUp);
+        self.pump();
     }
 
     fn restart_agent_as(&mut self, node: &str, identity: AgentIdentity) {
@@ -303,6 +318,7 @@ impl TestCluster {
         while let Some(effect) = self.agents.get_mut(node).unwrap().protocol.poll_effect() {
             let agent = self.agents.get_mut(node).unwrap();
             match effect {
+                AgentEffect::Send(ToHead::Started { .. }) if agent.loses_started => {}
                 AgentEffect::Send(msg) => self.deliver_to_head(msg),
                 AgentEffect::Spawn(spec) => {
                     let key = spec.key.clone();
