@@ -389,7 +389,11 @@ impl Agent {
     fn resend_notice(&mut self, now: Instant) {
         if let Some(notice) = self.notice {
             let deadline_ms = notice.deadline.ms_since(now);
-            self.send(ToHead::PreemptionNotice { node: self.name.clone(), deadline_ms });
+            self.send(ToHead::PreemptionNotice {
+                node: self.name.clone(),
+                incarnation: Some(self.incarnation),
+                deadline_ms,
+            });
         }
     }
 
@@ -495,7 +499,11 @@ impl Agent {
     fn notice(&mut self, now: Instant, deadline_ms: u64, shutdown: bool) {
         let deadline = now.plus_ms(deadline_ms);
         self.notice = Some(Notice { deadline, shutdown });
-        self.send(ToHead::PreemptionNotice { node: self.name.clone(), deadline_ms });
+        self.send(ToHead::PreemptionNotice {
+            node: self.name.clone(),
+            incarnation: Some(self.incarnation),
+            deadline_ms,
+        });
         if shutdown {
             let stops: Vec<(AttemptKey, u64)> = self
                 .procs
@@ -692,7 +700,11 @@ mod tests {
         a.handle(Instant::from_ms(1_200), AgentInput::LinkUp);
         let sent = effects(&mut a);
         assert!(matches!(&sent[0], AgentEffect::Send(ToHead::Register(_))), "{sent:?}");
-        let notice = ToHead::PreemptionNotice { node: NodeId::new("n1"), deadline_ms: 3_800 };
+        let notice = ToHead::PreemptionNotice {
+            node: NodeId::new("n1"),
+            incarnation: Some(a.incarnation()),
+            deadline_ms: 3_800,
+        };
         assert_eq!(
             sent[1..],
             [AgentEffect::Send(notice)],

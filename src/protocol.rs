@@ -192,9 +192,12 @@ pub enum ToHead {
         key: AttemptKey,
         message: String,
     },
-    /// This machine goes away within `deadline_ms`.
+    /// This machine goes away within `deadline_ms`, says agent run `incarnation` (absent from
+    /// agents older than it: taken as the current run's).
     PreemptionNotice {
         node: NodeId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        incarnation: Option<u64>,
         deadline_ms: u64,
     },
 }

@@ -71,6 +71,22 @@ fn undrain_answers_alive_unknown_and_dead_nodes_without_changing_anything() {
     assert_eq!(c.node_state("n2"), NodeState::Dead);
 }
 
+/// A machine that announced its departure and came back at once (a spot instance replaced in
+/// its name) registers before its old agent's notice arrives: the stale notice is refused, and
+/// the new machine is not left DRAINING for good.
+#[test]
+fn a_notice_from_an_agent_run_older_than_the_nodes_is_refused() {
+    let (mut c, _) = two_nodes_one_job();
+    let old = c.agents["n1"].protocol.incarnation();
+    c.reboot_fresh("n1");
+    let late = Input::PreemptionNotice { node: NodeId::new("n1"), incarnation: Some(old), deadline_ms: 5_000 };
+    assert!(matches!(c.refused_input(late), Rejected::StaleIncarnation(_)));
+    assert_eq!(c.node_state("n1"), NodeState::Alive);
+    let current = c.agents["n1"].protocol.incarnation();
+    c.input(Input::PreemptionNotice { node: NodeId::new("n1"), incarnation: Some(current), deadline_ms: 5_000 });
+    assert_eq!(c.node_state("n1"), NodeState::Draining, "the current run's notice is taken");
+}
+
 #[test]
 fn an_operator_drain_outlasts_the_nodes_death_and_a_new_machine_in_its_name() {
     let (mut c, a) = two_nodes_one_job();

@@ -204,9 +204,15 @@ impl Head {
         &mut self,
         now: Instant,
         node: NodeId,
+        incarnation: Option<u64>,
         deadline_ms: u64,
     ) -> Result<Reply, Rejected> {
-        let ix = self.live_node_ix(&node)?;
+        // A notice still on its way when the machine came back under a new agent run is
+        // stale: applied, it would leave the new machine DRAINING for good (swarm seed 253534).
+        let ix = match incarnation {
+            Some(incarnation) => self.alive_node(&node, incarnation)?,
+            None => self.live_node_ix(&node)?,
+        };
         check_deadline(deadline_ms)?;
         let record = self.liveness.get_mut(ix).expect("known node has a record");
         if !record.leaving {

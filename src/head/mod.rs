@@ -77,9 +77,11 @@ pub enum Input {
         message: String,
     },
     /// The node's own agent says its machine goes away within `deadline_ms` (SIGTERM, a
-    /// cloud's notice): only a new registration brings it back.
+    /// cloud's notice): only a new registration brings it back. A notice from an agent run
+    /// older than the node's current one is refused (the machine came back since).
     PreemptionNotice {
         node: NodeId,
+        incarnation: Option<u64>,
         deadline_ms: u64,
     },
     /// The operator's `ftdrive drain`: handled as a preemption notice, but the machine stays,
@@ -123,7 +125,9 @@ impl From<ToHead> for Input {
             ToHead::Started { node, incarnation, key } => Input::ProcessStarted { node, incarnation, key },
             ToHead::Exited { node, key, status } => Input::ProcessExited { node, key, status },
             ToHead::SpawnFailed { node, key, message } => Input::SpawnFailed { node, key, message },
-            ToHead::PreemptionNotice { node, deadline_ms } => Input::PreemptionNotice { node, deadline_ms },
+            ToHead::PreemptionNotice { node, incarnation, deadline_ms } => {
+                Input::PreemptionNotice { node, incarnation, deadline_ms }
+            }
         }
     }
 }
@@ -308,7 +312,9 @@ impl Head {
             Input::SpawnFailed { node, key, message } => {
                 self.process_ended(now, node, key, |key| DriverInput::SpawnFailed { key, message })?
             }
-            Input::PreemptionNotice { node, deadline_ms } => self.preemption_notice(now, node, deadline_ms)?,
+            Input::PreemptionNotice { node, incarnation, deadline_ms } => {
+                self.preemption_notice(now, node, incarnation, deadline_ms)?
+            }
             Input::Drain { node, deadline_ms } => self.drain(now, node, deadline_ms)?,
             Input::Undrain { node } => self.undrain(now, node)?,
             Input::Forget { node } => self.forget_named(node)?,
