@@ -253,7 +253,7 @@ impl Checker {
             }
             let held = self.surely_suspect_bundles();
             let stranded: Vec<WaitingBundle> =
-                held.into_iter().filter(|w| !self.has_room_elsewhere(w, &lower)).collect();
+                held.into_iter().filter(|w| !self.has_room_elsewhere(w)).collect();
             if !stranded.is_empty() {
                 self.check_lower_placements("suspect_held", "a bundle of a suspect node", &lower, &stranded);
             }
@@ -271,18 +271,20 @@ impl Checker {
             .collect()
     }
 
-    /// Is there still a node, other than those just given to lower classes and the surely
-    /// suspect ones, that `w` could be re-placed on? The head holds one node per suspect bundle,
-    /// so lower items may take the rest. A machine lost too recently for the head to have
+    /// Is there still a node, other than the surely suspect ones, with room for `w` once this
+    /// step's placements are made? The head holds one node per suspect bundle, so lower items
+    /// may take the rest — or part of the held node: a later settle round of the same step may
+    /// hold another node than the first did (the group grew meanwhile), so what counts is room
+    /// left at the end (swarm seed 383555). A machine lost too recently for the head to have
     /// missed its heartbeat counts: the head, not knowing, may have held that one.
-    fn has_room_elsewhere(&self, w: &WaitingBundle, lower: &BTreeMap<NodeId, Vec<ActorKey>>) -> bool {
+    fn has_room_elsewhere(&self, w: &WaitingBundle) -> bool {
         // Any node counts here, preemptible ones too: the head may have held one of those.
         let w = &WaitingBundle { avoid_preemptible: false, ..w.clone() };
         let bound_ms = self.suspect_bound_ms.unwrap_or(0);
         let surely_suspect =
             |node: &NodeId| self.silent_since.get(node).is_some_and(|at| self.now >= at.plus_ms(bound_ms));
         self.nodes.iter().any(|(node, n)| {
-            if lower.contains_key(node) || surely_suspect(node) {
+            if surely_suspect(node) {
                 return false;
             }
             let mut free: BTreeMap<String, i128> =
