@@ -398,7 +398,10 @@ class HeadAway:
 
 
 def _seg(value: str) -> str:
-    """One path segment, escaped."""
+    """One path segment, escaped. An empty one would name another route (``/v1/nodes/`` is
+    not a node), so it is refused here."""
+    if not str(value):
+        raise ValueError("a job id or node name cannot be empty")
     return urllib.parse.quote(str(value), safe="")
 
 

@@ -1,5 +1,6 @@
 """How a torchx AppDef becomes a job spec (no cluster needed): torchrun translation, node
-ranges, resources, env, retry budgets and policies, and torchx macros."""
+ranges, resources, env, retry budgets and policies, and torchx macros; and what the client
+refuses before it asks the head anything."""
 
 from __future__ import annotations
 
@@ -11,12 +12,19 @@ from torchx.components.dist import ddp
 from torchx.components.utils import python as utils_python
 from torchx.specs import AppDef, Resource, RetryPolicy, Role
 
-from ftdrive import FtdriveError
+from ftdrive import Client, FtdriveError
 from ftdrive.spec import JobSpec
 from ftdrive.torchrun import translate
 from ftdrive.torchx_scheduler import create_scheduler, to_request
 
 CFG: Dict[str, Any] = {"cwd": "/srv/train", "python": "python3"}
+
+
+def test_an_empty_job_id_or_node_name_is_refused_before_any_request() -> None:
+    client = Client("http://127.0.0.1:9", token="t")  # nothing listens there: never asked
+    for call in (lambda: client.forget(""), lambda: client.status(""), lambda: client.drain("")):
+        with pytest.raises(ValueError, match="cannot be empty"):
+            call()
 
 
 def spec_of(app: AppDef, **cfg: Any) -> JobSpec:
