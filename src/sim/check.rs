@@ -252,8 +252,7 @@ impl Checker {
                 self.check_lower_placements("replacement_first", "replacement", &lower, &waiting);
             }
             let held = self.surely_suspect_bundles();
-            let stranded: Vec<WaitingBundle> =
-                held.into_iter().filter(|w| !self.has_room_elsewhere(w)).collect();
+            let stranded: Vec<WaitingBundle> = held.into_iter().filter(|w| !self.has_room_elsewhere(w)).collect();
             if !stranded.is_empty() {
                 self.check_lower_placements("suspect_held", "a bundle of a suspect node", &lower, &stranded);
             }

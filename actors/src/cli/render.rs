@@ -110,7 +110,9 @@ fn message(view: &JobView) -> Option<String> {
 pub fn job_table(view: &JobView) -> String {
     let workers =
         if view.nproc_per_node > 1 { format!(" · {} workers per actor", view.nproc_per_node) } else { String::new() };
-    let mut out = format!("job {} ({}) {} · cycle {}{workers}\n", view.id, view.name, view.state, view.cycles);
+    let priority = if view.priority != 0 { format!(" · priority {}", view.priority) } else { String::new() };
+    let mut out =
+        format!("job {} ({}) {} · cycle {}{workers}{priority}\n", view.id, view.name, view.state, view.cycles);
     // GPUs only where some actor holds them: most jobs have none.
     let gpus = view.actors.iter().any(|a| !a.devices.is_empty());
     let gpu_header = if gpus { "  GPUS" } else { "" };
@@ -317,5 +319,9 @@ mod tests {
         let end = lines[0].find("PRIORITY").unwrap() + "PRIORITY".len();
         let column: Vec<&str> = lines.iter().map(|l| l[..end].rsplit(' ').next().unwrap()).collect();
         assert_eq!(column, ["PRIORITY", "-5", "0"], "{table}");
+        let mut urgent = job("PENDING", None);
+        urgent.priority = 7;
+        assert!(job_table(&urgent).starts_with("job j1 (train) PENDING · cycle 1 · priority 7\n"));
+        assert!(job_table(&job("PENDING", None)).starts_with("job j1 (train) PENDING · cycle 1\n"), "0 goes unsaid");
     }
 }
