@@ -116,10 +116,12 @@ async function checkWaitingJob(page, s) {
   const row = await visible(page.locator(`#jobs tbody tr[data-job="${s.waitingJob}"]`), `job ${s.waitingJob} in the list`);
   await textContains(row, 'waiting for capacity', `job ${s.waitingJob}'s row`);
   await textContains(row, `in use by ${s.job}`, `job ${s.waitingJob}'s row`);
+  const priority = (await row.locator('td').nth(2).innerText()).trim();
+  if (priority !== '3') fail(`job ${s.waitingJob}'s row shows priority "${priority}", submitted with 3`);
   await row.getByRole('link', { name: s.waitingJob }).click();
   const callout = await visible(page.locator('[data-waiting]'), `the reason on job ${s.waitingJob}'s page`);
   await textContains(callout, 'waiting for capacity', 'the waiting callout');
-  ok(`the jobs list and ${s.waitingJob}'s page say it waits for capacity held by ${s.job}`);
+  ok(`the jobs list and ${s.waitingJob}'s page say it waits for capacity held by ${s.job}, at priority 3`);
   await page.goBack();
   await visible(page.getByRole('heading', { level: 1, name: 'Jobs' }), 'the jobs page again');
 }

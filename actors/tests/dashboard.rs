@@ -111,7 +111,8 @@ fn the_dashboard_shows_a_recovered_job_and_follows_it_live_to_its_end() {
     c.ftdrive(&["drain", &victim]);
 
     // Every ALIVE node is busy now: a second job waits, and the jobs list says why.
-    let waiter = c.submit_no_wait(&c.spec("waiter", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1})));
+    let waiting = json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1, "priority": 3});
+    let waiter = c.submit_no_wait(&c.spec("waiter", waiting));
     c.wait_for_job(&waiter, "the second job waits for a node", |j| j["waiting"].is_string());
 
     let screenshot = root.join("target").join("dashboard.png");

@@ -433,7 +433,7 @@ function jobsTable(jobs) {
     el('table', { class: 'data', id: 'jobs' },
       el('caption', { class: 'visually-hidden' }, 'Jobs, newest first'),
       el('thead', {}, el('tr', {},
-        ['Job', 'Name', 'State', 'Cycles', 'Running actors', 'Submitted', 'Message']
+        ['Job', 'Name', 'State', 'Priority', 'Cycles', 'Running actors', 'Submitted', 'Message']
           .map((h) => el('th', { scope: 'col' }, h)))),
       el('tbody', {}, jobs.map(jobRow))));
 }
@@ -445,6 +445,7 @@ function jobRow(job) {
       el('a', { href: jobHref(job.id), dataset: { focusKey: `job-${job.id}` } }, job.id)),
     el('td', {}, job.name),
     el('td', {}, stateBadge(job.state)),
+    el('td', { class: 'num' }, job.priority ?? 0),
     el('td', { class: 'num' }, job.cycles),
     el('td', { class: 'num' }, `${running} of ${job.actors.length}`),
     el('td', {}, formatTime(job.submit_ms)),
@@ -490,6 +491,7 @@ function jobHeader(job) {
     el('dl', { class: 'facts' },
       fact('Cycle', job.cycles),
       fact('Nodes', job.min_nodes === job.max_nodes ? job.min_nodes : `${job.min_nodes}–${job.max_nodes}`),
+      fact('Priority', job.priority ?? 0),
       fact('Submitted', formatTime(job.submit_ms)),
       fact('Retries left',
         el('span', {}, 'user ', budgetValue(remaining.user), ' · system ', budgetValue(remaining.system),
