@@ -338,6 +338,13 @@ pub async fn recover(
                 attached.push((key, commands));
                 continue;
             }
+            if machine_restarted_since(&record) {
+                // Its processes went down with the machine, not of themselves: no end to
+                // report. The head counts the attempt lost with the old agent (`node_lost`,
+                // the system budget), as for any machine loss — not a SIGKILL the user pays for.
+                let _ = std::fs::remove_dir_all(&dir);
+                continue;
+            }
         }
         let report = match ended(&dir) {
             Report::SpawnFailed(message) => EndReport::SpawnFailed(message),
@@ -348,6 +355,11 @@ pub async fn recover(
         recovered.ended.push((key, report));
     }
     (recovered, attached)
+}
+
+/// The machine booted since the attempt started (both boots known, and different).
+fn machine_restarted_since(record: &Record) -> bool {
+    matches!((&record.boot, boot_id()), (Some(then), Some(now)) if *then != now)
 }
 
 fn started_this_boot(dir: &Path) -> bool {
@@ -403,6 +415,36 @@ mod tests {
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
         let error = launch(&spec, state.path(), &log, &cwd, &[], 0, reports).await.unwrap_err();
         assert!(error.contains(&format!("working directory {} is not a directory", cwd.display())), "{error}");
+    }
+
+    /// After a reboot, an attempt that was running has no end to report: the head counts it lost
+    /// with the machine. One that ended before the reboot still reports its end; one whose boot
+    /// is unknown is reported killed, as before.
+    #[tokio::test]
+    async fn an_attempt_the_machine_rebooted_under_reports_no_end() {
+        let state = tempfile::tempdir().unwrap();
+        let make = |actor: u32, boot: Option<String>, exited: bool| {
+            let key = AttemptKey { job: "j1".into(), actor, attempt: 1, cycle: 1 };
+            let dir = attempt_dir(state.path(), &key);
+            std::fs::create_dir_all(&dir).unwrap();
+            let record = Record { key: key.clone(), stop_grace_ms: 0, boot };
+            std::fs::write(dir.join("record.json"), serde_json::to_vec(&record).unwrap()).unwrap();
+            if exited {
+                std::fs::write(dir.join(EXIT_RECORD), serde_json::to_vec(&ExitStatus::code(0)).unwrap()).unwrap();
+            }
+            (key, dir)
+        };
+        let (_, rebooted) = make(0, Some("an-earlier-boot".into()), false);
+        let (ended_before, _) = make(1, Some("an-earlier-boot".into()), true);
+        let (unknown, _) = make(2, None, false);
+        let (reports, _) = tokio::sync::mpsc::unbounded_channel();
+        let (recovered, attached) = recover(state.path(), reports).await;
+        assert!(attached.is_empty() && recovered.running.is_empty());
+        let mut ended: Vec<(AttemptKey, EndReport)> = recovered.ended;
+        ended.sort_by(|a, b| a.0.cmp(&b.0));
+        let killed = EndReport::Exited(ExitStatus::signal(libc::SIGKILL, false));
+        assert_eq!(ended, [(ended_before, EndReport::Exited(ExitStatus::code(0))), (unknown, killed)]);
+        assert!(!rebooted.exists(), "its records are gone: nothing is owed for it");
     }
 
     #[test]
