@@ -2,7 +2,7 @@
 //! table. The machine decides what processes do (run for the job's `run_ms`, take a while to
 //! honour SIGTERM); the agent protocol decides what is said to the head.
 
-use crate::agent::{Agent, AgentIdentity, Recovered};
+use crate::agent::{Agent, AgentIdentity, EndReport, Recovered};
 use crate::ids::NodeId;
 use crate::protocol::AttemptKey;
 use crate::resources::{Labels, Resources};
@@ -65,7 +65,14 @@ impl SimAgent {
         self.agent.remembered_finished().cloned().collect()
     }
 
-    /// The machine (or the agent) dies: its processes die with it, unsent reports are lost.
+    /// The ends the head has not acknowledged: on disk (the real agent's exit records), so they
+    /// outlast a reboot and the next agent run reports them. What was running when the machine
+    /// went down has no end to report (the head counts it lost with the machine).
+    pub fn owed_ends(&self) -> Vec<(AttemptKey, EndReport)> {
+        self.agent.unacknowledged().map(|(k, r)| (k.clone(), r.clone())).collect()
+    }
+
+    /// The machine (or the agent) dies: its processes die with it.
     pub fn die(&mut self) {
         self.up = false;
         self.processes.clear();

@@ -513,8 +513,9 @@ impl Simulation {
         let machine = &mut self.agents[ix as usize];
         machine.die();
         machine.boot += 1;
+        let ended = machine.owed_ends();
         let finished = machine.finished();
-        machine.start_agent(Recovered { finished, ..Recovered::default() });
+        machine.start_agent(Recovered { ended, finished, ..Recovered::default() });
         let agent = &self.agents[ix as usize];
         if let Some(checker) = self.checker.as_mut() {
             checker.node_booted(&agent.name, &agent.resources, &agent.labels);
