@@ -7,6 +7,7 @@ mod support;
 use ftdrive::driver::{ActorState, Cause};
 use ftdrive::event::Event;
 use ftdrive::head::{Effect, Input, Rejected, Reply};
+use ftdrive::protocol::ExitStatus;
 use ftdrive::scheduler::NodeState;
 use ftdrive::NodeId;
 use support::{config, cpu, spec, TestCluster};
@@ -223,6 +224,20 @@ fn an_operator_drain_outlasts_an_agent_restart() {
     assert_eq!(c.node_state("n1"), NodeState::Draining, "a cordon lasts until the operator lifts it");
     assert_eq!(c.undrain("n1"), Ok(Reply::Done));
     assert_eq!(c.view(&a).ledger.len(), 1, "the restart charged nothing");
+}
+
+/// The preempted machine reboots on the same disk and owes an end it recorded before going:
+/// it still comes back as a new machine, not as the leaving one kept DRAINING for good.
+#[test]
+fn a_departed_machine_that_owes_an_end_comes_back_as_a_new_machine() {
+    let (mut c, job) = two_nodes_one_job();
+    c.agents.get_mut("n1").unwrap().slow_to_stop = true; // it checkpoints in its grace
+    c.agent_notice("n1", 5_000);
+    c.link_down("n1");
+    c.exit_actor(&job, 0, ExitStatus::signal(15, true)); // recorded; the report never left
+    assert_eq!(c.agents["n1"].protocol.unacknowledged().count(), 1);
+    c.reboot("n1");
+    assert_eq!(c.node_state("n1"), NodeState::Alive, "the preemption happened: a new machine");
 }
 
 #[test]

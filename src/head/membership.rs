@@ -68,10 +68,11 @@ impl Head {
             }
             // A restarted agent keeps the node's bundles: what it re-attached to runs on, what it
             // lost is lost, unconfirmed starts go again. A node whose agent announced it was
-            // leaving and that comes back with nothing is a new machine (the preemption
-            // happened), and so is one that offers otherwise. The operator's drain stays (its
+            // leaving and that comes back with nothing running is a new machine (the preemption
+            // happened: ends it still owes from before do not make it the same one — swarm seed
+            // 376593), and so is one that offers otherwise. The operator's drain stays (its
             // cordon is the node's, whatever machine registers in its name).
-            let reattached = !agent.running.is_empty() || !agent.ended.is_empty();
+            let reattached = !agent.running.is_empty();
             let left = self.liveness.get(ix).expect("record").leaving && !reattached;
             if alive && !left && self.offers_the_same(ix, &agent) {
                 self.readopt(now, ix, agent, false);

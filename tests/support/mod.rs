@@ -174,6 +174,20 @@ impl TestCluster {
         self.pump();
     }
 
+    /// The machine restarts on the same disk: its processes are gone, and its new agent owes
+    /// the head the ends it had recorded but not yet reported.
+    pub fn reboot(&mut self, node: &str) {
+        let agent = self.agents.get_mut(node).expect("known node");
+        agent.running.clear();
+        let ended: Vec<_> = agent.protocol.unacknowledged().map(|(k, r)| (k.clone(), r.clone())).collect();
+        let finished = ended.iter().map(|(k, _)| k.clone()).collect();
+        let identity = agent.protocol.identity().clone();
+        let recovered = Recovered { ended, finished, ..Recovered::default() };
+        agent.protocol = AgentProtocol::new(identity, agent.protocol.incarnation() + 1, recovered);
+        self.agent_input(node, AgentInput::LinkUp);
+        self.pump();
+    }
+
     fn restart_agent_as(&mut self, node: &str, identity: AgentIdentity) {
         let agent = self.agents.get_mut(node).expect("known node");
         let recovered = agent.protocol.recoverable();
