@@ -471,7 +471,7 @@ async fn metrics(_: Authorized, state: web::Data<ApiState>) -> Result<HttpRespon
 }
 
 async fn list_nodes(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(state.head.send(Nodes).await.map_err(mailbox)?))
+    Ok(HttpResponse::Ok().json(state.head.send(Nodes { node: None }).await.map_err(mailbox)?))
 }
 
 /// One node as `GET /v1/nodes` lists it.
@@ -481,8 +481,8 @@ async fn get_node(
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let node = NodeId::from(name.into_inner());
-    let nodes = state.head.send(Nodes).await.map_err(mailbox)?;
-    match nodes.into_iter().find(|n| n.name == node.as_str()) {
+    let found = state.head.send(Nodes { node: Some(node.clone()) }).await.map_err(mailbox)?;
+    match found.into_iter().next() {
         Some(view) => Ok(HttpResponse::Ok().json(view)),
         None => Err(Rejected::NoSuchNode(node).into()),
     }

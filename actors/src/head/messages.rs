@@ -201,12 +201,18 @@ impl Handler<Metrics> for HeadActor {
 
 #[derive(Message)]
 #[rtype(result = "Vec<NodeView>")]
-pub struct Nodes;
+pub struct Nodes {
+    /// One node only (none if the head knows no such node).
+    pub node: Option<NodeId>,
+}
 
 impl Handler<Nodes> for HeadActor {
     type Result = Vec<NodeView>;
-    fn handle(&mut self, _: Nodes, _: &mut Context<Self>) -> Self::Result {
-        let mut views = self.head.node_views();
+    fn handle(&mut self, msg: Nodes, _: &mut Context<Self>) -> Self::Result {
+        let mut views = match &msg.node {
+            Some(node) => self.head.node_view(node).into_iter().collect(),
+            None => self.head.node_views(),
+        };
         for view in &mut views {
             view.metrics_url = self.log_urls.get(view.name.as_str()).map(|url| format!("{url}/metrics"));
         }
