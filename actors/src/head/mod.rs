@@ -150,8 +150,8 @@ pub struct HeadActor {
     /// After a stall of this process, timeouts wait until then, so that the heartbeats queued
     /// meanwhile are read before any node is declared DEAD.
     stalled_until: Option<Instant>,
-    /// A restarted head waits for its agents (DU-3); when that ends, followers of jobs that
-    /// waited for it get a fresh snapshot, since their last reason is stale.
+    /// A restarted head waits for its agents (DU-3); when that ends, followers of jobs still
+    /// going get a fresh snapshot, since a reason they were shown may be stale.
     recovering: bool,
     metrics: metrics::HeadMetrics,
 }
@@ -245,9 +245,11 @@ impl HeadActor {
     }
 
     /// The head's wait for its agents ended: every follower of a job that has not ended is
-    /// told where the job stands now, in place of "waiting for the agents to report".
+    /// told where the job stands now, in place of "waiting for the agents to report". Only
+    /// once what the head did meanwhile is durable and its events are out: a follower never
+    /// sees what a crash could still undo, nor a snapshot ahead of the events it sums up.
     fn note_recovery_over(&mut self) {
-        if !self.recovering || self.head.recovering() {
+        if !self.recovering || self.head.recovering() || !self.held.is_empty() {
             return;
         }
         self.recovering = false;
@@ -315,6 +317,7 @@ impl HeadActor {
                         let _ = waiter.send(Ok(()));
                     }
                 }
+                self.note_recovery_over();
             }
             Commit::Failed { error } => self.write_failed(error, ctx),
         }
