@@ -288,6 +288,15 @@ impl Agent {
         self.finished_order.iter()
     }
 
+    /// What the next agent run finds if the machine restarts now: no process survives, and only
+    /// the ends not yet acknowledged are on disk (their exit records; `actors/src/node/attempt.rs`
+    /// `recover`), each also known as finished.
+    pub fn recoverable_after_reboot(&self) -> Recovered {
+        let ended: Vec<(AttemptKey, EndReport)> = self.unacked.iter().map(|(k, r)| (k.clone(), r.clone())).collect();
+        let finished = ended.iter().map(|(k, _)| k.clone()).collect();
+        Recovered { running: Vec::new(), ended, finished }
+    }
+
     /// What a successor would recover if this agent process died now: the attempts whose
     /// supervisors keep running, the ends it owes the head, and what it knows to have ended.
     pub fn recoverable(&self) -> Recovered {

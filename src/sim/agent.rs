@@ -2,7 +2,7 @@
 //! table. The machine decides what processes do (run for the job's `run_ms`, take a while to
 //! honour SIGTERM); the agent protocol decides what is said to the head.
 
-use crate::agent::{Agent, AgentIdentity, EndReport, Recovered};
+use crate::agent::{Agent, AgentIdentity, Recovered};
 use crate::ids::NodeId;
 use crate::protocol::AttemptKey;
 use crate::resources::{Labels, Resources};
@@ -58,18 +58,6 @@ impl SimAgent {
         self.up = true;
         let identity = identity(&self.name, &self.resources, &self.labels);
         self.agent = Agent::new(identity, self.incarnation, recovered);
-    }
-
-    /// What a new agent run finds on this machine: the attempts it ran before, as ended.
-    pub fn finished(&self) -> Vec<AttemptKey> {
-        self.agent.remembered_finished().cloned().collect()
-    }
-
-    /// The ends the head has not acknowledged: on disk (the real agent's exit records), so they
-    /// outlast a reboot and the next agent run reports them. What was running when the machine
-    /// went down has no end to report (the head counts it lost with the machine).
-    pub fn owed_ends(&self) -> Vec<(AttemptKey, EndReport)> {
-        self.agent.unacknowledged().map(|(k, r)| (k.clone(), r.clone())).collect()
     }
 
     /// The machine (or the agent) dies: its processes die with it.

@@ -30,7 +30,7 @@ pub use check::{Checker, Violation};
 pub use scenario::{Fault, FaultEvent, JobDef, NetworkSpec, NodeDef, Scenario, ScenarioError};
 pub use store::MemoryStore;
 
-use crate::agent::{AgentEffect, AgentInput, Recovered};
+use crate::agent::{AgentEffect, AgentInput};
 use crate::config::HeadConfig;
 use crate::event::Event;
 use crate::head::{Effect, Head, Input, Rejected};
@@ -513,9 +513,8 @@ impl Simulation {
         let machine = &mut self.agents[ix as usize];
         machine.die();
         machine.boot += 1;
-        let ended = machine.owed_ends();
-        let finished = machine.finished();
-        machine.start_agent(Recovered { ended, finished, ..Recovered::default() });
+        let recovered = machine.agent.recoverable_after_reboot();
+        machine.start_agent(recovered);
         let agent = &self.agents[ix as usize];
         if let Some(checker) = self.checker.as_mut() {
             checker.node_booted(&agent.name, &agent.resources, &agent.labels);

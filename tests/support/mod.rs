@@ -166,31 +166,31 @@ impl TestCluster {
     /// The machine restarts on a fresh disk: its processes are gone, and its new agent
     /// recovers nothing.
     pub fn reboot_fresh(&mut self, node: &str) {
-        let agent = self.agents.get_mut(node).expect("known node");
-        agent.running.clear();
-        let identity = agent.protocol.identity().clone();
-        agent.protocol = AgentProtocol::new(identity, agent.protocol.incarnation() + 1, Recovered::default());
-        self.agent_input(node, AgentInput::LinkUp);
-        self.pump();
+        self.boot_again(node, Recovered::default());
     }
 
     /// The machine restarts on the same disk: its processes are gone, and its new agent owes
     /// the head the ends it had recorded but not yet reported.
     pub fn reboot(&mut self, node: &str) {
-        let agent = self.agents.get_mut(node).expect("known node");
-        agent.running.clear();
-        let ended: Vec<_> = agent.protocol.unacknowledged().map(|(k, r)| (k.clone(), r.clone())).collect();
-        let finished = ended.iter().map(|(k, _)| k.clone()).collect();
-        let identity = agent.protocol.identity().clone();
-        let recovered = Recovered { ended, finished, ..Recovered::default() };
-        agent.protocol = AgentProtocol::new(identity, agent.protocol.incarnation() + 1, recovered);
-        self.agent_input(node, AgentInput::LinkUp);
-        self.pump();
+        let recovered = self.agents[node].protocol.recoverable_after_reboot();
+        self.boot_again(node, recovered);
+    }
+
+    /// The machine's processes are gone; a new agent run starts with what it `recovered`.
+    fn boot_again(&mut self, node: &str, recovered: Recovered) {
+        self.agents.get_mut(node).expect("known node").running.clear();
+        let identity = self.agents[node].protocol.identity().clone();
+        self.start_agent(node, identity, recovered);
     }
 
     fn restart_agent_as(&mut self, node: &str, identity: AgentIdentity) {
+        let recovered = self.agents[node].protocol.recoverable();
+        self.start_agent(node, identity, recovered);
+    }
+
+    /// A new agent run on the machine (incarnation one more), registering at once.
+    fn start_agent(&mut self, node: &str, identity: AgentIdentity, recovered: Recovered) {
         let agent = self.agents.get_mut(node).expect("known node");
-        let recovered = agent.protocol.recoverable();
         agent.protocol = AgentProtocol::new(identity, agent.protocol.incarnation() + 1, recovered);
         self.agent_input(node, AgentInput::LinkUp);
         self.pump();
