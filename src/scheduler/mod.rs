@@ -539,7 +539,10 @@ impl Scheduler {
         if pg.infeasible.is_some() {
             return;
         }
-        let count = if key.is_gang() { pg.required } else { 1 };
+        let Some(bundles) = self.bundles_of(&key) else {
+            return; // tried with the first item of its group in this class, this very pass
+        };
+        let count = bundles.len() as u32;
         let shape = key.is_gang().then(|| Shape::of(pg, count));
         let plan = match &shape {
             Some(shape) if failed.contains(shape) => None,
@@ -558,7 +561,7 @@ impl Scheduler {
             }
         };
         match plan {
-            Some(nodes) => self.commit(key, &nodes),
+            Some(nodes) => self.commit(key, &bundles, &nodes),
             None => {
                 if let Some(shape) = shape {
                     failed.insert(shape);
@@ -570,12 +573,33 @@ impl Scheduler {
         }
     }
 
+    /// The bundles the item `key` places: the required gang; every bundle its group waits for
+    /// in a class placed together (`policy::placed_together`), from its first item only
+    /// (`None` for the others); or its own bundle.
+    fn bundles_of(&self, key: &QueueKey) -> Option<Vec<u32>> {
+        let pg = &self.pgs[&key.pg];
+        if key.is_gang() {
+            return Some((0..pg.required).collect());
+        }
+        if !policy::placed_together(key.class) {
+            return Some(vec![key.bundle]);
+        }
+        let keys = pg.queued_in(key.pg, key.class);
+        (keys.first() == Some(key)).then(|| keys.iter().map(|k| k.bundle).collect())
+    }
+
     /// Reserves every bundle of the item on its chosen node (the commit of the two-phase
     /// reserve); an admitted gang releases its deferred requests into the queue.
-    fn commit(&mut self, key: QueueKey, nodes: &[NodeIx]) {
-        assert!(self.queue.remove(&key), "committing {key:?} which is not queued");
+    fn commit(&mut self, key: QueueKey, bundles: &[u32], nodes: &[NodeIx]) {
         let pg = self.pgs.get_mut(&key.pg).expect("queued group exists");
-        let bundles: Vec<u32> = if key.is_gang() { (0..pg.required).collect() } else { vec![key.bundle] };
+        let keys: Vec<QueueKey> = if key.is_gang() {
+            vec![key]
+        } else {
+            bundles.iter().map(|b| pg.queued_key(key.pg, *b).expect("an item's bundles are queued")).collect()
+        };
+        for queued in keys {
+            assert!(self.queue.remove(&queued), "committing {queued:?} which is not queued");
+        }
         assert_eq!(bundles.len(), nodes.len(), "a plan names one node per bundle");
         for (&bundle, &node) in bundles.iter().zip(nodes) {
             let (port, mut devices) = self.cluster.allocate(node, &pg.demand, (key.pg, bundle), pg.gpus);

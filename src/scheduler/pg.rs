@@ -1,7 +1,8 @@
 //! Placement groups: one per job, its bundles and where each stands.
 
 use super::cluster::{Demand, NodeIx};
-use super::QueueClass;
+use super::queue::QueueKey;
+use super::{PgId, QueueClass};
 use crate::resources::{Devices, Labels, Resources};
 use crate::spec::Strategy;
 use crate::time::Instant;
@@ -143,6 +144,22 @@ impl PlacementGroup {
             matches!(b, BundleState::Deferred { .. } | BundleState::Queued { .. } | BundleState::InGang)
         };
         self.bundles.iter().filter(waits).count() as u32
+    }
+
+    /// Bundles queued on their own in `class`, with their keys, in queue order.
+    pub fn queued_in(&self, id: PgId, class: QueueClass) -> Vec<QueueKey> {
+        let mut keys: Vec<QueueKey> = (0..self.bundles.len() as u32).filter_map(|b| self.queued_key(id, b)).collect();
+        keys.retain(|k| k.class == class);
+        keys.sort();
+        keys
+    }
+
+    /// The queue key of `bundle` while it waits in the queue on its own.
+    pub fn queued_key(&self, id: PgId, bundle: u32) -> Option<QueueKey> {
+        match self.bundles[bundle as usize] {
+            BundleState::Queued { class, since } => Some(QueueKey::new(class, self.priority, since, id, bundle)),
+            _ => None,
+        }
     }
 
     pub fn placed_count(&self) -> usize {

@@ -3,7 +3,7 @@
 //!
 //! | need | class | order within the class |
 //! |---|---|---|
-//! | `Restore` a lost bundle a running job needs to stay at `min_nodes` (or rank 0 in actor mode) | 1 Replacement | loss time (FIFO), whatever the priority |
+//! | `Restore` a lost bundle a running job needs to stay at `min_nodes` (or rank 0 in actor mode) | 1 Replacement | loss time (FIFO), whatever the priority; a job's restorations together ([`placed_together`]) |
 //! | `Admission`: the required gang of a pending job | 2 PendingGang | priority, then submit time |
 //! | `Spare` | 3 Spare | priority, then submit time |
 //! | `Growth` towards `max_nodes` | 4 Elastic | priority, then submit time |
@@ -61,6 +61,15 @@ pub fn waiting_since(need: Need, submitted: Instant) -> Instant {
 /// a running gang is admitted already.
 pub fn orders_by_priority(class: QueueClass) -> bool {
     class != QueueClass::Replacement
+}
+
+/// Are a group's waiting items of `class` placed as one, all or none? A running job's lost
+/// bundles are: the job runs again only once every one is back, and two jobs re-placed one
+/// bundle at a time could each take half of what the other needs and wait for ever (DESIGN §3:
+/// a gang is never left half-placed; swarm seed 666027). They go together where the first of
+/// them waits in the queue, so a job's restoration keeps the place of its first loss.
+pub fn placed_together(class: QueueClass) -> bool {
+    class == QueueClass::Replacement
 }
 
 /// The order in which classes are offered capacity, highest first.

@@ -408,6 +408,65 @@ fn strict_pack_group_that_lost_everything_returns_where_its_growth_and_spare_fit
     assert_eq!(nodes_of(&pass(&mut s, 1), 1), ["a-small"], "where nothing holds all, the required gang still runs");
 }
 
+#[test]
+fn a_job_s_lost_bundles_are_re_placed_together_or_not_at_all() {
+    // Two gangs lose their nodes in turns (A, B, A, B); two nodes come back. One at a time, each
+    // job would take one and wait for ever for the other's.
+    let mut s = sched();
+    let nodes: Vec<NodeIx> = ["a1", "a2", "b1", "b2"].iter().map(|n| join(&mut s, n, 1, &[])).collect();
+    for (id, submit) in [(1, 0), (2, 1)] {
+        s.create_pg(id, pg(2, 2, Strategy::StrictSpread, submit));
+        s.request_gang(id);
+    }
+    let placed = pass(&mut s, 1);
+    assert_eq!(
+        (nodes_of(&placed, 1), nodes_of(&placed, 2)),
+        (vec!["a1".into(), "a2".into()], vec!["b1".into(), "b2".into()])
+    );
+    let losses = [(nodes[0], 1, 0, 10), (nodes[2], 2, 0, 11), (nodes[1], 1, 1, 12), (nodes[3], 2, 1, 13)];
+    for (ix, id, bundle, at) in losses {
+        assert_eq!(s.kill_node(ix), vec![(id, bundle)]);
+        s.request(id, bundle, Need::Restore { lost_at: t(at) });
+    }
+    join(&mut s, "c1", 1, &[]);
+    join(&mut s, "c2", 1, &[]);
+    let placed = pass(&mut s, 20);
+    assert_eq!(nodes_of(&placed, 1), ["c1", "c2"], "the first loss's job is restored whole: {placed:?}");
+    assert_eq!(nodes_of(&placed, 2), Vec::<String>::new());
+    assert_eq!(
+        waiting(&s, 2).as_deref(),
+        Some(
+            "waiting for capacity: the replacements for j2/0 and j2/1 need 2 nodes with room for a bundle of cpu=1 \
+             (STRICT_SPREAD), and 0 of the 2 matching node(s) have it now (besides them 4 DEAD); in use by j1"
+        )
+    );
+}
+
+#[test]
+fn a_strict_pack_group_s_node_is_not_shared_out_between_its_own_replacements() {
+    // Swarm seed 666027: the first of a STRICT_PACK job's two replacements chose the node for
+    // both, and a replacement lost in between took the other half.
+    let mut s = sched();
+    let nodes: Vec<NodeIx> =
+        [("home", 2), ("x", 1), ("y", 1)].iter().map(|(n, cpu)| join(&mut s, n, *cpu, &[])).collect();
+    s.create_pg(1, pg(2, 2, Strategy::StrictPack, 0));
+    s.request_gang(1);
+    s.create_pg(2, pg(2, 2, Strategy::StrictSpread, 0));
+    s.request_gang(2);
+    let placed = pass(&mut s, 0);
+    assert_eq!(nodes_of(&placed, 2), ["x", "y"]);
+    for ix in nodes {
+        s.kill_node(ix);
+    }
+    for (id, bundle, at) in [(1, 1, 10), (2, 1, 11), (1, 0, 12), (2, 0, 13)] {
+        s.request(id, bundle, Need::Restore { lost_at: t(at) });
+    }
+    join(&mut s, "n03", 2, &[]);
+    let placed = pass(&mut s, 20);
+    assert_eq!(nodes_of(&placed, 1), ["n03", "n03"], "{placed:?}");
+    assert!(nodes_of(&placed, 2).is_empty(), "{placed:?}");
+}
+
 // ---- why a request waits ----------------------------------------------------------------------
 
 fn waiting(s: &Scheduler, id: PgId) -> Option<String> {

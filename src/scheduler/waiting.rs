@@ -49,6 +49,8 @@ impl FirstFew {
 struct Request {
     key: QueueKey,
     count: u32,
+    /// The lost bundles it restores, in index order (none for a gang).
+    restores: Vec<u32>,
 }
 
 /// What the nodes that pass a group's filters have for it now.
@@ -189,19 +191,18 @@ impl Scheduler {
     }
 }
 
-/// The gang while it waits for admission, else the first lost bundle waiting for a replacement.
+/// The gang while it waits for admission, else the lost bundles waiting to be restored, which
+/// are placed together where the first of them waits (`policy::placed_together`).
 fn waited_on(id: PgId, pg: &PlacementGroup) -> Option<Request> {
     if !pg.admitted {
         let gang_queued = pg.bundles.first() == Some(&BundleState::InGang);
         let key = QueueKey::new(QueueClass::PendingGang, pg.priority, pg.submit, id, GANG);
-        return gang_queued.then_some(Request { key, count: pg.required });
+        return gang_queued.then_some(Request { key, count: pg.required, restores: Vec::new() });
     }
-    pg.bundles.iter().enumerate().find_map(|(b, state)| match *state {
-        BundleState::Queued { class: QueueClass::Replacement, since } => {
-            Some(Request { key: QueueKey::new(QueueClass::Replacement, pg.priority, since, id, b as u32), count: 1 })
-        }
-        _ => None,
-    })
+    let keys = pg.queued_in(id, QueueClass::Replacement);
+    let mut restores: Vec<u32> = keys.iter().map(|k| k.bundle).collect();
+    restores.sort_unstable();
+    Some(Request { key: *keys.first()?, count: keys.len() as u32, restores })
 }
 
 /// A gang not yet placed must fit in one `pack_by` domain; a replacement may go anywhere.
@@ -242,36 +243,19 @@ fn down_text(room: &Room) -> String {
 
 /// The matching nodes are short of room: how short, and who holds it.
 fn short_of_room(pg: &PlacementGroup, request: &Request, room: &Room, job: &dyn Fn(PgId) -> String) -> String {
-    let (n, best, matching, bundle) = (request.count, room.best, room.matching, &pg.bundle);
-    let need = if request.key.is_gang() {
-        match (&pg.pack_by, pg.strategy) {
-            (Some(key), _) => format!(
-                "needs room for {} of {bundle} in one `{key}` domain, and the roomiest, {key}={}, has room for \
-                 {best} now",
-                counted(n, "bundle"),
-                room.best_domain
-            ),
-            (None, Strategy::StrictSpread) => format!(
-                "needs {} with room for a bundle of {bundle} (STRICT_SPREAD), and {best} of the {matching} matching \
-                 node(s) have it now",
-                counted(n, "node")
-            ),
-            (None, Strategy::StrictPack) => format!(
-                "needs one node with room for all {n} bundles of {bundle} (STRICT_PACK), and the roomiest of the \
-                 {matching} matching node(s) has room for {best} now"
-            ),
-            (None, Strategy::Spread | Strategy::Pack) => format!(
-                "needs room for {} of {bundle}, and the {matching} matching node(s) have room for {best} now",
-                counted(n, "bundle")
-            ),
-        }
-    } else {
-        format!(
-            "the replacement for {}/{} needs a node with room for a bundle of {bundle}, and none of the {matching} \
-             matching node(s) has it now",
-            job(request.key.pg),
-            request.key.bundle
-        )
+    let (bundle, matching) = (&pg.bundle, room.matching);
+    let need = match request.restores.as_slice() {
+        [] => format!("needs {}", room_wanted(pg, request.count, room, pg.pack_by.as_deref())),
+        [one] => format!(
+            "the replacement for {}/{one} needs a node with room for a bundle of {bundle}, and none of the \
+             {matching} matching node(s) has it now",
+            job(request.key.pg)
+        ),
+        several => format!(
+            "the replacements for {} need {}",
+            listed(several, |b| format!("{}/{b}", job(request.key.pg))),
+            room_wanted(pg, request.count, room, None)
+        ),
     };
     let mut notes = Vec::new();
     if room.own > 0 {
@@ -295,6 +279,44 @@ fn short_of_room(pg: &PlacementGroup, request: &Request, room: &Room, job: &dyn 
     out
 }
 
+/// What `n` bundles need as the group's strategy places them (in one `pack_by` domain where
+/// `domain` names the key), against the room the matching nodes have now.
+fn room_wanted(pg: &PlacementGroup, n: u32, room: &Room, domain: Option<&str>) -> String {
+    let (best, matching, bundle) = (room.best, room.matching, &pg.bundle);
+    match (domain, pg.strategy) {
+        (Some(key), _) => format!(
+            "room for {} of {bundle} in one `{key}` domain, and the roomiest, {key}={}, has room for {best} now",
+            counted(n, "bundle"),
+            room.best_domain
+        ),
+        (None, Strategy::StrictSpread) => format!(
+            "{} with room for a bundle of {bundle} (STRICT_SPREAD), and {best} of the {matching} matching node(s) \
+             have it now",
+            counted(n, "node")
+        ),
+        (None, Strategy::StrictPack) => format!(
+            "one node with room for all {n} bundles of {bundle} (STRICT_PACK), and the roomiest of the {matching} \
+             matching node(s) has room for {best} now"
+        ),
+        (None, Strategy::Spread | Strategy::Pack) => format!(
+            "room for {} of {bundle}, and the {matching} matching node(s) have room for {best} now",
+            counted(n, "bundle")
+        ),
+    }
+}
+
+/// "a and b", "a, b and c"; beyond `NAMES_SHOWN`, "a, b, c and 4 more".
+fn listed<T>(all: &[T], name: impl Fn(&T) -> String) -> String {
+    if all.len() > NAMES_SHOWN {
+        return names(all, name);
+    }
+    let named: Vec<String> = all.iter().map(name).collect();
+    match named.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => named.join(""),
+    }
+}
+
 /// "1 node", "3 nodes".
 fn counted(n: u32, thing: &str) -> String {
     if n == 1 {
@@ -310,5 +332,19 @@ fn names<T>(all: &[T], name: impl Fn(&T) -> String) -> String {
     match all.len().saturating_sub(NAMES_SHOWN) {
         0 => shown.join(", "),
         more => format!("{} and {more} more", shown.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listed;
+
+    #[test]
+    fn a_list_names_up_to_three_and_counts_the_rest() {
+        let name = |n: &u32| format!("j1/{n}");
+        assert_eq!(listed(&[0], name), "j1/0");
+        assert_eq!(listed(&[0, 1], name), "j1/0 and j1/1");
+        assert_eq!(listed(&[0, 1, 2], name), "j1/0, j1/1 and j1/2");
+        assert_eq!(listed(&[0, 1, 2, 3, 4], name), "j1/0, j1/1, j1/2 and 2 more");
     }
 }
