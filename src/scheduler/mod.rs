@@ -141,6 +141,16 @@ pub struct Scheduler {
     passes: u64,
 }
 
+/// What one pass has learnt so far.
+#[derive(Default)]
+struct PassState {
+    holds: Holds,
+    /// Gang shapes that did not fit: a look-alike gang behind them does not either.
+    failed_shapes: BTreeSet<Shape>,
+    /// Groups whose items of a class placed together were tried, at the first of them.
+    tried_together: BTreeSet<(QueueClass, PgId)>,
+}
+
 impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Self {
         Scheduler {
@@ -478,12 +488,11 @@ impl Scheduler {
             return;
         }
         self.passes += 1;
-        let mut holds = Holds::default();
-        let mut failed_shapes: BTreeSet<Shape> = BTreeSet::new();
+        let mut pass = PassState::default();
         let mut suspects_held = false;
         for class in policy::class_order(self.fault) {
             if class != QueueClass::Replacement && !suspects_held {
-                self.hold_for_suspects(&mut holds);
+                self.hold_for_suspects(&mut pass.holds);
                 suspects_held = true;
             }
             let mut cursor = None;
@@ -491,7 +500,7 @@ impl Scheduler {
             // elastic bundles (classes 3 and 4) during this very pass.
             while let Some(key) = self.queue.next_in_class(class, cursor) {
                 cursor = Some(key);
-                self.try_place(key, now, &mut holds, &mut failed_shapes);
+                self.try_place(key, now, &mut pass);
             }
         }
     }
@@ -534,15 +543,18 @@ impl Scheduler {
         }
     }
 
-    fn try_place(&mut self, key: QueueKey, now: Instant, holds: &mut Holds, failed: &mut BTreeSet<Shape>) {
+    fn try_place(&mut self, key: QueueKey, now: Instant, pass: &mut PassState) {
         let pg = &self.pgs[&key.pg];
         if pg.infeasible.is_some() {
             return;
         }
-        let Some(bundles) = self.bundles_of(&key) else {
-            return; // tried with the first item of its group in this class, this very pass
-        };
+        let together = !key.is_gang() && policy::placed_together(key.class);
+        if together && !pass.tried_together.insert((key.class, key.pg)) {
+            return; // its group's first item in this class stood for it, this very pass
+        }
+        let bundles = self.bundles_of(&key);
         let count = bundles.len() as u32;
+        let (holds, failed) = (&pass.holds, &mut pass.failed_shapes);
         let shape = key.is_gang().then(|| Shape::of(pg, count));
         let plan = match &shape {
             Some(shape) if failed.contains(shape) => None,
@@ -567,25 +579,23 @@ impl Scheduler {
                     failed.insert(shape);
                 }
                 if policy::is_protected(&key, now, self.config.starvation_ms) {
-                    holds.add(key.pg, &self.pgs);
+                    pass.holds.add(key.pg, &self.pgs);
                 }
             }
         }
     }
 
     /// The bundles the item `key` places: the required gang; every bundle its group waits for
-    /// in a class placed together (`policy::placed_together`), from its first item only
-    /// (`None` for the others); or its own bundle.
-    fn bundles_of(&self, key: &QueueKey) -> Option<Vec<u32>> {
+    /// in a class placed together (`policy::placed_together`); or its own bundle.
+    fn bundles_of(&self, key: &QueueKey) -> Vec<u32> {
         let pg = &self.pgs[&key.pg];
         if key.is_gang() {
-            return Some((0..pg.required).collect());
+            (0..pg.required).collect()
+        } else if policy::placed_together(key.class) {
+            pg.queued_in(key.pg, key.class).iter().map(|k| k.bundle).collect()
+        } else {
+            vec![key.bundle]
         }
-        if !policy::placed_together(key.class) {
-            return Some(vec![key.bundle]);
-        }
-        let keys = pg.queued_in(key.pg, key.class);
-        (keys.first() == Some(key)).then(|| keys.iter().map(|k| k.bundle).collect())
     }
 
     /// Reserves every bundle of the item on its chosen node (the commit of the two-phase
