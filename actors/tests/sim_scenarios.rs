@@ -166,6 +166,19 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(placed.first(), Some(&("t/0", "replacement")), "{placed:?}");
         assert_eq!((r.state("t"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
     }),
+    // a and b lose their nodes in turns (a, b, a, b) and two machines join. One bundle at a
+    // time, each job took one and waited for ever for the other's; a's restorations (the
+    // first loss) go together, and b's follow once a ends.
+    ("gangs_losing_nodes_in_turns_are_restored_whole", |r| {
+        let replaced: Vec<(&str, &str)> = r
+            .events("placed")
+            .into_iter()
+            .filter(|p| p["class"] == "replacement")
+            .map(|p| (p["actor"].as_str().unwrap(), p["node"].as_str().unwrap()))
+            .collect();
+        assert_eq!(replaced, [("a/0", "n5"), ("a/1", "n6"), ("b/0", "n5"), ("b/1", "n6")]);
+        assert_eq!((r.state("a"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
+    }),
     ("gpu_workers_replaced_with_their_devices", |r| {
         assert_eq!((r.state("a"), r.job("a")["cycles"].as_u64()), ("SUCCEEDED", Some(2)));
         let replaced: Vec<&Value> = r.events("placed").into_iter().filter(|p| p["class"] == "replacement").collect();
