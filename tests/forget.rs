@@ -156,3 +156,26 @@ fn an_undrained_dead_node_is_the_last_that_retention_forgets() {
     assert_eq!(c.undrain("a"), Ok(Reply::Done), "taken, though retention forgets it at once");
     assert_eq!(names(&c), ["b"]);
 }
+
+/// Swarm seed 1659399: a restarted head judged a running job as the gang it was at
+/// submission. With the nodes it had lost forgotten, too few were left for that gang, so the
+/// job was parked as infeasible and its replacements fell behind pending jobs.
+#[test]
+fn a_running_job_restored_after_its_lost_nodes_were_forgotten_is_not_infeasible() {
+    let mut c = cluster(config(), &["n1", "n2", "n3", "n4"]);
+    let job = c.submit(spec("a", 3, 3));
+    let other = c.submit(spec("b", 1, 1));
+    c.advance(1_000);
+    assert_eq!(c.view(&other).actors[0].node.as_deref(), Some("n4"));
+    for node in ["n2", "n3"] {
+        c.crash(node);
+    }
+    c.advance(5_000);
+    for node in ["n2", "n3"] {
+        assert_eq!(c.forget(node), Ok(Reply::Done));
+    }
+    assert_eq!(c.view(&job).infeasible, None, "a running job needs one node per replacement");
+    c.restart_head();
+    c.advance(5_000);
+    assert_eq!(c.view(&job).infeasible, None, "nor after a restart, with two of its three nodes forgotten");
+}

@@ -159,7 +159,7 @@ impl Head {
         self.job_ids.note(&id);
         self.next_pg = self.next_pg.max(pg + 1);
         if !driver.state().is_terminal() {
-            self.scheduler.create_pg(pg, pg_spec(driver.spec(), driver.submitted()));
+            self.scheduler.restore_pg(pg, pg_spec(driver.spec(), driver.submitted()), driver.admitted());
             self.restore_bundles(pg, &driver);
             self.restore_attempts(&driver);
         } else if let Some(at) = driver.finished_at() {
@@ -172,9 +172,6 @@ impl Head {
 
     /// DU-2: placements with their ports, then what the job still waits for.
     fn restore_bundles(&mut self, pg: PgId, driver: &Driver) {
-        if driver.admitted() {
-            self.scheduler.restore_admitted(pg);
-        }
         if driver.avoiding_preemptible() {
             self.scheduler.avoid_preemptible(pg);
         }

@@ -332,9 +332,23 @@ impl Scheduler {
     // ---- placement groups ----------------------------------------------------------------
 
     pub fn create_pg(&mut self, id: PgId, spec: PgSpec) {
+        self.insert_pg(id, spec, false);
+    }
+
+    /// A group from before a head restart, admitted again if its gang was placed (its later
+    /// requests queue at once), and judged as such: an admitted group needs room for one
+    /// bundle, not for its whole gang. Judged as a new gang on a cluster that had forgotten
+    /// its DEAD nodes, it was parked as infeasible, and lower items took the room its
+    /// replacements could use (swarm seed 1659399).
+    pub fn restore_pg(&mut self, id: PgId, spec: PgSpec, admitted: bool) {
+        self.insert_pg(id, spec, admitted);
+    }
+
+    fn insert_pg(&mut self, id: PgId, spec: PgSpec, admitted: bool) {
         assert!(!self.pgs.contains_key(&id), "placement group {id} created twice");
         let demand = Demand::from_resources(&mut self.cluster.table, &spec.bundle);
-        let pg = PlacementGroup::new(spec, demand);
+        let mut pg = PlacementGroup::new(spec, demand);
+        pg.admitted = admitted;
         let verdict = feasibility::infeasible_reason(&self.cluster, &pg);
         self.pgs.insert(id, pg);
         if verdict.is_some() {
@@ -385,11 +399,6 @@ impl Scheduler {
         self.cluster.allocate_exactly(node, &pg.demand, (id, bundle), port, devices);
         pg.note_placed(bundle, node, port, devices);
         self.dirty = true;
-    }
-
-    /// A group whose gang was placed before a head restart: later requests queue at once.
-    pub fn restore_admitted(&mut self, id: PgId) {
-        self.pgs.get_mut(&id).expect("known group").admitted = true;
     }
 
     /// Withdraws a waiting request (a gang member withdraws the whole gang). Idle is a no-op.
