@@ -12,9 +12,24 @@ use std::collections::BTreeMap;
 pub fn prepare(cluster: &Cluster, pg: &PlacementGroup, k: u32, ok: &dyn Fn(NodeIx) -> bool) -> Option<Vec<NodeIx>> {
     match &pg.pack_by {
         None => by_strategy(cluster, pg, k, ok),
+        Some(key) if pg.on_nodes.is_empty() && pg.strategy == Strategy::StrictPack => {
+            // The domain must hold a node that `strict_pack` would choose: one its whole wait
+            // fits, where there is one. The fullest domain that merely fits `k` sent a lost
+            // group to a node its other ranks never fit, and they ran one after another
+            // (swarm seed 1553240).
+            let want = whole_wait(pg, k);
+            let fits_all = |ix: NodeIx| ok(ix) && cluster.node(ix).room_for(&pg.demand, want) == want;
+            fullest_domain(cluster, pg, k, key, &fits_all).or_else(|| fullest_domain(cluster, pg, k, key, ok))
+        }
         Some(key) if pg.on_nodes.is_empty() => fullest_domain(cluster, pg, k, key, ok),
         Some(key) => same_domain_first(cluster, pg, k, key, ok),
     }
+}
+
+/// How many bundles a group with nothing placed waits for in all: the `k` asked for now, its
+/// required gang, and the growth and spares it has asked for.
+fn whole_wait(pg: &PlacementGroup, k: u32) -> u32 {
+    k.max(pg.required).max(pg.waiting_count())
 }
 
 fn by_strategy(cluster: &Cluster, pg: &PlacementGroup, k: u32, accept: &dyn Fn(NodeIx) -> bool) -> Option<Vec<NodeIx>> {
@@ -97,10 +112,8 @@ fn strict_pack(cluster: &Cluster, pg: &PlacementGroup, k: u32, accept: &dyn Fn(N
     let node = match pg.on_nodes.keys().next() {
         Some(&home) => Some(home).filter(|ix| fits(*ix, k)),
         None => {
-            let gang = k.max(pg.required);
-            let everything = gang.max(pg.waiting_count());
             let first_fit = |need: u32| cluster.ranked().find(|ix| fits(*ix, need));
-            first_fit(everything).or_else(|| first_fit(gang))
+            first_fit(whole_wait(pg, k)).or_else(|| first_fit(k.max(pg.required)))
         }
     }?;
     Some(vec![node; k as usize])

@@ -409,6 +409,29 @@ fn strict_pack_group_that_lost_everything_returns_where_its_growth_and_spare_fit
 }
 
 #[test]
+fn a_packed_by_rack_strict_pack_group_that_lost_everything_picks_the_rack_its_whole_wait_fits() {
+    // Swarm seed 1553240: the fullest rack that fits the one lost bundle had no node for the
+    // growth and spare, which then ran one after another on that node.
+    let mut s = sched();
+    let home = join(&mut s, "home", 4, &[("rack", "r0")]);
+    s.create_pg(1, PgSpec { pack_by: Some("rack".into()), ..pg(4, 1, Strategy::StrictPack, 0) });
+    s.request_gang(1);
+    for (bundle, need) in [(1, Need::Growth), (2, Need::Growth), (3, Need::Spare)] {
+        s.request(1, bundle, need);
+    }
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["home"; 4]);
+    s.kill_node(home);
+    join(&mut s, "small", 2, &[("rack", "r1")]);
+    join(&mut s, "big", 4, &[("rack", "r2")]);
+    s.request(1, 0, Need::Restore { lost_at: t(1) });
+    for (bundle, need) in [(1, Need::Growth), (2, Need::Growth), (3, Need::Spare)] {
+        s.request(1, bundle, need);
+    }
+    let placed = pass(&mut s, 1);
+    assert_eq!(nodes_of(&placed, 1), ["big"; 4], "rack r1 is fuller but holds only two: {placed:?}");
+}
+
+#[test]
 fn a_job_s_lost_bundles_are_re_placed_together_or_not_at_all() {
     // Two gangs lose their nodes in turns (A, B, A, B); two nodes come back. One at a time, each
     // job would take one and wait for ever for the other's.
