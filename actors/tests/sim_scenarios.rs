@@ -69,6 +69,14 @@ impl Run {
     fn events(&self, event: &str) -> Vec<&Value> {
         self.trace.iter().filter(|e| e["event"] == event).collect()
     }
+
+    /// (actor, node, class) of every placement, in order.
+    fn placements(&self) -> Vec<(&str, &str, &str)> {
+        self.events("placed")
+            .into_iter()
+            .map(|p| (p["actor"].as_str().unwrap(), p["node"].as_str().unwrap(), p["class"].as_str().unwrap()))
+            .collect()
+    }
 }
 
 fn pair(cause: &str, budget: &str) -> (String, String) {
@@ -157,12 +165,8 @@ const EXPECTED: &[(&str, Expectation)] = &[
     // t keeps min_nodes with rank 1 alone, but none of its ranks starts without rank 0: the
     // machine that joins restores rank 0 before the pending job b, whatever b's priority.
     ("torchx_rank0_restored_before_a_pending_job", |r| {
-        let placed: Vec<(&str, &str)> = r
-            .events("placed")
-            .into_iter()
-            .filter(|p| p["node"] == "n3")
-            .map(|p| (p["actor"].as_str().unwrap(), p["class"].as_str().unwrap()))
-            .collect();
+        let placed: Vec<(&str, &str)> =
+            r.placements().into_iter().filter(|p| p.1 == "n3").map(|(actor, _, class)| (actor, class)).collect();
         assert_eq!(placed.first(), Some(&("t/0", "replacement")), "{placed:?}");
         assert_eq!((r.state("t"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
     }),
@@ -170,12 +174,8 @@ const EXPECTED: &[(&str, Expectation)] = &[
     // time, each job took one and waited for ever for the other's; a's restorations (the
     // first loss) go together, and b's follow once a ends.
     ("gangs_losing_nodes_in_turns_are_restored_whole", |r| {
-        let replaced: Vec<(&str, &str)> = r
-            .events("placed")
-            .into_iter()
-            .filter(|p| p["class"] == "replacement")
-            .map(|p| (p["actor"].as_str().unwrap(), p["node"].as_str().unwrap()))
-            .collect();
+        let replaced: Vec<(&str, &str)> =
+            r.placements().into_iter().filter(|p| p.2 == "replacement").map(|(actor, node, _)| (actor, node)).collect();
         assert_eq!(replaced, [("a/0", "n5"), ("a/1", "n6"), ("b/0", "n5"), ("b/1", "n6")]);
         assert_eq!((r.state("a"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
     }),
