@@ -77,6 +77,11 @@ impl Run {
             .map(|p| (p["actor"].as_str().unwrap(), p["node"].as_str().unwrap(), p["class"].as_str().unwrap()))
             .collect()
     }
+
+    /// (actor, node) of each placement from the replacement class, in order.
+    fn replacements(&self) -> Vec<(&str, &str)> {
+        self.placements().into_iter().filter(|p| p.2 == "replacement").map(|(actor, node, _)| (actor, node)).collect()
+    }
 }
 
 fn pair(cause: &str, budget: &str) -> (String, String) {
@@ -174,9 +179,16 @@ const EXPECTED: &[(&str, Expectation)] = &[
     // time, each job took one and waited for ever for the other's; a's restorations (the
     // first loss) go together, and b's follow once a ends.
     ("gangs_losing_nodes_in_turns_are_restored_whole", |r| {
-        let replaced: Vec<(&str, &str)> =
-            r.placements().into_iter().filter(|p| p.2 == "replacement").map(|(actor, node, _)| (actor, node)).collect();
+        let replaced = r.replacements();
         assert_eq!(replaced, [("a/0", "n5"), ("a/1", "n6"), ("b/0", "n5"), ("b/1", "n6")]);
+        assert_eq!((r.state("a"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
+    }),
+    // a loses both its nodes and waits for two: n5, which it holds, and n3, where b's survivor
+    // runs. b loses n4, and its replacement can only go to n5. The hold does not bind b
+    // (HD-1): b returns on n5 and ends, then a takes n3 and n5. Bound, both wait for ever.
+    ("a_held_restoration_lets_the_job_it_waits_for_back", |r| {
+        let replaced = r.replacements();
+        assert_eq!(replaced, [("b/1", "n5"), ("a/0", "n3"), ("a/1", "n5")]);
         assert_eq!((r.state("a"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
     }),
     ("gpu_workers_replaced_with_their_devices", |r| {

@@ -94,6 +94,18 @@ pub fn could_use_now(node: &Node, ix: NodeIx, pg: &PlacementGroup) -> bool {
     usable(node, pg) && !spread_conflict && node.room_for(&pg.demand, 1) == 1
 }
 
+/// Could `pg` put a bundle on `node` once what others hold there is freed? The node passes
+/// every filter, and the strategy allows it: none of the group's own for STRICT_SPREAD, the
+/// group's node for a STRICT_PACK group that holds one.
+pub fn could_use_once_freed(node: &Node, ix: NodeIx, pg: &PlacementGroup) -> bool {
+    let allowed = match pg.strategy {
+        Strategy::StrictSpread => !pg.hosts(ix),
+        Strategy::StrictPack => pg.on_nodes.is_empty() || pg.hosts(ix),
+        Strategy::Spread | Strategy::Pack => true,
+    };
+    allowed && usable(node, pg) && Filter::FitsWhenEmpty.passes(node, pg)
+}
+
 /// Could `node` (a new arrival) ever hold `pg`'s bundle? Only such a node can lift an
 /// infeasible verdict, so the others spare the re-check of every node.
 pub fn node_passes_filters(node: &Node, pg: &PlacementGroup) -> bool {

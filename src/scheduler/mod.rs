@@ -20,7 +20,8 @@
 //!
 //! Backfill with aging: an item that cannot be placed does not stop lower items, unless it is
 //! *protected* — a replacement (always), or anything that has waited `starvation_ms`. A
-//! protected item holds every node it could use now; lower items may not take those.
+//! protected item holds every node it could use now; lower items may not take those, except a
+//! restoration of a job whose reservation it waits for (HD-1, in `policy`).
 //! An item that fails keeps its key, hence its place. Infeasible groups (no node ever seen
 //! could hold a bundle) are reported at once and re-checked when a node joins. Why a feasible
 //! item still waits is worked out when a view asks (`waiting.rs`), never by a pass.
@@ -563,7 +564,8 @@ impl Scheduler {
         }
         let bundles = self.bundles_of(&key);
         let count = bundles.len() as u32;
-        let (holds, failed) = (&pass.holds, &mut pass.failed_shapes);
+        let holds = pass.holds.binding(pg, key.class, &self.cluster, &self.pgs);
+        let failed = &mut pass.failed_shapes;
         let shape = key.is_gang().then(|| Shape::of(pg, count));
         let plan = match &shape {
             Some(shape) if failed.contains(shape) => None,

@@ -11,12 +11,13 @@
 //! Classes are offered capacity in that order ([`class_order`]). Backfill with aging: an item
 //! that cannot be placed lets lower items use capacity unless it is *protected* — a replacement
 //! always, anything else once it has waited `starvation_ms` ([`is_protected`]); a protected
-//! item holds every node it could use now ([`Holds`]).
+//! item holds every node it could use now ([`Holds`]), but never from the restoration of a job
+//! whose reservation it waits for (HD-1).
 //!
 //! A new queue rule belongs here; the recipe is in `docs/structure.md`.
 
-use super::cluster::{Node, NodeIx};
-use super::feasibility::could_use_now;
+use super::cluster::{Cluster, Node, NodeIx};
+use super::feasibility::{could_use_now, could_use_once_freed};
 use super::pg::PlacementGroup;
 use super::queue::{QueueClass, QueueKey};
 use super::{PgId, PolicyFault};
@@ -88,14 +89,26 @@ pub fn is_protected(key: &QueueKey, now: Instant, starvation_ms: u64) -> bool {
 
 /// Capacity lower items must not take: every node a blocked, protected group could use, and
 /// single nodes set aside for the bundles of suspect nodes.
+///
+/// HD-1: a hold never binds the restoration of a job that holds a reservation the held group
+/// could use once freed ([`Holds::binding`]). That job runs again, and so ends and frees what
+/// it holds, only once restored: holding its restoration back for a group that waits for its
+/// reservation would wait for ever (swarm seed 1997055).
 #[derive(Default)]
 pub struct Holds {
     groups: Vec<PgId>,
     nodes: BTreeSet<NodeIx>,
 }
 
+/// What the holds keep from one item: the nodes set aside, and the held groups that bind it.
+pub struct HeldFrom<'a> {
+    nodes: &'a BTreeSet<NodeIx>,
+    groups: Vec<PgId>,
+}
+
 impl Holds {
-    /// Adds a blocked group unless an equivalent one (same demand and filters) is held already.
+    /// Adds a blocked group unless an equivalent one (same demand, filters and gang size, which
+    /// a STRICT_PACK group's filters read) is held already.
     pub fn add(&mut self, id: PgId, pgs: &BTreeMap<PgId, PlacementGroup>) {
         let pg = &pgs[&id];
         let same = |h: &PgId| {
@@ -105,6 +118,7 @@ impl Holds {
                 && h.avoid_preemptible == pg.avoid_preemptible
                 && h.pack_by == pg.pack_by
                 && h.strategy == pg.strategy
+                && h.required == pg.required
                 && h.on_nodes.is_empty()
                 && pg.on_nodes.is_empty()
         };
@@ -122,7 +136,25 @@ impl Holds {
         self.nodes.contains(&ix)
     }
 
-    /// Is `node` capacity some held group could use now, or set aside?
+    /// The holds that bind an item of `class` of the group `asker`: every one, except, for a
+    /// restoration, those of groups that wait for a reservation of the asker's (HD-1).
+    pub fn binding<'a>(
+        &'a self,
+        asker: &PlacementGroup,
+        class: QueueClass,
+        cluster: &Cluster,
+        pgs: &BTreeMap<PgId, PlacementGroup>,
+    ) -> HeldFrom<'a> {
+        let restores = class == QueueClass::Replacement;
+        let waits_for_asker =
+            |held: &PlacementGroup| asker.on_nodes.keys().any(|&ix| could_use_once_freed(cluster.node(ix), ix, held));
+        let groups = self.groups.iter().copied().filter(|id| !(restores && waits_for_asker(&pgs[id]))).collect();
+        HeldFrom { nodes: &self.nodes, groups }
+    }
+}
+
+impl HeldFrom<'_> {
+    /// Is `node` capacity a binding held group could use now, or set aside?
     pub fn held(&self, node: &Node, ix: NodeIx, pgs: &BTreeMap<PgId, PlacementGroup>) -> bool {
         self.nodes.contains(&ix) || self.groups.iter().any(|id| could_use_now(node, ix, &pgs[id]))
     }

@@ -490,6 +490,45 @@ fn a_strict_pack_group_s_node_is_not_shared_out_between_its_own_replacements() {
     assert!(nodes_of(&placed, 2).is_empty(), "{placed:?}");
 }
 
+#[test]
+fn a_held_restoration_does_not_hold_back_the_restoration_of_a_job_it_waits_for() {
+    // Swarm seed 1997055, in its general form: a job waiting to be restored held the only free
+    // node, while what it waited for was the reservation of a job whose own restoration wanted
+    // that node. Neither could move (HD-1).
+    let mut s = sched();
+    let pool = [("pool", "p")];
+    let lost: Vec<NodeIx> = ["a1", "a2"].iter().map(|n| join(&mut s, n, 1, &pool)).collect();
+    let in_pool = Labels::from([("pool".to_string(), "p".to_string())]);
+    s.create_pg(1, PgSpec { node_selector: in_pool, ..pg(2, 2, Strategy::StrictSpread, 0) });
+    s.request_gang(1);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["a1", "a2"]);
+    join(&mut s, "y", 1, &pool);
+    let w = join(&mut s, "w", 1, &[]);
+    s.create_pg(2, pg(2, 2, Strategy::StrictSpread, 1));
+    s.request_gang(2);
+    assert_eq!(nodes_of(&pass(&mut s, 1), 2), ["w", "y"]);
+    let c: Vec<NodeIx> = ["c1", "c2"].iter().map(|n| join(&mut s, n, 1, &[])).collect();
+    s.create_pg(3, pg(2, 2, Strategy::StrictSpread, 2));
+    s.request_gang(3);
+    assert_eq!(nodes_of(&pass(&mut s, 2), 3), ["c1", "c2"]);
+
+    for (at, node) in [(10, lost[0]), (10, lost[1]), (11, c[1]), (12, w)] {
+        for (id, bundle) in s.kill_node(node) {
+            s.request(id, bundle, Need::Restore { lost_at: t(at) });
+        }
+    }
+    join(&mut s, "x", 1, &pool);
+    // Group 1 needs two pool nodes: y, filled by group 2, and x, which it holds. Group 2's
+    // restoration takes x all the same; group 3's, ahead of it, does not: its reservation (on
+    // c1, outside the pool) is nothing group 1 waits for.
+    let placed = pass(&mut s, 20);
+    assert_eq!(placed.iter().map(|p| (p.0, p.2.as_str())).collect::<Vec<_>>(), [(2, "x")]);
+
+    s.remove_pg(2); // it ran to its end
+    let placed = pass(&mut s, 30);
+    assert_eq!(nodes_of(&placed, 1), ["x", "y"], "{placed:?}");
+}
+
 // ---- why a request waits ----------------------------------------------------------------------
 
 fn waiting(s: &Scheduler, id: PgId) -> Option<String> {
