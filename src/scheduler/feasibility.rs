@@ -88,22 +88,24 @@ pub fn usable(node: &Node, pg: &PlacementGroup) -> bool {
     node.state == NodeState::Alive && STATIC_FILTERS.iter().all(|f| f.passes(node, pg))
 }
 
-/// Could `pg` put one of its bundles on `node` right now?
+/// Could `pg` put one of its bundles on `node` right now? Only where it could once the node
+/// is freed, too: a blocked STRICT_PACK group holds no node too small for its gang.
 pub fn could_use_now(node: &Node, ix: NodeIx, pg: &PlacementGroup) -> bool {
-    let spread_conflict = pg.strategy == Strategy::StrictSpread && pg.hosts(ix);
-    usable(node, pg) && !spread_conflict && node.room_for(&pg.demand, 1) == 1
+    could_use_once_freed(node, ix, pg) && node.room_for(&pg.demand, 1) == 1
 }
 
-/// Could `pg` put a bundle on `node` once what others hold there is freed? The node passes
-/// every filter, and the strategy allows it: none of the group's own for STRICT_SPREAD, the
-/// group's node for a STRICT_PACK group that holds one.
+/// Could `pg` put a bundle on `node` once what others hold there is freed? The node is ALIVE
+/// and passes the static filters, and the strategy allows it: none of the group's own for
+/// STRICT_SPREAD; for STRICT_PACK the group's node, or, while it holds none, a node big
+/// enough for the whole required gang (`Filter::FitsWhenEmpty`).
 pub fn could_use_once_freed(node: &Node, ix: NodeIx, pg: &PlacementGroup) -> bool {
     let allowed = match pg.strategy {
         Strategy::StrictSpread => !pg.hosts(ix),
-        Strategy::StrictPack => pg.on_nodes.is_empty() || pg.hosts(ix),
+        Strategy::StrictPack if pg.on_nodes.is_empty() => Filter::FitsWhenEmpty.passes(node, pg),
+        Strategy::StrictPack => pg.hosts(ix),
         Strategy::Spread | Strategy::Pack => true,
     };
-    allowed && usable(node, pg) && Filter::FitsWhenEmpty.passes(node, pg)
+    allowed && usable(node, pg)
 }
 
 /// Could `node` (a new arrival) ever hold `pg`'s bundle? Only such a node can lift an

@@ -529,6 +529,33 @@ fn a_held_restoration_does_not_hold_back_the_restoration_of_a_job_it_waits_for()
     assert_eq!(nodes_of(&placed, 1), ["x", "y"], "{placed:?}");
 }
 
+#[test]
+fn a_blocked_strict_pack_group_holds_no_node_too_small_for_its_gang() {
+    // Holding every node with room for one of its bundles kept a small node, which it could
+    // never use, from everyone while a STRICT_PACK job waited for a node with room for three.
+    let mut s = sched();
+    let home = join(&mut s, "home", 3, &[]);
+    s.create_pg(1, pg(3, 3, Strategy::StrictPack, 0));
+    s.request_gang(1);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["home"; 3]);
+    join(&mut s, "big", 3, &[]);
+    s.create_pg(9, pg(1, 1, Strategy::StrictSpread, 1));
+    s.request_gang(9);
+    assert_eq!(nodes_of(&pass(&mut s, 1), 9), ["big"]);
+    join(&mut s, "small", 2, &[]);
+    for (id, bundle) in s.kill_node(home) {
+        s.request(id, bundle, Need::Restore { lost_at: t(10) });
+    }
+    for id in 2..=4 {
+        s.create_pg(id, pg(1, 1, Strategy::StrictSpread, 11));
+        s.request_gang(id);
+    }
+    let placed = pass(&mut s, 20);
+    assert_eq!(placed.iter().map(|p| (p.0, p.2.as_str())).collect::<Vec<_>>(), [(2, "small"), (3, "small")]);
+    s.remove_pg(9);
+    assert_eq!(nodes_of(&pass(&mut s, 30), 1), ["big"; 3], "big was held for group 1 throughout");
+}
+
 // ---- why a request waits ----------------------------------------------------------------------
 
 fn waiting(s: &Scheduler, id: PgId) -> Option<String> {

@@ -482,7 +482,11 @@ impl Checker {
         let hosts_job = self.on_node.get(node).is_some_and(|s| s.iter().any(|(j, _)| *j == w.job));
         let strategy_ok = match spec.strategy {
             Strategy::StrictSpread => !hosts_job,
-            Strategy::StrictPack => hosts_job || !self.placed_on.keys().any(|(j, _)| *j == w.job),
+            Strategy::StrictPack if self.placed_on.keys().any(|(j, _)| *j == w.job) => hosts_job,
+            // With nothing placed, only a node big enough for the whole gang would do.
+            Strategy::StrictPack => {
+                spec.bundle.iter().all(|(r, q)| q.saturating_mul(u64::from(spec.min_nodes)) <= n.capacity.milli(r))
+            }
             Strategy::Spread | Strategy::Pack => true,
         };
         n.state == NodeState::Alive && fits && selector && preemptible_ok && pack_by_ok && strategy_ok
