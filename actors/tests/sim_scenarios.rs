@@ -246,6 +246,18 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.events("cycle_formed")[1]["ranks"], serde_json::json!(["s/0", "s/2"]));
         assert_eq!(r.actor("s", 1)["state"], "TASK_COMPLETED");
     }),
+    // s/0 fails and its spare s/1 takes rank 0, then loses n2 during the backoff, before it
+    // starts. s/0, standing by on n1, takes the rank back: the only other node is its own.
+    ("a_waiting_rank_that_loses_its_node_is_taken_over_by_its_spare", |r| {
+        let promoted: Vec<(&str, &str)> = r
+            .events("promoted")
+            .into_iter()
+            .map(|p| (p["spare"].as_str().unwrap(), p["replaces"].as_str().unwrap()))
+            .collect();
+        assert_eq!(promoted, [("s/1", "s/0"), ("s/0", "s/1")]);
+        assert_eq!(r.events("cycle_formed")[1]["ranks"], serde_json::json!(["s/0"]));
+        assert_eq!(r.state("s"), "SUCCEEDED");
+    }),
     ("hot_spares_exit_gracefully_on_success", |r| {
         assert_eq!(r.state("s"), "SUCCEEDED");
         for spare in ["s/2", "s/3"] {

@@ -216,7 +216,7 @@ impl Driver {
     }
 
     /// Swaps the first standing-by spare into `failed`'s rank. Returns the spare.
-    fn promote_spare(&mut self, failed: ActorIx) -> Option<ActorIx> {
+    pub(super) fn promote_spare(&mut self, failed: ActorIx) -> Option<ActorIx> {
         if self.terminating {
             return None;
         }

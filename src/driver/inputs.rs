@@ -77,12 +77,33 @@ impl Driver {
         match self.actors[ix as usize].state {
             ActorState::Standby => self.transition(ix, ActorState::Scheduling),
             ActorState::Running => self.run_lost_with_node(now, ix, loss),
+            ActorState::Scheduling => self.hand_waiting_rank_to_spare(now, ix),
             // FAILING: its process has ended already; it only loses the bundle.
-            ActorState::Scheduling
-            | ActorState::Failing
-            | ActorState::Stopped
-            | ActorState::TaskCompleted
-            | ActorState::Failed => {}
+            ActorState::Failing | ActorState::Stopped | ActorState::TaskCompleted | ActorState::Failed => {}
+        }
+    }
+
+    /// A rank waiting to start that lost its bundle, and that the job needs to stay at
+    /// `min_nodes` (or to start at all), is taken over by a spare standing by, as a failed rank
+    /// is, with what is left of its backoff. Left to wait for a new node, it waited for ever
+    /// where its own spare held the only node it could use (swarm seed 2303244).
+    fn hand_waiting_rank_to_spare(&mut self, now: Instant, ix: ActorIx) {
+        let actor = &self.actors[ix as usize];
+        if actor.role != Role::Active || !self.admitted {
+            return;
+        }
+        let placed_active = self
+            .actors
+            .iter()
+            .filter(|a| a.role == Role::Active && !a.state.is_terminal() && a.bundle.is_placed())
+            .count();
+        if placed_active >= self.spec.min_nodes as usize && !self.nothing_runs_without(ix) {
+            return;
+        }
+        let Some(spare) = self.promote_spare(ix) else { return };
+        if let Some(at) = self.timers.get(Timer::ActorBackoff(ix)).filter(|at| *at > now) {
+            self.timers.stop(Timer::ActorBackoff(ix));
+            self.timers.set(Timer::ActorBackoff(spare), at);
         }
     }
 

@@ -51,7 +51,7 @@ impl Driver {
     /// A waiting rank 0 of a mode that starts nothing without it is a restoration even when
     /// other bundles make up `min_nodes`: as growth it could wait forever behind a pending
     /// gang that needs the capacity its own job's spare holds (swarm seed 41772).
-    fn nothing_runs_without(&self, ix: ActorIx) -> bool {
+    pub(super) fn nothing_runs_without(&self, ix: ActorIx) -> bool {
         self.mode().rank0_first() && self.actors[ix as usize].slot == Some(0)
     }
 
