@@ -43,6 +43,13 @@ fn pass(s: &mut Scheduler, now: u64) -> Vec<(PgId, u32, String)> {
         .collect()
 }
 
+/// Creates group `id` and places its gang in a pass at `now`; the nodes it got, by name.
+fn admit(s: &mut Scheduler, id: PgId, spec: PgSpec, now: u64) -> Vec<String> {
+    s.create_pg(id, spec);
+    s.request_gang(id);
+    nodes_of(&pass(s, now), id)
+}
+
 fn nodes_of(placed: &[(PgId, u32, String)], id: PgId) -> Vec<String> {
     let mut nodes: Vec<String> = placed.iter().filter(|p| p.0 == id).map(|p| p.2.clone()).collect();
     nodes.sort();
@@ -499,18 +506,15 @@ fn a_held_restoration_does_not_hold_back_the_restoration_of_a_job_it_waits_for()
     let pool = [("pool", "p")];
     let lost: Vec<NodeIx> = ["a1", "a2"].iter().map(|n| join(&mut s, n, 1, &pool)).collect();
     let in_pool = Labels::from([("pool".to_string(), "p".to_string())]);
-    s.create_pg(1, PgSpec { node_selector: in_pool, ..pg(2, 2, Strategy::StrictSpread, 0) });
-    s.request_gang(1);
-    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["a1", "a2"]);
+    assert_eq!(
+        admit(&mut s, 1, PgSpec { node_selector: in_pool, ..pg(2, 2, Strategy::StrictSpread, 0) }, 0),
+        ["a1", "a2"]
+    );
     join(&mut s, "y", 1, &pool);
     let w = join(&mut s, "w", 1, &[]);
-    s.create_pg(2, pg(2, 2, Strategy::StrictSpread, 1));
-    s.request_gang(2);
-    assert_eq!(nodes_of(&pass(&mut s, 1), 2), ["w", "y"]);
+    assert_eq!(admit(&mut s, 2, pg(2, 2, Strategy::StrictSpread, 1), 1), ["w", "y"]);
     let c: Vec<NodeIx> = ["c1", "c2"].iter().map(|n| join(&mut s, n, 1, &[])).collect();
-    s.create_pg(3, pg(2, 2, Strategy::StrictSpread, 2));
-    s.request_gang(3);
-    assert_eq!(nodes_of(&pass(&mut s, 2), 3), ["c1", "c2"]);
+    assert_eq!(admit(&mut s, 3, pg(2, 2, Strategy::StrictSpread, 2), 2), ["c1", "c2"]);
 
     for (at, node) in [(10, lost[0]), (10, lost[1]), (11, c[1]), (12, w)] {
         for (id, bundle) in s.kill_node(node) {
@@ -535,13 +539,9 @@ fn a_blocked_strict_pack_group_holds_no_node_too_small_for_its_gang() {
     // never use, from everyone while a STRICT_PACK job waited for a node with room for three.
     let mut s = sched();
     let home = join(&mut s, "home", 3, &[]);
-    s.create_pg(1, pg(3, 3, Strategy::StrictPack, 0));
-    s.request_gang(1);
-    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["home"; 3]);
+    assert_eq!(admit(&mut s, 1, pg(3, 3, Strategy::StrictPack, 0), 0), ["home"; 3]);
     join(&mut s, "big", 3, &[]);
-    s.create_pg(9, pg(1, 1, Strategy::StrictSpread, 1));
-    s.request_gang(9);
-    assert_eq!(nodes_of(&pass(&mut s, 1), 9), ["big"]);
+    assert_eq!(admit(&mut s, 9, pg(1, 1, Strategy::StrictSpread, 1), 1), ["big"]);
     join(&mut s, "small", 2, &[]);
     for (id, bundle) in s.kill_node(home) {
         s.request(id, bundle, Need::Restore { lost_at: t(10) });
