@@ -258,6 +258,16 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.events("cycle_formed")[1]["ranks"], serde_json::json!(["s/0"]));
         assert_eq!(r.state("s"), "SUCCEEDED");
     }),
+    // Ranks 1 and 2 fail and back off on n2; then n1, rank 0's node, dies. n2, the only node
+    // left, is full with the job's own waiting ranks, and nothing starts without rank 0: t/1
+    // takes rank 0 there and t/0 waits as rank 1, until n2 has room once the others end.
+    ("actor_rank0_taken_by_a_waiting_rank_when_its_own_job_fills_the_node", |r| {
+        let cycles = r.events("cycle_formed");
+        assert_eq!(cycles[1]["ranks"], serde_json::json!(["t/1", "t/0", "t/2"]));
+        assert_eq!(cycles[1]["master_addr"], "n2.sim");
+        assert_eq!(r.replacements(), [("t/0", "n2")]);
+        assert_eq!(r.state("t"), "SUCCEEDED");
+    }),
     ("hot_spares_exit_gracefully_on_success", |r| {
         assert_eq!(r.state("s"), "SUCCEEDED");
         for spare in ["s/2", "s/3"] {

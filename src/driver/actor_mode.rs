@@ -3,7 +3,7 @@
 //! moves. After the first rank completes the job is terminating: nothing new starts, and it
 //! succeeds once every started rank has exited 0.
 
-use super::{Bundle, CloseReason, Driver, JobState, Master, Mode, Role, Timer};
+use super::{ActorState, Bundle, CloseReason, Driver, JobState, Master, Mode, Role, Timer};
 use crate::ids::{ActorId, ActorIx};
 use crate::time::Instant;
 
@@ -52,7 +52,11 @@ impl Driver {
     /// Each placed rank starts on its own (after its backoff), with the rendezvous at rank 0's
     /// node.
     fn start_ready_actors(&mut self, now: Instant) {
-        if !self.admitted || !self.update_actor_mode_master(now) {
+        if !self.admitted {
+            return;
+        }
+        self.hand_rank0_to_a_placed_rank();
+        if !self.update_actor_mode_master(now) {
             return;
         }
         let ready: Vec<ActorIx> = self
@@ -69,6 +73,30 @@ impl Driver {
             self.start(now, ix, rank, self.spec.max_nodes);
             self.set_job_state(JobState::Running);
         }
+    }
+
+    /// Rank 0 waits for a bundle while another rank waits to start on one: that rank takes
+    /// rank 0, and rank 0's actor takes its rank and waits in its place, as a promoted spare
+    /// swaps with a failed rank. Nothing starts without rank 0, and its bundle might never come
+    /// while the job's own waiting ranks fill the only node it could use (swarm seed 2567382).
+    fn hand_rank0_to_a_placed_rank(&mut self) {
+        if self.terminating {
+            return; // an actor that never started never will now; nothing to hand over
+        }
+        let Some(rank0) = self.actors.iter().position(|a| a.slot == Some(0) && a.role == Role::Active) else {
+            return;
+        };
+        let waiting = &self.actors[rank0];
+        if waiting.state != ActorState::Scheduling || waiting.bundle.is_placed() || waiting.run.is_some() {
+            return;
+        }
+        let Some(taker) = self.startable().map(|ix| ix as usize).find(|ix| *ix != rank0) else { return };
+        let slot = self.actors[taker].slot;
+        self.actors[taker].slot = Some(0);
+        self.actors[rank0].slot = slot;
+        // Neither shows its last attempt's rank now: that rank is the other's.
+        self.actors[taker].rank = None;
+        self.actors[rank0].rank = None;
     }
 
     /// Returns whether a master is known; moves it (a new cycle) when rank 0 changed node.
