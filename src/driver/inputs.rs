@@ -92,12 +92,7 @@ impl Driver {
         if actor.role != Role::Active || !self.admitted {
             return;
         }
-        let placed_active = self
-            .actors
-            .iter()
-            .filter(|a| a.role == Role::Active && !a.state.is_terminal() && a.bundle.is_placed())
-            .count();
-        if placed_active >= self.spec.min_nodes as usize && !self.nothing_runs_without(ix) {
+        if self.placed_active() >= self.spec.min_nodes && !self.nothing_runs_without(ix) {
             return;
         }
         let Some(spare) = self.promote_spare(ix) else { return };

@@ -4,7 +4,7 @@
 //! Which queue class a need goes to is the scheduler policy's decision
 //! (`scheduler/policy.rs`), not the driver's.
 
-use super::{ActorState, Bundle, CloseReason, Driver, DriverEffect, Role, Timer};
+use super::{Actor, ActorState, Bundle, CloseReason, Driver, DriverEffect, Role, Timer};
 use crate::event::JobEvent;
 use crate::ids::ActorIx;
 use crate::scheduler::Need;
@@ -28,11 +28,7 @@ impl Driver {
         if !self.admitted {
             return;
         }
-        let placed_active = self
-            .actors
-            .iter()
-            .filter(|a| a.role == Role::Active && !a.state.is_terminal() && a.bundle.is_placed())
-            .count() as u32;
+        let placed_active = self.placed_active();
         let mut active: Vec<ActorIx> = self.waiting_for_bundle(Role::Active).collect();
         active.sort_by_key(|ix| self.replacement_order(*ix));
         let deficit = self.spec.min_nodes.saturating_sub(placed_active) as usize;
@@ -46,6 +42,12 @@ impl Driver {
         for ix in spares {
             self.ensure_requested(ix, Need::Spare);
         }
+    }
+
+    /// Active ranks, not ended, that hold a bundle: what counts towards `min_nodes`.
+    pub(super) fn placed_active(&self) -> u32 {
+        let placed = |a: &&Actor| a.role == Role::Active && !a.state.is_terminal() && a.bundle.is_placed();
+        self.actors.iter().filter(placed).count() as u32
     }
 
     /// A waiting rank 0 of a mode that starts nothing without it is a restoration even when
