@@ -95,17 +95,17 @@ pub fn could_use_now(node: &Node, ix: NodeIx, pg: &PlacementGroup) -> bool {
 }
 
 /// Could `pg` put a bundle on `node` once what others hold there is freed? The node is ALIVE
-/// and passes the static filters, and the strategy allows it: none of the group's own for
-/// STRICT_SPREAD; for STRICT_PACK the group's node, or, while it holds none, a node big
-/// enough for the whole required gang (`Filter::FitsWhenEmpty`).
+/// and passes the static filters; the strategy allows it (none of the group's own for
+/// STRICT_SPREAD, only the group's node for a STRICT_PACK group that holds one); and, unless
+/// the group is there already, it is big enough (`Filter::FitsWhenEmpty`: for a STRICT_PACK
+/// group, the whole required gang).
 pub fn could_use_once_freed(node: &Node, ix: NodeIx, pg: &PlacementGroup) -> bool {
     let allowed = match pg.strategy {
         Strategy::StrictSpread => !pg.hosts(ix),
-        Strategy::StrictPack if pg.on_nodes.is_empty() => Filter::FitsWhenEmpty.passes(node, pg),
-        Strategy::StrictPack => pg.hosts(ix),
+        Strategy::StrictPack => pg.on_nodes.is_empty() || pg.hosts(ix),
         Strategy::Spread | Strategy::Pack => true,
     };
-    allowed && usable(node, pg)
+    allowed && usable(node, pg) && (pg.hosts(ix) || Filter::FitsWhenEmpty.passes(node, pg))
 }
 
 /// Could `node` (a new arrival) ever hold `pg`'s bundle? Only such a node can lift an
