@@ -140,7 +140,18 @@ fn a_gpu_bundle_holds_devices_no_other_bundle_holds_and_sees_them() {
     assert_eq!(c.nodes_json()[0]["devices_held"], json!([0, 1, 2, 3]));
     let table = c.ftdrive(&["status", &a]);
     assert!(table.contains("GPUS") && table.contains(&da[0]), "{table}");
-    c.ftdrive(&["stop", &a]);
-    c.ftdrive(&["stop", &b]);
+
+    // A bundle without GPUs on the same node sees none of them (not all of them, as an unset
+    // variable would let it), so it cannot take the devices a and b hold.
+    let hidden = out_dir.join("cpu-only");
+    let command = format!(r#"echo "[${{CUDA_VISIBLE_DEVICES-unset}}]" > {}; exec sleep 60"#, hidden.display());
+    let spec = json!({"command": ["sh", "-c", command], "min_nodes": 1, "max_nodes": 1, "bundle": {"cpu": 1}});
+    let cpu_only = c.submit_no_wait(&c.spec("cpu-only", spec));
+    c.wait_until("the CPU-only job wrote what it sees", |_| hidden.exists());
+    c.wait_until("and finished writing", |_| std::fs::read_to_string(&hidden).unwrap_or_default().ends_with('\n'));
+    assert_eq!(std::fs::read_to_string(&hidden).unwrap().trim(), "[]", "an empty list: no device");
+    for job in [&a, &b, &cpu_only] {
+        c.ftdrive(&["stop", job]);
+    }
     c.wait_until("the workers are gone", |c| c.processes(None).is_empty());
 }

@@ -65,8 +65,10 @@ pub fn contract(p: &Placement) -> BTreeMap<String, String> {
         // As torchrun: several workers each spawning a thread per core would overload the node.
         env.entry("OMP_NUM_THREADS".to_string()).or_insert_with(|| "1".to_string());
     }
+    // An empty list hides every device, as Ray does for a task with no GPUs: a bundle without
+    // GPUs on a GPU node would otherwise see, and take, devices that another job holds.
+    env.insert("CUDA_VISIBLE_DEVICES".to_string(), p.devices.to_string());
     if !p.devices.is_empty() {
-        env.insert("CUDA_VISIBLE_DEVICES".to_string(), p.devices.to_string());
         // Agents number devices in PCI bus order, as nvidia-smi does; CUDA's default order is
         // "fastest first", which on a mixed machine would name other devices.
         env.entry("CUDA_DEVICE_ORDER".to_string()).or_insert_with(|| "PCI_BUS_ID".to_string());
@@ -118,8 +120,37 @@ mod tests {
         assert_eq!(env["MASTER_ADDR"], env["TORCHX_RANK0_HOST"]);
         assert_eq!(env["FTDRIVE_NODE"], "n3");
         assert_eq!(env["ROLE_NAME"], "t");
-        assert!(!env.contains_key("CUDA_VISIBLE_DEVICES"), "no GPUs, no variable");
-        assert_eq!(env.len(), 22 + 1, "22 contract variables and NCCL_DEBUG");
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "", "no GPUs: every device hidden");
+        assert!(!env.contains_key("CUDA_DEVICE_ORDER"), "no devices to order");
+        assert_eq!(env.len(), 23 + 1, "23 contract variables and NCCL_DEBUG");
+    }
+
+    /// A job cannot name devices of its own: a bundle with none sees none, one with GPUs sees
+    /// exactly its own, whatever the job's `env` says.
+    #[test]
+    fn a_bundle_sees_only_its_own_devices_whatever_the_job_sets() {
+        let mut spec = JobSpec::minimal("t", &["true"], 1, 1);
+        spec.env.insert("CUDA_VISIBLE_DEVICES".into(), "0,1".into());
+        let (job, node) = (JobId::new("j1"), NodeId::new("n1"));
+        let env = |devices| {
+            contract(&Placement {
+                job: &job,
+                spec: &spec,
+                actor: &ActorId::new(job.clone(), 0),
+                attempt: 1,
+                cycle: 1,
+                rank: 0,
+                world_size: 1,
+                master_addr: "n1",
+                master_port: 29_500,
+                node: &node,
+                devices,
+            })
+        };
+        assert_eq!(env(Devices::NONE)["CUDA_VISIBLE_DEVICES"], "");
+        let two = Devices::from_indices(&[2, 3]).unwrap();
+        assert_eq!(env(two)["CUDA_VISIBLE_DEVICES"], "2,3");
+        assert_eq!(env(two)["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
     }
 
     #[test]
