@@ -145,12 +145,17 @@ impl Holds {
         cluster: &Cluster,
         pgs: &BTreeMap<PgId, PlacementGroup>,
     ) -> HeldFrom<'a> {
-        let restores = class == QueueClass::Replacement;
-        let waits_for_asker =
-            |held: &PlacementGroup| asker.on_nodes.keys().any(|&ix| could_use_once_freed(cluster.node(ix), ix, held));
-        let groups = self.groups.iter().copied().filter(|id| !(restores && waits_for_asker(&pgs[id]))).collect();
+        let groups = self.groups.iter().copied().filter(|id| !hold_lifted(asker, class, &pgs[id], cluster)).collect();
         HeldFrom { nodes: &self.nodes, groups }
     }
+}
+
+/// HD-1: is an item of `class` of the group `asker` free of the hold of the group `held`? Only
+/// a restoration is, and only of a group that could use, once freed, a node where the asker has
+/// a reservation.
+pub fn hold_lifted(asker: &PlacementGroup, class: QueueClass, held: &PlacementGroup, cluster: &Cluster) -> bool {
+    class == QueueClass::Replacement
+        && asker.on_nodes.keys().any(|&ix| could_use_once_freed(cluster.node(ix), ix, held))
 }
 
 impl HeldFrom<'_> {

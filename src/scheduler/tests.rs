@@ -634,6 +634,33 @@ fn room_held_for_a_starving_gang_is_named_as_held_for_work_ahead() {
     );
 }
 
+/// Work ahead that could not use the room the request waits on holds nothing from it, so the
+/// reason does not name it.
+#[test]
+fn a_held_request_names_only_the_work_ahead_that_could_use_its_room() {
+    let mut s = sched();
+    join(&mut s, "a", 1, &[]);
+    join(&mut s, "b", 1, &[]);
+    join(&mut s, "big", 2, &[]);
+    let two_cpus = |spec: PgSpec| PgSpec { bundle: Resources::units(&[("cpu", 2)]), ..spec };
+    s.create_pg(7, two_cpus(pg(1, 1, Strategy::StrictSpread, 0)));
+    s.request_gang(7);
+    s.create_pg(9, pg(1, 1, Strategy::StrictSpread, 0));
+    s.request_gang(9);
+    assert_eq!(pass(&mut s, 0).len(), 2, "7 fills big, 9 takes a or b");
+    s.create_pg(1, pg(2, 2, Strategy::StrictSpread, 0)); // needs a and b
+    s.request_gang(1);
+    s.create_pg(5, two_cpus(pg(1, 1, Strategy::StrictSpread, 0))); // needs all of big
+    s.request_gang(5);
+    s.create_pg(3, pg(1, 1, Strategy::StrictSpread, 2)); // fits on a or b
+    s.request_gang(3);
+    assert!(pass(&mut s, 10_000).is_empty(), "1 and 5 starve; 1 holds the free one of a and b");
+    assert_eq!(
+        waiting(&s, 3).as_deref(),
+        Some("waiting: the matching nodes have room for it now, held for work ahead of it in the queue (j1)")
+    );
+}
+
 #[test]
 fn a_replacement_says_why_no_node_takes_it() {
     let mut s = sched();

@@ -11,12 +11,21 @@ use super::cluster::{Node, NodeIx, NodeState};
 use super::feasibility::{could_use_now, node_passes_filters};
 use super::pg::{BundleState, PlacementGroup};
 use super::queue::{QueueClass, QueueKey, GANG};
-use super::{PgId, Scheduler, Shape};
+use super::{policy, PgId, Scheduler, Shape};
 use crate::spec::Strategy;
 use std::collections::BTreeMap;
 
 /// Names shown before "and N more": a reason stays one line.
 const NAMES_SHOWN: usize = 3;
+
+/// Queue items ahead of a held request looked at for the work it is held for: after a rack's
+/// loss thousands of restorations may be ahead, and a reason is read with every view.
+const MAX_AHEAD_EXAMINED: usize = 1_000;
+
+/// Nodes looked at, in all, to tell whether the items ahead could use the room a held request
+/// waits on; past it, an item ahead is named unchecked. Work ahead that could not use a roomy
+/// fleet's first nodes is rare, and a thousand such reasons on 10,000 nodes must stay cheap.
+const MAX_HOLD_CHECKS: usize = 10_000;
 
 /// The first few distinct groups met (nodes in join order, then bundles), and whether there
 /// were more. Not every holder: a full fleet holds tens of thousands of bundles, and collecting
@@ -54,7 +63,7 @@ struct Request {
 }
 
 /// What the nodes that pass a group's filters have for it now.
-#[derive(Clone, Default)]
+#[derive(Default)]
 struct Room {
     /// ALIVE nodes that pass every filter.
     matching: usize,
@@ -70,6 +79,9 @@ struct Room {
     holders: FirstFew,
     /// Matching nodes a STRICT_SPREAD group is on already, which it cannot use again.
     own: usize,
+    /// The matching nodes, not suspect, with room for one of its bundles now: what a hold
+    /// could keep from it.
+    with_room: Vec<NodeIx>,
 }
 
 /// Rooms counted for gangs not yet placed, by shape, while one listing is built: a thousand
@@ -88,18 +100,20 @@ impl Scheduler {
     pub fn waiting_reason(&self, id: PgId, job: &dyn Fn(PgId) -> String, memo: &mut WaitingMemo) -> Option<String> {
         let (pg, request) = self.request_of(id)?;
         // A gang not yet placed holds nothing, so its count depends on its shape alone.
-        let room = if request.key.is_gang() {
+        let own_room;
+        let room: &Room = if request.key.is_gang() {
             let shape = Shape::of(pg, request.count);
-            memo.rooms.entry(shape).or_insert_with(|| self.room_now(id, pg, request.count)).clone()
+            memo.rooms.entry(shape).or_insert_with(|| self.room_now(id, pg, request.count))
         } else {
-            self.room_now(id, pg, request.count)
+            own_room = self.room_now(id, pg, request.count);
+            &own_room
         };
         Some(if room.matching == 0 {
-            no_node_up(&room)
+            no_node_up(room)
         } else if room.best < u64::from(request.count) {
-            short_of_room(pg, &request, &room, job)
+            short_of_room(pg, &request, room, job)
         } else {
-            self.held_for_others(&request, job)
+            self.held_for_others(pg, &request, room, job)
         })
     }
 
@@ -149,6 +163,9 @@ impl Scheduler {
             }
             let domain = domain_of(node, pg);
             let here = bundles_now(node, ix, pg, count);
+            if here > 0 {
+                room.with_room.push(ix);
+            }
             let total = by_domain.entry(domain).or_insert(0);
             *total = if pg.strategy == Strategy::StrictPack { (*total).max(here) } else { *total + here };
         }
@@ -160,12 +177,35 @@ impl Scheduler {
     }
 
     /// There is room, so a hold kept it: a protected item ahead (a replacement, or an item
-    /// waiting past `starvation_ms`) or a suspect node's bundles.
-    fn held_for_others(&self, request: &Request, job: &dyn Fn(PgId) -> String) -> String {
+    /// waiting past `starvation_ms`) that could use a node with that room and whose hold binds
+    /// this request (`policy::hold_lifted`), or a suspect node's bundles.
+    fn held_for_others(
+        &self,
+        pg: &PlacementGroup,
+        request: &Request,
+        room: &Room,
+        job: &dyn Fn(PgId) -> String,
+    ) -> String {
+        let mut checks_left = MAX_HOLD_CHECKS;
+        let mut could_hold = |held: &PlacementGroup| {
+            if policy::hold_lifted(pg, request.key.class, held, &self.cluster) {
+                return false;
+            }
+            for &ix in &room.with_room {
+                if checks_left == 0 {
+                    return true; // past the limit: name it rather than look further
+                }
+                checks_left -= 1;
+                if could_use_now(self.cluster.node(ix), ix, held) {
+                    return true;
+                }
+            }
+            false
+        };
         let mut ahead: Vec<PgId> = Vec::new();
-        for key in self.queue.active().take_while(|k| **k < request.key) {
+        for key in self.queue.active().take_while(|k| **k < request.key).take(MAX_AHEAD_EXAMINED) {
             let blocks = matches!(key.class, QueueClass::Replacement | QueueClass::PendingGang);
-            if blocks && key.pg != request.key.pg && !ahead.contains(&key.pg) {
+            if blocks && key.pg != request.key.pg && !ahead.contains(&key.pg) && could_hold(&self.pgs[&key.pg]) {
                 ahead.push(key.pg);
             }
         }
