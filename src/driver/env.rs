@@ -90,20 +90,33 @@ pub fn worker_vars(group_rank: u32, nproc: u32, local_rank: u32) -> [(&'static s
 mod tests {
     use super::*;
 
+    /// Worker 0's environment in a 3-node job with `nproc` workers per node, whose `env` sets
+    /// `RANK` and `NCCL_DEBUG`.
     fn env_of(nproc: u32, rank: u32, devices: Devices) -> BTreeMap<String, String> {
         let mut spec = JobSpec::minimal("t", &["true"], 2, 4);
         spec.nproc_per_node = nproc;
         spec.env.insert("RANK".into(), "99".into());
         spec.env.insert("NCCL_DEBUG".into(), "WARN".into());
+        placed(&spec, rank, 3, devices)
+    }
+
+    /// The contract of rank 0 of a one-node job `spec`.
+    fn rank0_of_one_node(spec: &JobSpec, devices: Devices) -> BTreeMap<String, String> {
+        placed(spec, 0, 1, devices)
+    }
+
+    /// The contract of the actor with `rank` in a cycle of `world_size` nodes (actor j1/2,
+    /// attempt 3, cycle 2, on n3).
+    fn placed(spec: &JobSpec, rank: u32, world_size: u32, devices: Devices) -> BTreeMap<String, String> {
         let (job, node) = (JobId::new("j1"), NodeId::new("n3"));
         contract(&Placement {
             job: &job,
-            spec: &spec,
+            spec,
             actor: &ActorId::new(job.clone(), 2),
             attempt: 3,
             cycle: 2,
             rank,
-            world_size: 3,
+            world_size,
             master_addr: "10.0.0.1",
             master_port: 29_500,
             node: &node,
@@ -131,22 +144,7 @@ mod tests {
     fn a_bundle_sees_only_its_own_devices_whatever_the_job_sets() {
         let mut spec = JobSpec::minimal("t", &["true"], 1, 1);
         spec.env.insert("CUDA_VISIBLE_DEVICES".into(), "0,1".into());
-        let (job, node) = (JobId::new("j1"), NodeId::new("n1"));
-        let env = |devices| {
-            contract(&Placement {
-                job: &job,
-                spec: &spec,
-                actor: &ActorId::new(job.clone(), 0),
-                attempt: 1,
-                cycle: 1,
-                rank: 0,
-                world_size: 1,
-                master_addr: "n1",
-                master_port: 29_500,
-                node: &node,
-                devices,
-            })
-        };
+        let env = |devices| rank0_of_one_node(&spec, devices);
         assert_eq!(env(Devices::NONE)["CUDA_VISIBLE_DEVICES"], "");
         let two = Devices::from_indices(&[2, 3]).unwrap();
         assert_eq!(env(two)["CUDA_VISIBLE_DEVICES"], "2,3");
@@ -160,21 +158,7 @@ mod tests {
         let mut spec = JobSpec::minimal("t", &["true"], 1, 1);
         spec.nproc_per_node = 4;
         spec.env.insert("OMP_NUM_THREADS".into(), "6".into());
-        let (job, node) = (JobId::new("j1"), NodeId::new("n1"));
-        let placement = Placement {
-            job: &job,
-            spec: &spec,
-            actor: &ActorId::new(job.clone(), 0),
-            attempt: 1,
-            cycle: 1,
-            rank: 0,
-            world_size: 1,
-            master_addr: "n1",
-            master_port: 29_500,
-            node: &node,
-            devices: Devices::NONE,
-        };
-        assert_eq!(contract(&placement)["OMP_NUM_THREADS"], "6", "the job's own value stands");
+        assert_eq!(rank0_of_one_node(&spec, Devices::NONE)["OMP_NUM_THREADS"], "6", "the job's own value stands");
     }
 
     /// For N = 1, 2 and 8 workers per node: ranks are a permutation of 0..WORLD_SIZE, each
