@@ -268,6 +268,16 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.replacements(), [("t/0", "n2")]);
         assert_eq!(r.state("t"), "SUCCEEDED");
     }),
+    // a/0 is preempted and its spare a/2 takes rank 0; a/1 is drained off with the preemption
+    // budget spent, so its retry needs a node that is not preemptible. When one joins, a/0 (now
+    // the spare) stands by on it. Once a/2 completes the job is terminating and starts no
+    // spare, so a/0 gives the node back and a/1 finishes there.
+    ("actor_spare_gives_back_the_only_node_a_started_rank_can_use", |r| {
+        let unused: Vec<&str> = r.events("released_unused").iter().map(|e| e["actor"].as_str().unwrap()).collect();
+        assert_eq!(unused, ["a/0"]);
+        assert_eq!(r.replacements(), [("a/1", "safe")]);
+        assert_eq!(r.state("a"), "SUCCEEDED");
+    }),
     ("hot_spares_exit_gracefully_on_success", |r| {
         assert_eq!(r.state("s"), "SUCCEEDED");
         for spare in ["s/2", "s/3"] {

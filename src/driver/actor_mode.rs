@@ -31,6 +31,7 @@ impl Mode for ActorMode {
 
     fn on_completed(&self, d: &mut Driver) {
         d.terminating = true;
+        d.park_standing_by_spares();
     }
 
     fn ranks(&self, d: &Driver) -> (Vec<ActorId>, u32) {
@@ -97,6 +98,20 @@ impl Driver {
         // Neither shows its last attempt's rank now: that rank is the other's.
         self.actors[taker].rank = None;
         self.actors[rank0].rank = None;
+    }
+
+    /// A terminating job starts no spare, so a spare standing by gives its bundle back, as one
+    /// placed from now on does at once. Held, it could keep the only node that the retry of a
+    /// started rank can use, and that rank waited for ever (swarm seed 5947530).
+    fn park_standing_by_spares(&mut self) {
+        for ix in 0..self.actors.len() as ActorIx {
+            let actor = &self.actors[ix as usize];
+            if actor.role == Role::Spare && actor.state == ActorState::Standby {
+                self.actors[ix as usize].parked = true;
+                self.transition(ix, ActorState::Scheduling);
+                self.release_unused(ix);
+            }
+        }
     }
 
     /// Returns whether a master is known; moves it (a new cycle) when rank 0 changed node.
