@@ -13,7 +13,7 @@ use super::pg::{BundleState, PlacementGroup};
 use super::queue::{QueueClass, QueueKey, GANG};
 use super::{policy, PgId, Scheduler, Shape};
 use crate::spec::Strategy;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Names shown before "and N more": a reason stays one line.
 const NAMES_SHOWN: usize = 3;
@@ -202,10 +202,11 @@ impl Scheduler {
             }
             false
         };
-        let mut ahead: Vec<PgId> = Vec::new();
+        let (mut ahead, mut looked_at): (Vec<PgId>, BTreeSet<PgId>) = Default::default();
         for key in self.queue.active().take_while(|k| **k < request.key).take(MAX_AHEAD_EXAMINED) {
             let blocks = matches!(key.class, QueueClass::Replacement | QueueClass::PendingGang);
-            if blocks && key.pg != request.key.pg && !ahead.contains(&key.pg) && could_hold(&self.pgs[&key.pg]) {
+            // A group with several items ahead (a job's restorations) is looked at once.
+            if blocks && key.pg != request.key.pg && looked_at.insert(key.pg) && could_hold(&self.pgs[&key.pg]) {
                 ahead.push(key.pg);
             }
         }
