@@ -12,7 +12,8 @@ node shares. A restarted gang (TORCHELASTIC_RESTART_COUNT > 0) resumes from it o
 starts from scratch.
 
 Exit codes: 0 trained and checked, 1 a peer or the rendezvous failed (the runtime restarts the
-gang), 2 bad arguments or checkpoint, 3 the weights are wrong.
+gang), 2 bad arguments, checkpoint or GPUs (fewer visible than workers on the node), 3 the
+weights are wrong.
 """
 
 import argparse
@@ -68,6 +69,24 @@ class Worker:
 
     def log(self, message):
         print(f"rank {self.rank}/{self.world} (local {self.local_rank}) cycle {self.restart + 1}: {message}", flush=True)
+
+
+class TooFewGpus(Exception):
+    """The node runs more workers than it has GPUs: the bundle or nproc_per_node must change."""
+
+
+def gpu_index(local_rank, local_world, visible):
+    """The GPU this worker trains on: one of its own. NCCL cannot put two ranks on one device
+    (it fails the whole gang with "Duplicate GPU detected"), so a node with fewer GPUs than
+    workers is refused here, before the rendezvous, saying what to change."""
+    workers = max(local_world, local_rank + 1)
+    if workers > visible:
+        raise TooFewGpus(
+            f"{workers} workers on this node but {visible} GPU(s) visible to them "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}); NCCL needs "
+            f'a GPU per worker: ask for "bundle": {{"gpu": {workers}}}, or set nproc_per_node to {visible}'
+        )
+    return local_rank
 
 
 def checkpoint_path(args):
@@ -141,8 +160,14 @@ def main(argv):
     args = parse_args(argv)
     me = Worker()
     use_cuda = torch.cuda.is_available()
-    device = torch.device("cuda", me.local_rank % max(torch.cuda.device_count(), 1)) if use_cuda else torch.device("cpu")
+    device = torch.device("cpu")
     if use_cuda:
+        try:
+            local_world = env_int("LOCAL_WORLD_SIZE", 1)
+            device = torch.device("cuda", gpu_index(me.local_rank, local_world, torch.cuda.device_count()))
+        except TooFewGpus as err:
+            me.log(str(err))
+            return 2
         torch.cuda.set_device(device)
     dist.init_process_group(backend="nccl" if use_cuda else "gloo", init_method="env://")
     me.log(f"joined the group ({dist.get_backend()}, device {device}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')})")

@@ -47,16 +47,21 @@ fn log_of(c: &Cluster, job: &str, actor: &str) -> String {
     c.ftdrive(&["logs", job, "--actor", actor])
 }
 
-#[test]
-fn the_ddp_example_survives_a_killed_node_and_resumes_from_its_checkpoint() {
-    let python = match python_with_torch() {
-        Ok(python) => python,
+/// The Python with torch, or None when the test is to be skipped (and it says so).
+fn python_or_skip() -> Option<String> {
+    match python_with_torch() {
+        Ok(python) => Some(python),
         Err(why) if std::env::var_os("FTDRIVE_REQUIRE_TORCH").is_some() => panic!("{why}"),
         Err(why) => {
             eprintln!("pytorch example test SKIPPED: {why}");
-            return;
+            None
         }
-    };
+    }
+}
+
+#[test]
+fn the_ddp_example_survives_a_killed_node_and_resumes_from_its_checkpoint() {
+    let Some(python) = python_or_skip() else { return };
     let mut c = Cluster::start(&["n1", "n2", "n3"]);
     let checkpoints = c.dir.path().join("checkpoints");
     let id = c.submit_no_wait(&c.spec("ddp", ddp_spec(&python, &checkpoints)));
@@ -87,4 +92,35 @@ fn the_ddp_example_survives_a_killed_node_and_resumes_from_its_checkpoint() {
     }
     assert!(log.contains("spread across ranks 0.00e+00"), "DDP kept every rank's weights equal: {log}");
     c.wait_until("every process ended", |c| c.processes(None).is_empty());
+}
+
+/// The example's choice of GPU, on its own (this machine has none; `docs/training.md` says where
+/// it ran on one): each worker gets a device of its own, and a node with fewer GPUs than
+/// workers is refused before the rendezvous with what to change, not by NCCL mid-gang.
+#[test]
+fn the_ddp_example_gives_each_worker_its_own_gpu_or_says_what_to_change() {
+    let Some(python) = python_or_skip() else { return };
+    let probe = r#"
+import sys
+sys.path.insert(0, sys.argv[1])
+import ddp_train as t
+assert [t.gpu_index(r, 4, 4) for r in range(4)] == [0, 1, 2, 3]
+assert t.gpu_index(0, 1, 8) == 0
+for local_rank, local_world in [(1, 2), (1, 1)]:
+    try:
+        t.gpu_index(local_rank, local_world, 1)
+    except t.TooFewGpus as err:
+        print(err)
+    else:
+        sys.exit(f"local rank {local_rank} of {local_world} was given a GPU of a node that has one")
+"#;
+    let out = Command::new(&python).args(["-c", probe]).arg(example("examples")).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    let refusals: Vec<&str> = said.lines().collect();
+    assert_eq!(refusals.len(), 2, "{said}");
+    for refusal in refusals {
+        assert!(refusal.starts_with("2 workers on this node but 1 GPU(s) visible"), "{refusal}");
+        assert!(refusal.contains(r#"ask for "bundle": {"gpu": 2}, or set nproc_per_node to 1"#), "{refusal}");
+    }
 }
