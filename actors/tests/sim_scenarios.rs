@@ -278,6 +278,24 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.replacements(), [("a/1", "safe")]);
         assert_eq!(r.state("a"), "SUCCEEDED");
     }),
+    // A gang's rank on `firm`, the one node that is not preemptible, is gone when its agent
+    // restarts, which spends the system budget: the last attempt must keep off preemptible
+    // nodes. The spare on p1 takes the rank and g/0 stands by on firm; p1 is drained during
+    // the backoff, so the waiting rank goes back to g/0, which completes the job on firm.
+    ("promoted_rank_drained_while_waiting_takes_its_spares_node", |r| {
+        let promoted: Vec<(&str, &str)> = r
+            .events("promoted")
+            .iter()
+            .map(|e| (e["spare"].as_str().unwrap(), e["replaces"].as_str().unwrap()))
+            .collect();
+        assert_eq!(promoted, [("g/1", "g/0"), ("g/0", "g/1")]);
+        assert_eq!(r.ledger("g"), vec![pair("node_lost", "system"), pair("completed", "none")]);
+        assert_eq!(
+            (r.actor("g", 0)["state"].as_str(), r.actor("g", 0)["node"].as_str()),
+            (Some("TASK_COMPLETED"), Some("firm"))
+        );
+        assert_eq!(r.state("g"), "SUCCEEDED");
+    }),
     ("hot_spares_exit_gracefully_on_success", |r| {
         assert_eq!(r.state("s"), "SUCCEEDED");
         for spare in ["s/2", "s/3"] {

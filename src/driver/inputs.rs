@@ -83,7 +83,7 @@ impl Driver {
         }
     }
 
-    /// A rank waiting to start that lost its bundle, and that the job needs to stay at
+    /// A rank waiting to start that lost its bundle (with its node, or to a drain), and that the job needs to stay at
     /// `min_nodes` (or to start at all), is taken over by a spare standing by, as a failed rank
     /// is, with what is left of its backoff. Left to wait for a new node, it waited for ever
     /// where its own spare held the only node it could use (swarm seed 2303244).
@@ -121,9 +121,17 @@ impl Driver {
             .filter(|i| self.actors[*i as usize].bundle.node().is_some_and(|n| n.name == node))
             .collect();
         let mut first_stopped = None;
-        for i in on_node {
+        for &i in &on_node {
             if self.drain_bundle(now, i, deadline, by) {
                 first_stopped.get_or_insert(i);
+            }
+        }
+        // A rank waiting to start that the drain left without a bundle is handed to a spare,
+        // as one that lost its bundle is (swarm seed 7748293). Only once every bundle here is
+        // marked draining, so that the spare chosen is not one on this node.
+        for i in on_node {
+            if self.actors[i as usize].state == ActorState::Scheduling {
+                self.hand_waiting_rank_to_spare(now, i);
             }
         }
         if let Some(stopped) = first_stopped.filter(|_| self.closing.is_none()) {
