@@ -78,6 +78,14 @@ impl Run {
             .collect()
     }
 
+    /// (spare, the rank it replaced) of every promotion, in order.
+    fn promotions(&self) -> Vec<(&str, &str)> {
+        self.events("promoted")
+            .into_iter()
+            .map(|p| (p["spare"].as_str().unwrap(), p["replaces"].as_str().unwrap()))
+            .collect()
+    }
+
     /// (actor, node) of each placement from the replacement class, in order.
     fn replacements(&self) -> Vec<(&str, &str)> {
         self.placements().into_iter().filter(|p| p.2 == "replacement").map(|(actor, node, _)| (actor, node)).collect()
@@ -241,20 +249,14 @@ const EXPECTED: &[(&str, Expectation)] = &[
     }),
     ("hot_spare_promoted", |r| {
         assert_eq!(r.state("s"), "SUCCEEDED");
-        let promoted = r.events("promoted");
-        assert_eq!((promoted[0]["spare"].as_str(), promoted[0]["replaces"].as_str()), (Some("s/2"), Some("s/1")));
+        assert_eq!(r.promotions()[0], ("s/2", "s/1"));
         assert_eq!(r.events("cycle_formed")[1]["ranks"], serde_json::json!(["s/0", "s/2"]));
         assert_eq!(r.actor("s", 1)["state"], "TASK_COMPLETED");
     }),
     // s/0 fails and its spare s/1 takes rank 0, then loses n2 during the backoff, before it
     // starts. s/0, standing by on n1, takes the rank back: the only other node is its own.
     ("a_waiting_rank_that_loses_its_node_is_taken_over_by_its_spare", |r| {
-        let promoted: Vec<(&str, &str)> = r
-            .events("promoted")
-            .into_iter()
-            .map(|p| (p["spare"].as_str().unwrap(), p["replaces"].as_str().unwrap()))
-            .collect();
-        assert_eq!(promoted, [("s/1", "s/0"), ("s/0", "s/1")]);
+        assert_eq!(r.promotions(), [("s/1", "s/0"), ("s/0", "s/1")]);
         assert_eq!(r.events("cycle_formed")[1]["ranks"], serde_json::json!(["s/0"]));
         assert_eq!(r.state("s"), "SUCCEEDED");
     }),
@@ -283,12 +285,7 @@ const EXPECTED: &[(&str, Expectation)] = &[
     // nodes. The spare on p1 takes the rank and g/0 stands by on firm; p1 is drained during
     // the backoff, so the waiting rank goes back to g/0, which completes the job on firm.
     ("promoted_rank_drained_while_waiting_takes_its_spares_node", |r| {
-        let promoted: Vec<(&str, &str)> = r
-            .events("promoted")
-            .iter()
-            .map(|e| (e["spare"].as_str().unwrap(), e["replaces"].as_str().unwrap()))
-            .collect();
-        assert_eq!(promoted, [("g/1", "g/0"), ("g/0", "g/1")]);
+        assert_eq!(r.promotions(), [("g/1", "g/0"), ("g/0", "g/1")]);
         assert_eq!(r.ledger("g"), vec![pair("node_lost", "system"), pair("completed", "none")]);
         assert_eq!(
             (r.actor("g", 0)["state"].as_str(), r.actor("g", 0)["node"].as_str()),
