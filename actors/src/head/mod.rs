@@ -452,6 +452,9 @@ impl HeadActor {
 
     /// A job ended: its followers get a final snapshot and their stream closes.
     fn end_followers(&mut self, job: &JobId) {
+        if !self.followers.iter().any(|f| f.job.as_ref() == Some(job)) {
+            return; // the view is the costly part, and most jobs end with no one following them
+        }
         let Some(view) = self.head.job_view(job) else { return };
         let last = snapshot_line(&view);
         self.followers.retain(|f| {
