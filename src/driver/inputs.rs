@@ -83,10 +83,11 @@ impl Driver {
         }
     }
 
-    /// A rank waiting to start that lost its bundle (with its node, or to a drain), and that the job needs to stay at
-    /// `min_nodes` (or to start at all), is taken over by a spare standing by, as a failed rank
-    /// is, with what is left of its backoff. Left to wait for a new node, it waited for ever
-    /// where its own spare held the only node it could use (swarm seed 2303244).
+    /// A rank waiting to start that lost its bundle (with its node, or to a drain), and that the
+    /// job needs to stay at `min_nodes` (or to start at all), is taken over by a spare standing
+    /// by, as a failed rank is, with what is left of its backoff. Left to wait for a new node,
+    /// it waited for ever where its own spare held the only node it could use (swarm seed
+    /// 2303244).
     fn hand_waiting_rank_to_spare(&mut self, now: Instant, ix: ActorIx) {
         let actor = &self.actors[ix as usize];
         if actor.role != Role::Active || !self.admitted {
