@@ -32,6 +32,7 @@ use crate::protocol::{AttemptKey, ExitStatus, Registration, StartSpec, ToAgent, 
 use crate::resources::{Devices, Labels, Resources};
 use crate::time::Instant;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 /// Most finished attempts an agent remembers (to ignore a start re-sent after the exit).
 pub const MAX_REMEMBERED: usize = 4_096;
@@ -434,7 +435,7 @@ impl Agent {
     // ---- attempts --------------------------------------------------------------------------
 
     /// AG-1.
-    fn start(&mut self, spec: Box<StartSpec>) {
+    fn start(&mut self, spec: Arc<StartSpec>) {
         let key = spec.key.clone();
         if let Some(proc) = self.procs.get(&key) {
             if proc.started {
@@ -450,7 +451,8 @@ impl Agent {
         }
         let proc = Proc { started: false, signalled: false, stop_grace_ms: spec.stop_grace_ms };
         self.procs.insert(key, proc);
-        self.effects.push(AgentEffect::Spawn(spec));
+        // Over a real link the agent holds the only copy; the simulator shares the head's.
+        self.effects.push(AgentEffect::Spawn(Box::new(Arc::unwrap_or_clone(spec))));
     }
 
     fn spawned(&mut self, key: AttemptKey) {
@@ -589,21 +591,21 @@ mod tests {
     fn starts_are_idempotent_and_a_late_start_never_runs_an_ended_attempt() {
         let mut a = agent(Recovered::default());
         effects(&mut a);
-        assert_eq!(from_head(&mut a, ToAgent::Start(Box::new(spec(0)))), vec![AgentEffect::Spawn(Box::new(spec(0)))]);
-        assert!(from_head(&mut a, ToAgent::Start(Box::new(spec(0)))).is_empty(), "spawning: no second spawn");
+        assert_eq!(from_head(&mut a, ToAgent::Start(Arc::new(spec(0)))), vec![AgentEffect::Spawn(Box::new(spec(0)))]);
+        assert!(from_head(&mut a, ToAgent::Start(Arc::new(spec(0)))).is_empty(), "spawning: no second spawn");
         a.handle(Instant::ZERO, AgentInput::Spawned { key: key(0) });
         let started = ToHead::Started { node: NodeId::new("n1"), incarnation: 7, key: key(0) };
         assert_eq!(effects(&mut a), vec![AgentEffect::Send(started.clone())]);
-        assert_eq!(from_head(&mut a, ToAgent::Start(Box::new(spec(0)))), vec![AgentEffect::Send(started)]);
+        assert_eq!(from_head(&mut a, ToAgent::Start(Arc::new(spec(0)))), vec![AgentEffect::Send(started)]);
         a.handle(Instant::ZERO, AgentInput::Exited { key: key(0), status: ExitStatus::code(0) });
         effects(&mut a);
-        assert!(from_head(&mut a, ToAgent::Start(Box::new(spec(0)))).is_empty(), "ended: ignored");
+        assert!(from_head(&mut a, ToAgent::Start(Arc::new(spec(0)))).is_empty(), "ended: ignored");
     }
 
     #[test]
     fn ends_are_reported_until_acknowledged_and_stops_signal_once() {
         let mut a = agent(Recovered::default());
-        from_head(&mut a, ToAgent::Start(Box::new(spec(1))));
+        from_head(&mut a, ToAgent::Start(Arc::new(spec(1))));
         a.handle(Instant::ZERO, AgentInput::Spawned { key: key(1) });
         effects(&mut a);
         let stop = ToAgent::Stop { key: key(1), grace_ms: 300 };
@@ -628,7 +630,7 @@ mod tests {
         let sent = from_head(&mut a, ToAgent::Stop { key: key(2), grace_ms: 1 });
         let never = ToHead::Exited { node: NodeId::new("n1"), key: key(2), status: ExitStatus::never_started() };
         assert_eq!(sent, vec![AgentEffect::Send(never)]);
-        assert!(from_head(&mut a, ToAgent::Start(Box::new(spec(2)))).is_empty());
+        assert!(from_head(&mut a, ToAgent::Start(Arc::new(spec(2)))).is_empty());
     }
 
     #[test]
@@ -646,7 +648,7 @@ mod tests {
             matches!(&sent[1], AgentEffect::Send(ToHead::Exited { key: k, .. }) if *k == key(4)),
             "the owed report follows the registration: {sent:?}"
         );
-        assert!(from_head(&mut a, ToAgent::Start(Box::new(spec(4)))).is_empty(), "AG-1 holds across the restart");
+        assert!(from_head(&mut a, ToAgent::Start(Arc::new(spec(4)))).is_empty(), "AG-1 holds across the restart");
     }
 
     #[test]
@@ -657,7 +659,7 @@ mod tests {
         let sent = effects(&mut a);
         assert!(sent.contains(&AgentEffect::Stop { key: key(5), grace_ms: 2_000 }), "{sent:?}");
         assert_eq!(a.poll_timeout(), Some(Instant::from_ms(2_000)));
-        assert!(from_head(&mut a, ToAgent::Start(Box::new(spec(6))))
+        assert!(from_head(&mut a, ToAgent::Start(Arc::new(spec(6))))
             .iter()
             .all(|e| !matches!(e, AgentEffect::Spawn(_))));
         a.handle(Instant::from_ms(100), AgentInput::Exited { key: key(5), status: ExitStatus::signal(15, false) });

@@ -7,6 +7,7 @@ use crate::resources::{Devices, Labels, Resources};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// Names one attempt of one command actor. Every message about a process carries it, so a
 /// message from an older attempt or cycle can be recognised and ignored.
@@ -116,7 +117,9 @@ pub enum ToAgent {
     /// The agent exits rather than retry: two machines under one name would run work twice.
     NameInUse { reason: String },
     /// Start this attempt unless it is already running or finished (the head may resend).
-    Start(Box<StartSpec>),
+    /// Shared with the head's record of the attempt, which keeps it to send again: a start's
+    /// environment is dozens of strings, not copied for every start.
+    Start(Arc<StartSpec>),
     /// Stop this attempt: SIGTERM, then SIGKILL after `grace_ms`. An attempt the agent never
     /// started is reported as `ExitStatus::never_started()` and never starts afterwards.
     Stop { key: AttemptKey, grace_ms: u64 },

@@ -5,10 +5,11 @@
 use crate::protocol::{AttemptKey, StartSpec, ToAgent};
 use crate::scheduler::NodeIx;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct LiveAttempt {
-    spec: StartSpec,
+    spec: Arc<StartSpec>,
     acked: bool,
     stop_grace_ms: Option<u64>,
     /// Known from the durable state of an earlier run of the head, not started by this one.
@@ -23,7 +24,7 @@ pub struct AttemptIndex {
 }
 
 impl AttemptIndex {
-    pub fn started(&mut self, node: NodeIx, spec: StartSpec) {
+    pub fn started(&mut self, node: NodeIx, spec: Arc<StartSpec>) {
         let key = spec.key.clone();
         self.node_of.insert(key.clone(), node);
         let previous = self
@@ -37,7 +38,7 @@ impl AttemptIndex {
     /// An attempt an earlier run of the head started, as its durable state has it.
     pub fn restored(&mut self, node: NodeIx, spec: StartSpec) {
         let key = spec.key.clone();
-        self.started(node, spec);
+        self.started(node, Arc::new(spec));
         self.by_node.get_mut(&node).and_then(|m| m.get_mut(&key)).expect("just started").restored = true;
     }
 
@@ -147,7 +148,7 @@ impl AttemptIndex {
                 // Still running, or perhaps never started (the start was lost): either way the
                 // agent answers a stop with an exit report.
                 Some(grace_ms) if is_running || !live.acked => out.push(ToAgent::Stop { key: key.clone(), grace_ms }),
-                None if !live.acked && !is_running => out.push(ToAgent::Start(Box::new(live.spec.clone()))),
+                None if !live.acked && !is_running => out.push(ToAgent::Start(Arc::clone(&live.spec))),
                 _ => {}
             }
         }
@@ -177,12 +178,12 @@ mod tests {
     #[test]
     fn reconcile_resends_starts_and_stops_and_kills_orphans() {
         let mut index = AttemptIndex::default();
-        index.started(0, spec(0));
-        index.started(0, spec(1));
-        index.started(0, spec(2));
+        index.started(0, Arc::new(spec(0)));
+        index.started(0, Arc::new(spec(1)));
+        index.started(0, Arc::new(spec(2)));
         index.acked(0, &spec(1).key);
         index.stopping(0, &spec(2).key, 5);
-        index.started(0, spec(3));
+        index.started(0, Arc::new(spec(3)));
         index.stopping(0, &spec(3).key, 6);
         let orphan = AttemptKey { job: JobId::new("j1"), actor: 0, attempt: 0, cycle: 0 };
         let listed = vec![spec(1).key, spec(2).key, orphan.clone()];
@@ -191,7 +192,7 @@ mod tests {
             out,
             vec![
                 ToAgent::Stop { key: orphan, grace_ms: 7 },
-                ToAgent::Start(Box::new(spec(0))),
+                ToAgent::Start(Arc::new(spec(0))),
                 ToAgent::Stop { key: spec(2).key, grace_ms: 5 },
                 ToAgent::Stop { key: spec(3).key, grace_ms: 6 },
             ],

@@ -42,6 +42,7 @@ use durable::{DirtyKey, Recovery};
 use liveness::Liveness;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 /// Most rounds of driver ⇄ scheduler exchange one input may cause; more is a bug (a loop).
 const MAX_SETTLE_ROUNDS: usize = 10_000;
@@ -520,8 +521,9 @@ impl Head {
             DriverEffect::AvoidPreemptible => self.scheduler.avoid_preemptible(pg),
             DriverEffect::Start { node, spec } => {
                 let ix = self.scheduler.node_ix(&node).expect("starting on a known node");
-                self.attempts.started(ix, spec.clone());
-                self.effects.push_back(Effect::Send { node, msg: ToAgent::Start(Box::new(spec)) });
+                let spec = Arc::new(spec);
+                self.attempts.started(ix, Arc::clone(&spec));
+                self.effects.push_back(Effect::Send { node, msg: ToAgent::Start(spec) });
             }
             DriverEffect::Stop { node, key, grace_ms } => {
                 let ix = self.scheduler.node_ix(&node).expect("stopping on a known node");
