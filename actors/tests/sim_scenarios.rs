@@ -333,6 +333,16 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.state("l"), "SUCCEEDED");
         assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
     }),
+    // n2 is drained and dies at once, unnoticed; the operator withdraws the drain, a/0 (lost with
+    // n1) is placed on n2, and n2 is declared dead: the drain and the death are charged once each.
+    ("withdrawn_drain_then_death_charged_once_each", |r| {
+        assert_eq!(r.state("a"), "SUCCEEDED");
+        assert_eq!(
+            r.ledger("a")[..3],
+            [pair("node_lost", "system"), pair("node_lost", "system"), pair("preempted", "preemption")]
+        );
+        assert_eq!(r.entry("a", "preempted")["actor"], "a/1", "the rank the drain was stopping");
+    }),
     // The operator drains n1 (l moves to n2), m waits for a node, and the undrain gives it n1.
     ("operator_undrain_takes_a_node_back", |r| {
         assert_eq!(r.state("l"), "SUCCEEDED");

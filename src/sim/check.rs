@@ -16,7 +16,7 @@
 //! | `liveness` | once faults stop, every job ends (checked at the end of a healed phase) |
 //! | `stop_accounted` | every process the head had stopped has a ledger entry for its attempt by the time its job ends: no work is stopped unaccounted (say, by a head that forgot it after a restart) |
 //! | `cordon_holds` | a node the operator drained is not ALIVE until the operator undrains it, whatever befalls it meanwhile (agent or head restart, death and a new registration) |
-//! | `one_charge_per_fault` | a job is charged at most once per fault of a node (a death, a drain, an agent restart), however many of its ranks the fault ends; a `node_lost` or `preempted` end goes free only when its job was charged for a fault of that node |
+//! | `one_charge_per_fault` | a job is charged at most once per fault of a node (a death, a drain, an agent restart), however many of its ranks the fault ends: each charge is matched to its own fault of that node among those its attempt lived through; a `node_lost` or `preempted` end goes free only when its job was charged for a fault of that node |
 //! | `forget_only_dead` | a node forgotten (by the operator, by retention, to make room) is DEAD, holds no bundle, and is not under an operator's drain the operator did not withdraw |
 //! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
@@ -90,8 +90,11 @@ pub struct Checker {
     failed_by_fault: BTreeSet<(ActorKey, u32)>,
     /// Faults seen per node (DEAD, DRAINING, an agent restart): one charge per job each.
     fault_epoch: BTreeMap<NodeId, u64>,
-    /// The node's fault each job was last charged for.
-    charged_epoch: BTreeMap<(JobId, NodeId), u64>,
+    /// The node's faults each job was charged for.
+    charged_epochs: BTreeMap<(JobId, NodeId), BTreeSet<u64>>,
+    /// The node's fault count when each attempt started running there: only a later fault
+    /// can have ended it.
+    started_epoch: BTreeMap<(ActorKey, u32), u64>,
     found: Vec<Violation>,
     step: u64,
     now: Instant,
@@ -494,7 +497,13 @@ impl Checker {
 
     fn job_event(&mut self, job: &JobId, detail: &JobEvent, head: &Head) {
         match detail {
-            JobEvent::Transition { actor, from, to, .. } => self.transition(actor, *from, *to),
+            JobEvent::Transition { actor, from, to, attempt, node, .. } => {
+                if let (ActorState::Running, Some(node)) = (to, node) {
+                    let epoch = self.fault_epoch.get(node).copied().unwrap_or(0);
+                    self.started_epoch.insert((actor_key(actor), *attempt), epoch);
+                }
+                self.transition(actor, *from, *to)
+            }
             JobEvent::Ledger { entry } => self.ledger(job, entry),
             JobEvent::Closing { .. } => {
                 self.closing.insert(job.clone());
@@ -537,6 +546,7 @@ impl Checker {
             }
         }
         self.check_charge(job, entry);
+        self.started_epoch.remove(&(key, entry.attempt));
     }
 
     /// The cause table of DESIGN §6, re-stated here on purpose.
@@ -593,19 +603,30 @@ impl Checker {
 
     /// `one_charge_per_fault`: what a `node_lost` or `preempted` end should cost (`table`, or
     /// nothing as the share of a fault its job was charged for), and no second charge for one
-    /// fault.
+    /// fault. A charge is matched to the earliest fault of the node its attempt lived through
+    /// that the job was not charged for yet: an attempt stopped by a drain the operator then
+    /// withdrew, and another placed there afterwards, can end with the node's death and be
+    /// charged once each, for the drain and for the death.
     fn charge_per_fault(&mut self, job: &JobId, entry: &LedgerEntry, table: BudgetKind) -> BudgetKind {
         let node = NodeId::new(&entry.node);
-        let epoch = self.fault_epoch.get(&node).copied().unwrap_or(0);
+        let latest = self.fault_epoch.get(&node).copied().unwrap_or(0);
         let key = (job.clone(), node.clone());
         if entry.budget == BudgetKind::None {
             // Free as another rank's share of a fault already charged, or a charge is missing.
-            return if self.charged_epoch.contains_key(&key) { BudgetKind::None } else { table };
+            return if self.charged_epochs.contains_key(&key) { BudgetKind::None } else { table };
         }
-        if self.charged_epoch.insert(key, epoch) == Some(epoch) {
-            let detail =
-                format!("{job} was charged again for one fault of {node}: {} ({})", entry.actor, entry.evidence);
-            self.violation("one_charge_per_fault", detail);
+        // An attempt never seen running (started before a restart, say) gets the latest fault.
+        let started = self.started_epoch.get(&(actor_key(&entry.actor), entry.attempt)).map_or(latest, |e| e + 1);
+        let charged = self.charged_epochs.entry(key).or_default();
+        match (started.min(latest)..=latest).find(|epoch| !charged.contains(epoch)) {
+            Some(epoch) => {
+                charged.insert(epoch);
+            }
+            None => {
+                let detail =
+                    format!("{job} was charged again for one fault of {node}: {} ({})", entry.actor, entry.evidence);
+                self.violation("one_charge_per_fault", detail);
+            }
         }
         table
     }
