@@ -499,8 +499,7 @@ impl Checker {
         match detail {
             JobEvent::Transition { actor, from, to, attempt, node, .. } => {
                 if let (ActorState::Running, Some(node)) = (to, node) {
-                    let epoch = self.fault_epoch.get(node).copied().unwrap_or(0);
-                    self.started_epoch.insert((actor_key(actor), *attempt), epoch);
+                    self.started_epoch.insert((actor_key(actor), *attempt), self.faults_of(node));
                 }
                 self.transition(actor, *from, *to)
             }
@@ -609,7 +608,7 @@ impl Checker {
     /// charged once each, for the drain and for the death.
     fn charge_per_fault(&mut self, job: &JobId, entry: &LedgerEntry, table: BudgetKind) -> BudgetKind {
         let node = NodeId::new(&entry.node);
-        let latest = self.fault_epoch.get(&node).copied().unwrap_or(0);
+        let latest = self.faults_of(&node);
         let key = (job.clone(), node.clone());
         if entry.budget == BudgetKind::None {
             // Free as another rank's share of a fault already charged, or a charge is missing.
@@ -618,17 +617,19 @@ impl Checker {
         // An attempt never seen running (started before a restart, say) gets the latest fault.
         let started = self.started_epoch.get(&(actor_key(&entry.actor), entry.attempt)).map_or(latest, |e| e + 1);
         let charged = self.charged_epochs.entry(key).or_default();
-        match (started.min(latest)..=latest).find(|epoch| !charged.contains(epoch)) {
-            Some(epoch) => {
-                charged.insert(epoch);
-            }
-            None => {
-                let detail =
-                    format!("{job} was charged again for one fault of {node}: {} ({})", entry.actor, entry.evidence);
-                self.violation("one_charge_per_fault", detail);
-            }
-        }
+        let Some(epoch) = (started.min(latest)..=latest).find(|epoch| !charged.contains(epoch)) else {
+            let detail =
+                format!("{job} was charged again for one fault of {node}: {} ({})", entry.actor, entry.evidence);
+            self.violation("one_charge_per_fault", detail);
+            return table;
+        };
+        charged.insert(epoch);
         table
+    }
+
+    /// How many faults `node` has had (its DEAD and DRAINING states, its agent's restarts).
+    fn faults_of(&self, node: &NodeId) -> u64 {
+        self.fault_epoch.get(node).copied().unwrap_or(0)
     }
 
     fn check_charge_explained(&mut self, actor: &ActorKey, entry: &LedgerEntry) {
