@@ -313,14 +313,15 @@ type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStre
 
 impl AgentLink {
     /// Opens the agent channel as `actors/src/node/link.rs` does: the credential read afresh,
-    /// presented as a bearer token, Nagle's algorithm left on. Only the buffers are smaller
+    /// presented as a bearer token, Nagle's algorithm off. Only the buffers are smaller
     /// (tungstenite's default is 128 KiB each way per socket, too much times 10,000).
     async fn connect(&self) -> Result<Socket, String> {
         let token = self.credential.read()?;
         let mut request = self.ws_url.as_str().into_client_request().map_err(|e| e.to_string())?;
         request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
         let config = WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0);
-        let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config), false);
+        let disable_nagle = true;
+        let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config), disable_nagle);
         let (socket, _) = connecting.await.map_err(|e| e.to_string())?;
         Ok(socket)
     }

@@ -196,6 +196,10 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
         App::new().app_data(state.clone()).configure(input_limits).wrap(json_errors()).configure(routes)
     })
     .workers(2)
+    // Without it (actix's default) a small write that follows another before the peer's
+    // delayed ACK waits for that ACK: an event line after the one before it, a message to an
+    // agent after the last, by up to 40 ms.
+    .tcp_nodelay(true)
     .shutdown_timeout(SHUTDOWN_TIMEOUT_S)
     // Signals are ours: actix's own stop would wait out the long-lived connections.
     .disable_signals();

@@ -87,7 +87,10 @@ async fn connect(
     let bearer = format!("Bearer {token}").parse().map_err(|_| "the token is not a valid header value".to_string())?;
     request.headers_mut().insert("authorization", bearer);
     let connector = tls.map(tokio_tungstenite::Connector::Rustls);
-    let (socket, _) = tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector).await?;
+    // Nagle off: a report sent right after another (an exit after a heartbeat) must not wait
+    // for the head's delayed ACK of the first.
+    let disable_nagle = true;
+    let (socket, _) = tokio_tungstenite::connect_async_tls_with_config(request, None, disable_nagle, connector).await?;
     Ok(socket)
 }
 

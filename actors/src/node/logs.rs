@@ -87,6 +87,7 @@ pub fn serve(
             .route("/metrics", web::get().to(metrics_text))
     })
     .workers(1)
+    .tcp_nodelay(true)
     .disable_signals()
     .shutdown_timeout(1);
     let (server, scheme) = match tls {
