@@ -196,9 +196,9 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
         App::new().app_data(state.clone()).configure(input_limits).wrap(json_errors()).configure(routes)
     })
     .workers(2)
-    // Without it (actix's default) a small write that follows another before the peer's
-    // delayed ACK waits for that ACK: an event line after the one before it, a message to an
-    // agent after the last, by up to 40 ms.
+    // Without it (actix's default) a small write that follows another waits until the peer
+    // has read and acknowledged the first (at worst its delayed-ACK timer, 40 ms on Linux):
+    // an event line after the one before it, a message to an agent after the last.
     .tcp_nodelay(true)
     .shutdown_timeout(SHUTDOWN_TIMEOUT_S)
     // Signals are ours: actix's own stop would wait out the long-lived connections.

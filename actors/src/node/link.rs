@@ -88,7 +88,7 @@ async fn connect(
     request.headers_mut().insert("authorization", bearer);
     let connector = tls.map(tokio_tungstenite::Connector::Rustls);
     // Nagle off: a report sent right after another (an exit after a heartbeat) must not wait
-    // for the head's delayed ACK of the first.
+    // until the head has read and acknowledged the first.
     let disable_nagle = true;
     let (socket, _) = tokio_tungstenite::connect_async_tls_with_config(request, None, disable_nagle, connector).await?;
     Ok(socket)
