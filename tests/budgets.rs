@@ -3,7 +3,7 @@
 mod support;
 
 use ftdrive::driver::Budget;
-use ftdrive::driver::{ActorState, BudgetKind, Cause, JobState, LedgerEntry};
+use ftdrive::driver::{ActorState, BudgetKind, Cause, JobState, LedgerEntry, Role};
 use ftdrive::protocol::ExitStatus;
 use ftdrive::spec::JobSpec;
 use ftdrive::{Labels, Resources};
@@ -166,6 +166,34 @@ fn last_attempt_runs_off_preemptible_nodes() {
     let e = last_failure(&c, &job);
     assert_eq!((e.cause, e.remaining.preemption.as_i64()), (Cause::Preempted, 0));
     assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("s1"), "p2 was free but preemptible");
+}
+
+/// A spare standing by on a preemptible node does not take the last allowed attempt: the rank
+/// is placed anew off preemptible nodes, and the spare keeps standing by.
+#[test]
+fn last_attempt_is_not_handed_to_a_spare_on_a_preemptible_node() {
+    let mut c = TestCluster::new(config());
+    c.join_labelled("p1", cpu(1), preemptible());
+    c.join_labelled("p2", cpu(1), preemptible());
+    let mut s = spec("lanp-spare", 1, 1);
+    s.hot_spares = 1;
+    s.retries.preemption = Budget::from_i64(1).unwrap();
+    s.last_attempt_non_preemptible = true;
+    let job = c.submit(s);
+    c.join("s1", cpu(1));
+    let view = c.view(&job);
+    let rank0 = view.actors.iter().find(|a| a.rank == Some(0)).unwrap().node.clone().unwrap();
+    let spare = view.actors.iter().find(|a| a.role == Role::Spare).unwrap().node.clone().unwrap();
+    assert_ne!(rank0, spare);
+    c.crash(&rank0);
+    c.advance(5_000);
+    let e = last_failure(&c, &job);
+    assert_eq!((e.cause, e.remaining.preemption.as_i64()), (Cause::Preempted, 0));
+    let view = c.view(&job);
+    let rank0 = view.actors.iter().find(|a| a.rank == Some(0)).unwrap();
+    assert_eq!((rank0.node.as_deref(), rank0.state), (Some("s1"), ActorState::Running), "{:?}", view.actors);
+    let standing = view.actors.iter().find(|a| a.state == ActorState::Standby).map(|a| a.node.as_deref());
+    assert_eq!(standing, Some(Some(spare.as_str())), "the spare stays where it was: {:?}", view.actors);
 }
 
 #[test]

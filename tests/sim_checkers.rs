@@ -3,8 +3,9 @@
 //! forget which attempts run where, the restart charges budgets and `charge_explained` fires;
 //! with one that hands out GPU devices whoever holds them, `no_overcommit` fires; with one that
 //! charges every rank a node's loss ends, `one_charge_per_fault` fires; with one that lets
-//! retention forget nodes the operator drained, `forget_only_dead` fires. With the real policy
-//! none does.
+//! retention forget nodes the operator drained, `forget_only_dead` fires; with one that hands
+//! the last allowed attempt to a spare on a preemptible node, `last_attempt_off_preemptible`
+//! fires. With the real policy none does.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -101,6 +102,18 @@ fn retention_forgetting_a_drained_node_is_caught() {
     let found = run(PolicyFault::ForgetCordoned);
     assert!(
         found.iter().any(|v| v.starts_with("forget_only_dead: n1 forgotten while the operator's drain stands")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_spare_on_a_preemptible_node_taking_the_last_attempt_is_caught() {
+    let name = "ledger_last_attempt_skips_a_spare_on_a_preemptible_node";
+    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
+    let found = run(name, PolicyFault::PromoteAnySpare);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("last_attempt_off_preemptible: l/1 promoted from standing by on p2, which is preemptible"),
         "{found:?}"
     );
 }

@@ -280,10 +280,9 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.replacements(), [("a/1", "safe")]);
         assert_eq!(r.state("a"), "SUCCEEDED");
     }),
-    // A gang's rank on `firm`, the one node that is not preemptible, is gone when its agent
-    // restarts, which spends the system budget: the last attempt must keep off preemptible
-    // nodes. The spare on p1 takes the rank and g/0 stands by on firm; p1 is drained during
-    // the backoff, so the waiting rank goes back to g/0, which completes the job on firm.
+    // A gang's rank on `firm` is gone when its agent restarts (a system charge). The spare on
+    // n2 takes the rank and g/0 stands by on firm; n2 is drained during the backoff, so the
+    // waiting rank goes back to g/0, which completes the job on firm.
     ("promoted_rank_drained_while_waiting_takes_its_spares_node", |r| {
         assert_eq!(r.promotions(), [("g/1", "g/0"), ("g/0", "g/1")]);
         assert_eq!(r.ledger("g"), vec![pair("node_lost", "system"), pair("completed", "none")]);
@@ -422,6 +421,12 @@ const EXPECTED: &[(&str, Expectation)] = &[
     ("ledger_last_attempt_non_preemptible", |r| {
         assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
         assert_eq!(r.entry("l", "completed")["node"], "s1", "the last attempt ran on the non-preemptible node");
+    }),
+    ("ledger_last_attempt_skips_a_spare_on_a_preemptible_node", |r| {
+        assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
+        assert_eq!(r.entry("l", "completed")["node"], "s1", "the last attempt ran off preemptible nodes");
+        assert_eq!(r.events("promoted").len(), 0, "the spare on p2 was not handed the rank");
+        assert_eq!(r.state("l"), "SUCCEEDED");
     }),
     ("ledger_peer_reacting_to_a_lost_node", |r| {
         assert_eq!(r.state("l"), "SUCCEEDED");

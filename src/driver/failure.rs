@@ -8,11 +8,12 @@
 
 use super::budget::backoff_ms;
 use super::classify::{classify, fatal_message, Ending, JobContext, PeerLoss, Verdict};
+use super::{Actor, PendingFailure, Role, Run, Timer};
 use super::{ActorState, BudgetKind, Bundle, Cause, Charge, CloseReason, Driver, DriverEffect, LedgerEntry};
-use super::{PendingFailure, Role, Run, Timer};
 use crate::event::JobEvent;
 use crate::ids::ActorIx;
 use crate::protocol::ExitStatus;
+use crate::scheduler::PolicyFault;
 use crate::time::Instant;
 
 /// Faults remembered to charge each once (FC-1); a bound, since a job may outlive many.
@@ -146,7 +147,7 @@ impl Driver {
 
     /// FC-1: a fault already charged for another attempt charges nothing more.
     fn charge_once_per_fault(&mut self, ix: ActorIx, mut verdict: Verdict) -> Verdict {
-        let charged = verdict.budget != BudgetKind::None && !self.charge_every_rank;
+        let charged = verdict.budget != BudgetKind::None && self.policy_fault != PolicyFault::ChargeEveryRank;
         let Some(fault) = verdict.fault.clone().filter(|_| charged) else {
             return verdict;
         };
@@ -220,11 +221,7 @@ impl Driver {
         if self.terminating {
             return None;
         }
-        let spare = self
-            .actors
-            .iter()
-            .position(|a| a.role == Role::Spare && a.state == ActorState::Standby && a.bundle.is_usable())?
-            as ActorIx;
+        let spare = self.actors.iter().position(|a| self.can_take_a_rank(a))? as ActorIx;
         let slot = self.actors[failed as usize].slot.take();
         self.actors[failed as usize].role = Role::Spare;
         // Its rank is the spare's now: two actors must never show the same one.
@@ -240,5 +237,16 @@ impl Driver {
             (self.actors[spare as usize].name.clone(), self.actors[failed as usize].name.clone());
         self.event(JobEvent::Promoted { spare: spare_name, replaces: failed_name });
         Some(spare)
+    }
+
+    /// A spare standing by on a usable bundle — and, once `last_attempt_non_preemptible` keeps
+    /// the job's placements off preemptible nodes, not on one of those: a promotion hands the
+    /// rank a bundle as a placement would, so the same rule holds for it.
+    fn can_take_a_rank(&self, a: &Actor) -> bool {
+        let on_preemptible = a.bundle.node().is_some_and(|n| n.preemptible);
+        a.role == Role::Spare
+            && a.state == ActorState::Standby
+            && a.bundle.is_usable()
+            && !(self.avoiding_preemptible && on_preemptible && self.policy_fault != PolicyFault::PromoteAnySpare)
     }
 }

@@ -43,7 +43,7 @@ pub use timers::{Timer, TimerTable};
 use crate::event::JobEvent;
 use crate::ids::{ActorId, ActorIx, JobId, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, StartSpec};
-use crate::scheduler::Need;
+use crate::scheduler::{Need, PolicyFault};
 use crate::spec::{JobSpec, RestartMode};
 use crate::time::Instant;
 use rand_chacha::rand_core::SeedableRng;
@@ -305,9 +305,10 @@ pub struct Driver {
     /// The latest faults charged, with the actor charged for each (FC-1 in `failure.rs`).
     #[serde(default)]
     charged_faults: VecDeque<(Fault, ActorId)>,
-    /// Test-only: charge every rank a fault ends (FC-1 broken), for the checkers to catch.
+    /// Test-only: a deliberately wrong policy (`ChargeEveryRank`, `PromoteAnySpare`), for the
+    /// checkers to catch.
     #[serde(skip)]
-    charge_every_rank: bool,
+    policy_fault: PolicyFault,
     rng: ChaCha8Rng,
     #[serde(skip)]
     effects: VecDeque<DriverEffect>,
@@ -353,7 +354,7 @@ impl Driver {
             pending: BTreeMap::new(),
             losses: Vec::new(),
             charged_faults: VecDeque::new(),
-            charge_every_rank: false,
+            policy_fault: PolicyFault::None,
             rng: ChaCha8Rng::seed_from_u64(seed),
             effects: VecDeque::new(),
             spec,
@@ -362,9 +363,10 @@ impl Driver {
         driver
     }
 
-    /// Test-only switch: break FC-1 (`PolicyFault::ChargeEveryRank`).
-    pub fn inject_charge_every_rank(&mut self) {
-        self.charge_every_rank = true;
+    /// Test-only switch: run a deliberately wrong policy; the driver applies the faults that
+    /// are its own and ignores the rest.
+    pub fn inject_policy_fault(&mut self, fault: PolicyFault) {
+        self.policy_fault = fault;
     }
 
     /// A driver as a head that restarted finds it: its state snapshot, with the spec and

@@ -291,10 +291,8 @@ impl Head {
         if fault == PolicyFault::ForgetAttemptsOnRestart && self.recovering() {
             self.attempts = AttemptIndex::default();
         }
-        if fault == PolicyFault::ChargeEveryRank {
-            for slot in self.jobs.values_mut() {
-                slot.driver.inject_charge_every_rank();
-            }
+        for slot in self.jobs.values_mut() {
+            slot.driver.inject_policy_fault(fault);
         }
     }
 
@@ -451,9 +449,7 @@ impl Head {
         let name = spec.name.clone();
         let window = self.config.node_timeout_ms;
         let mut driver = Driver::new(id.clone(), spec, now, seed, window);
-        if self.scheduler.policy_fault() == PolicyFault::ChargeEveryRank {
-            driver.inject_charge_every_rank();
-        }
+        driver.inject_policy_fault(self.scheduler.policy_fault());
         self.jobs.insert(id.clone(), JobSlot { pg, driver });
         self.by_pg.insert(pg, id.clone());
         self.touch_job(pg);

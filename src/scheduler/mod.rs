@@ -109,6 +109,9 @@ pub enum PolicyFault {
     ChargeEveryRank,
     /// Retention forgets DEAD nodes the operator drained too (FG-3 broken; applied by the head).
     ForgetCordoned,
+    /// A spare on a preemptible node takes the rank once `last_attempt_non_preemptible` keeps
+    /// the job off those nodes (applied by drivers).
+    PromoteAnySpare,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over

@@ -18,6 +18,7 @@
 //! | `cordon_holds` | a node the operator drained is not ALIVE until the operator undrains it, whatever befalls it meanwhile (agent or head restart, death and a new registration) |
 //! | `one_charge_per_fault` | a job is charged at most once per fault of a node (a death, a drain, an agent restart), however many of its ranks the fault ends: each charge is matched to its own fault of that node among those its attempt lived through; a `node_lost` or `preempted` end goes free only when its job was charged for a fault of that node |
 //! | `forget_only_dead` | a node forgotten (by the operator, by retention, to make room) is DEAD, holds no bundle, and is not under an operator's drain the operator did not withdraw |
+//! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no spare standing by on one takes a rank (DESIGN §6) |
 //! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
 //! Over 600 lines: every checker in one place, so that all of them stay apart from the code
@@ -65,6 +66,8 @@ pub struct Checker {
     admitted: BTreeSet<JobId>,
     remaining: BTreeMap<JobId, Remaining>,
     exhausted: BTreeSet<JobId>,
+    /// Jobs whose later placements must keep off preemptible nodes.
+    avoiding_preemptible: BTreeSet<JobId>,
     /// Jobs whose rendezvous is closed: their outcome is decided, failures charge nothing.
     closing: BTreeSet<JobId>,
     actor_states: BTreeMap<ActorKey, ActorState>,
@@ -240,6 +243,7 @@ impl Checker {
                     if *class > QueueClass::Replacement {
                         lower.entry(node.clone()).or_default().push(key.clone());
                     }
+                    self.check_off_preemptible(job, &key, node, "placed");
                     self.placed(key.clone(), node);
                     self.devices_placed(key, node, *devices);
                 }
@@ -504,6 +508,12 @@ impl Checker {
                 self.transition(actor, *from, *to)
             }
             JobEvent::Ledger { entry } => self.ledger(job, entry),
+            JobEvent::Promoted { spare, .. } => {
+                let key = actor_key(spare);
+                if let Some(node) = self.placed_on.get(&key).cloned() {
+                    self.check_off_preemptible(job, &key, &node, "promoted from standing by");
+                }
+            }
             JobEvent::Closing { .. } => {
                 self.closing.insert(job.clone());
             }
@@ -548,6 +558,19 @@ impl Checker {
         self.started_epoch.remove(&(key, entry.attempt));
     }
 
+    /// `last_attempt_off_preemptible`: a bundle placed, or a spare's bundle handed a rank, on a
+    /// preemptible node after the job's placements had to keep off them.
+    fn check_off_preemptible(&mut self, job: &JobId, key: &ActorKey, node: &NodeId, how: &str) {
+        let preemptible = self.nodes.get(node).is_some_and(|n| is_preemptible(&n.labels));
+        if preemptible && self.avoiding_preemptible.contains(job) {
+            let detail = format!(
+                "{}/{} {how} on {node}, which is preemptible, after last_attempt_non_preemptible kept {job} off such nodes",
+                key.0, key.1
+            );
+            self.violation("last_attempt_off_preemptible", detail);
+        }
+    }
+
     /// The cause table of DESIGN §6, re-stated here on purpose.
     fn check_charge(&mut self, job: &JobId, entry: &LedgerEntry) {
         let spec = &self.specs[job];
@@ -580,12 +603,18 @@ impl Checker {
             BudgetKind::None => None,
         };
         let mut exhausted = false;
+        let mut left_at_0 = false;
         if let Some(left) = slot {
             match *left {
                 Budget::Unlimited => {}
                 Budget::Left(0) => exhausted = true,
                 Budget::Left(n) => *left = Budget::Left(n - 1),
             }
+            left_at_0 = *left == Budget::Left(0);
+        }
+        let relevant = matches!(expected, BudgetKind::Preemption | BudgetKind::System);
+        if relevant && left_at_0 && !exhausted && self.specs[job].last_attempt_non_preemptible {
+            self.avoiding_preemptible.insert(job.clone());
         }
         let expected_remaining = *remaining;
         if exhausted {
