@@ -5,7 +5,8 @@
 //! charges every rank a node's loss ends, `one_charge_per_fault` fires; with one that lets
 //! retention forget nodes the operator drained, `forget_only_dead` fires; with one that hands
 //! the last allowed attempt to a spare on a preemptible node, `last_attempt_off_preemptible`
-//! fires. With the real policy none does.
+//! fires; with one that places bundles whatever the job's `node_selector`,
+//! `placement_fits_spec` fires. With the real policy none does.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -116,4 +117,12 @@ fn a_spare_on_a_preemptible_node_taking_the_last_attempt_is_caught() {
         found[0].starts_with("last_attempt_off_preemptible: l/1 promoted from standing by on p2, which is preemptible"),
         "{found:?}"
     );
+}
+
+#[test]
+fn a_placement_off_the_job_s_node_selector_is_caught() {
+    let name = "node_selector_keeps_a_job_to_its_zone";
+    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
+    let found = run(name, PolicyFault::IgnoreStaticFilters);
+    assert_eq!(found, ["placement_fits_spec: z/0 placed on a1: node_selector wants zone=b"]);
 }

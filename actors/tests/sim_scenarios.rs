@@ -428,6 +428,11 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.events("promoted").len(), 0, "the spare on p2 was not handed the rank");
         assert_eq!(r.state("l"), "SUCCEEDED");
     }),
+    ("node_selector_keeps_a_job_to_its_zone", |r| {
+        assert_eq!(r.placements(), [("z/0", "b1", "pending_gang"), ("z/0", "b2", "replacement")], "a1 is in zone a");
+        assert_eq!(r.ledger("z"), vec![pair("node_lost", "system"), pair("completed", "none")]);
+        assert_eq!(r.state("z"), "SUCCEEDED");
+    }),
     ("ledger_peer_reacting_to_a_lost_node", |r| {
         assert_eq!(r.state("l"), "SUCCEEDED");
         let first: Vec<(String, String, String)> = r.job("l")["ledger"]

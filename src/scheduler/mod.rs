@@ -109,6 +109,9 @@ pub enum PolicyFault {
     ChargeEveryRank,
     /// Retention forgets DEAD nodes the operator drained too (FG-3 broken; applied by the head).
     ForgetCordoned,
+    /// Placement ignores the static filters (`node_selector`, the `pack_by` label, preemptible
+    /// avoidance): any ALIVE node with room will do.
+    IgnoreStaticFilters,
     /// A spare on a preemptible node takes the rank once `last_attempt_non_preemptible` keeps
     /// the job off those nodes (applied by drivers).
     PromoteAnySpare,
@@ -577,9 +580,10 @@ impl Scheduler {
                 // Nothing new goes to a node that may be dead already.
                 let suspects =
                     if self.fault == PolicyFault::IgnoreSuspects { &BTreeSet::new() } else { &self.suspects };
+                let unfiltered = self.fault == PolicyFault::IgnoreStaticFilters;
                 let ok = |ix: NodeIx| {
                     let node = cluster.node(ix);
-                    feasibility::usable(node, pg)
+                    (feasibility::usable(node, pg) || unfiltered && node.state == NodeState::Alive)
                         && !suspects.contains(&ix)
                         && (holds.is_empty() || !holds.held(node, ix, pgs))
                 };

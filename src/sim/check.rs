@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `no_overcommit` | own sum of placed bundle demands per node ≤ the node's registered capacity; no GPU device held by two bundles at once, or one the node lacks |
 //! | `whole_gang` | a job's first placements include every required bundle, in one step |
+//! | `placement_fits_spec` | every bundle is placed on a node with the job's `node_selector` labels (and its `pack_by` label), as its strategy allows: STRICT_SPREAD never beside another bundle of the job, STRICT_PACK only beside all of them; a `pack_by` job's first placements share one domain (DESIGN §3) |
 //! | `one_live_attempt` | at most one running process per actor whose attempt the head has not ended |
 //! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
 //! | `replacement_first` | no lower class placed on a node a waiting replacement could use |
@@ -244,6 +245,7 @@ impl Checker {
                         lower.entry(node.clone()).or_default().push(key.clone());
                     }
                     self.check_off_preemptible(job, &key, node, "placed");
+                    self.check_fits_spec(job, &key, node);
                     self.placed(key.clone(), node);
                     self.devices_placed(key, node, *devices);
                 }
@@ -252,6 +254,7 @@ impl Checker {
                 Event::JobSubmitted { .. } => {}
             }
         }
+        self.check_one_domain(&first_placements);
         self.check_whole_gangs(first_placements);
         if !lower.is_empty() {
             let waiting = head.waiting_replacements();
@@ -423,6 +426,53 @@ impl Checker {
             }
         }
         used
+    }
+
+    /// `placement_fits_spec`, for one placement: the node's labels and the job's other bundles
+    /// (before this one is recorded).
+    fn check_fits_spec(&mut self, job: &JobId, key: &ActorKey, node: &NodeId) {
+        let Some(n) = self.nodes.get(node) else { return }; // `no_overcommit` reports it
+        let spec = &self.specs[job];
+        let mut wrong = Vec::new();
+        if let Some((k, v)) = spec.node_selector.iter().find(|(k, v)| n.labels.get(*k) != Some(*v)) {
+            wrong.push(format!("node_selector wants {k}={v}"));
+        }
+        if let Some(k) = spec.pack_by.as_ref().filter(|k| !n.labels.contains_key(*k)) {
+            wrong.push(format!("pack_by needs the label `{k}`"));
+        }
+        let mut others = self.placed_on.range((job.clone(), 0)..=(job.clone(), u32::MAX)).filter(|(k, _)| *k != key);
+        let strategy_broken = match spec.strategy {
+            Strategy::StrictSpread => others.any(|(_, on)| on == node),
+            Strategy::StrictPack => others.any(|(_, on)| on != node),
+            Strategy::Spread | Strategy::Pack => false,
+        };
+        if strategy_broken {
+            wrong.push(format!("{:?} does not allow it beside the job's other bundles", spec.strategy));
+        }
+        if !wrong.is_empty() {
+            let detail = format!("{}/{} placed on {node}: {}", key.0, key.1, wrong.join("; "));
+            self.violation("placement_fits_spec", detail);
+        }
+    }
+
+    /// `placement_fits_spec`: a `pack_by` job's required gang, placed first, in one label domain
+    /// (spares and growth placed in the same step may go elsewhere).
+    fn check_one_domain(&mut self, first: &BTreeMap<JobId, BTreeSet<u32>>) {
+        for (job, bundles) in first {
+            let Some(key) = self.specs[job].pack_by.clone() else { continue };
+            let required = self.specs[job].min_nodes;
+            let domains: BTreeSet<Option<&String>> = bundles
+                .iter()
+                .filter(|b| **b < required)
+                .filter_map(|b| self.placed_on.get(&(job.clone(), *b)))
+                .map(|node| self.nodes.get(node).and_then(|n| n.labels.get(&key)))
+                .collect();
+            if domains.len() > 1 {
+                let detail =
+                    format!("{job}'s required gang was placed across {} domains of pack_by `{key}`", domains.len());
+                self.violation("placement_fits_spec", detail);
+            }
+        }
     }
 
     fn check_whole_gangs(&mut self, first: BTreeMap<JobId, BTreeSet<u32>>) {
