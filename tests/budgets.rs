@@ -169,7 +169,8 @@ fn last_attempt_runs_off_preemptible_nodes() {
 }
 
 /// A spare standing by on a preemptible node does not take the last allowed attempt: the rank
-/// is placed anew off preemptible nodes, and the spare keeps standing by.
+/// is placed anew off preemptible nodes, and the spare gives its node back and waits for one
+/// that is not preemptible.
 #[test]
 fn last_attempt_is_not_handed_to_a_spare_on_a_preemptible_node() {
     let mut c = TestCluster::new(config());
@@ -192,8 +193,11 @@ fn last_attempt_is_not_handed_to_a_spare_on_a_preemptible_node() {
     let view = c.view(&job);
     let rank0 = view.actors.iter().find(|a| a.rank == Some(0)).unwrap();
     assert_eq!((rank0.node.as_deref(), rank0.state), (Some("s1"), ActorState::Running), "{:?}", view.actors);
-    let standing = view.actors.iter().find(|a| a.state == ActorState::Standby).map(|a| a.node.as_deref());
-    assert_eq!(standing, Some(Some(spare.as_str())), "the spare stays where it was: {:?}", view.actors);
+    let spare = view.actors.iter().find(|a| a.role == Role::Spare).unwrap();
+    assert_eq!((spare.state, spare.node.as_deref()), (ActorState::Scheduling, None), "{:?}", view.actors);
+    c.join("s2", cpu(1));
+    let spare = c.view(&job).actors.into_iter().find(|a| a.role == Role::Spare).unwrap();
+    assert_eq!((spare.state, spare.node.as_deref()), (ActorState::Standby, Some("s2")));
 }
 
 #[test]

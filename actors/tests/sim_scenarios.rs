@@ -426,12 +426,27 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));
         assert_eq!(r.entry("l", "completed")["node"], "s1", "the last attempt ran off preemptible nodes");
         assert_eq!(r.events("promoted").len(), 0, "the spare on p2 was not handed the rank");
+        let released: Vec<&Value> = r.events("released").into_iter().filter(|e| e["actor"] == "l/1").collect();
+        assert_eq!(released.len(), 1, "the spare gave p2 back: {released:?}");
+        assert_eq!(
+            (&released[0]["node"], &released[0]["t_ms"]),
+            (&Value::from("p2"), &r.entry("l", "preempted")["end_ms"])
+        );
         assert_eq!(r.state("l"), "SUCCEEDED");
     }),
     ("node_selector_keeps_a_job_to_its_zone", |r| {
         assert_eq!(r.placements(), [("z/0", "b1", "pending_gang"), ("z/0", "b2", "replacement")], "a1 is in zone a");
         assert_eq!(r.ledger("z"), vec![pair("node_lost", "system"), pair("completed", "none")]);
         assert_eq!(r.state("z"), "SUCCEEDED");
+    }),
+    // The drain (withdrawn before its deadline) preempts k/0 and leaves the preemption budget
+    // at 0; the spare, placed on p1 again once p1 was undrained, would pin the STRICT_PACK group
+    // to p1, where k/0 may no longer go. It gives p1 back and both move to s1.
+    ("strict_pack_last_attempt_moves_its_spare_off_preemptible_nodes", |r| {
+        assert_eq!(r.ledger("k"), vec![pair("preempted", "preemption"), pair("completed", "none")]);
+        let after: Vec<(&str, &str, &str)> = r.placements().into_iter().skip(3).collect();
+        assert_eq!(after, [("k/0", "s1", "replacement"), ("k/1", "s1", "spare")]);
+        assert_eq!(r.state("k"), "SUCCEEDED");
     }),
     ("ledger_peer_reacting_to_a_lost_node", |r| {
         assert_eq!(r.state("l"), "SUCCEEDED");

@@ -200,6 +200,25 @@ impl Driver {
         {
             self.avoiding_preemptible = true;
             self.effects.push_back(DriverEffect::AvoidPreemptible);
+            self.move_spares_off_preemptible_nodes();
+        }
+    }
+
+    /// A spare standing by on a preemptible node can no longer take a rank (`can_take_a_rank`),
+    /// so it gives its bundle back and asks for one off such nodes. Kept, it would hold capacity
+    /// for nothing — and for a STRICT_PACK job, pin the group to a node its ranks may no longer
+    /// use, so that a lost rank could never be placed again (swarm seed 363153).
+    fn move_spares_off_preemptible_nodes(&mut self) {
+        if self.policy_fault == PolicyFault::PromoteAnySpare {
+            return;
+        }
+        for ix in 0..self.actors.len() as ActorIx {
+            let a = &self.actors[ix as usize];
+            let on_preemptible = a.bundle.node().is_some_and(|n| n.preemptible);
+            if a.role == Role::Spare && a.state == ActorState::Standby && on_preemptible {
+                self.drop_bundle(ix);
+                self.transition(ix, ActorState::Scheduling);
+            }
         }
     }
 
