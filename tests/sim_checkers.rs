@@ -6,12 +6,20 @@
 //! retention forget nodes the operator drained, `forget_only_dead` fires; with one that hands
 //! the last allowed attempt to a spare on a preemptible node, `last_attempt_off_preemptible`
 //! fires; with one that places bundles whatever the job's `node_selector`,
-//! `placement_fits_spec` fires. With the real policy none does.
+//! `placement_fits_spec` fires. With the real policy none does. Rules that no policy switch
+//! breaks without breaking everything else (`one_rank_each`, `cycle_well_formed`) are shown
+//! by feeding the checker a broken driver's events directly.
 
 #![allow(clippy::disallowed_methods)]
 
-use ftdrive::scheduler::PolicyFault;
-use ftdrive::sim::{Scenario, SimOptions, Simulation};
+use ftdrive::driver::ActorState;
+use ftdrive::event::{Event, JobEvent};
+use ftdrive::head::Head;
+use ftdrive::ids::{ActorId, JobId, NodeId};
+use ftdrive::scheduler::{PolicyFault, QueueClass};
+use ftdrive::sim::{Checker, Scenario, SimOptions, Simulation};
+use ftdrive::spec::JobSpec;
+use ftdrive::time::Instant;
 use std::path::Path;
 
 fn scenario(name: &str) -> Scenario {
@@ -125,4 +133,91 @@ fn a_placement_off_the_job_s_node_selector_is_caught() {
     assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
     let found = run(name, PolicyFault::IgnoreStaticFilters);
     assert_eq!(found, ["placement_fits_spec: z/0 placed on a1: node_selector wants zone=b"]);
+}
+
+/// A checker fed the events of a broken driver directly, for rules no policy switch breaks.
+struct Fed {
+    job: JobId,
+    checker: Checker,
+    head: Head,
+    step: u64,
+}
+
+impl Fed {
+    /// A gang job `g` of `min..=max` nodes.
+    fn new(min: u32, max: u32) -> Self {
+        let job = JobId::new("g");
+        let mut checker = Checker::new(10_000, true);
+        checker.job_submitted(&job, &JobSpec::minimal("g", &["true"], min, max));
+        Fed { job, checker, head: Head::new(Default::default()), step: 0 }
+    }
+
+    /// What one step's events break of `invariant`.
+    fn feed(&mut self, invariant: &str, events: Vec<JobEvent>) -> Vec<String> {
+        self.step += 1;
+        let events: Vec<Event> =
+            events.into_iter().map(|detail| Event::Job { job: self.job.clone(), detail }).collect();
+        self.checker.observe(self.step, Instant::from_ms(self.step * 1_000), &events, &self.head);
+        let found = self.checker.take().into_iter().filter(|v| v.invariant == invariant);
+        found.map(|v| v.detail).collect()
+    }
+
+    fn actor(&self, index: u32) -> ActorId {
+        ActorId::new(self.job.clone(), index)
+    }
+
+    fn start(&self, index: u32, cycle: u32, rank: u32) -> JobEvent {
+        let (from, to, attempt) = (ActorState::Scheduling, ActorState::Running, 1);
+        JobEvent::Transition { actor: self.actor(index), from, to, attempt, cycle, rank: Some(rank), node: None }
+    }
+
+    fn cycle(&self, cycle: u32, world_size: u32, ranks: &[u32]) -> JobEvent {
+        let ranks = ranks.iter().map(|i| self.actor(*i)).collect();
+        JobEvent::CycleFormed { cycle, world_size, master_addr: "n0".into(), master_port: 29_500, ranks }
+    }
+
+    fn place(&mut self, index: u32) {
+        let (job, actor, node) = (self.job.clone(), self.actor(index), NodeId::new(&format!("n{index}")));
+        let placed = Event::Placed { job, actor, node, class: QueueClass::PendingGang, devices: Default::default() };
+        self.step += 1;
+        self.checker.observe(self.step, Instant::from_ms(self.step * 1_000), &[placed], &self.head);
+        self.checker.take();
+    }
+}
+
+/// `one_rank_each`: two actors of one job start as the same rank of the same cycle.
+#[test]
+fn two_live_attempts_holding_one_rank_are_caught() {
+    let mut fed = Fed::new(2, 2);
+    let both = vec![fed.start(0, 1, 0), fed.start(1, 1, 1)];
+    assert_eq!(fed.feed("one_rank_each", both), Vec::<String>::new(), "ranks 0 and 1");
+    let again = fed.start(2, 1, 1);
+    assert_eq!(
+        fed.feed("one_rank_each", vec![again]),
+        ["g/2 attempt 1 started as rank 1 of cycle 1, held by g/1 attempt 1"]
+    );
+    let past = fed.start(3, 1, 2);
+    assert_eq!(fed.feed("one_rank_each", vec![past]), ["g/3 attempt 1 started as rank 2 of 2"]);
+}
+
+/// `cycle_well_formed`: survivors reordered, a world of the wrong size, a cycle counted back.
+#[test]
+fn a_badly_formed_cycle_is_caught() {
+    let mut fed = Fed::new(2, 3);
+    (0..4).for_each(|i| fed.place(i));
+    let first = fed.cycle(1, 3, &[0, 1, 2]);
+    assert_eq!(fed.feed("cycle_well_formed", vec![first]), Vec::<String>::new());
+    let reordered = fed.cycle(2, 3, &[1, 0, 2]);
+    let found = fed.feed("cycle_well_formed", vec![reordered]);
+    assert_eq!(found, ["g cycle 2: survivors reordered from [0, 1, 2] to [1, 0, 2]"]);
+    // A promoted spare takes its rank's place, and the two keep no order.
+    let promoted = JobEvent::Promoted { spare: fed.actor(3), replaces: fed.actor(1) };
+    let swapped = fed.cycle(3, 3, &[0, 2, 3]);
+    assert_eq!(fed.feed("cycle_well_formed", vec![promoted, swapped]), Vec::<String>::new());
+    let too_wide = fed.cycle(4, 4, &[0, 2, 3]);
+    let found = fed.feed("cycle_well_formed", vec![too_wide]);
+    assert_eq!(found, ["g cycle 4: world_size 4 with ranks [0, 2, 3]; world_size 4 outside 2..=3"]);
+    let back = fed.cycle(3, 2, &[0, 5]);
+    let found = fed.feed("cycle_well_formed", vec![back]);
+    assert_eq!(found, ["g cycle 3: g/5 holds no bundle; it follows cycle 4"]);
 }

@@ -8,6 +8,8 @@
 //! | `whole_gang` | a job's first placements include every required bundle, in one step |
 //! | `placement_fits_spec` | every bundle is placed on a node with the job's `node_selector` labels (and its `pack_by` label), as its strategy allows: STRICT_SPREAD never beside another bundle of the job, STRICT_PACK only beside all of them; a `pack_by` job's first placements share one domain (DESIGN §3) |
 //! | `one_live_attempt` | at most one running process per actor whose attempt the head has not ended |
+//! | `cycle_well_formed` | a gang job's cycles count up; each names `world_size` distinct ranks, between `min_nodes` and `max_nodes`, every one on a placed bundle; actors in two consecutive cycles keep their relative order (promoted spares and the ranks they replaced excepted), unless `pack_by` orders them by domain (DESIGN §5) |
+//! | `one_rank_each` | no two attempts of a job that have started and not ended hold the same rank of the same cycle, and no rank reaches `max_nodes` |
 //! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
 //! | `replacement_first` | no lower class placed on a node a waiting replacement could use |
 //! | `suspect_held` | no lower class placed on the last node a bundle of a surely-suspect node could use: one whose machine was lost long enough ago that the head must have missed a heartbeat, not yet declared DEAD (DESIGN §3) |
@@ -22,8 +24,8 @@
 //! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no spare standing by on one takes a rank (DESIGN §6) |
 //! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
-//! Over 600 lines: every checker in one place, so that all of them stay apart from the code
-//! under test and share one accounting.
+//! Every checker is here or in a child module (`placement`, `ranks`), so that all of them stay apart from
+//! the code under test and share one accounting.
 
 use crate::driver::{ActorState, Budget, BudgetKind, Cause, JobState, LedgerEntry, Remaining};
 use crate::event::{Event, JobEvent};
@@ -36,6 +38,9 @@ use crate::spec::{JobSpec, Strategy};
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+
+mod placement;
+mod ranks;
 
 /// A broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +77,12 @@ pub struct Checker {
     /// Jobs whose rendezvous is closed: their outcome is decided, failures charge nothing.
     closing: BTreeSet<JobId>,
     actor_states: BTreeMap<ActorKey, ActorState>,
+    /// Each gang job's last cycle and its ranks (`cycle_well_formed`).
+    last_cycle: BTreeMap<JobId, (u32, Vec<u32>)>,
+    /// Actors swapped by a promotion since their job's last cycle: they keep no place.
+    swapped: BTreeMap<JobId, BTreeSet<u32>>,
+    /// Ranks of started attempts the head has not ended: (job, cycle, rank) → (actor, attempt).
+    live_ranks: BTreeMap<(JobId, u32, u32), (u32, u32)>,
     /// Highest attempt of each actor the head has ended (has a ledger entry for).
     ended: BTreeMap<ActorKey, u32>,
     /// Running processes: actor → (attempt, node) → since when it is known to be stale.
@@ -428,53 +439,6 @@ impl Checker {
         used
     }
 
-    /// `placement_fits_spec`, for one placement: the node's labels and the job's other bundles
-    /// (before this one is recorded).
-    fn check_fits_spec(&mut self, job: &JobId, key: &ActorKey, node: &NodeId) {
-        let Some(n) = self.nodes.get(node) else { return }; // `no_overcommit` reports it
-        let spec = &self.specs[job];
-        let mut wrong = Vec::new();
-        if let Some((k, v)) = spec.node_selector.iter().find(|(k, v)| n.labels.get(*k) != Some(*v)) {
-            wrong.push(format!("node_selector wants {k}={v}"));
-        }
-        if let Some(k) = spec.pack_by.as_ref().filter(|k| !n.labels.contains_key(*k)) {
-            wrong.push(format!("pack_by needs the label `{k}`"));
-        }
-        let mut others = self.placed_on.range((job.clone(), 0)..=(job.clone(), u32::MAX)).filter(|(k, _)| *k != key);
-        let strategy_broken = match spec.strategy {
-            Strategy::StrictSpread => others.any(|(_, on)| on == node),
-            Strategy::StrictPack => others.any(|(_, on)| on != node),
-            Strategy::Spread | Strategy::Pack => false,
-        };
-        if strategy_broken {
-            wrong.push(format!("{:?} does not allow it beside the job's other bundles", spec.strategy));
-        }
-        if !wrong.is_empty() {
-            let detail = format!("{}/{} placed on {node}: {}", key.0, key.1, wrong.join("; "));
-            self.violation("placement_fits_spec", detail);
-        }
-    }
-
-    /// `placement_fits_spec`: a `pack_by` job's required gang, placed first, in one label domain
-    /// (spares and growth placed in the same step may go elsewhere).
-    fn check_one_domain(&mut self, first: &BTreeMap<JobId, BTreeSet<u32>>) {
-        for (job, bundles) in first {
-            let Some(key) = self.specs[job].pack_by.clone() else { continue };
-            let required = self.specs[job].min_nodes;
-            let domains: BTreeSet<Option<&String>> = bundles
-                .iter()
-                .filter(|b| **b < required)
-                .filter_map(|b| self.placed_on.get(&(job.clone(), *b)))
-                .map(|node| self.nodes.get(node).and_then(|n| n.labels.get(&key)))
-                .collect();
-            if domains.len() > 1 {
-                let detail =
-                    format!("{job}'s required gang was placed across {} domains of pack_by `{key}`", domains.len());
-                self.violation("placement_fits_spec", detail);
-            }
-        }
-    }
-
     fn check_whole_gangs(&mut self, first: BTreeMap<JobId, BTreeSet<u32>>) {
         for (job, bundles) in first {
             let min = self.specs[&job].min_nodes;
@@ -551,14 +515,23 @@ impl Checker {
 
     fn job_event(&mut self, job: &JobId, detail: &JobEvent, head: &Head) {
         match detail {
-            JobEvent::Transition { actor, from, to, attempt, node, .. } => {
+            JobEvent::Transition { actor, from, to, attempt, cycle, rank, node } => {
                 if let (ActorState::Running, Some(node)) = (to, node) {
                     self.started_epoch.insert((actor_key(actor), *attempt), self.faults_of(node));
+                }
+                if let (ActorState::Running, Some(rank)) = (to, rank) {
+                    self.rank_taken(job, actor, *attempt, *cycle, *rank);
                 }
                 self.transition(actor, *from, *to)
             }
             JobEvent::Ledger { entry } => self.ledger(job, entry),
-            JobEvent::Promoted { spare, .. } => {
+            JobEvent::CycleFormed { cycle, world_size, ranks, .. } => {
+                let ranks: Vec<u32> = ranks.iter().map(|a| actor_key(a).1).collect();
+                self.cycle_formed(job, *cycle, *world_size, ranks)
+            }
+            JobEvent::Promoted { spare, replaces } => {
+                let swapped = self.swapped.entry(job.clone()).or_default();
+                swapped.extend([actor_key(spare).1, actor_key(replaces).1]);
                 let key = actor_key(spare);
                 if let Some(node) = self.placed_on.get(&key).cloned() {
                     self.check_off_preemptible(job, &key, &node, "promoted from standing by");
@@ -589,6 +562,7 @@ impl Checker {
 
     fn ledger(&mut self, job: &JobId, entry: &LedgerEntry) {
         let key = actor_key(&entry.actor);
+        self.rank_freed(job, entry);
         let ended = self.ended.entry(key.clone()).or_default();
         *ended = (*ended).max(entry.attempt);
         self.unaccounted_stops.retain(|(actor, attempt), _| *actor != key || *attempt > entry.attempt);
@@ -606,19 +580,6 @@ impl Checker {
         }
         self.check_charge(job, entry);
         self.started_epoch.remove(&(key, entry.attempt));
-    }
-
-    /// `last_attempt_off_preemptible`: a bundle placed, or a spare's bundle handed a rank, on a
-    /// preemptible node after the job's placements had to keep off them.
-    fn check_off_preemptible(&mut self, job: &JobId, key: &ActorKey, node: &NodeId, how: &str) {
-        let preemptible = self.nodes.get(node).is_some_and(|n| is_preemptible(&n.labels));
-        if preemptible && self.avoiding_preemptible.contains(job) {
-            let detail = format!(
-                "{}/{} {how} on {node}, which is preemptible, after last_attempt_non_preemptible kept {job} off such nodes",
-                key.0, key.1
-            );
-            self.violation("last_attempt_off_preemptible", detail);
-        }
     }
 
     /// The cause table of DESIGN §6, re-stated here on purpose.
