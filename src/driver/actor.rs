@@ -108,6 +108,11 @@ impl Bundle {
     pub fn is_usable(&self) -> bool {
         matches!(self, Bundle::Placed { draining: false, .. })
     }
+
+    /// Placed on a node labelled `preemptible=true`.
+    pub fn on_preemptible_node(&self) -> bool {
+        self.node().is_some_and(|n| n.preemptible)
+    }
 }
 
 /// Why the driver asked a running attempt to stop; decides the cause when it ends.

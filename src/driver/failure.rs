@@ -214,8 +214,7 @@ impl Driver {
         }
         for ix in 0..self.actors.len() as ActorIx {
             let a = &self.actors[ix as usize];
-            let on_preemptible = a.bundle.node().is_some_and(|n| n.preemptible);
-            if a.role == Role::Spare && a.state == ActorState::Standby && on_preemptible {
+            if a.role == Role::Spare && a.state == ActorState::Standby && a.bundle.on_preemptible_node() {
                 self.drop_bundle(ix);
                 self.transition(ix, ActorState::Scheduling);
             }
@@ -262,10 +261,10 @@ impl Driver {
     /// the job's placements off preemptible nodes, not on one of those: a promotion hands the
     /// rank a bundle as a placement would, so the same rule holds for it.
     fn can_take_a_rank(&self, a: &Actor) -> bool {
-        let on_preemptible = a.bundle.node().is_some_and(|n| n.preemptible);
+        let kept_off = self.avoiding_preemptible && self.policy_fault != PolicyFault::PromoteAnySpare;
         a.role == Role::Spare
             && a.state == ActorState::Standby
             && a.bundle.is_usable()
-            && !(self.avoiding_preemptible && on_preemptible && self.policy_fault != PolicyFault::PromoteAnySpare)
+            && !(kept_off && a.bundle.on_preemptible_node())
     }
 }
