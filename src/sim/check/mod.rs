@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `no_overcommit` | own sum of placed bundle demands per node ≤ the node's registered capacity; no GPU device held by two bundles at once, or one the node lacks |
 //! | `whole_gang` | a job's first placements include every required bundle, in one step |
-//! | `placement_fits_spec` | every bundle is placed on a node with the job's `node_selector` labels (and its `pack_by` label), as its strategy allows: STRICT_SPREAD never beside another bundle of the job, STRICT_PACK only beside all of them; a `pack_by` job's first placements share one domain (DESIGN §3) |
+//! | `placement_fits_spec` | every bundle is placed on a node with the job's `node_selector` labels (and its `pack_by` label), as its strategy allows: STRICT_SPREAD never beside another bundle of the job, STRICT_PACK only beside all of them; a `pack_by` job's required gang is first placed in one domain (DESIGN §3) |
 //! | `one_live_attempt` | at most one running process per actor whose attempt the head has not ended |
 //! | `cycle_well_formed` | a gang job's cycles count up; each names `world_size` distinct ranks, between `min_nodes` and `max_nodes`, every one on a placed bundle; actors in two consecutive cycles keep their relative order (promoted spares and the ranks they replaced excepted), unless `pack_by` orders them by domain (DESIGN §5) |
 //! | `one_rank_each` | no two attempts of a job that have started and not ended hold the same rank of the same cycle, and no rank reaches `max_nodes` |
@@ -24,8 +24,8 @@
 //! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no spare standing by on one takes a rank (DESIGN §6) |
 //! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
-//! Every checker is here or in a child module (`placement`, `ranks`), so that all of them stay apart from
-//! the code under test and share one accounting.
+//! Every checker is here or in a child module (`placement`, `ranks`), so that all of them stay
+//! apart from the code under test and share one accounting.
 
 use crate::driver::{ActorState, Budget, BudgetKind, Cause, JobState, LedgerEntry, Remaining};
 use crate::event::{Event, JobEvent};
