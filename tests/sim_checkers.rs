@@ -6,7 +6,8 @@
 //! retention forget nodes the operator drained, `forget_only_dead` fires; with one that hands
 //! the last allowed attempt to a spare on a preemptible node, `last_attempt_off_preemptible`
 //! fires; with one that places bundles whatever the job's `node_selector`,
-//! `placement_fits_spec` fires. With the real policy none does. Rules that no policy switch
+//! `placement_fits_spec` fires; with one that lets only replacements hold capacity,
+//! `starved_item_held` fires. With the real policy none does. Rules that no policy switch
 //! breaks without breaking everything else (`one_rank_each`, `cycle_well_formed`) are shown
 //! by feeding the checker a broken driver's events directly.
 
@@ -131,6 +132,18 @@ fn a_placement_off_the_job_s_node_selector_is_caught() {
     assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
     let found = run(name, PolicyFault::IgnoreStaticFilters);
     assert_eq!(found, ["placement_fits_spec: z/0 placed on a1: node_selector wants zone=b"]);
+}
+
+#[test]
+fn a_lower_job_taking_what_a_starving_gang_could_use_is_caught() {
+    let name = "starving_gang_holds_what_it_could_use";
+    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
+    let found = run(name, PolicyFault::NoAgingHolds);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let late =
+        "starved_item_held: late/0 was placed on n2 while a starving item (waiting 38000 ms, starvation_ms 30000)";
+    assert!(found[0].starts_with(late), "{found:?}");
+    assert!(found[0].ends_with("big/0, ahead of it, waited and could use it"), "{found:?}");
 }
 
 /// A checker fed the events of a broken driver directly, for rules no policy switch breaks.

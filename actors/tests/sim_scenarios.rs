@@ -103,6 +103,17 @@ type Expectation = fn(&Run);
 const EXPECTED: &[(&str, Expectation)] = &[
     ("replacement_before_pending_job", replacement_first),
     ("replacement_beats_higher_priority", replacement_first),
+    // `early` backfills beside the blocked gang; once `big` has waited starvation_ms it holds
+    // the free nodes, so `late` (lower priority) waits for it although n2 and n3 are free.
+    ("starving_gang_holds_what_it_could_use", |r| {
+        let order: Vec<(&str, &str)> = r.placements().into_iter().map(|(actor, node, _)| (actor, node)).collect();
+        let expected = [("a/0", "n1"), ("early/0", "n2"), ("big/0", "n1"), ("big/1", "n2"), ("big/2", "n3")];
+        assert_eq!(order[..5], expected);
+        assert_eq!(order[5].0, "late/0", "late waits for big: {order:?}");
+        for job in ["a", "big", "early", "late"] {
+            assert_eq!(r.state(job), "SUCCEEDED", "{job}");
+        }
+    }),
     // n4 joins while n2 is suspect but not yet DEAD: the capacity is held for a's bundle.
     ("suspect_node_holds_capacity_for_its_bundles", |r| {
         replacement_first(r);

@@ -208,6 +208,15 @@ pub struct WaitingBundle {
     pub avoid_preemptible: bool,
 }
 
+/// A waiting item of the scheduler's queue, as the simulator's checkers see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitingItem {
+    pub bundle: WaitingBundle,
+    pub class: QueueClass,
+    /// The item stands for the job's whole required gang.
+    pub gang: bool,
+}
+
 /// A job: its driver and its placement group's id in the scheduler.
 struct JobSlot {
     pg: PgId,
@@ -673,6 +682,25 @@ impl Head {
                 job: self.by_pg[&k.pg].clone(),
                 actor: k.bundle,
                 avoid_preemptible: self.scheduler.pg(k.pg).is_some_and(|pg| pg.avoid_preemptible),
+            })
+            .collect()
+    }
+
+    /// Items waiting past the replacements that a pass offers capacity to (infeasible ones
+    /// are parked and hold nothing), in queue order, with their class; a pending gang's item
+    /// stands for its bundle 0 (its bundles are alike) and is marked as the gang.
+    pub fn waiting_items(&self) -> Vec<WaitingItem> {
+        self.scheduler
+            .queue()
+            .filter(|k| k.class != QueueClass::Replacement)
+            .map(|k| WaitingItem {
+                bundle: WaitingBundle {
+                    job: self.by_pg[&k.pg].clone(),
+                    actor: if k.is_gang() { 0 } else { k.bundle },
+                    avoid_preemptible: self.scheduler.pg(k.pg).is_some_and(|pg| pg.avoid_preemptible),
+                },
+                class: k.class,
+                gang: k.is_gang(),
             })
             .collect()
     }

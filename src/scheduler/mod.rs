@@ -115,6 +115,9 @@ pub enum PolicyFault {
     /// A spare on a preemptible node takes the rank once `last_attempt_non_preemptible` keeps
     /// the job off those nodes (applied by drivers).
     PromoteAnySpare,
+    /// Only replacements hold capacity when blocked: an item that waited `starvation_ms` lets
+    /// lower items take what it could use (backfill without aging).
+    NoAgingHolds,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over
@@ -596,7 +599,8 @@ impl Scheduler {
                 if let Some(shape) = shape {
                     failed.insert(shape);
                 }
-                if policy::is_protected(&key, now, self.config.starvation_ms) {
+                let aging_off = self.fault == PolicyFault::NoAgingHolds && key.class != QueueClass::Replacement;
+                if policy::is_protected(&key, now, self.config.starvation_ms) && !aging_off {
                     pass.holds.add(key.pg, &self.pgs);
                 }
             }

@@ -225,6 +225,7 @@ impl Simulation {
             checker: options.checks.then(|| {
                 let mut checker = Checker::new(stale_bound_ms, scenario.network.drop_ppm == 0);
                 checker.check_suspect_holds(config.suspect_after_ms() + scenario.network.max_delay_ms);
+                checker.check_starvation_holds(config.starvation_ms);
                 checker
             }),
             trace: Trace { keep: options.keep_trace, ..Trace::default() },

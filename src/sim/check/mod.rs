@@ -12,6 +12,7 @@
 //! | `one_rank_each` | no two attempts of a job that have started and not ended hold the same rank of the same cycle, and no rank reaches `max_nodes` |
 //! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
 //! | `replacement_first` | no lower class placed on a node a waiting replacement could use |
+//! | `starved_item_held` | once a pending gang, spare or growth item has waited `starvation_ms` since its job's submission, nothing below it in the queue (a lower class, a lower priority, a later submission) is placed on a node it could use (DESIGN §3, backfill with aging) |
 //! | `suspect_held` | no lower class placed on the last node a bundle of a surely-suspect node could use: one whose machine was lost long enough ago that the head must have missed a heartbeat, not yet declared DEAD (DESIGN §3) |
 //! | `budget` | each ledger charge follows the cause table; remaining counts down, never below 0 |
 //! | `legal_transition` | every actor transition is an edge of DESIGN §2, from the state it was in |
@@ -24,8 +25,8 @@
 //! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no spare standing by on one takes a rank (DESIGN §6) |
 //! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
-//! Every checker is here or in a child module (`placement`, `ranks`), so that all of them stay
-//! apart from the code under test and share one accounting.
+//! Every checker is here or in a child module (`aging`, `placement`, `ranks`), so that all of
+//! them stay apart from the code under test and share one accounting.
 
 use crate::driver::{ActorState, Budget, BudgetKind, Cause, JobState, LedgerEntry, Remaining};
 use crate::event::{Event, JobEvent};
@@ -39,6 +40,7 @@ use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
+mod aging;
 mod placement;
 mod ranks;
 
@@ -99,6 +101,10 @@ pub struct Checker {
     silent_since: BTreeMap<NodeId, Instant>,
     /// After this much silence (plus the network's delay) the head must suspect a node.
     suspect_bound_ms: Option<u64>,
+    /// The head's `starvation_ms`, when `starved_item_held` is on.
+    starvation_ms: Option<u64>,
+    /// When each job was submitted (where its items wait in their class).
+    submitted_at: BTreeMap<JobId, Instant>,
     drained: BTreeSet<NodeId>,
     /// Drained by the operator and not undrained (`cordon_holds`).
     cordoned: BTreeSet<NodeId>,
@@ -110,6 +116,9 @@ pub struct Checker {
     /// The node's fault count when each attempt started running there: only a later fault
     /// can have ended it.
     started_epoch: BTreeMap<(ActorKey, u32), u64>,
+    /// This step's placements (true) and releases (false), in order: what a node held when a
+    /// lower item was placed there.
+    step_moves: Vec<(NodeId, ActorKey, bool)>,
     found: Vec<Violation>,
     step: u64,
     now: Instant,
@@ -232,6 +241,8 @@ impl Checker {
         self.now = now;
         let mut first_placements: BTreeMap<JobId, BTreeSet<u32>> = BTreeMap::new();
         let mut lower: BTreeMap<NodeId, Vec<ActorKey>> = BTreeMap::new();
+        let mut below_replacements = Vec::new();
+        self.step_moves.clear();
         for event in events {
             match event {
                 Event::NodeState { node, state, .. } => {
@@ -254,15 +265,22 @@ impl Checker {
                     }
                     if *class > QueueClass::Replacement {
                         lower.entry(node.clone()).or_default().push(key.clone());
+                        below_replacements.push((key.clone(), node.clone(), *class));
                     }
+                    self.step_moves.push((node.clone(), key.clone(), true));
                     self.check_off_preemptible(job, &key, node, "placed");
                     self.check_fits_spec(job, &key, node);
                     self.placed(key.clone(), node);
                     self.devices_placed(key, node, *devices);
                 }
-                Event::Released { actor, .. } => self.released(&actor_key(actor)),
+                Event::Released { actor, node, .. } => {
+                    self.step_moves.push((node.clone(), actor_key(actor), false));
+                    self.released(&actor_key(actor))
+                }
                 Event::Job { job, detail } => self.job_event(job, detail, head),
-                Event::JobSubmitted { .. } => {}
+                Event::JobSubmitted { job, .. } => {
+                    self.submitted_at.insert(job.clone(), now);
+                }
             }
         }
         self.check_one_domain(&first_placements);
@@ -277,6 +295,7 @@ impl Checker {
             if !stranded.is_empty() {
                 self.check_lower_placements("suspect_held", "a bundle of a suspect node", &lower, &stranded);
             }
+            self.check_starved_holds(&below_replacements, &head.waiting_items());
         }
     }
 
@@ -480,18 +499,40 @@ impl Checker {
                     *free_before.entry(r.to_string()).or_default() += i128::from(q);
                 }
             }
+            for (job, _) in self.released_after_lower(node, &still_held) {
+                for (r, q) in self.specs[&job].bundle.iter() {
+                    *free_before.entry(r.to_string()).or_default() -= i128::from(q);
+                }
+            }
             for w in waiting {
                 if self.placed_on.get(&(w.job.clone(), w.actor)) != Some(node)
                     && self.could_use(w, node, &n, &free_before)
                 {
                     let detail = format!(
-                        "{}/{} was placed on {node} (a lower class) while {what} {}/{} waited and could use it",
+                        "{}/{} was placed on {node} while {what} {}/{}, ahead of it, waited and could use it",
                         still_held[0].0, still_held[0].1, w.job, w.actor
                     );
                     self.violation(invariant, detail);
                 }
             }
         }
+    }
+
+    /// Bundles that were on `node` when the first of `lower` was placed there and were
+    /// released later in the step: they still took room then (swarm seed 346478, a finished
+    /// job's spare released after a growth bundle took the node's last room).
+    fn released_after_lower(&self, node: &NodeId, lower: &[&ActorKey]) -> Vec<ActorKey> {
+        let placed_at = |key: &ActorKey| self.step_moves.iter().rposition(|(n, k, p)| n == node && k == key && *p);
+        let Some(first) = lower.iter().filter_map(|k| placed_at(k)).min() else { return Vec::new() };
+        let moves = &self.step_moves;
+        let placed_since =
+            |key: &ActorKey, until: usize| moves[first + 1..until].iter().any(|(n, k, p)| n == node && k == key && *p);
+        (first + 1..moves.len())
+            // One placed there again by the end of the step counts in `used_on` already.
+            .filter(|&i| moves[i].0 == *node && !moves[i].2 && !placed_since(&moves[i].1, i))
+            .filter(|&i| self.placed_on.get(&moves[i].1) != Some(node))
+            .map(|i| moves[i].1.clone())
+            .collect()
     }
 
     fn could_use(&self, w: &WaitingBundle, node: &NodeId, n: &NodeCheck, free: &BTreeMap<String, i128>) -> bool {
