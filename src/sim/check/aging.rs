@@ -10,8 +10,9 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 /// Where an item stands in the queue, re-stated from DESIGN §3: class, then priority (higher
-/// first), then submit time. Replacements are not judged here (`replacement_first` is theirs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// first), then submit time — the fields' order is the order compared. Replacements are not
+/// judged here (`replacement_first` is theirs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Standing {
     class: QueueClass,
     neg_priority: i64,
@@ -31,7 +32,8 @@ impl Checker {
         for item in waiting {
             let job = &item.bundle.job;
             let Some(&submitted) = self.submitted_at.get(job) else { continue };
-            if self.now.ms_since(submitted) < starvation_ms {
+            let waited_ms = self.now.ms_since(submitted);
+            if waited_ms < starvation_ms {
                 continue;
             }
             let standing = self.standing(job, item.class);
@@ -42,7 +44,6 @@ impl Checker {
                 }
             }
             if !lower.is_empty() {
-                let waited_ms = self.now.ms_since(submitted);
                 let what = format!("a starving item (waiting {waited_ms} ms, starvation_ms {starvation_ms})");
                 self.check_lower_placements("starved_item_held", &what, &lower, std::slice::from_ref(&item.bundle));
             }
@@ -52,13 +53,7 @@ impl Checker {
     /// Is the placement of `key` from `class` surely below `item`? Two jobs alike in class,
     /// priority and submit time are not judged: their order is the head's tie-break.
     fn is_below(&self, key: &ActorKey, class: QueueClass, item: &WaitingItem, standing: Standing) -> bool {
-        let placed = self.standing(&key.0, class);
-        let order = (placed.class, placed.neg_priority, placed.submitted).cmp(&(
-            standing.class,
-            standing.neg_priority,
-            standing.submitted,
-        ));
-        match order {
+        match self.standing(&key.0, class).cmp(&standing) {
             Ordering::Greater => true,
             Ordering::Less => false,
             // The same job's bundles wait in index order; a gang's item stands for all of them.
