@@ -32,7 +32,8 @@ use crate::event::Event;
 use crate::ids::{ActorId, JobId, JobIdMint, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, Registration, ToAgent, ToHead};
 use crate::scheduler::{
-    BundleState, NodeIx, PgId, PgSpec, PolicyFault, QueueClass, SchedEvent, Scheduler, SchedulerConfig, WaitingMemo,
+    BundleState, NodeIx, PgId, PgSpec, PolicyFault, QueueClass, QueueKey, SchedEvent, Scheduler, SchedulerConfig,
+    WaitingMemo,
 };
 use crate::spec::JobSpec;
 use crate::time::{earliest, Instant};
@@ -675,34 +676,25 @@ impl Head {
 
     /// Bundles waiting in the replacement class, in queue order.
     pub fn waiting_replacements(&self) -> Vec<WaitingBundle> {
-        self.scheduler
-            .queue()
-            .take_while(|k| k.class == QueueClass::Replacement)
-            .map(|k| WaitingBundle {
-                job: self.by_pg[&k.pg].clone(),
-                actor: k.bundle,
-                avoid_preemptible: self.scheduler.pg(k.pg).is_some_and(|pg| pg.avoid_preemptible),
-            })
-            .collect()
+        let queue = self.scheduler.queue();
+        queue.take_while(|k| k.class == QueueClass::Replacement).map(|k| self.waiting_bundle(k)).collect()
     }
 
     /// Items waiting past the replacements that a pass offers capacity to (infeasible ones
-    /// are parked and hold nothing), in queue order, with their class; a pending gang's item
-    /// stands for its bundle 0 (its bundles are alike) and is marked as the gang.
+    /// are parked and hold nothing), in queue order, with their class.
     pub fn waiting_items(&self) -> Vec<WaitingItem> {
-        self.scheduler
-            .queue()
-            .filter(|k| k.class != QueueClass::Replacement)
-            .map(|k| WaitingItem {
-                bundle: WaitingBundle {
-                    job: self.by_pg[&k.pg].clone(),
-                    actor: if k.is_gang() { 0 } else { k.bundle },
-                    avoid_preemptible: self.scheduler.pg(k.pg).is_some_and(|pg| pg.avoid_preemptible),
-                },
-                class: k.class,
-                gang: k.is_gang(),
-            })
-            .collect()
+        let queue = self.scheduler.queue().filter(|k| k.class != QueueClass::Replacement);
+        queue.map(|k| WaitingItem { bundle: self.waiting_bundle(k), class: k.class, gang: k.is_gang() }).collect()
+    }
+
+    /// The bundle a queue item waits for; a pending gang's item stands for its bundle 0 (its
+    /// bundles are alike).
+    fn waiting_bundle(&self, k: &QueueKey) -> WaitingBundle {
+        WaitingBundle {
+            job: self.by_pg[&k.pg].clone(),
+            actor: if k.is_gang() { 0 } else { k.bundle },
+            avoid_preemptible: self.scheduler.pg(k.pg).is_some_and(|pg| pg.avoid_preemptible),
+        }
     }
 
     /// Does the scheduler still hold or queue anything for this job?

@@ -240,7 +240,6 @@ impl Checker {
         self.step = step;
         self.now = now;
         let mut first_placements: BTreeMap<JobId, BTreeSet<u32>> = BTreeMap::new();
-        let mut lower: BTreeMap<NodeId, Vec<ActorKey>> = BTreeMap::new();
         let mut below_replacements = Vec::new();
         self.step_moves.clear();
         for event in events {
@@ -264,7 +263,6 @@ impl Checker {
                         first_placements.entry(job.clone()).or_default().insert(key.1);
                     }
                     if *class > QueueClass::Replacement {
-                        lower.entry(node.clone()).or_default().push(key.clone());
                         below_replacements.push((key.clone(), node.clone(), *class));
                     }
                     self.step_moves.push((node.clone(), key.clone(), true));
@@ -285,7 +283,11 @@ impl Checker {
         }
         self.check_one_domain(&first_placements);
         self.check_whole_gangs(first_placements);
-        if !lower.is_empty() {
+        if !below_replacements.is_empty() {
+            let mut lower: BTreeMap<NodeId, Vec<ActorKey>> = BTreeMap::new();
+            for (key, node, _) in &below_replacements {
+                lower.entry(node.clone()).or_default().push(key.clone());
+            }
             let waiting = head.waiting_replacements();
             if !waiting.is_empty() {
                 self.check_lower_placements("replacement_first", "replacement", &lower, &waiting);
