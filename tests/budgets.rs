@@ -5,7 +5,7 @@ mod support;
 use ftdrive::driver::Budget;
 use ftdrive::driver::{ActorState, BudgetKind, Cause, JobState, LedgerEntry, Role};
 use ftdrive::protocol::ExitStatus;
-use ftdrive::spec::JobSpec;
+use ftdrive::spec::{JobSpec, RestartMode};
 use ftdrive::{Labels, Resources};
 use support::{config, cpu, spec, TestCluster};
 
@@ -166,6 +166,62 @@ fn last_attempt_runs_off_preemptible_nodes() {
     let e = last_failure(&c, &job);
     assert_eq!((e.cause, e.remaining.preemption.as_i64()), (Cause::Preempted, 0));
     assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("s1"), "p2 was free but preemptible");
+}
+
+/// A gang restarted by the failure that used up the budget starts the last allowed attempt of
+/// every rank off preemptible nodes: the rank stopped with its gang on p2 gives p2 back.
+#[test]
+fn last_attempt_restarts_a_gang_s_ranks_off_preemptible_nodes() {
+    let mut c = TestCluster::new(config());
+    c.join_labelled("p1", cpu(1), preemptible());
+    c.join_labelled("p2", cpu(1), preemptible());
+    let mut s = spec("lanp-gang", 2, 2);
+    s.retries.preemption = Budget::from_i64(1).unwrap();
+    s.last_attempt_non_preemptible = true;
+    let job = c.submit(s);
+    c.join("s1", cpu(1));
+    c.join("s2", cpu(1));
+    let rank0 = c.view(&job).actors.iter().find(|a| a.rank == Some(0)).unwrap().node.clone().unwrap();
+    c.crash(&rank0);
+    c.advance(5_000);
+    assert_eq!(last_failure(&c, &job).remaining.preemption.as_i64(), 0);
+    let view = c.view(&job);
+    let mut placed: Vec<(Option<String>, ActorState, u32)> =
+        view.actors.iter().map(|a| (a.node.clone(), a.state, a.attempt)).collect();
+    placed.sort();
+    let running = |n: &str| (Some(n.to_string()), ActorState::Running, 2);
+    assert_eq!(placed, [running("s1"), running("s2")], "{:?}", view.actors);
+}
+
+/// In actor mode a rank that goes on running on a preemptible node keeps running there; once
+/// it fails and restarts, that attempt starts off preemptible nodes.
+#[test]
+fn last_attempt_leaves_a_running_rank_and_restarts_it_off_preemptible_nodes() {
+    let mut c = TestCluster::new(config());
+    c.join_labelled("p1", cpu(1), preemptible());
+    c.join_labelled("p2", cpu(1), preemptible());
+    let mut s = spec("lanp-actor", 2, 2);
+    s.restart = RestartMode::Actor;
+    s.retries.preemption = Budget::from_i64(1).unwrap();
+    s.retries.user = Budget::from_i64(1).unwrap();
+    s.last_attempt_non_preemptible = true;
+    let job = c.submit(s);
+    c.join("s1", cpu(1));
+    c.join("s2", cpu(1));
+    let on = |c: &TestCluster, rank: u32| {
+        let view = c.view(&job);
+        let a = view.actors.iter().find(|a| a.rank == Some(rank)).unwrap();
+        (a.node.clone().unwrap(), a.state, a.attempt)
+    };
+    let (rank1_node, ..) = on(&c, 1);
+    c.crash(if rank1_node == "p1" { "p2" } else { "p1" });
+    c.advance(5_000);
+    assert_eq!(last_failure(&c, &job).remaining.preemption.as_i64(), 0);
+    assert_eq!(on(&c, 1), (rank1_node, ActorState::Running, 1), "the running rank is left alone");
+    c.exit_rank(&job, 1, 1);
+    c.advance(5_000);
+    let (node, state, attempts) = on(&c, 1);
+    assert!(node.starts_with('s') && state == ActorState::Running && attempts == 2, "{node} {state} {attempts}");
 }
 
 /// A spare standing by on a preemptible node does not take the last allowed attempt: the rank

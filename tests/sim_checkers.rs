@@ -120,10 +120,20 @@ fn retention_forgetting_a_drained_node_is_caught() {
 fn a_spare_on_a_preemptible_node_taking_the_last_attempt_is_caught() {
     let name = "ledger_last_attempt_skips_a_spare_on_a_preemptible_node";
     assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
-    let found = run(name, PolicyFault::PromoteAnySpare);
-    let promoted = "l/1 promoted from standing by on p2, which is preemptible, after last_attempt_non_preemptible \
+    let found = run(name, PolicyFault::KeepPreemptibleBundles);
+    let promoted = "l/1 started attempt 1 on p2, which is preemptible, after last_attempt_non_preemptible \
                     kept l off such nodes";
     assert_eq!(found, [format!("last_attempt_off_preemptible: {promoted}")]);
+}
+
+#[test]
+fn a_rank_restarting_its_last_attempt_on_a_preemptible_node_is_caught() {
+    let name = "last_attempt_restarts_ranks_off_preemptible_nodes";
+    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
+    let found = run(name, PolicyFault::KeepPreemptibleBundles);
+    let restarted = "g/1 started attempt 2 on p2, which is preemptible, after last_attempt_non_preemptible \
+                     kept g off such nodes";
+    assert_eq!(found, [format!("last_attempt_off_preemptible: {restarted}")]);
 }
 
 #[test]

@@ -445,6 +445,22 @@ const EXPECTED: &[(&str, Expectation)] = &[
         );
         assert_eq!(r.state("l"), "SUCCEEDED");
     }),
+    // p1's loss leaves the preemption budget at 0; g/1, stopped with its gang on p2, must not
+    // start the job's last allowed attempt there: it gives p2 back and moves to s2.
+    ("last_attempt_restarts_ranks_off_preemptible_nodes", |r| {
+        assert_eq!(
+            r.ledger("g"),
+            vec![
+                pair("preempted", "preemption"),
+                pair("collateral", "none"),
+                pair("completed", "none"),
+                pair("completed", "none")
+            ]
+        );
+        let after: Vec<(&str, &str, &str)> = r.placements().into_iter().skip(2).collect();
+        assert_eq!(after, [("g/0", "s1", "replacement"), ("g/1", "s2", "replacement")]);
+        assert_eq!(r.state("g"), "SUCCEEDED");
+    }),
     ("node_selector_keeps_a_job_to_its_zone", |r| {
         assert_eq!(r.placements(), [("z/0", "b1", "pending_gang"), ("z/0", "b2", "replacement")], "a1 is in zone a");
         assert_eq!(r.ledger("z"), vec![pair("node_lost", "system"), pair("completed", "none")]);

@@ -200,23 +200,30 @@ impl Driver {
         {
             self.avoiding_preemptible = true;
             self.effects.push_back(DriverEffect::AvoidPreemptible);
-            self.move_spares_off_preemptible_nodes();
         }
     }
 
-    /// A spare standing by on a preemptible node can no longer take a rank (`can_take_a_rank`),
-    /// so it gives its bundle back and asks for one off such nodes. Kept, it would hold capacity
-    /// for nothing — and for a STRICT_PACK job, pin the group to a node its ranks may no longer
-    /// use, so that a lost rank could never be placed again (swarm seed 363153).
-    fn move_spares_off_preemptible_nodes(&mut self) {
-        if self.policy_fault == PolicyFault::PromoteAnySpare {
+    /// Once `last_attempt_non_preemptible` has triggered, no attempt starts on a preemptible
+    /// node: an actor waiting to start (a rank restarting, a spare standing by) gives back a
+    /// bundle it holds on one and asks for one off such nodes. A rank restarted in place would
+    /// run its last allowed attempt where it can be taken away; a spare kept there would hold
+    /// capacity it can never use (`can_take_a_rank`) — and for a STRICT_PACK job, pin the group
+    /// to a node its ranks may no longer use, so that a lost rank could never be placed again
+    /// (swarm seed 363153). Running attempts are left alone: stopping one to move it would cost
+    /// the work it has done.
+    pub(super) fn keep_off_preemptible_nodes(&mut self) {
+        if !self.avoiding_preemptible || self.policy_fault == PolicyFault::KeepPreemptibleBundles {
             return;
         }
         for ix in 0..self.actors.len() as ActorIx {
             let a = &self.actors[ix as usize];
-            if a.role == Role::Spare && a.state == ActorState::Standby && a.bundle.on_preemptible_node() {
+            let waiting = matches!(a.state, ActorState::Scheduling | ActorState::Standby) && a.run.is_none();
+            let standby = a.state == ActorState::Standby;
+            if waiting && a.bundle.is_usable() && a.bundle.on_preemptible_node() {
                 self.drop_bundle(ix);
-                self.transition(ix, ActorState::Scheduling);
+                if standby {
+                    self.transition(ix, ActorState::Scheduling);
+                }
             }
         }
     }
@@ -261,7 +268,7 @@ impl Driver {
     /// the job's placements off preemptible nodes, not on one of those: a promotion hands the
     /// rank a bundle as a placement would, so the same rule holds for it.
     fn can_take_a_rank(&self, a: &Actor) -> bool {
-        let kept_off = self.avoiding_preemptible && self.policy_fault != PolicyFault::PromoteAnySpare;
+        let kept_off = self.avoiding_preemptible && self.policy_fault != PolicyFault::KeepPreemptibleBundles;
         a.role == Role::Spare
             && a.state == ActorState::Standby
             && a.bundle.is_usable()

@@ -305,7 +305,7 @@ pub struct Driver {
     /// The latest faults charged, with the actor charged for each (FC-1 in `failure.rs`).
     #[serde(default)]
     charged_faults: VecDeque<(Fault, ActorId)>,
-    /// Test-only: a deliberately wrong policy (`ChargeEveryRank`, `PromoteAnySpare`), for the
+    /// Test-only: a deliberately wrong policy (`ChargeEveryRank`, `KeepPreemptibleBundles`), for the
     /// checkers to catch.
     #[serde(skip)]
     policy_fault: PolicyFault,
@@ -526,6 +526,7 @@ impl Driver {
         if self.closing.is_some() {
             return self.finish_if_released(now);
         }
+        self.keep_off_preemptible_nodes();
         self.refresh_requests();
         self.track_placement_deadline(now);
         self.mode().make_progress(self, now);

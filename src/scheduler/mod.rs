@@ -112,9 +112,10 @@ pub enum PolicyFault {
     /// Placement ignores the static filters (`node_selector`, the `pack_by` label, preemptible
     /// avoidance): any ALIVE node with room will do.
     IgnoreStaticFilters,
-    /// A spare on a preemptible node takes the rank once `last_attempt_non_preemptible` keeps
-    /// the job off those nodes (applied by drivers).
-    PromoteAnySpare,
+    /// Bundles already on preemptible nodes are kept and used once `last_attempt_non_preemptible`
+    /// keeps the job off those nodes: ranks restart there, spares standing by there take ranks
+    /// (applied by drivers).
+    KeepPreemptibleBundles,
     /// Only replacements hold capacity when blocked: an item that waited `starvation_ms` lets
     /// lower items take what it could use (backfill without aging).
     NoAgingHolds,

@@ -22,7 +22,7 @@
 //! | `cordon_holds` | a node the operator drained is not ALIVE until the operator undrains it, whatever befalls it meanwhile (agent or head restart, death and a new registration) |
 //! | `one_charge_per_fault` | a job is charged at most once per fault of a node (a death, a drain, an agent restart), however many of its ranks the fault ends: each charge is matched to its own fault of that node among those its attempt lived through; a `node_lost` or `preempted` end goes free only when its job was charged for a fault of that node |
 //! | `forget_only_dead` | a node forgotten (by the operator, by retention, to make room) is DEAD, holds no bundle, and is not under an operator's drain the operator did not withdraw |
-//! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no spare standing by on one takes a rank (DESIGN §6) |
+//! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no attempt starts on one — not a rank restarting on its own bundle, not a spare promoted from standing by there (DESIGN §6) |
 //! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
 //! Every checker is here or in a child module (`aging`, `placement`, `ranks`), so that all of
@@ -561,6 +561,7 @@ impl Checker {
             JobEvent::Transition { actor, from, to, attempt, cycle, rank, node } => {
                 if let (ActorState::Running, Some(node)) = (to, node) {
                     self.started_epoch.insert((actor_key(actor), *attempt), self.faults_of(node));
+                    self.check_off_preemptible(job, &actor_key(actor), node, &format!("started attempt {attempt}"));
                 }
                 if let (ActorState::Running, Some(rank)) = (to, rank) {
                     self.rank_taken(job, actor, *attempt, *cycle, *rank);
@@ -575,10 +576,6 @@ impl Checker {
             JobEvent::Promoted { spare, replaces } => {
                 let swapped = self.swapped.entry(job.clone()).or_default();
                 swapped.extend([actor_key(spare).1, actor_key(replaces).1]);
-                let key = actor_key(spare);
-                if let Some(node) = self.placed_on.get(&key).cloned() {
-                    self.check_off_preemptible(job, &key, &node, "promoted from standing by");
-                }
             }
             JobEvent::Closing { .. } => {
                 self.closing.insert(job.clone());

@@ -55,8 +55,8 @@ impl Checker {
         }
     }
 
-    /// `last_attempt_off_preemptible`: a bundle placed, or a spare's bundle handed a rank, on a
-    /// preemptible node after the job's placements had to keep off them.
+    /// `last_attempt_off_preemptible`: a bundle placed, or an attempt started, on a preemptible
+    /// node after the job had to keep off them.
     pub(super) fn check_off_preemptible(&mut self, job: &JobId, key: &ActorKey, node: &NodeId, how: &str) {
         let preemptible = self.nodes.get(node).is_some_and(|n| is_preemptible(&n.labels));
         if preemptible && self.avoiding_preemptible.contains(job) {
