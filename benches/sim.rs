@@ -60,6 +60,8 @@ fn cluster(nodes: usize, jobs: usize, hours_ms: u64, churn_every_ms: u64) -> Sce
         jobs: job_defs,
         events,
         until_ms: hours_ms,
+        heal_at_ms: None,
+        liveness_at_ms: None,
     }
 }
 

@@ -1,7 +1,9 @@
 //! A bounded swarm on every CI run: random clusters, job mixes and fault schedules, a fault
 //! phase then a healed phase, zero violations expected. `ftdrive sim --swarm` runs more.
 
-use ftdrive::sim::swarm::run_seed;
+use ftdrive::sim::scenario::Scenario;
+use ftdrive::sim::swarm::{generate, run_seed};
+use ftdrive::sim::{SimOptions, Simulation};
 
 #[allow(clippy::disallowed_methods)]
 fn seeds() -> u64 {
@@ -23,6 +25,19 @@ fn bounded_swarm_has_no_violations() {
 #[test]
 fn seeds_that_once_failed_pass() {
     assert_eq!(failures(ONCE_FAILED.iter().copied()), Vec::<String>::new());
+}
+
+/// `--print-scenario` prints a case as a scenario file, heal and liveness check included:
+/// run from that file, it replays the swarm's run step for step.
+#[test]
+fn a_printed_swarm_case_replays_the_same_run() {
+    for seed in (0..20).chain(ONCE_FAILED.iter().copied()) {
+        let text = serde_json::to_string_pretty(&generate(seed)).expect("a scenario serializes");
+        let parsed = Scenario::parse(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let replayed = Simulation::new(&parsed, parsed.seed, SimOptions::default()).run();
+        let swarm = run_seed(seed, false);
+        assert_eq!((replayed.trace_hash, replayed.stats.steps), (swarm.trace_hash, swarm.steps), "seed {seed}");
+    }
 }
 
 fn failures(seeds: impl Iterator<Item = u64>) -> Vec<String> {

@@ -62,10 +62,6 @@ pub struct SimOptions {
     pub hash_trace: bool,
     /// Run the invariant checkers after every step.
     pub checks: bool,
-    /// From this time on the network is perfect and every dead node comes back (swarm).
-    pub heal_at_ms: Option<u64>,
-    /// At this time every job must have ended (swarm).
-    pub liveness_at_ms: Option<u64>,
     /// Stop at the first violation.
     pub stop_on_violation: bool,
     /// Test-only: run a deliberately wrong scheduling policy.
@@ -78,8 +74,6 @@ impl Default for SimOptions {
             keep_trace: false,
             hash_trace: true,
             checks: true,
-            heal_at_ms: None,
-            liveness_at_ms: None,
             stop_on_violation: true,
             policy_fault: PolicyFault::None,
         }
@@ -189,6 +183,8 @@ pub struct Simulation {
     operator_drained: BTreeSet<NodeId>,
     /// Nodes the scenario starts with.
     initial_nodes: u64,
+    /// When every job must have ended (`liveness_at_ms`).
+    liveness_at: Option<Instant>,
 }
 
 impl Simulation {
@@ -236,6 +232,7 @@ impl Simulation {
             healed: false,
             operator_drained: BTreeSet::new(),
             initial_nodes: scenario.nodes.len() as u64,
+            liveness_at: scenario.liveness_at_ms.map(Instant::from_ms),
             options,
         };
         sim.schedule_scenario(scenario);
@@ -260,7 +257,7 @@ impl Simulation {
         for event in &scenario.events {
             self.push(Instant::from_ms(event.at_ms), SimEvent::Fault(Box::new(event.what.clone())));
         }
-        if let Some(at) = self.options.heal_at_ms {
+        if let Some(at) = scenario.heal_at_ms {
             self.push(Instant::from_ms(at), SimEvent::Heal);
         }
     }
@@ -312,9 +309,9 @@ impl Simulation {
     }
 
     fn finish(mut self) -> SimReport {
-        if let (Some(at), Some(checker)) = (self.options.liveness_at_ms, self.checker.as_mut()) {
-            if self.violations.is_empty() && self.now.max(self.until) >= Instant::from_ms(at) {
-                checker.check_liveness(Instant::from_ms(at), &self.head);
+        if let (Some(at), Some(checker)) = (self.liveness_at, self.checker.as_mut()) {
+            if self.violations.is_empty() && self.now.max(self.until) >= at {
+                checker.check_liveness(at, &self.head);
                 self.violations.extend(checker.take());
             }
         }

@@ -32,6 +32,14 @@ pub struct Scenario {
     pub events: Vec<FaultEvent>,
     #[serde(default = "default_until_ms")]
     pub until_ms: u64,
+    /// From this time on the network loses, delays past its minimum and duplicates nothing,
+    /// every dead node comes back and the operator's drains are withdrawn (the swarm's healed
+    /// phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heal_at_ms: Option<u64>,
+    /// By this time every job must have ended: the `liveness` checker runs then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness_at_ms: Option<u64>,
 }
 
 fn default_until_ms() -> u64 {
@@ -212,6 +220,16 @@ impl Scenario {
                 return Err(err(format!("jobs[{i}].run_ms"), "is 0; a process must run for at least 1 ms"));
             }
             self.check_before_the_end(format!("jobs[{i}].submit_at_ms"), job.submit_at_ms)?;
+        }
+        if let Some(at_ms) = self.heal_at_ms {
+            self.check_before_the_end("heal_at_ms".into(), at_ms)?;
+        }
+        if let Some(at_ms) = self.liveness_at_ms.filter(|at_ms| *at_ms > self.until_ms) {
+            let message = format!(
+                "is {at_ms}, but the run ends at until_ms {}, so it would never be checked; raise until_ms or make it earlier",
+                self.until_ms
+            );
+            return Err(err("liveness_at_ms", message));
         }
         self.check_events(&mut nodes, &jobs)
     }
@@ -419,6 +437,16 @@ mod tests {
                 GOOD.replace("\"submit_at_ms\": 0", "\"submit_at_ms\": 700000"),
                 "jobs[0].submit_at_ms",
                 "until_ms 600000",
+            ),
+            (
+                GOOD.replace("\"until_ms\": 600000", "\"until_ms\": 600000, \"heal_at_ms\": 600000"),
+                "heal_at_ms",
+                "is 600000, but the run ends at until_ms 600000, so it would never happen",
+            ),
+            (
+                GOOD.replace("\"until_ms\": 600000", "\"until_ms\": 600000, \"liveness_at_ms\": 600001"),
+                "liveness_at_ms",
+                "is 600001, but the run ends at until_ms 600000, so it would never be checked",
             ),
         ];
         for (text, field, fragment) in cases {

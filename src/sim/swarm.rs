@@ -11,14 +11,6 @@ use crate::spec::{JobSpec, RestartMode, Strategy};
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// A generated case: the scenario, when faults stop, and when every job must have ended.
-#[derive(Clone, Debug)]
-pub struct SwarmCase {
-    pub scenario: Scenario,
-    pub heal_at_ms: u64,
-    pub liveness_at_ms: u64,
-}
-
 /// The result of one seed.
 #[derive(Clone, Debug)]
 pub struct SeedResult {
@@ -45,8 +37,9 @@ impl Gen {
     }
 }
 
-/// The case for `seed`.
-pub fn generate(seed: u64) -> SwarmCase {
+/// The case for `seed`: a scenario that heals when its faults stop (`heal_at_ms`) and by whose
+/// end every job must have ended (`liveness_at_ms`).
+pub fn generate(seed: u64) -> Scenario {
     let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x5357_4152_4d00));
     let nodes = gen_nodes(&mut g);
     let jobs: Vec<JobDef> = (0..g.range(1, 6)).map(|i| gen_job(&mut g, i, &nodes)).collect();
@@ -64,9 +57,19 @@ pub fn generate(seed: u64) -> SwarmCase {
     let retain_dead_nodes = if g.chance(30) { g.range(0, 3) as usize } else { HeadConfig::default().retain_dead_nodes };
     let config = HeadConfig { starvation_ms, retain_dead_nodes, seed, ..HeadConfig::default() };
     let liveness_at_ms = fault_ms + healed_ms;
-    let scenario = Scenario { seed, config, network, nodes, jobs, events, until_ms: liveness_at_ms };
+    let scenario = Scenario {
+        seed,
+        config,
+        network,
+        nodes,
+        jobs,
+        events,
+        until_ms: liveness_at_ms,
+        heal_at_ms: Some(fault_ms),
+        liveness_at_ms: Some(liveness_at_ms),
+    };
     scenario.validate().expect("generated scenarios are valid");
-    SwarmCase { scenario, heal_at_ms: fault_ms, liveness_at_ms }
+    scenario
 }
 
 /// How long a job may take once faults stop: two runs (one restart), its scale-up delay and
@@ -303,12 +306,6 @@ pub fn run_seed_traced(seed: u64, check_determinism: bool, keep_trace: bool) -> 
 }
 
 /// Runs a generated case with the swarm's options.
-pub fn run_case(case: &SwarmCase, seed: u64, keep_trace: bool) -> SimReport {
-    let options = SimOptions {
-        heal_at_ms: Some(case.heal_at_ms),
-        liveness_at_ms: Some(case.liveness_at_ms),
-        keep_trace,
-        ..SimOptions::default()
-    };
-    Simulation::new(&case.scenario, seed, options).run()
+pub fn run_case(case: &Scenario, seed: u64, keep_trace: bool) -> SimReport {
+    Simulation::new(case, seed, SimOptions { keep_trace, ..SimOptions::default() }).run()
 }

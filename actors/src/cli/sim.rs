@@ -70,8 +70,7 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
     for seed in start..end {
         if args.print_scenario {
             let case = swarm::generate(seed);
-            let text = serde_json::to_string_pretty(&case.scenario).expect("scenario serializes");
-            out::line(&format!("{text}\n// heal_at_ms {} liveness_at_ms {}", case.heal_at_ms, case.liveness_at_ms))?;
+            out::line(&serde_json::to_string_pretty(&case).expect("scenario serializes"))?;
         }
         let (result, trace) = swarm::run_seed_traced(seed, args.check_determinism, args.trace.is_some());
         if let Some(path) = &args.trace {
