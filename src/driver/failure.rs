@@ -210,20 +210,25 @@ impl Driver {
     /// capacity it can never use (`can_take_a_rank`) — and for a STRICT_PACK job, pin the group
     /// to a node its ranks may no longer use, so that a lost rank could never be placed again
     /// (swarm seed 363153). Running attempts are left alone: stopping one to move it would cost
-    /// the work it has done.
-    pub(super) fn keep_off_preemptible_nodes(&mut self) {
+    /// the work it has done. A rank moved off may then be taken over by a spare standing by
+    /// elsewhere (`hand_waiting_ranks_to_spares`).
+    pub(super) fn keep_off_preemptible_nodes(&mut self, now: Instant) {
         if !self.avoiding_preemptible || self.policy_fault == PolicyFault::KeepPreemptibleBundles {
             return;
         }
         for ix in 0..self.actors.len() as ActorIx {
             let a = &self.actors[ix as usize];
             let waiting = matches!(a.state, ActorState::Scheduling | ActorState::Standby) && a.run.is_none();
-            let standby = a.state == ActorState::Standby;
-            if waiting && a.bundle.is_usable() && a.bundle.on_preemptible_node() {
-                self.drop_bundle(ix);
-                if standby {
-                    self.transition(ix, ActorState::Scheduling);
-                }
+            if !(waiting && a.bundle.is_usable() && a.bundle.on_preemptible_node()) {
+                continue;
+            }
+            let (standby, active) = (a.state == ActorState::Standby, a.role == Role::Active);
+            self.drop_bundle(ix);
+            if standby {
+                self.transition(ix, ActorState::Scheduling);
+            }
+            if active {
+                self.actors[ix as usize].lost_at = Some(now);
             }
         }
     }
@@ -267,7 +272,7 @@ impl Driver {
     /// A spare standing by on a usable bundle — and, once `last_attempt_non_preemptible` keeps
     /// the job's placements off preemptible nodes, not on one of those: a promotion hands the
     /// rank a bundle as a placement would, so the same rule holds for it.
-    fn can_take_a_rank(&self, a: &Actor) -> bool {
+    pub(super) fn can_take_a_rank(&self, a: &Actor) -> bool {
         let kept_off = self.avoiding_preemptible && self.policy_fault != PolicyFault::KeepPreemptibleBundles;
         a.role == Role::Spare
             && a.state == ActorState::Standby

@@ -77,29 +77,40 @@ impl Driver {
         match self.actors[ix as usize].state {
             ActorState::Standby => self.transition(ix, ActorState::Scheduling),
             ActorState::Running => self.run_lost_with_node(now, ix, loss),
-            ActorState::Scheduling => self.hand_waiting_rank_to_spare(now, ix),
-            // FAILING: its process has ended already; it only loses the bundle.
-            ActorState::Failing | ActorState::Stopped | ActorState::TaskCompleted | ActorState::Failed => {}
+            // SCHEDULING: it asks for a bundle again, or a spare takes it over (reconcile,
+            // `hand_waiting_ranks_to_spares`). FAILING: its process has ended already; it only
+            // loses the bundle.
+            ActorState::Scheduling
+            | ActorState::Failing
+            | ActorState::Stopped
+            | ActorState::TaskCompleted
+            | ActorState::Failed => {}
         }
     }
 
-    /// A rank waiting to start that lost its bundle (with its node, or to a drain), and that the
-    /// job needs to stay at `min_nodes` (or to start at all), is taken over by a spare standing
-    /// by, as a failed rank is, with what is left of its backoff. Left to wait for a new node,
-    /// it waited for ever where its own spare held the only node it could use (swarm seed
-    /// 2303244).
-    fn hand_waiting_rank_to_spare(&mut self, now: Instant, ix: ActorIx) {
-        let actor = &self.actors[ix as usize];
-        if actor.role != Role::Active || !self.admitted {
+    /// A rank waiting for a bundle that the job needs to stay at `min_nodes` (or, in actor mode,
+    /// to start at all) is taken over by a spare standing by, as a failed rank is, with what is
+    /// left of its backoff — whenever the two meet, however they came to: the rank lost its
+    /// bundle (with its node, or to a drain) while a spare stood by, or a spare was placed
+    /// while the rank waited. Left to wait for a new node, such a rank waited for ever where the
+    /// job's own spare held the only node it could use (swarm seeds 2303244, 7748293, 34296).
+    pub(super) fn hand_waiting_ranks_to_spares(&mut self, now: Instant) {
+        if !self.admitted || !self.actors.iter().any(|a| self.can_take_a_rank(a)) {
             return;
         }
-        if self.placed_active() >= self.spec.min_nodes && !self.nothing_runs_without(ix) {
-            return;
-        }
-        let Some(spare) = self.promote_spare(ix) else { return };
-        if let Some(at) = self.timers.get(Timer::ActorBackoff(ix)).filter(|at| *at > now) {
-            self.timers.stop(Timer::ActorBackoff(ix));
-            self.timers.set(Timer::ActorBackoff(spare), at);
+        let mut waiting: Vec<ActorIx> = self.waiting_for_bundle(Role::Active).collect();
+        waiting.sort_by_key(|ix| self.replacement_order(*ix));
+        let mut placed_active = self.placed_active();
+        for ix in waiting {
+            if placed_active >= self.spec.min_nodes && !self.nothing_runs_without(ix) {
+                continue;
+            }
+            let Some(spare) = self.promote_spare(ix) else { return };
+            placed_active += 1; // the spare brings its bundle; the rank it replaces had none
+            if let Some(at) = self.timers.get(Timer::ActorBackoff(ix)).filter(|at| *at > now) {
+                self.timers.stop(Timer::ActorBackoff(ix));
+                self.timers.set(Timer::ActorBackoff(spare), at);
+            }
         }
     }
 
@@ -127,14 +138,8 @@ impl Driver {
                 first_stopped.get_or_insert(i);
             }
         }
-        // A rank waiting to start that the drain left without a bundle is handed to a spare,
-        // as one that lost its bundle is (swarm seed 7748293). Only once every bundle here is
-        // marked draining, so that the spare chosen is not one on this node.
-        for i in on_node {
-            if self.actors[i as usize].state == ActorState::Scheduling {
-                self.hand_waiting_rank_to_spare(now, i);
-            }
-        }
+        // A rank waiting to start that the drain left without a bundle is handed to a spare in
+        // reconcile, once every bundle here is marked draining (swarm seed 7748293).
         if let Some(stopped) = first_stopped.filter(|_| self.closing.is_none()) {
             self.mode().on_failure_noticed(self, now, stopped);
         }

@@ -526,7 +526,8 @@ impl Driver {
         if self.closing.is_some() {
             return self.finish_if_released(now);
         }
-        self.keep_off_preemptible_nodes();
+        self.keep_off_preemptible_nodes(now);
+        self.hand_waiting_ranks_to_spares(now);
         self.refresh_requests();
         self.track_placement_deadline(now);
         self.mode().make_progress(self, now);

@@ -60,7 +60,7 @@ impl Driver {
     /// Which waiting ranks are restored first: rank 0 where the mode needs it first, then
     /// actors that lost a bundle in loss order, then the rest by index — a rank that never ran
     /// must not take the place of one that was lost.
-    fn replacement_order(&self, ix: ActorIx) -> (bool, bool, Instant, ActorIx) {
+    pub(super) fn replacement_order(&self, ix: ActorIx) -> (bool, bool, Instant, ActorIx) {
         let actor = &self.actors[ix as usize];
         let rank0 = self.mode().rank0_first() && actor.slot == Some(0);
         (!rank0, actor.lost_at.is_none(), actor.lost_at.unwrap_or(Instant::ZERO), ix)
@@ -68,7 +68,7 @@ impl Driver {
 
     /// Actors of `role` without a bundle that could still use one. While terminating, actors
     /// that never started (and spares) get no new requests: they will never run.
-    fn waiting_for_bundle(&self, role: Role) -> impl Iterator<Item = ActorIx> + '_ {
+    pub(super) fn waiting_for_bundle(&self, role: Role) -> impl Iterator<Item = ActorIx> + '_ {
         (0..self.actors.len() as ActorIx).filter(move |ix| {
             let a = &self.actors[*ix as usize];
             let never_runs = self.terminating && (a.attempts == 0 || a.role == Role::Spare);
