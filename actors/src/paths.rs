@@ -43,16 +43,29 @@ impl Tokens {
 /// the first start and the same at every start after, so that agents and clients keep working
 /// across a head restart.
 pub fn head_tokens(state_dir: &Path) -> std::io::Result<Tokens> {
+    check_head_tokens(state_dir)?;
     let client = given("FTDRIVE_TOKEN").map_or_else(|| stored_token(&token_file(state_dir)), Ok)?;
     let agent = given("FTDRIVE_AGENT_TOKEN").map_or_else(|| stored_token(&agent_token_file(state_dir)), Ok)?;
-    if constant_time_eq(client.as_bytes(), agent.as_bytes()) {
-        // InvalidInput: the operator's to fix (exit 2), not a failing disk.
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "the client token and the agent token are the same; give $FTDRIVE_AGENT_TOKEN another value",
-        ));
-    }
     Ok(Tokens { client, agent })
+}
+
+/// Whether the head's tokens, as given or stored, would do — read without writing anything, so
+/// that a head refused for its tokens changes no file (DESIGN §10). A token not there yet is
+/// made later, at random, and cannot then equal the other.
+pub fn check_head_tokens(state_dir: &Path) -> std::io::Result<()> {
+    let client = given("FTDRIVE_TOKEN").map_or_else(|| existing_token(&token_file(state_dir)), |t| Ok(Some(t)))?;
+    let agent =
+        given("FTDRIVE_AGENT_TOKEN").map_or_else(|| existing_token(&agent_token_file(state_dir)), |t| Ok(Some(t)))?;
+    if let (Some(client), Some(agent)) = (client, agent) {
+        if constant_time_eq(client.as_bytes(), agent.as_bytes()) {
+            // InvalidInput: the operator's to fix (exit 2), not a failing disk.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the client token and the agent token are the same; give $FTDRIVE_AGENT_TOKEN another value",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn given(var: &str) -> Option<String> {
@@ -61,23 +74,28 @@ fn given(var: &str) -> Option<String> {
 
 /// The token in `file` (inside a private state dir), created if there is none.
 pub fn stored_token(file: &Path) -> std::io::Result<String> {
+    if let Some(token) = existing_token(file)? {
+        return Ok(token);
+    }
     if let Some(dir) = file.parent() {
         private_dir(dir)?;
-    }
-    match std::fs::read_to_string(file) {
-        Ok(token) if !token.trim().is_empty() => return Ok(token.trim().to_string()),
-        Ok(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("{} is empty; remove it to have a new token made", file.display()),
-            ))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
     }
     let token = random_token()?;
     create_private(file, token.as_bytes())?;
     Ok(token)
+}
+
+/// The token in `file`, or `None` if there is no such file; an empty one is an error.
+fn existing_token(file: &Path) -> std::io::Result<Option<String>> {
+    match std::fs::read_to_string(file) {
+        Ok(token) if !token.trim().is_empty() => Ok(Some(token.trim().to_string())),
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is empty; remove it to have a new token made", file.display()),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// A state directory only its owner can enter.

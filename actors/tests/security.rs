@@ -99,7 +99,7 @@ fn a_job_sees_no_credential() {
 }
 
 /// One secret for both doors would give every agent the cluster's keys: the head refuses to
-/// start, as bad input (exit 2) like its other refusals, before it listens.
+/// start, as bad input (exit 2) like its other refusals, having changed no file.
 #[test]
 fn a_head_whose_two_tokens_are_the_same_refuses_to_start_with_exit_2() {
     let dir = tempfile::tempdir().unwrap();
@@ -112,7 +112,23 @@ fn a_head_whose_two_tokens_are_the_same_refuses_to_start_with_exit_2() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("the client token and the agent token are the same"), "{stderr}");
-    assert!(!dir.path().join("head.url").exists(), "it never listened");
+    let made: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(made.is_empty(), "a refused head made {made:?}");
+}
+
+/// An empty token file is the operator's to fix: the head says which file and what to do, exits
+/// 2, and makes no database beside it.
+#[test]
+fn a_head_with_an_empty_token_file_refuses_to_start_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), "").unwrap();
+    let out = head_command(dir.path(), "127.0.0.1:0", &[]).stderr(Stdio::piped()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let says = format!("{} is empty; remove it to have a new token made", dir.path().join("token").display());
+    assert!(stderr.contains(&says), "{stderr}");
+    let made: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(made, ["token"], "a refused head made more");
 }
 
 /// A node name becomes a directory (`node-NAME`) and a URL segment: one that could climb out

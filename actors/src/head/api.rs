@@ -163,8 +163,9 @@ pub(super) async fn stopping(mut closing: tokio::sync::watch::Receiver<bool>) {
     let _ = closing.wait_for(|closing| *closing).await;
 }
 
-/// Starts the head: binds the listener first (so that a head that cannot listen changes no
-/// file), then locks and reads its state dir, then starts its actor and HTTP server. The
+/// Starts the head: binds the listener and checks its tokens first (so that a head refused for
+/// either changes no file), then locks and reads its state dir, makes any token not there yet,
+/// then starts its actor and HTTP server. The
 /// returned future runs the server until it is stopped (by a signal, or `HeadServer::stop`).
 pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Server), ServeError> {
     options.config.validate().map_err(ServeError::Config)?;
@@ -179,14 +180,17 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
         crate::tls::refuse_plain_off_loopback("the head's API", addr.ip(), options.insecure_http)
             .map_err(ServeError::Insecure)?;
     }
+    let token_error = |e| ServeError::Token(options.state_dir.clone(), e);
+    if options.tokens.is_none() {
+        crate::paths::check_head_tokens(&options.state_dir).map_err(token_error)?;
+    }
     let (commits_tx, commits) = tokio::sync::mpsc::unbounded_channel();
     let (store, restored) = Store::open(&options.state_dir, move |commit| {
         let _ = commits_tx.send(commit);
     })?;
     let tokens = match options.tokens {
         Some(tokens) => tokens,
-        None => crate::paths::head_tokens(&options.state_dir)
-            .map_err(|e| ServeError::Token(options.state_dir.clone(), e))?,
+        None => crate::paths::head_tokens(&options.state_dir).map_err(token_error)?,
     };
     let head = start_actor(options.config, store, restored, options.first_job_number, commits);
     let (closing, closing_rx) = tokio::sync::watch::channel(false);
