@@ -291,7 +291,10 @@ fn a_refused_override_is_blamed_on_its_flag_and_no_wait_needs_a_head() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--local-nodes 2 sizes the embedded cluster"), "{stderr}");
+    let says = "--local-nodes 2 sizes the embedded cluster, used only without a head, but a head is given \
+                (http://127.0.0.1:9, from --head or $FTDRIVE_HEAD); drop --local-nodes, or unset $FTDRIVE_HEAD \
+                to run locally";
+    assert!(stderr.contains(says), "{stderr}");
 }
 
 /// A job id or node name the head could never know is refused before the head is asked: an

@@ -332,6 +332,9 @@ mod tests {
         assert_eq!(verdict(&policy, &r, ExitStatus::signal(15, true)), (Cause::NodeLost, BudgetKind::System));
         let draining = Run { draining: true, ..run() };
         assert_eq!(verdict(&policy, &draining, ExitStatus::code(1)), (Cause::Preempted, BudgetKind::Preemption));
+        // The table's first rows come first on a draining node too.
+        assert_eq!(verdict(&policy, &draining, ExitStatus::code(0)), (Cause::Completed, BudgetKind::None));
+        assert_eq!(verdict(&policy, &draining, ExitStatus::code(2)), (Cause::NonRetryable, BudgetKind::None));
         let stopped = Run { stop: Some(StopReason::User), ..run() };
         assert_eq!(verdict(&policy, &stopped, ExitStatus::signal(15, true)), (Cause::Stopped, BudgetKind::None));
         policy.single_budget = true;

@@ -138,6 +138,32 @@ mod tests {
         assert_eq!(env.len(), 23 + 1, "23 contract variables and NCCL_DEBUG");
     }
 
+    /// The job's identity and limits, each to its source: the ids of the placement, the node
+    /// range of the spec, and the user budget as torchelastic's restart limit (`i32::MAX` for
+    /// an unlimited one, as torchrun has no word for it).
+    #[test]
+    fn identity_and_limits_come_from_the_placement_and_the_spec() {
+        let mut spec = JobSpec::minimal("t", &["true"], 2, 5);
+        spec.retries.user = crate::driver::Budget::from_i64(4).unwrap();
+        let env = placed(&spec, 1, 3, Devices::NONE);
+        let pairs = [
+            ("FTDRIVE_JOB_ID", "j1"),
+            ("TORCHELASTIC_RUN_ID", "j1"),
+            ("FTDRIVE_ACTOR", "j1/2"),
+            ("FTDRIVE_ATTEMPT", "3"),
+            ("FTDRIVE_CYCLE", "2"),
+            ("FTDRIVE_MIN_NODES", "2"),
+            ("FTDRIVE_MAX_NODES", "5"),
+            ("TORCHELASTIC_MAX_RESTARTS", "4"),
+            ("MASTER_PORT", "29500"),
+        ];
+        for (key, value) in pairs {
+            assert_eq!(env[key], value, "{key}");
+        }
+        spec.retries.user = crate::driver::Budget::Unlimited;
+        assert_eq!(placed(&spec, 1, 3, Devices::NONE)["TORCHELASTIC_MAX_RESTARTS"], "2147483647");
+    }
+
     /// A job cannot name devices of its own: a bundle with none sees none, one with GPUs sees
     /// exactly its own, whatever the job's `env` says.
     #[test]

@@ -44,7 +44,7 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
 fn refuse_local_flags_with_a_head(args: &SubmitArgs) -> Result<(), CliError> {
     match (&args.head.head, args.local_nodes) {
         (Some(head), Some(n)) => Err(CliError::BadInput(format!(
-            "--local-nodes {n} sizes the embedded cluster, used only without a head, but a head is given              ({head}, from --head or $FTDRIVE_HEAD); drop --local-nodes, or unset $FTDRIVE_HEAD to run locally"
+            "--local-nodes {n} sizes the embedded cluster, used only without a head, but a head is given ({head}, from --head or $FTDRIVE_HEAD); drop --local-nodes, or unset $FTDRIVE_HEAD to run locally"
         ))),
         _ => Ok(()),
     }
