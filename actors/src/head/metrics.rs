@@ -141,7 +141,13 @@ impl HeadMetrics {
                 self.scheduling_since.insert(actor.clone(), now);
             }
             JobEvent::Transition { actor, to: ActorState::Running, .. } => self.replaced(actor, now),
-            JobEvent::Promoted { replaces, .. } => self.replaced(replaces, now),
+            // The spare replaces the failed actor once it runs, after the backoff and, in gang
+            // mode, the next cycle's forming: its failure time passes to the spare.
+            JobEvent::Promoted { spare, replaces } => {
+                if let Some(failed) = self.failed_at.remove(replaces) {
+                    self.failed_at.insert(spare.clone(), failed);
+                }
+            }
             JobEvent::Ledger { entry } => {
                 let labels = AttemptLabels { cause: entry.cause.to_string(), budget: entry.budget.to_string() };
                 self.attempts.get_or_create(&labels).inc();
@@ -243,4 +249,55 @@ fn label<T: serde::Serialize>(value: &T) -> String {
 
 fn seconds(from: Instant, to: Instant) -> f64 {
     to.saturating_duration_since(from).as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ftdrive::driver::{Budget, BudgetKind, Cause, LedgerEntry, Remaining};
+    use std::time::Duration;
+
+    fn failure(actor: &ActorId) -> JobEvent {
+        let remaining = Remaining { user: Budget::Left(1), system: Budget::Left(1), preemption: Budget::Left(1) };
+        let entry = LedgerEntry {
+            actor: actor.clone(),
+            rank: Some(0),
+            attempt: 1,
+            cycle: 1,
+            node: "n1".into(),
+            start_ms: 0,
+            end_ms: 1,
+            exit_code: Some(1),
+            signal: None,
+            cause: Cause::UserError,
+            evidence: "process exited with code 1".into(),
+            budget: BudgetKind::User,
+            remaining,
+        };
+        JobEvent::Ledger { entry }
+    }
+
+    fn running(actor: &ActorId) -> JobEvent {
+        let (from, to) = (ActorState::Scheduling, ActorState::Running);
+        JobEvent::Transition { actor: actor.clone(), from, to, attempt: 1, cycle: 2, rank: Some(0), node: None }
+    }
+
+    /// With a spare, the replacement is the spare RUNNING, not its promotion: the backoff and
+    /// the cycle's forming in between are part of the time a job runs short.
+    #[test]
+    fn a_promoted_spare_s_replacement_ends_when_the_spare_runs() {
+        let mut m = HeadMetrics::new(1000);
+        let job = JobId::new("j1");
+        let (failed, spare) = (ActorId::new(job.clone(), 0), ActorId::new(job.clone(), 2));
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut feed = |detail, t| m.observe_event(&Event::Job { job: job.clone(), detail }, t);
+        feed(failure(&failed), at(0));
+        feed(JobEvent::Promoted { spare: spare.clone(), replaces: failed.clone() }, at(0));
+        feed(running(&spare), at(2_500));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &m.registry).unwrap();
+        assert!(text.contains("ftdrive_replacement_seconds_sum 2.5\n"), "{text}");
+        assert!(text.contains("ftdrive_replacement_seconds_count 1\n"), "{text}");
+    }
 }
