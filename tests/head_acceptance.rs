@@ -447,3 +447,33 @@ fn an_agent_restarted_with_other_labels_keeps_its_running_work() {
     let lost: Vec<Cause> = c.view(&job).ledger.iter().map(|e| e.cause).collect();
     assert_eq!(lost, [Cause::NodeLost]);
 }
+
+/// `--retain-finished` and `--retain-finished-hours`: a finished job is kept until newer ones
+/// push it past the count or it grows older than the age, in memory and in what a restarted
+/// head reads back; a running job is never dropped, however old.
+#[test]
+fn finished_jobs_are_forgotten_by_count_and_by_age_and_stay_forgotten_after_a_restart() {
+    let retain = ftdrive::config::HeadConfig { retain_finished: 2, retain_finished_ms: 60_000, ..config() };
+    let mut c = TestCluster::new(retain);
+    c.join("n1", cpu(4));
+    let long = c.submit(spec("long", 1, 1));
+    let mut done = Vec::new();
+    for name in ["a", "b", "c"] {
+        let job = c.submit(spec(name, 1, 1));
+        c.finish(&job);
+        done.push(job);
+        c.advance(10_000);
+    }
+    let known = |c: &TestCluster| {
+        c.head.job_views().into_iter().map(|v| v.id.to_string()).collect::<Vec<_>>()
+    };
+    let ids = |jobs: &[&ftdrive::JobId]| jobs.iter().map(|j| j.to_string()).collect::<Vec<_>>();
+    assert_eq!(known(&c), ids(&[&long, &done[1], &done[2]]), "the count keeps the newest two");
+    c.advance(41_000);
+    assert_eq!(known(&c), ids(&[&long, &done[2]]), "b finished 61 s ago");
+    c.restart_head();
+    assert_eq!(known(&c), ids(&[&long, &done[2]]), "what was forgotten is gone from disk too");
+    c.advance(10_000);
+    assert_eq!(known(&c), ids(&[&long]), "c too; the running job stays, older than both");
+    assert_eq!(c.view(&long).state, JobState::Running);
+}
