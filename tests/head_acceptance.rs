@@ -464,9 +464,7 @@ fn finished_jobs_are_forgotten_by_count_and_by_age_and_stay_forgotten_after_a_re
         done.push(job);
         c.advance(10_000);
     }
-    let known = |c: &TestCluster| {
-        c.head.job_views().into_iter().map(|v| v.id.to_string()).collect::<Vec<_>>()
-    };
+    let known = |c: &TestCluster| c.head.job_views().into_iter().map(|v| v.id.to_string()).collect::<Vec<_>>();
     let ids = |jobs: &[&ftdrive::JobId]| jobs.iter().map(|j| j.to_string()).collect::<Vec<_>>();
     assert_eq!(known(&c), ids(&[&long, &done[1], &done[2]]), "the count keeps the newest two");
     c.advance(41_000);

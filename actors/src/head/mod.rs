@@ -592,4 +592,23 @@ mod tests {
         let slow = INLINE_MAX_COMMIT;
         assert!(!store_quiet(Some((ended, slow)), ended + Duration::from_secs(60)), "a slow disk stays on its thread");
     }
+
+    /// A follower that does not read is told, in its last queued line, that it was dropped, and
+    /// is offered nothing more: the head's memory for it stays bounded.
+    #[test]
+    fn a_follower_that_falls_a_queue_behind_is_told_and_dropped() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(FOLLOWER_QUEUE_LINES);
+        let follower = Follower { job: None, tx };
+        let line = Bytes::from_static(b"{}\n");
+        let taken = (0..FOLLOWER_QUEUE_LINES + 10).take_while(|_| follower.offer(&line)).count();
+        assert_eq!(taken, FOLLOWER_QUEUE_LINES - 1, "the last place is the error line's");
+        assert!(!follower.offer(&line), "a dropped follower stays dropped");
+        let mut lines = Vec::new();
+        while let Ok(line) = rx.try_recv() {
+            lines.push(line);
+        }
+        assert_eq!(lines.len(), FOLLOWER_QUEUE_LINES);
+        let last = String::from_utf8(lines.pop().unwrap().to_vec()).unwrap();
+        assert!(last.contains("this follower fell 4096 lines behind and was dropped; follow again"), "{last}");
+    }
 }
