@@ -137,6 +137,16 @@ fn a_rank_restarting_its_last_attempt_on_a_preemptible_node_is_caught() {
 }
 
 #[test]
+fn a_pack_by_cycle_whose_ranks_ignore_the_domains_is_caught() {
+    let name = "pack_by_orders_ranks_by_domain";
+    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
+    let found = run(name, PolicyFault::RanksIgnoreDomains);
+    let unordered = "g cycle 1: ranks [0, 1, 2] are not ordered by their `zone` domains \
+                     [Some(\"b\"), Some(\"b\"), Some(\"a\")]";
+    assert_eq!(found, [format!("cycle_well_formed: {unordered}")]);
+}
+
+#[test]
 fn a_placement_off_the_job_s_node_selector_is_caught() {
     let name = "node_selector_keeps_a_job_to_its_zone";
     assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());

@@ -461,6 +461,14 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(after, [("g/0", "s1", "replacement"), ("g/1", "s2", "replacement")]);
         assert_eq!(r.state("g"), "SUCCEEDED");
     }),
+    // The required gang goes to zone b, the only one with room for both; growth takes a1 in
+    // the same step. Ranks follow the zones, so g/2 on a1 is rank 0 and the master.
+    ("pack_by_orders_ranks_by_domain", |r| {
+        let cycle = &r.events("cycle_formed")[0];
+        assert_eq!(cycle["ranks"], serde_json::json!(["g/2", "g/0", "g/1"]));
+        assert_eq!(cycle["master_addr"], "a1.sim");
+        assert_eq!(r.state("g"), "SUCCEEDED");
+    }),
     ("node_selector_keeps_a_job_to_its_zone", |r| {
         assert_eq!(r.placements(), [("z/0", "b1", "pending_gang"), ("z/0", "b2", "replacement")], "a1 is in zone a");
         assert_eq!(r.ledger("z"), vec![pair("node_lost", "system"), pair("completed", "none")]);

@@ -5,6 +5,7 @@
 use super::classify::Ending;
 use super::{ActorState, Bundle, CloseReason, Driver, JobState, Master, Mode, Run, StopReason, Timer};
 use crate::ids::{ActorId, ActorIx};
+use crate::scheduler::PolicyFault;
 use crate::time::Instant;
 
 pub(super) struct Gang;
@@ -79,7 +80,7 @@ impl Driver {
     fn rank_order(&self, members: &[ActorIx]) -> Vec<ActorIx> {
         let mut order: Vec<ActorIx> = self.world.iter().copied().filter(|w| members.contains(w)).collect();
         order.extend(members.iter().copied().filter(|m| !self.world.contains(m)));
-        if self.spec.pack_by.is_some() {
+        if self.spec.pack_by.is_some() && self.policy_fault != PolicyFault::RanksIgnoreDomains {
             order.sort_by_key(|ix| self.actors[*ix as usize].bundle.node().and_then(|n| n.domain.clone()));
         }
         order

@@ -305,8 +305,8 @@ pub struct Driver {
     /// The latest faults charged, with the actor charged for each (FC-1 in `failure.rs`).
     #[serde(default)]
     charged_faults: VecDeque<(Fault, ActorId)>,
-    /// Test-only: a deliberately wrong policy (`ChargeEveryRank`, `KeepPreemptibleBundles`), for the
-    /// checkers to catch.
+    /// Test-only: a deliberately wrong policy (`ChargeEveryRank`, `KeepPreemptibleBundles`,
+    /// `RanksIgnoreDomains`), for the checkers to catch.
     #[serde(skip)]
     policy_fault: PolicyFault,
     rng: ChaCha8Rng,

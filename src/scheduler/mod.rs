@@ -119,6 +119,9 @@ pub enum PolicyFault {
     /// Only replacements hold capacity when blocked: an item that waited `starvation_ms` lets
     /// lower items take what it could use (backfill without aging).
     NoAgingHolds,
+    /// A `pack_by` gang's new cycle keeps survivors first and newcomers after, whatever their
+    /// domains (applied by drivers).
+    RanksIgnoreDomains,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over

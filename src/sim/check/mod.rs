@@ -8,7 +8,7 @@
 //! | `whole_gang` | a job's first placements include every required bundle, in one step |
 //! | `placement_fits_spec` | every bundle is placed on a node with the job's `node_selector` labels (and its `pack_by` label), as its strategy allows: STRICT_SPREAD never beside another bundle of the job, STRICT_PACK only beside all of them; a `pack_by` job's required gang is first placed in one domain (DESIGN §3) |
 //! | `one_live_attempt` | at most one running process per actor whose attempt the head has not ended |
-//! | `cycle_well_formed` | a gang job's cycles count up; each names `world_size` distinct ranks, between `min_nodes` and `max_nodes`, every one on a placed bundle; actors in two consecutive cycles keep their relative order (promoted spares and the ranks they replaced excepted), unless `pack_by` orders them by domain (DESIGN §5) |
+//! | `cycle_well_formed` | a gang job's cycles count up; each names `world_size` distinct ranks, between `min_nodes` and `max_nodes`, every one on a placed bundle; actors in two consecutive cycles keep their relative order (promoted spares and the ranks they replaced excepted); with `pack_by`, ranks are ordered by their nodes' domains and keep that order within a domain (DESIGN §5) |
 //! | `one_rank_each` | no two attempts of a job that have started and not ended hold the same rank of the same cycle, and no rank reaches `max_nodes` |
 //! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
 //! | `replacement_first` | no lower class placed on a node a waiting replacement could use |

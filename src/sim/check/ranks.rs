@@ -9,14 +9,20 @@ use std::collections::BTreeSet;
 
 impl Checker {
     /// `cycle_well_formed`, for gang jobs (an actor-mode job's world is `max_nodes` and its
-    /// rank 0 may change hands, DESIGN §5). With `pack_by`, ranks follow the domains, and a
-    /// survivor re-placed in another domain may move.
+    /// rank 0 may change hands, DESIGN §5). With `pack_by`, ranks are ordered by domain (the
+    /// `pack_by` label of their nodes, nodes without it first), and survivors keep their order
+    /// within a domain.
     pub(super) fn cycle_formed(&mut self, job: &JobId, cycle: u32, world_size: u32, ranks: Vec<u32>) {
         let spec = &self.specs[job];
         if spec.restart != RestartMode::Gang {
             return;
         }
-        let (min, max, by_domain) = (spec.min_nodes, spec.max_nodes, spec.pack_by.is_some());
+        let (min, max, pack_by) = (spec.min_nodes, spec.max_nodes, spec.pack_by.clone());
+        let domain = |a: &u32| -> Option<&String> {
+            let key = pack_by.as_ref()?;
+            let node = self.placed_on.get(&(job.clone(), *a))?;
+            self.nodes.get(node)?.labels.get(key)
+        };
         let mut wrong = Vec::new();
         let distinct: BTreeSet<u32> = ranks.iter().copied().collect();
         if distinct.len() != ranks.len() || ranks.len() != world_size as usize {
@@ -37,9 +43,16 @@ impl Checker {
             let survivor = |a: &u32| !swapped.contains(a);
             let kept_then: Vec<u32> = before.iter().copied().filter(|a| distinct.contains(a) && survivor(a)).collect();
             let kept_now: Vec<u32> = ranks.iter().copied().filter(|a| before.contains(a) && survivor(a)).collect();
-            if kept_then != kept_now && !by_domain {
+            let mut expected = kept_then.clone();
+            expected.sort_by_key(domain); // stable: the survivors' order within each domain
+            if expected != kept_now {
                 wrong.push(format!("survivors reordered from {kept_then:?} to {kept_now:?}"));
             }
+        }
+        let domains: Vec<Option<&String>> = ranks.iter().map(domain).collect();
+        if domains.windows(2).any(|pair| pair[0] > pair[1]) {
+            let key = pack_by.as_deref().unwrap_or_default();
+            wrong.push(format!("ranks {ranks:?} are not ordered by their `{key}` domains {domains:?}"));
         }
         if !wrong.is_empty() {
             self.violation("cycle_well_formed", format!("{job} cycle {cycle}: {}", wrong.join("; ")));
