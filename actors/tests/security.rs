@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -319,4 +320,41 @@ fn an_agent_with_a_wrong_token_says_which_credential_the_head_refused() {
     );
     assert!(!said.contains("cannot reach the head"), "the head was reached: {said}");
     assert!(c.nodes_json().as_array().unwrap().is_empty(), "it never joined");
+}
+
+/// Every input has a bound (DESIGN §12): event followers past the head's limit are refused
+/// with 429 and a JSON error naming the limit, and the head goes on answering.
+#[test]
+fn event_followers_past_the_limit_are_refused_naming_it() {
+    let c = Cluster::start(&[]);
+    let token = c.token();
+    let host = c.url.trim_start_matches("http://").to_string();
+    let follow = || {
+        let mut stream = TcpStream::connect(&host).unwrap();
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        let request = format!("GET /v1/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n");
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut status = Vec::new();
+        let mut byte = [0u8; 1];
+        while !status.ends_with(b"\r\n") {
+            stream.read_exact(&mut byte).unwrap();
+            status.push(byte[0]);
+        }
+        (stream, String::from_utf8(status).unwrap())
+    };
+    let mut held = Vec::new();
+    for n in 0..ftdrive_actors::head::MAX_FOLLOWERS {
+        let (stream, status) = follow();
+        assert!(status.starts_with("HTTP/1.1 200"), "follower {n}: {status}");
+        held.push(stream);
+    }
+    let refused = http(&c.url, "GET", "/v1/events", Some(&token), "");
+    assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+    let says = format!(
+        "the head has {} event followers, its limit; close one and follow again",
+        ftdrive_actors::head::MAX_FOLLOWERS
+    );
+    assert!(refused.contains(&says), "{refused}");
+    assert!(http(&c.url, "GET", "/v1/health", Some(&token), "").starts_with("HTTP/1.1 200"));
+    drop(held);
 }
