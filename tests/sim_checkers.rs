@@ -39,6 +39,13 @@ fn run(name: &str, fault: PolicyFault) -> Vec<String> {
         .collect()
 }
 
+/// What the checkers find in scenario `name` under `fault`, once they found nothing there under
+/// the real policy: so what they find is the fault's doing.
+fn caught(name: &str, fault: PolicyFault) -> Vec<String> {
+    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new(), "{name} under the real policy");
+    run(name, fault)
+}
+
 #[test]
 fn pending_gang_beating_a_replacement_is_caught() {
     for name in ["replacement_before_pending_job", "replacement_beats_higher_priority"] {
@@ -91,8 +98,7 @@ fn two_bundles_given_the_same_gpu_device_is_caught() {
 #[test]
 fn charging_every_rank_one_lost_machine_ended_is_caught() {
     let name = "packed_gang_node_lost_charged_once";
-    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
-    let found = run(name, PolicyFault::ChargeEveryRank);
+    let found = caught(name, PolicyFault::ChargeEveryRank);
     assert!(
         found.iter().any(|v| v.starts_with("one_charge_per_fault: p was charged again for one fault of n1")),
         "{found:?}"
@@ -119,8 +125,7 @@ fn retention_forgetting_a_drained_node_is_caught() {
 #[test]
 fn a_spare_on_a_preemptible_node_taking_the_last_attempt_is_caught() {
     let name = "ledger_last_attempt_skips_a_spare_on_a_preemptible_node";
-    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
-    let found = run(name, PolicyFault::KeepPreemptibleBundles);
+    let found = caught(name, PolicyFault::KeepPreemptibleBundles);
     let promoted = "l/1 started attempt 1 on p2, which is preemptible, after last_attempt_non_preemptible \
                     kept l off such nodes";
     assert_eq!(found, [format!("last_attempt_off_preemptible: {promoted}")]);
@@ -129,8 +134,7 @@ fn a_spare_on_a_preemptible_node_taking_the_last_attempt_is_caught() {
 #[test]
 fn a_rank_restarting_its_last_attempt_on_a_preemptible_node_is_caught() {
     let name = "last_attempt_restarts_ranks_off_preemptible_nodes";
-    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
-    let found = run(name, PolicyFault::KeepPreemptibleBundles);
+    let found = caught(name, PolicyFault::KeepPreemptibleBundles);
     let restarted = "g/1 started attempt 2 on p2, which is preemptible, after last_attempt_non_preemptible \
                      kept g off such nodes";
     assert_eq!(found, [format!("last_attempt_off_preemptible: {restarted}")]);
@@ -139,8 +143,7 @@ fn a_rank_restarting_its_last_attempt_on_a_preemptible_node_is_caught() {
 #[test]
 fn a_pack_by_cycle_whose_ranks_ignore_the_domains_is_caught() {
     let name = "pack_by_orders_ranks_by_domain";
-    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
-    let found = run(name, PolicyFault::RanksIgnoreDomains);
+    let found = caught(name, PolicyFault::RanksIgnoreDomains);
     let unordered = "g cycle 1: ranks [0, 1, 2] are not ordered by their `zone` domains \
                      [Some(\"b\"), Some(\"b\"), Some(\"a\")]";
     assert_eq!(found, [format!("cycle_well_formed: {unordered}")]);
@@ -149,16 +152,14 @@ fn a_pack_by_cycle_whose_ranks_ignore_the_domains_is_caught() {
 #[test]
 fn a_placement_off_the_job_s_node_selector_is_caught() {
     let name = "node_selector_keeps_a_job_to_its_zone";
-    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
-    let found = run(name, PolicyFault::IgnoreStaticFilters);
+    let found = caught(name, PolicyFault::IgnoreStaticFilters);
     assert_eq!(found, ["placement_fits_spec: z/0 placed on a1: node_selector wants zone=b"]);
 }
 
 #[test]
 fn a_lower_job_taking_what_a_starving_gang_could_use_is_caught() {
     let name = "starving_gang_holds_what_it_could_use";
-    assert_eq!(run(name, PolicyFault::None), Vec::<String>::new());
-    let found = run(name, PolicyFault::NoAgingHolds);
+    let found = caught(name, PolicyFault::NoAgingHolds);
     let late = "late/0 was placed on n2 while a starving item (waiting 38000 ms, starvation_ms 30000) big/0, \
                 ahead of it, waited and could use it";
     assert_eq!(found, [format!("starved_item_held: {late}")]);
