@@ -1,6 +1,8 @@
 //! How an attempt's end is settled: its verdict (from `classify.rs`), the wait in FAILING
 //! while a non-zero exit may still be explained by a peer's node loss, the charge, the ledger
-//! entry, and what the actor does next — retry (with a spare promoted), fail the job, or rest.
+//! entry, and what the actor does next — retry (with a spare promoted), fail the job, or rest;
+//! and, after every input, who may take a rank: spares take the ranks of waiting actors the
+//! job needs, and no attempt starts on a preemptible node once the last one must not.
 //!
 //! - **FC-1 one fault, one charge.** The attempts one node loss or one drain ends (several
 //!   ranks of a packed gang on one machine) charge the budget once: the first to settle is
@@ -246,6 +248,32 @@ impl Driver {
         }
     }
 
+    /// A rank waiting for a bundle that the job needs to stay at `min_nodes` (or, in actor mode,
+    /// to start at all) is taken over by a spare standing by, as a failed rank is, with what is
+    /// left of its backoff — whenever the two meet, however they came to: the rank lost its
+    /// bundle (with its node, or to a drain) while a spare stood by, or a spare was placed
+    /// while the rank waited. Left to wait for a new node, such a rank waited for ever where the
+    /// job's own spare held the only node it could use (swarm seeds 2303244, 7748293, 34296).
+    pub(super) fn hand_waiting_ranks_to_spares(&mut self, now: Instant) {
+        if !self.admitted || !self.actors.iter().any(|a| self.can_take_a_rank(a)) {
+            return;
+        }
+        let mut waiting: Vec<ActorIx> = self.waiting_for_bundle(Role::Active).collect();
+        waiting.sort_by_key(|ix| self.replacement_order(*ix));
+        let mut placed_active = self.placed_active();
+        for ix in waiting {
+            if placed_active >= self.spec.min_nodes && !self.nothing_runs_without(ix) {
+                continue;
+            }
+            let Some(spare) = self.promote_spare(ix) else { return };
+            placed_active += 1; // the spare brings its bundle; the rank it replaces had none
+            if let Some(at) = self.timers.get(Timer::ActorBackoff(ix)).filter(|at| *at > now) {
+                self.timers.stop(Timer::ActorBackoff(ix));
+                self.timers.set(Timer::ActorBackoff(spare), at);
+            }
+        }
+    }
+
     /// Swaps the first standing-by spare into `failed`'s rank. Returns the spare.
     pub(super) fn promote_spare(&mut self, failed: ActorIx) -> Option<ActorIx> {
         if self.terminating {
@@ -272,7 +300,7 @@ impl Driver {
     /// A spare standing by on a usable bundle — and, once `last_attempt_non_preemptible` keeps
     /// the job's placements off preemptible nodes, not on one of those: a promotion hands the
     /// rank a bundle as a placement would, so the same rule holds for it.
-    pub(super) fn can_take_a_rank(&self, a: &Actor) -> bool {
+    fn can_take_a_rank(&self, a: &Actor) -> bool {
         let kept_off = self.avoiding_preemptible && self.policy_fault != PolicyFault::KeepPreemptibleBundles;
         a.role == Role::Spare
             && a.state == ActorState::Standby

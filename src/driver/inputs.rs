@@ -88,32 +88,6 @@ impl Driver {
         }
     }
 
-    /// A rank waiting for a bundle that the job needs to stay at `min_nodes` (or, in actor mode,
-    /// to start at all) is taken over by a spare standing by, as a failed rank is, with what is
-    /// left of its backoff — whenever the two meet, however they came to: the rank lost its
-    /// bundle (with its node, or to a drain) while a spare stood by, or a spare was placed
-    /// while the rank waited. Left to wait for a new node, such a rank waited for ever where the
-    /// job's own spare held the only node it could use (swarm seeds 2303244, 7748293, 34296).
-    pub(super) fn hand_waiting_ranks_to_spares(&mut self, now: Instant) {
-        if !self.admitted || !self.actors.iter().any(|a| self.can_take_a_rank(a)) {
-            return;
-        }
-        let mut waiting: Vec<ActorIx> = self.waiting_for_bundle(Role::Active).collect();
-        waiting.sort_by_key(|ix| self.replacement_order(*ix));
-        let mut placed_active = self.placed_active();
-        for ix in waiting {
-            if placed_active >= self.spec.min_nodes && !self.nothing_runs_without(ix) {
-                continue;
-            }
-            let Some(spare) = self.promote_spare(ix) else { return };
-            placed_active += 1; // the spare brings its bundle; the rank it replaces had none
-            if let Some(at) = self.timers.get(Timer::ActorBackoff(ix)).filter(|at| *at > now) {
-                self.timers.stop(Timer::ActorBackoff(ix));
-                self.timers.set(Timer::ActorBackoff(spare), at);
-            }
-        }
-    }
-
     fn run_lost_with_node(&mut self, now: Instant, ix: ActorIx, loss: &Loss) {
         let run = self.actors[ix as usize].run.as_ref().expect("a running actor has a run");
         if run.exited.is_some() {

@@ -9,7 +9,9 @@
 //!  per-actor step (one transition at a time) ──► failure.rs: classify.rs verdict, ledger, budgets
 //!        │
 //!        ▼
-//!  reconcile: requests.rs (what bundles the job needs) ─► the restart mode makes progress:
+//!  reconcile: failure.rs (waiting actors off preemptible nodes once the last attempt must
+//!             be; waiting ranks to standing-by spares) · requests.rs (what bundles the job
+//!             needs) ─► the restart mode makes progress:
 //!             gang.rs (form the next cycle) · actor_mode.rs (start each placed rank)
 //!        │
 //!        ▼
