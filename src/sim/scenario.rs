@@ -32,9 +32,8 @@ pub struct Scenario {
     pub events: Vec<FaultEvent>,
     #[serde(default = "default_until_ms")]
     pub until_ms: u64,
-    /// From this time on the network loses, delays past its minimum and duplicates nothing,
-    /// every dead node comes back and the operator's drains are withdrawn (the swarm's healed
-    /// phase).
+    /// From this time on the network is perfect (every message arrives at once, once), every
+    /// dead node comes back and the operator's drains are withdrawn (the swarm's healed phase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heal_at_ms: Option<u64>,
     /// By this time every job must have ended: the `liveness` checker runs then.

@@ -305,7 +305,7 @@ pub fn run_seed_traced(seed: u64, check_determinism: bool, keep_trace: bool) -> 
     (result, report.trace)
 }
 
-/// Runs a generated case with the swarm's options.
+/// Runs a generated case (its heal and liveness check are in it).
 pub fn run_case(case: &Scenario, seed: u64, keep_trace: bool) -> SimReport {
     Simulation::new(case, seed, SimOptions { keep_trace, ..SimOptions::default() }).run()
 }

@@ -165,8 +165,8 @@ pub(super) async fn stopping(mut closing: tokio::sync::watch::Receiver<bool>) {
 
 /// Starts the head: binds the listener and checks its tokens first (so that a head refused for
 /// either changes no file), then locks and reads its state dir, makes any token not there yet,
-/// then starts its actor and HTTP server. The
-/// returned future runs the server until it is stopped (by a signal, or `HeadServer::stop`).
+/// then starts its actor and HTTP server. The returned future runs the server until it is
+/// stopped (by a signal, or `HeadServer::stop`).
 pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Server), ServeError> {
     options.config.validate().map_err(ServeError::Config)?;
     let http = agent_client(options.agent_ca.as_deref())?;

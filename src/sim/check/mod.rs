@@ -266,7 +266,7 @@ impl Checker {
                         below_replacements.push((key.clone(), node.clone(), *class));
                     }
                     self.step_moves.push((node.clone(), key.clone(), true));
-                    self.check_off_preemptible(job, &key, node, "placed");
+                    self.check_off_preemptible(job, &key, node, &"placed");
                     self.check_fits_spec(job, &key, node);
                     self.placed(key.clone(), node);
                     self.devices_placed(key, node, *devices);
@@ -561,7 +561,12 @@ impl Checker {
             JobEvent::Transition { actor, from, to, attempt, cycle, rank, node } => {
                 if let (ActorState::Running, Some(node)) = (to, node) {
                     self.started_epoch.insert((actor_key(actor), *attempt), self.faults_of(node));
-                    self.check_off_preemptible(job, &actor_key(actor), node, &format!("started attempt {attempt}"));
+                    self.check_off_preemptible(
+                        job,
+                        &actor_key(actor),
+                        node,
+                        &format_args!("started attempt {attempt}"),
+                    );
                 }
                 if let (ActorState::Running, Some(rank)) = (to, rank) {
                     self.rank_taken(job, actor, *attempt, *cycle, *rank);

@@ -6,6 +6,7 @@ use crate::ids::{JobId, NodeId};
 use crate::resources::is_preemptible;
 use crate::spec::Strategy;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Display;
 
 impl Checker {
     /// `placement_fits_spec`, for one placement: the node's labels and the job's other bundles
@@ -57,7 +58,7 @@ impl Checker {
 
     /// `last_attempt_off_preemptible`: a bundle placed, or an attempt started, on a preemptible
     /// node after the job had to keep off them.
-    pub(super) fn check_off_preemptible(&mut self, job: &JobId, key: &ActorKey, node: &NodeId, how: &str) {
+    pub(super) fn check_off_preemptible(&mut self, job: &JobId, key: &ActorKey, node: &NodeId, how: &dyn Display) {
         let preemptible = self.nodes.get(node).is_some_and(|n| is_preemptible(&n.labels));
         if preemptible && self.avoiding_preemptible.contains(job) {
             let detail = format!(
