@@ -49,52 +49,8 @@ impl Head {
             return Err(Rejected::TooManyNodes(self.scheduler.node_count()));
         }
         if let Some(ix) = known {
-            let record = self.liveness.get(ix).expect("known node has a record");
-            let (alive, incarnation) = (record.alive, record.incarnation);
-            if agent.incarnation < incarnation {
-                return Err(Rejected::StaleIncarnation(node));
-            }
-            self.touch_node(ix);
-            if alive && incarnation == agent.incarnation {
-                // The same agent reconnecting: nothing was lost — unless the head restarted
-                // meanwhile and this is its report (DU-3).
-                self.liveness.get_mut(ix).expect("record").addr = agent.addr.clone();
-                self.heard_from(ix, now);
-                if self.reported(ix) {
-                    let gone = self.attempts.missing_since_restart(ix, &agent.running, &agent.ended);
-                    self.lose_attempts(now, ix, &node, gone, "was not running there when the head restarted");
-                }
+            if self.register_known(now, ix, &agent)? {
                 return Ok(Reply::Done);
-            }
-            // A restarted agent keeps the node's bundles: what it re-attached to runs on, what it
-            // lost is lost, unconfirmed starts go again. A node whose agent announced it was
-            // leaving and that comes back with nothing running is a new machine (the preemption
-            // happened: ends it still owes from before do not make it the same one — swarm seed
-            // 376593), and so is one that offers otherwise. The operator's drain stays (its
-            // cordon is the node's, whatever machine registers in its name).
-            let reattached = !agent.running.is_empty();
-            let left = self.liveness.get(ix).expect("record").leaving && !reattached;
-            if alive && !left && self.offers_the_same(ix, &agent) {
-                self.readopt(now, ix, agent, false);
-                return Ok(Reply::Done);
-            }
-            // Restarted to offer other resources or labels (a label added): as a restarted
-            // kubelet keeps its pods, the node keeps its bundles and the processes it
-            // re-attached to run on, where what they hold still fits; labels steer only what is
-            // placed from now on. (A reboot that lost them reports them missing, as above.)
-            if alive && !left && self.reconfigure(ix, &agent) {
-                self.readopt(now, ix, agent, true);
-                return Ok(Reply::Done);
-            }
-            if alive {
-                let why = if left {
-                    format!("the agent on {node} restarted; its processes were lost")
-                } else {
-                    format!(
-                        "the agent on {node} restarted offering less than what is allocated there; it is a new machine"
-                    )
-                };
-                self.lose_node(now, ix, why);
             }
         }
         let ix = self.scheduler.add_node(node.clone(), agent.resources, agent.labels, agent.devices);
@@ -114,6 +70,59 @@ impl Head {
         Ok(Reply::Done)
     }
 
+    /// A node the head knows registers again: the same agent reconnecting, or a restarted one
+    /// that keeps the node's bundles (true: nothing more to do), or a new machine under the
+    /// name, whose old one is lost (false: it registers as a new node).
+    fn register_known(&mut self, now: Instant, ix: NodeIx, agent: &Registration) -> Result<bool, Rejected> {
+        let node = &agent.node;
+        let record = self.liveness.get(ix).expect("known node has a record");
+        let (alive, incarnation) = (record.alive, record.incarnation);
+        if agent.incarnation < incarnation {
+            return Err(Rejected::StaleIncarnation(node.clone()));
+        }
+        self.touch_node(ix);
+        if alive && incarnation == agent.incarnation {
+            // The same agent reconnecting: nothing was lost — unless the head restarted
+            // meanwhile and this is its report (DU-3).
+            self.liveness.get_mut(ix).expect("record").addr = agent.addr.clone();
+            self.heard_from(ix, now);
+            if self.reported(ix) {
+                let gone = self.attempts.missing_since_restart(ix, &agent.running, &agent.ended);
+                self.lose_attempts(now, ix, node, gone, "was not running there when the head restarted");
+            }
+            return Ok(true);
+        }
+        // A restarted agent keeps the node's bundles: what it re-attached to runs on, what it
+        // lost is lost, unconfirmed starts go again. A node whose agent announced it was
+        // leaving and that comes back with nothing running is a new machine (the preemption
+        // happened: ends it still owes from before do not make it the same one — swarm seed
+        // 376593), and so is one that offers otherwise. The operator's drain stays (its
+        // cordon is the node's, whatever machine registers in its name).
+        let reattached = !agent.running.is_empty();
+        let left = self.liveness.get(ix).expect("record").leaving && !reattached;
+        if alive && !left && self.offers_the_same(ix, agent) {
+            self.readopt(now, ix, agent, false);
+            return Ok(true);
+        }
+        // Restarted to offer other resources or labels (a label added): as a restarted
+        // kubelet keeps its pods, the node keeps its bundles and the processes it
+        // re-attached to run on, where what they hold still fits; labels steer only what is
+        // placed from now on. (A reboot that lost them reports them missing, as above.)
+        if alive && !left && self.reconfigure(ix, agent) {
+            self.readopt(now, ix, agent, true);
+            return Ok(true);
+        }
+        if alive {
+            let why = if left {
+                format!("the agent on {node} restarted; its processes were lost")
+            } else {
+                format!("the agent on {node} restarted offering less than what is allocated there; it is a new machine")
+            };
+            self.lose_node(now, ix, why);
+        }
+        Ok(false)
+    }
+
     fn reconfigure(&mut self, ix: NodeIx, agent: &Registration) -> bool {
         let (resources, labels) = (agent.resources.clone(), agent.labels.clone());
         self.scheduler.reconfigure_node(ix, resources, labels, agent.devices)
@@ -131,7 +140,7 @@ impl Head {
     /// A restarted agent on a live node: its supervisors kept the attempts it lists running, and
     /// it owes the ends of those it lists ended. Every other attempt the head has seen start
     /// there is gone with the old agent. The node keeps its bundles.
-    fn readopt(&mut self, now: Instant, ix: NodeIx, agent: Registration, reconfigured: bool) {
+    fn readopt(&mut self, now: Instant, ix: NodeIx, agent: &Registration, reconfigured: bool) {
         // The machine is the same, and so is a departure it announced.
         let leaving = self.liveness.get(ix).expect("record").leaving;
         self.liveness.register(ix, agent.addr.clone(), agent.incarnation, now, self.config.node_timeout_ms);

@@ -312,29 +312,7 @@ impl Scenario {
                 }
                 Fault::ProcessExit { job, rank, exit_code, signal, local_rank } => {
                     known_job(job)?;
-                    if exit_code.is_some() == signal.is_some() {
-                        return Err(err(field("exit_code"), "give exactly one of exit_code and signal"));
-                    }
-                    if let Some(code) = exit_code.filter(|c| !(0..=255).contains(c)) {
-                        return Err(err(field("exit_code"), format!("is {code}; a process exits with 0 to 255")));
-                    }
-                    if let Some(signal) = signal.filter(|s| !(1..=MAX_SIGNAL).contains(s)) {
-                        return Err(err(field("signal"), format!("is {signal}; signals are 1 to {MAX_SIGNAL}")));
-                    }
-                    let max_nodes = jobs[job].spec.max_nodes;
-                    if *rank >= max_nodes {
-                        let message = format!(
-                            "is {rank}; job `{job}` has ranks 0 to {} (its max_nodes is {max_nodes})",
-                            max_nodes - 1
-                        );
-                        return Err(err(field("rank"), message));
-                    }
-                    let nproc = jobs[job].spec.nproc_per_node;
-                    if local_rank.is_some_and(|l| l >= nproc) {
-                        let message =
-                            format!("is {}; job `{job}` runs {nproc} worker(s) per node", local_rank.unwrap_or(0));
-                        return Err(err(field("local_rank"), message));
-                    }
+                    Self::check_process_exit(&field, job, &jobs[job].spec, *rank, *exit_code, *signal, *local_rank)?;
                 }
                 Fault::StopJob { job } => known_job(job)?,
                 Fault::HeadRestart { down_ms } => {
@@ -343,6 +321,42 @@ impl Scenario {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A process exit is one of an exit code or a signal, each in its range, of a rank and
+    /// local rank the job has.
+    fn check_process_exit(
+        field: &impl Fn(&str) -> String,
+        job: &JobId,
+        spec: &JobSpec,
+        rank: u32,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        local_rank: Option<u32>,
+    ) -> Result<(), ScenarioError> {
+        if exit_code.is_some() == signal.is_some() {
+            return Err(err(field("exit_code"), "give exactly one of exit_code and signal"));
+        }
+        if let Some(code) = exit_code.filter(|c| !(0..=255).contains(c)) {
+            return Err(err(field("exit_code"), format!("is {code}; a process exits with 0 to 255")));
+        }
+        if let Some(signal) = signal.filter(|s| !(1..=MAX_SIGNAL).contains(s)) {
+            return Err(err(field("signal"), format!("is {signal}; signals are 1 to {MAX_SIGNAL}")));
+        }
+        let max_nodes = spec.max_nodes;
+        if rank >= max_nodes {
+            let message =
+                format!("is {rank}; job `{job}` has ranks 0 to {} (its max_nodes is {max_nodes})", max_nodes - 1);
+            return Err(err(field("rank"), message));
+        }
+        let nproc = spec.nproc_per_node;
+        if let Some(local_rank) = local_rank.filter(|l| *l >= nproc) {
+            return Err(err(
+                field("local_rank"),
+                format!("is {local_rank}; job `{job}` runs {nproc} worker(s) per node"),
+            ));
         }
         Ok(())
     }
