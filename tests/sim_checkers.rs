@@ -251,3 +251,16 @@ fn a_badly_formed_cycle_is_caught() {
     let found = fed.feed("cycle_well_formed", vec![back]);
     assert_eq!(found, ["g cycle 3: g/5 holds no bundle; it follows cycle 4"]);
 }
+
+/// `liveness_at_ms` is a deadline: a job still running at that moment is a violation then,
+/// even when the run goes on and the job ends before `until_ms`.
+#[test]
+fn a_job_still_running_at_liveness_at_ms_is_caught_then() {
+    let mut s = scenario("replacement_before_pending_job");
+    assert!(Simulation::new(&s, s.seed, SimOptions::default()).run().violations.is_empty(), "clean to its end");
+    s.liveness_at_ms = Some(1_000);
+    let report = Simulation::new(&s, s.seed, SimOptions::default()).run();
+    let v = report.violations.first().expect("the job runs past its deadline");
+    assert_eq!((v.invariant.as_str(), v.t_ms), ("liveness", 1_000), "{v:?}");
+    assert!(v.detail.starts_with("a is still RUNNING"), "{v:?}");
+}

@@ -183,7 +183,7 @@ pub struct Simulation {
     operator_drained: BTreeSet<NodeId>,
     /// Nodes the scenario starts with.
     initial_nodes: u64,
-    /// When every job must have ended (`liveness_at_ms`).
+    /// When every job must have ended (`liveness_at_ms`); taken once the check has run.
     liveness_at: Option<Instant>,
 }
 
@@ -289,6 +289,9 @@ impl Simulation {
         if at > self.until {
             return false;
         }
+        if self.liveness_at.is_some_and(|l| at > l) {
+            self.check_liveness(); // on the state every input up to that moment left
+        }
         self.now = self.now.max(at);
         self.queue.advance_to(self.now);
         self.stats.steps += 1;
@@ -308,13 +311,18 @@ impl Simulation {
         !self.options.stop_on_violation || self.violations.is_empty()
     }
 
-    fn finish(mut self) -> SimReport {
-        if let (Some(at), Some(checker)) = (self.liveness_at, self.checker.as_mut()) {
-            if self.violations.is_empty() && self.now.max(self.until) >= at {
-                checker.check_liveness(at, &self.head);
-                self.violations.extend(checker.take());
-            }
+    /// Every job must have ended by `liveness_at_ms`: checked once, when the run passes that
+    /// moment or ends (the scenario puts it no later than `until_ms`).
+    fn check_liveness(&mut self) {
+        let Some(at) = self.liveness_at.take() else { return };
+        if let Some(checker) = self.checker.as_mut().filter(|_| self.violations.is_empty()) {
+            checker.check_liveness(at, &self.head);
+            self.violations.extend(checker.take());
         }
+    }
+
+    fn finish(mut self) -> SimReport {
+        self.check_liveness(); // nothing happens between the last step and `until_ms`
         self.stats.messages = self.network.sent;
         self.stats.dropped = self.network.dropped;
         self.stats.duplicated = self.network.duplicated;
