@@ -301,3 +301,27 @@ fn a_drain_stops_the_whole_gang_at_once() {
     let says = format!("stopped with its gang after {job}/0 was moved off draining node {drained}");
     assert_eq!(peer.evidence, says, "g/0 did not fail");
 }
+
+/// A rank its gang re-formed without (its node drained, no other to go to) holds no rank of the
+/// new cycle: `status` must not show it beside the actor that has that rank now.
+#[test]
+fn an_actor_left_out_of_the_next_cycle_shows_no_rank() {
+    let mut c = TestCluster::new(config());
+    for n in ["n1", "n2", "n3"] {
+        c.join(n, cpu(1));
+    }
+    let job = c.submit(spec("g", 2, 3));
+    let ranks: Vec<Option<u32>> = c.view(&job).actors.iter().map(|a| a.rank).collect();
+    assert_eq!(ranks, [Some(0), Some(1), Some(2)]);
+    let middle = c.view(&job).actors[1].node.clone().unwrap();
+    c.drain(&middle, 30_000);
+    c.advance(10_000);
+    let view = c.view(&job);
+    assert_eq!(view.cycles, 2, "{view:#?}");
+    let shown: Vec<(ActorState, Option<u32>)> = view.actors.iter().map(|a| (a.state, a.rank)).collect();
+    assert_eq!(
+        shown,
+        [(ActorState::Running, Some(0)), (ActorState::Scheduling, None), (ActorState::Running, Some(1))],
+        "{view:#?}"
+    );
+}

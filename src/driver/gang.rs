@@ -67,6 +67,11 @@ impl Driver {
         self.master = Some(Master { node: node.name.clone(), addr: node.addr.clone(), port });
         self.announce_cycle(now);
         let world_size = self.world.len() as u32;
+        // A rank is of a cycle: an actor left out of this one (its node drained, none free)
+        // holds none, or it would show the rank of the actor that has it now.
+        for actor in &mut self.actors {
+            actor.rank = None;
+        }
         for (rank, ix) in order.into_iter().enumerate() {
             self.start(now, ix, rank as u32, world_size);
         }

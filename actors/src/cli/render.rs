@@ -66,7 +66,13 @@ pub fn apply(view: &mut JobView, event: &Event) {
             }
         }
         JobEvent::JobState { to, .. } => view.state = *to,
-        JobEvent::CycleFormed { cycle, .. } => view.cycles = *cycle,
+        JobEvent::CycleFormed { cycle, ranks, .. } => {
+            view.cycles = *cycle;
+            // Those left out hold no rank of it; the members' starts name theirs.
+            for a in view.actors.iter_mut().filter(|a| !ranks.contains(&a.name)) {
+                a.rank = None;
+            }
+        }
         _ => {}
     }
 }
@@ -323,5 +329,37 @@ mod tests {
         urgent.priority = 7;
         assert!(job_table(&urgent).starts_with("job j1 (train) PENDING · cycle 1 · priority 7\n"));
         assert!(job_table(&job("PENDING", None)).starts_with("job j1 (train) PENDING · cycle 1\n"), "0 goes unsaid");
+    }
+
+    /// A follower's table: an actor the new cycle left out shows no rank, so the rank is not
+    /// shown twice once its new holder starts.
+    #[test]
+    fn a_followed_cycle_takes_the_rank_from_whoever_it_left_out() {
+        let mut view = job("RUNNING", None);
+        view.actors = serde_json::from_value(serde_json::json!([
+            {"name": "j1/0", "state": "RUNNING", "node": "n1", "rank": 0, "attempt": 1, "role": "active"},
+            {"name": "j1/1", "state": "SCHEDULING", "node": "n2", "rank": 1, "attempt": 1, "role": "active"},
+            {"name": "j1/2", "state": "SCHEDULING", "node": "n3", "rank": 2, "attempt": 1, "role": "active"}
+        ]))
+        .unwrap();
+        let ranks = vec![view.actors[0].name.clone(), view.actors[2].name.clone()];
+        let job = JobId::new("j1");
+        let formed = JobEvent::CycleFormed { cycle: 2, world_size: 2, master_addr: "n1".into(), master_port: 1, ranks };
+        apply(&mut view, &Event::Job { job: job.clone(), detail: formed });
+        let rank = |v: &JobView| v.actors.iter().map(|a| a.rank).collect::<Vec<_>>();
+        assert_eq!(rank(&view), [Some(0), None, Some(2)], "members keep theirs until they start");
+        let name = view.actors[2].name.clone();
+        let started = JobEvent::Transition {
+            actor: name,
+            from: ActorState::Scheduling,
+            to: ActorState::Running,
+            attempt: 2,
+            cycle: 2,
+            rank: Some(1),
+            node: None,
+        };
+        apply(&mut view, &Event::Job { job, detail: started });
+        assert_eq!(rank(&view), [Some(0), None, Some(1)]);
+        assert_eq!(view.cycles, 2);
     }
 }
