@@ -58,13 +58,20 @@ impl HeadConfig {
 
     /// Checks relations between fields; returns what is wrong and how to fix it.
     pub fn validate(&self) -> Result<(), String> {
+        /// A setting by its config key and the `ftdrive head` flag that sets it.
+        fn key(name: &str) -> String {
+            format!("config `{name}` (`--{}`)", name.replace('_', "-"))
+        }
         if self.heartbeat_interval_ms == 0 {
-            return Err("config `heartbeat_interval_ms` is 0; use a positive interval such as 1000".into());
+            return Err(format!("{} is 0; use a positive interval such as 1000", key("heartbeat_interval_ms")));
         }
         if self.node_timeout_ms <= self.heartbeat_interval_ms {
             return Err(format!(
-                "config `node_timeout_ms` ({}) must exceed `heartbeat_interval_ms` ({}); about 3 heartbeats is usual",
-                self.node_timeout_ms, self.heartbeat_interval_ms
+                "{} ({}) must exceed {} ({}); about 3 heartbeats is usual",
+                key("node_timeout_ms"),
+                self.node_timeout_ms,
+                key("heartbeat_interval_ms"),
+                self.heartbeat_interval_ms
             ));
         }
         if self.ports_per_node == 0 || u32::from(self.master_port_base) + u32::from(self.ports_per_node) > 65_536 {

@@ -109,7 +109,7 @@ fn draining_a_node_preempts_its_actor_and_undrain_takes_it_back() {
     let job = c.wait_for_job(&both, "it succeeds on both nodes", |j| j["state"] == "SUCCEEDED");
     assert!(job["ledger"].as_array().unwrap().iter().any(|e| e["node"] == node.as_str()), "{job:#}");
     let unknown = c.try_ftdrive(&["undrain", "no-such-node"]);
-    assert_eq!(unknown.status.code(), Some(1));
+    assert_eq!(unknown.status.code(), Some(2), "a name the head does not know is the input's to fix");
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("the head knows no node `no-such-node`"));
 }
 
@@ -357,9 +357,10 @@ fn requests_without_the_token_get_401_and_change_nothing() {
     assert_eq!(c.ftdrive(&["status", "--output", "json"]).trim(), "[]", "no job was created");
     assert_eq!(c.nodes_json()[0]["state"], "ALIVE", "no node was drained");
     let out = c.command().env("FTDRIVE_TOKEN", "wrong").args(["status"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "a refused credential is the command's to fix, not a failed job");
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("the head refused the token from $FTDRIVE_TOKEN"), "names the one to fix: {said}");
+    assert!(said.contains("refused the token from $FTDRIVE_TOKEN: it is not its client token"), "{said}");
+    assert!(said.contains("set $FTDRIVE_TOKEN to the contents of the `token` file"), "says how to fix: {said}");
     // A stale token file (a head started anew elsewhere) is named as such.
     let stale = tempfile::tempdir().unwrap();
     std::fs::write(stale.path().join("token"), "stale").unwrap();
@@ -367,6 +368,60 @@ fn requests_without_the_token_get_401_and_change_nothing() {
         c.command().env_remove("FTDRIVE_TOKEN").env("FTDRIVE_STATE_DIR", stale.path()).arg("status").output().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains(&format!("refused the token from {}", stale.path().join("token").display())), "{said}");
+    assert!(said.contains("that file is another head's"), "{said}");
+}
+
+/// Exit codes say whose move it is (docs/runtime.md): 2 for a command that cannot run as
+/// given, 4 for no ftdrive head at the address, 1 for a job that failed (elsewhere).
+#[test]
+fn exit_codes_tell_a_command_to_fix_from_a_head_not_there() {
+    let c = Cluster::start(&["n1"]);
+    let job = c.submit_no_wait(&c.spec("once", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1})));
+    c.wait_for_job(&job, "it succeeds", |j| j["state"] == "SUCCEEDED");
+    let refused = |args: &[&str], says: &str| {
+        let out = c.try_ftdrive(args);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {said}");
+        assert!(said.contains(says), "{args:?}: {said}");
+    };
+    refused(&["status", "j99"], "j99");
+    refused(&["logs", &job, "--attempt", "7"], &format!("--attempt 7: {job}/0 has attempts 1 to 1"));
+    let nowhere = tempfile::tempdir().unwrap();
+    let out = c.command().env("FTDRIVE_STATE_DIR", nowhere.path()).arg("status").output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "no token anywhere: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no API token"));
+
+    // Something answers at the address, but not as an ftdrive head does.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = other.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = other.accept().unwrap();
+        let mut request = [0u8; 4096];
+        let _ = std::io::Read::read(&mut stream, &mut request);
+        let answer = "HTTP/1.1 404 Not Found\r\ncontent-length: 9\r\nconnection: close\r\n\r\nnot found";
+        std::io::Write::write_all(&mut stream, answer.as_bytes()).unwrap();
+    });
+    let out = c.command().args(["nodes", "--head", &format!("http://{addr}")]).output().unwrap();
+    server.join().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert!(said.contains("answered 404 Not Found without an ftdrive error: is it an ftdrive head?"), "{said}");
+
+    // Daemons refused at start: a port in use, a work dir that is not there.
+    let listen = c.url.trim_start_matches("http://");
+    let second = tempfile::tempdir().unwrap();
+    let out = head_command(second.path(), listen, &[]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("cannot listen on {listen}")) && said.contains("give another with --listen"),
+        "{said}"
+    );
+    let out = c.command().args(["node", "--name", "n9", "--work-dir", "/no/such/dir"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("--work-dir /no/such/dir: not a directory on this machine"), "{said}");
+    assert_eq!(c.nodes_json().as_array().unwrap().len(), 1, "n9 never registered");
 }
 
 #[test]

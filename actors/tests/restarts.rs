@@ -508,7 +508,7 @@ fn dead_nodes_are_forgotten_durably_and_a_live_one_never() {
 
     let refused = c.try_ftdrive(&["forget", "n1"]);
     let said = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert_eq!(refused.status.code(), Some(2), "{said}");
     assert!(said.contains("node `n1` is ALIVE, and only a DEAD node can be forgotten"), "{said}");
     let answer: Value = serde_json::from_str(&c.ftdrive(&["forget", "n3", "--output", "json"])).unwrap();
     assert_eq!(answer["node"], answer["name"], "keyed as drain and undrain answer");

@@ -300,26 +300,53 @@ fn is_supervisor(pid: u32) -> bool {
 #[test]
 fn an_agent_with_a_wrong_token_says_which_credential_the_head_refused() {
     let c = Cluster::start(&[]);
-    let log = c.dir.path().join("wrong-token-agent.log");
-    let mut agent = c
-        .node_command("w1")
-        .env("FTDRIVE_AGENT_TOKEN", "not-the-agent-token")
-        .env("FTDRIVE_LOG", "warn")
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let said = || std::fs::read_to_string(&log).unwrap_or_default();
-    c.wait_until("the agent says why it is not let in", |_| said().contains("refused the agent token"));
-    agent.kill().unwrap();
-    agent.wait().unwrap();
-    let said = said();
+    let empty = tempfile::tempdir().unwrap();
+    let client_token = c.token();
+    // Each agent: its name, the one variable it is started with, and what it must come to say.
+    let agents = [
+        ("w1", ("FTDRIVE_AGENT_TOKEN", "not-the-agent-token"), "refused the agent token"),
+        ("w2", ("FTDRIVE_AGENT_TOKEN", client_token.as_str()), "refused the token"),
+        ("w3", ("FTDRIVE_STATE_DIR", empty.path().to_str().unwrap()), "cannot read the credential file"),
+    ];
+    let said: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = agents
+            .iter()
+            .map(|(name, (var, value), says)| {
+                let c = &c;
+                scope.spawn(move || {
+                    let log = c.dir.path().join(format!("{name}.log"));
+                    let mut agent = c.node_command(name);
+                    agent.env(var, value).env("FTDRIVE_LOG", "warn");
+                    let mut agent = agent.stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
+                    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+                    c.wait_until(&format!("{name} says why it is not let in"), |_| said().contains(says));
+                    agent.kill().unwrap();
+                    agent.wait().unwrap();
+                    said()
+                })
+            })
+            .collect();
+        runs.into_iter().map(|run| run.join().unwrap()).collect()
+    });
     assert!(
-        said.contains("refused the agent token from $FTDRIVE_AGENT_TOKEN (401 Unauthorized)")
-            && said.contains("the `agent-token` file in the head's state dir"),
-        "{said}"
+        said[0].contains(
+            "refused the agent token from $FTDRIVE_AGENT_TOKEN (401 Unauthorized): it is not its agent token"
+        ) && said[0]
+            .contains("set $FTDRIVE_AGENT_TOKEN to the contents of the `agent-token` file in the head's state dir"),
+        "{}",
+        said[0]
     );
-    assert!(!said.contains("cannot reach the head"), "the head was reached: {said}");
-    assert!(c.nodes_json().as_array().unwrap().is_empty(), "it never joined");
+    assert!(
+        said[1].contains("(403 Forbidden): that is its client token; an agent presents the agent token"),
+        "{}",
+        said[1]
+    );
+    let missing = empty.path().join("agent-token");
+    assert!(said[2].contains(&format!("cannot read the credential file {}", missing.display())), "{}", said[2]);
+    for said in &said {
+        assert!(!said.contains("cannot reach the head"), "the head was reached, or not asked: {said}");
+    }
+    assert!(c.nodes_json().as_array().unwrap().is_empty(), "none joined");
 }
 
 /// Every input has a bound (DESIGN §12): event followers past the head's limit are refused

@@ -40,12 +40,18 @@ impl Client {
     /// `$FTDRIVE_CA_CERT`), else the public roots.
     pub fn connect(head: &HeadUrl) -> Result<Client, CliError> {
         let url = super::head_url(head.head.clone())?;
-        let (token, token_from) = paths::client_token(&paths::default_state_dir()).map_err(CliError::Failed)?;
-        let mut client = Client::new(&url, token, token_from);
-        if client.base.starts_with("https://") {
+        // The flags first: a bad --ca-cert is named before a missing token is looked for.
+        let https = if url.starts_with("https://") {
             let bad_ca = |e: crate::tls::TlsError| CliError::BadInput(format!("--ca-cert: {e}"));
             let builder = crate::tls::http_client(head.ca_cert.as_deref()).map_err(bad_ca)?;
-            client.http = builder.build().map_err(|e| CliError::Failed(format!("cannot set up HTTPS: {e}")))?;
+            Some(builder.build().map_err(|e| CliError::Failed(format!("cannot set up HTTPS: {e}")))?)
+        } else {
+            None
+        };
+        let (token, token_from) = paths::client_token(&paths::default_state_dir()).map_err(CliError::BadInput)?;
+        let mut client = Client::new(&url, token, token_from);
+        if let Some(http) = https {
+            client.http = http;
             client.ca_cert = head.ca_cert.clone();
         }
         Ok(client)
@@ -65,15 +71,45 @@ impl Client {
         }
         let status = response.status();
         let body: Value = response.json().await.unwrap_or(Value::Null);
-        let message = body["error"].as_str().map_or_else(|| format!("the head answered {status}"), str::to_string);
+        let Some(message) = body["error"].as_str().map(str::to_string) else {
+            // Every answer of an ftdrive head names its error: something else answered.
+            return Err(CliError::Unreachable(format!(
+                "{} answered {status} without an ftdrive error: is it an ftdrive head? pass the head's address \
+                 with --head URL or $FTDRIVE_HEAD",
+                self.base
+            )));
+        };
         Err(match status {
-            reqwest::StatusCode::BAD_REQUEST => CliError::BadInput(message),
-            reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN => {
-                CliError::Failed(format!("the head refused the token from {}: {message}", self.token_from))
+            reqwest::StatusCode::UNAUTHORIZED => CliError::BadInput(self.refused_token()),
+            reqwest::StatusCode::FORBIDDEN => {
+                CliError::BadInput(format!("the head refused the token from {}: {message}", self.token_from))
             }
             reqwest::StatusCode::BAD_GATEWAY => CliError::Unavailable(message),
+            // Refused as asked (a bad spec, an unknown job, a node that is not DEAD): the command
+            // as given cannot run, and the head changed nothing.
+            status if status.is_client_error() => CliError::BadInput(message),
             _ => CliError::Failed(message),
         })
+    }
+
+    /// A 401: the token is not this head's client token. Says where it came from and how to
+    /// give the right one.
+    fn refused_token(&self) -> String {
+        let fix = if self.token_from == "$FTDRIVE_TOKEN" {
+            "set $FTDRIVE_TOKEN to the contents of the `token` file in the head's state dir, or unset it to use \
+             that file from the default state dir"
+                .to_string()
+        } else {
+            format!(
+                "that file is another head's; set $FTDRIVE_TOKEN to the contents of the `token` file in the state \
+                 dir of the head at {}",
+                self.base
+            )
+        };
+        format!(
+            "the head at {} refused the token from {}: it is not its client token; {fix}",
+            self.base, self.token_from
+        )
     }
 
     /// Why the head did not answer: TLS's doing when it can be told (a wrong scheme, a
@@ -120,7 +156,7 @@ impl Client {
                     Some(Ok(chunk)) => buffer.extend_from_slice(&chunk),
                     Some(Err(e)) => {
                         return Some((
-                            Err(CliError::Unreachable(format!("the connection broke: {}", root_cause(&e)))),
+                            Err(CliError::Unreachable(format!("its answer broke off: {}", root_cause(&e)))),
                             (bytes, buffer),
                         ))
                     }

@@ -4,7 +4,7 @@
 
 use super::args::HeadArgs;
 use super::error::{CliError, Outcome};
-use crate::head::{self, ServeError, ServeOptions};
+use crate::head::{self, ServeOptions};
 use crate::paths;
 use ftdrive::HeadConfig;
 
@@ -37,13 +37,9 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
             insecure_http: args.tls.insecure_http,
             agent_ca: args.ca_cert.clone(),
         };
-        let (server, running) = head::serve(options).map_err(|e| match e {
-            ServeError::Config(_) | ServeError::State(_) | ServeError::Insecure(_) => CliError::BadInput(e.to_string()),
-            ServeError::Token(_, ref io) if io.kind() == std::io::ErrorKind::InvalidInput => {
-                CliError::BadInput(e.to_string())
-            }
-            ServeError::Listen(..) | ServeError::Token(..) => CliError::Failed(e.to_string()),
-        })?;
+        // Every refusal to start is the command's setup to fix (a port taken, a state dir that
+        // cannot be one): exit 2, as the lock held by another head is.
+        let (server, running) = head::serve(options).map_err(|e| CliError::BadInput(e.to_string()))?;
         let url = format!("{scheme}://{}", server.addr);
         if let Err(e) = paths::write_atomic(&state_dir.join("head.url"), url.as_bytes()) {
             tracing::warn!("cannot record the head's address in {}: {e}", state_dir.display());

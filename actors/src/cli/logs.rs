@@ -23,6 +23,7 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
         let wanted = args.actor.as_deref().map(|actor| actor_index(actor, &view.id, view.actors.len())).transpose()?;
         let view = if args.follow { until_started(&client, view, wanted).await? } else { view };
         let actors = started(&view, wanted).map_err(|why| CliError::Failed(why.to_string()))?;
+        let actors = reached(&view, actors, args.attempt)?;
         let headers = actors.len() > 1;
         let mut unread = Vec::new();
         for actor in actors {
@@ -30,7 +31,13 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
             // first read fails and a retry starts meanwhile.
             let latest = args.follow.then(|| view.actors[actor as usize].attempt);
             let which = Which { actor, attempt: args.attempt.or(latest), local_rank: args.local_rank };
-            match print_attempt(&client, &view.id, which, args.follow, headers).await {
+            // Every name was checked against the job: what the head still cannot give (a log
+            // left on a lost machine) is not the input's fault.
+            let read = print_attempt(&client, &view.id, which, args.follow, headers).await.map_err(|e| match e {
+                CliError::BadInput(why) => CliError::Failed(why),
+                other => other,
+            });
+            match read {
                 // Of several actors, one whose machine is gone does not hide the others'.
                 Err(CliError::Failed(why) | CliError::Unavailable(why)) if headers => {
                     eprintln!("ftdrive: {}/{actor}: {why}", view.id);
@@ -81,6 +88,23 @@ impl std::fmt::Display for NotStarted<'_> {
             view.state, view.id
         )
     }
+}
+
+/// Of `actors`, those that started attempt `attempt` (all, when none is asked for); none is
+/// bad input, naming the attempts there are.
+fn reached(view: &JobView, actors: Vec<u32>, attempt: Option<u32>) -> Result<Vec<u32>, CliError> {
+    let Some(attempt) = attempt else { return Ok(actors) };
+    let latest = |a: &u32| view.actors[*a as usize].attempt;
+    let most = actors.iter().map(latest).max().unwrap_or(0);
+    let whose = match actors[..] {
+        [one] => format!("{}/{one} has", view.id),
+        _ => format!("the actors of {} have", view.id),
+    };
+    let reached: Vec<u32> = actors.into_iter().filter(|a| attempt >= 1 && latest(a) >= attempt).collect();
+    if reached.is_empty() {
+        return Err(CliError::BadInput(format!("--attempt {attempt}: {whose} attempts 1 to {most}")));
+    }
+    Ok(reached)
 }
 
 /// Under `--follow`, a job whose actor has not started yet is watched until it has (or the

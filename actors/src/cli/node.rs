@@ -44,11 +44,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         labels,
         devices,
         state_dir: state_dir.join(format!("node-{name}")),
-        work_dir: args
-            .work_dir
-            .clone()
-            .map_or_else(std::env::current_dir, Ok)
-            .map_err(|e| CliError::Failed(e.to_string()))?,
+        work_dir: work_dir(args.work_dir.clone())?,
         drain_deadline_ms: args.drain_deadline_ms,
         reattach_grace_ms: args.reattach_grace_ms,
         head_tls,
@@ -136,9 +132,28 @@ fn offer_gpus(resources: Resources, gpus: &Gpus, flag_given: bool) -> Result<(Re
     Ok((resources.with_milli("gpu", u64::from(devices.count()) * 1000), devices))
 }
 
+/// Where attempts run whose spec sets no `cwd`: checked now, not at the first job's start.
+fn work_dir(given: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, CliError> {
+    let Some(dir) = given else {
+        return std::env::current_dir()
+            .map_err(|e| CliError::BadInput(format!("cannot read the current directory: {e}")));
+    };
+    if !dir.is_dir() {
+        return Err(CliError::BadInput(format!(
+            "--work-dir {}: not a directory on this machine; give one that exists (attempts whose spec sets no `cwd` \
+             run there)",
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
 /// One agent per node state dir: a second one would share its attempts' records.
 fn lock_node_state(dir: &std::path::Path, name: &str) -> Result<std::fs::File, CliError> {
-    paths::private_dir(dir).map_err(|e| CliError::Failed(format!("cannot create {}: {e}", dir.display())))?;
+    let unusable = |e| {
+        CliError::BadInput(format!("cannot use {} as the agent's state dir (under --state-dir): {e}", dir.display()))
+    };
+    paths::private_dir(dir).map_err(unusable)?;
     paths::lock_exclusive(&dir.join("agent.lock")).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => CliError::BadInput(format!(
             "node name {name} is in use: another agent runs from {}; give this one another --name",

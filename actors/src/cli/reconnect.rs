@@ -45,7 +45,7 @@ where
             }
             answer => {
                 if answer.is_ok() {
-                    eprintln!("ftdrive: answered again after {:.1} s", start.elapsed().as_secs_f64());
+                    eprintln!("ftdrive: the head answered again after {:.1} s", start.elapsed().as_secs_f64());
                 }
                 return answer;
             }

@@ -56,7 +56,8 @@ fn write_lines(path: &Path, lines: &[String]) -> Result<(), CliError> {
     if !text.is_empty() {
         text.push('\n');
     }
-    std::fs::write(path, text).map_err(|e| CliError::Failed(format!("cannot write trace {}: {e}", path.display())))
+    std::fs::write(path, text)
+        .map_err(|e| CliError::BadInput(format!("--trace {}: cannot write it: {e}", path.display())))
 }
 
 /// Seeds a swarm runs unless `--seeds` says.

@@ -113,11 +113,11 @@ async fn stop_on_signal(
 pub enum ServeError {
     #[error("invalid configuration: {0}")]
     Config(String),
-    #[error("cannot listen on {0}: {1}")]
+    #[error("cannot listen on {0}: {1}; stop what holds that address, or give another with --listen")]
     Listen(String, std::io::Error),
     #[error("{0}")]
     State(#[from] StoreError),
-    #[error("cannot make or read the API tokens in {0}: {1}")]
+    #[error("cannot make or read the API tokens in {0}: {1}; --state-dir must be a directory this user can write")]
     Token(PathBuf, std::io::Error),
     /// Plain HTTP off loopback without `insecure_http`.
     #[error("{0}")]

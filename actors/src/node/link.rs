@@ -40,14 +40,12 @@ pub async fn maintain(
             }
             Err(e) if last_logged.is_none_or(|t| t.elapsed() >= Duration::from_millis(LOG_EVERY_MS)) => {
                 let trust = crate::tls::Trust { flag: crate::tls::Trust::OWN_FLAG, given: None };
-                if let Some(status) = refused(&*e) {
+                if let Some(unreadable) = e.downcast_ref::<Unreadable>() {
+                    // The head was not asked: the token is to fix here.
+                    tracing::warn!("{}; retrying", unreadable.0);
+                } else if let Some(status) = refused(&*e) {
                     // Reached, and refused: a credential to fix, not a network to wait for.
-                    let from = credential.source("FTDRIVE_AGENT_TOKEN");
-                    tracing::warn!(
-                        "the head at {head_url} refused the agent token from {from} ({status}): an agent presents \
-                         the head's agent token ($FTDRIVE_AGENT_TOKEN, or the `agent-token` file in the head's state \
-                         dir), not the client token; retrying"
-                    );
+                    tracing::warn!("the head at {head_url} {}; retrying", refusal(&credential, status));
                 } else {
                     match crate::tls::diagnose("the head", &head_url, &*e, &trust).await {
                         Some(why) => tracing::warn!("cannot reach the head: {why}; retrying"),
@@ -62,6 +60,40 @@ pub async fn maintain(
         backoff = (backoff * 2).min(heartbeat_ms.load(Ordering::Relaxed).max(FIRST_BACKOFF_MS));
     }
 }
+
+/// What the head's 401 or 403 says about the token presented, and how to give the right one.
+fn refusal(credential: &Credential, status: tokio_tungstenite::tungstenite::http::StatusCode) -> String {
+    let from = credential.source("FTDRIVE_AGENT_TOKEN");
+    if status == tokio_tungstenite::tungstenite::http::StatusCode::FORBIDDEN {
+        return format!(
+            "refused the token from {from} ({status}): that is its client token; an agent presents the agent token \
+             (the `agent-token` file in the head's state dir)"
+        );
+    }
+    let fix = match credential {
+        Credential::Given(_) => {
+            "set $FTDRIVE_AGENT_TOKEN to the contents of the `agent-token` file in the head's state dir, or \
+             unset it to read that file from --state-dir"
+        }
+        Credential::File(_) => {
+            "that file is another head's: point --state-dir at this head's, or set $FTDRIVE_AGENT_TOKEN to \
+             the contents of its `agent-token` file"
+        }
+    };
+    format!("refused the agent token from {from} ({status}): it is not its agent token; {fix}")
+}
+
+/// The credential could not be read: nothing was sent.
+#[derive(Debug)]
+struct Unreadable(String);
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unreadable {}
 
 /// The head's 401 or 403 to the WebSocket upgrade, if that is what `e` is.
 fn refused(e: &(dyn std::error::Error + 'static)) -> Option<tokio_tungstenite::tungstenite::http::StatusCode> {
@@ -82,7 +114,7 @@ async fn connect(
     credential: &Credential,
     tls: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<Socket, LinkError> {
-    let token = credential.read()?;
+    let token = credential.read().map_err(Unreadable)?;
     let mut request = url.into_client_request()?;
     let bearer = format!("Bearer {token}").parse().map_err(|_| "the token is not a valid header value".to_string())?;
     request.headers_mut().insert("authorization", bearer);
