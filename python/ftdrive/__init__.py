@@ -9,7 +9,7 @@
 """
 
 from .client import Client
-from .errors import ApiError, ConfigError, FtdriveError, HeadUnreachableError, SpecError
+from .errors import ApiError, ArgumentError, ConfigError, FtdriveError, HeadUnreachableError, SpecError
 from .models import (
     Actor,
     Bundle,
@@ -31,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Actor",
     "ApiError",
+    "ArgumentError",
     "Backoff",
     "Bundle",
     "Client",

@@ -17,13 +17,14 @@ import functools
 import http.client
 import json
 import socket
+import ssl
 import time
 import urllib.parse
 from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from . import connection
 from .connection import PathLike
-from .errors import ApiError, ConfigError, FtdriveError, HeadUnreachableError
+from .errors import ApiError, ArgumentError, ConfigError, FtdriveError, HeadUnreachableError
 from .models import Drain, Event, Health, Job, LogChunk, Node
 from .spec import JobSpec
 
@@ -34,6 +35,8 @@ PAUSE_S = 0.25
 HEAD_RETURN_TIMEOUT_S = 120.0
 #: The first and the longest pause between asking a head that is away again.
 _AWAY_PAUSE_S = (0.1, 2.0)
+#: What OpenSSL reports when an ``https://`` request is answered in plain http (by version).
+_NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"})
 
 T = TypeVar("T")
 
@@ -191,7 +194,12 @@ class Client:
         if local_rank is not None:
             query["local_rank"] = local_rank
         path = f"/v1/jobs/{_seg(job)}/logs?{urllib.parse.urlencode(query)}"
-        conn, response = self._open("GET", path)
+        try:
+            conn, response = self._open("GET", path)
+        except ApiError as e:
+            if e.status == 404 and attempt is None:
+                self._raise_if_not_started(job, index, e)
+            raise
         try:
             data = response.read()
         except (OSError, http.client.HTTPException) as e:
@@ -206,6 +214,24 @@ class Client:
             running=response.getheader("x-ftdrive-running") == "true",
             next_offset=int(next_offset) if next_offset else offset + len(data),
         )
+
+    def _raise_if_not_started(self, job: str, index: int, error: ApiError) -> None:
+        """For the head's 404 to a log asked without an attempt: if the actor has not started
+        one yet (the head answers that it has no attempt 0), raises an :class:`ApiError` 404
+        saying so, and why the job waits. Returns when the 404 was about something else."""
+        try:
+            view = self.status(job)
+            actor = view.actor(index)
+        except (FtdriveError, KeyError):
+            return
+        if actor.attempt != 0:
+            return
+        if view.is_terminal:
+            why = f"has not started an attempt, and the job ended {view.state}"
+        else:
+            waiting = view.waiting or view.infeasible
+            why = f"has not started an attempt yet (the job is {view.state}{': ' + waiting if waiting else ''})"
+        raise ApiError(404, f"actor {actor.name} {why}", error.method, error.path) from error
 
     def log_bytes(
         self,
@@ -340,6 +366,12 @@ class Client:
             response = conn.getresponse()
         except (OSError, http.client.HTTPException) as e:
             conn.close()
+            if self._scheme == "https" and isinstance(e, ssl.SSLError) and e.reason in _NOT_TLS:
+                plain = "http://" + self.base_url.split("://", 1)[1]
+                raise HeadUnreachableError(
+                    f"the head at {self.base_url} does not speak TLS ({e}); it may be serving plain http: "
+                    f"use {plain}, or start the head with --tls-cert and --tls-key"
+                ) from e
             raise HeadUnreachableError(
                 f"cannot reach the head at {self.base_url}: {e}; is `ftdrive head` running? "
                 "pass head= or set $FTDRIVE_HEAD"
@@ -401,7 +433,7 @@ def _seg(value: str) -> str:
     """One path segment, escaped. An empty one would name another route (``/v1/nodes/`` is
     not a node), so it is refused here."""
     if not str(value):
-        raise ValueError("a job id or node name cannot be empty")
+        raise ArgumentError("a job id or node name cannot be empty")
     return urllib.parse.quote(str(value), safe="")
 
 

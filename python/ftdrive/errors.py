@@ -3,8 +3,9 @@
 Every error the head answers becomes an :class:`ApiError` carrying the HTTP status and the
 head's own message (its JSON body is ``{"error": "..."}``). Problems found before a request
 is sent (no head configured, no token) are :class:`ConfigError`; a head that cannot be reached
-is :class:`HeadUnreachableError`; a job spec refused before sending is :class:`SpecError`. All
-of them derive from :class:`FtdriveError`.
+is :class:`HeadUnreachableError`; a job spec refused before sending is :class:`SpecError`, and
+another bad argument (an empty job id) :class:`ArgumentError`. All of them derive from
+:class:`FtdriveError`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ class FtdriveError(Exception):
 class SpecError(FtdriveError, ValueError):
     """A job spec the client can tell is wrong before sending it (an unknown or missing field).
     Also a ``ValueError``, as torchx expects of a bad app."""
+
+
+class ArgumentError(FtdriveError, ValueError):
+    """A bad argument, refused without asking the head about it: an empty job id or node name
+    (no request is sent); under torchx, a replica the app does not have, or a stream ftdrive
+    does not keep apart. Also a ``ValueError``, as it is a bad value."""
 
 
 class ConfigError(FtdriveError):

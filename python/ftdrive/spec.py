@@ -111,7 +111,12 @@ class JobSpec:
 
     @classmethod
     def from_json(cls, text: str) -> "JobSpec":
-        return cls.from_dict(json.loads(text))
+        """Reads a ``job.json`` text; text that is not JSON is a :class:`SpecError` saying where."""
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise SpecError(f"job spec is not JSON: {e}") from e
+        return cls.from_dict(data)
 
 
 def _refuse_unknown(cls: Any, data: Mapping[str, Any], prefix: str) -> None:

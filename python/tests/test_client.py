@@ -367,3 +367,31 @@ def test_an_unreachable_head_and_a_bad_ca_certificate(cluster: Cluster, tmp_path
         Client("127.0.0.1:1", token=token, timeout=5).health()
     with pytest.raises(ConfigError, match="CA certificate"):
         Client("https://127.0.0.1:1", token=token, ca_cert=tmp_path / "missing.pem")
+
+
+def test_https_to_a_plain_http_head_says_to_use_http(cluster: Cluster) -> None:
+    plain = cluster.url.split("://", 1)[1]
+    with pytest.raises(HeadUnreachableError) as refused:
+        Client(f"https://{plain}", state_dir=cluster.dir, timeout=5).health()
+    message = str(refused.value)
+    assert "may be serving plain http" in message and f"use http://{plain}" in message, message
+    assert "--tls-cert" in message, message
+
+
+def test_logs_of_an_actor_that_never_started_say_so(cluster: Cluster) -> None:
+    client = cluster.client()
+    spec = JobSpec(name="never-placed", command=["true"], min_nodes=1, max_nodes=1, bundle={"cpu": 64})
+    job_id = client.submit(spec).id
+    try:
+        with pytest.raises(ApiError) as waiting:
+            list(client.logs(job_id, 0))
+        assert waiting.value.status == 404
+        assert f"actor {job_id}/0 has not started an attempt yet (the job is PENDING" in waiting.value.message
+        assert "no attempt 0" not in waiting.value.message
+    finally:
+        client.stop(job_id)
+    client.wait(job_id, timeout=30)
+    with pytest.raises(ApiError, match="has not started an attempt, and the job ended STOPPED"):
+        list(client.logs(job_id, 0))
+    with pytest.raises(ApiError, match="no attempt 1"):  # an attempt asked for by number: the head's answer
+        list(client.logs(job_id, 0, attempt=1))

@@ -5,6 +5,7 @@ refuses before it asks the head anything."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any, Dict
 
 import pytest
@@ -12,7 +13,7 @@ from torchx.components.dist import ddp
 from torchx.components.utils import python as utils_python
 from torchx.specs import AppDef, Resource, RetryPolicy, Role
 
-from ftdrive import Client, FtdriveError
+from ftdrive import Client, ConfigError, FtdriveError, SpecError
 from ftdrive.spec import JobSpec
 from ftdrive.torchrun import translate
 from ftdrive.torchx_scheduler import create_scheduler, to_request
@@ -119,3 +120,23 @@ def test_dryrun_is_the_spec_json_and_round_trips() -> None:
         JobSpec.from_dict({"name": "x", "command": ["y"], "min_nodes": 1, "max_nodes": 1, "retries": {"colour": 1}})
     with pytest.raises(FtdriveError, match="`prority`: unknown field; did you mean `priority`"):
         JobSpec.from_dict({"name": "x", "command": ["y"], "min_nodes": 1, "max_nodes": 1, "prority": 1})
+
+
+def test_what_the_client_refuses_before_asking_is_an_ftdrive_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with pytest.raises(SpecError, match=r"job spec is not JSON: .*line 1 column 2"):
+        JobSpec.from_json("{")
+    client = Client("http://127.0.0.1:9", token="t")
+    with pytest.raises(FtdriveError, match="cannot be empty") as empty:
+        client.status("")
+    assert isinstance(empty.value, ValueError)  # an ArgumentError
+
+    # Under torchx, the head is given as torchx users give it, not as a Python argument.
+    monkeypatch.delenv("FTDRIVE_HEAD", raising=False)
+    (tmp_path / "torchxconfig").write_text("")
+    monkeypatch.setenv("TORCHXCONFIG", str(tmp_path / "torchxconfig"))
+    with pytest.raises(ConfigError) as headless:
+        create_scheduler("torchx").describe("j1")
+    assert "-cfg head=" in str(headless.value) and ".torchxconfig" in str(headless.value), headless.value
+    assert "head='" not in str(headless.value)
