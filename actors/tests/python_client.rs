@@ -39,6 +39,9 @@ fn the_python_client_and_torchx_scheduler_pass_their_tests() {
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "python/tests"])
         .current_dir(&root)
         .env("FTDRIVE_BIN", env!("CARGO_BIN_EXE_ftdrive"))
+        // This tree's package, not whichever copy was installed last (torchx finds the
+        // scheduler by the installed entry point, which then imports it from here).
+        .env("PYTHONPATH", root.join("python"))
         .output()
         .expect("pytest runs");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -18,8 +18,15 @@ An app's (single) role becomes one ftdrive job spec:
 
 The app id is the ftdrive job id (``ftdrive://SESSION/j3`` ↔ ``ftdrive status j3``). The head is
 ``-cfg head=URL`` (or ``head`` in the ``[ftdrive]`` section of ``.torchxconfig``), else
-``$FTDRIVE_HEAD``; the token as the ``ftdrive`` CLI finds it. ``status``, ``log``, ``cancel``
-and ``list`` use the same head.
+``$FTDRIVE_HEAD``; the token as the ``ftdrive`` CLI finds it. An app submitted by this scheduler
+is asked about at the head it was submitted to (torchx passes the run's ``-cfg`` to ``schedule``
+alone, so ``torchx run --wait`` and ``--log`` would otherwise not know it); any other app, and
+``list``, at the head of ``.torchxconfig``, else ``$FTDRIVE_HEAD``.
+
+``num_restarts`` counts the restarts charged to the job's retry budgets (``user``, ``system``,
+``preemption``): its ledger's charged entries, less one that found its budget exhausted and
+failed the job. A membership change (an elastic job growing), a gang's collateral stops and a
+completion charge nothing and count nothing.
 
 A head restart loses no job, so an app this scheduler has seen answered (submitted or
 described) is ``UNKNOWN`` while the head cannot be reached, for up to ``HEAD_RETURN_TIMEOUT_S``
@@ -58,6 +65,7 @@ from torchx.specs import (
     AppDryRunInfo,
     AppState,
     ReplicaStatus,
+    Resource,
     RetryPolicy,
     Role,
     RoleStatus,
@@ -68,8 +76,8 @@ from torchx.specs import (
 
 from . import torchrun
 from .client import HEAD_RETURN_TIMEOUT_S, Client, HeadAway
-from .errors import ApiError, FtdriveError, HeadUnreachableError
-from .models import Job
+from .errors import ApiError, ArgumentError, ConfigError, FtdriveError, HeadUnreachableError, SpecError
+from .models import Job, LedgerEntry
 from .spec import STRATEGIES, JobSpec, Retries
 
 logger: logging.Logger = logging.getLogger(__name__)
@@ -100,6 +108,11 @@ _REPLICA_STATE: Mapping[str, AppState] = {
     "STOPPED": AppState.CANCELLED,
 }
 _POLL_S = 0.5
+#: Where a torchx command finds the head (the scheduler's calls but ``schedule`` get no run options).
+_NO_HEAD = (
+    "no ftdrive head given: `torchx run` takes `-cfg head=http://HOST:PORT`; any torchx command "
+    "reads `head = http://HOST:PORT` from the [ftdrive] section of .torchxconfig, else $FTDRIVE_HEAD"
+)
 
 
 class UnknownAppError(FtdriveError, UnknownAppException):
@@ -203,21 +216,35 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         return opts
 
     def _client(self, head: Optional[str] = None, ca_cert: Optional[str] = None) -> Client:
+        """A client for ``head``, else the ``.torchxconfig`` one, else ``$FTDRIVE_HEAD``; with
+        none, a :class:`ConfigError` naming the ways a torchx user gives one."""
         if self._given_client is not None:
             return self._given_client
-        return Client(head=head or _torchxconfig("head"), ca_cert=ca_cert or _torchxconfig("ca_cert"))
+        head = head or _torchxconfig("head")
+        if not head and not os.environ.get("FTDRIVE_HEAD"):
+            raise ConfigError(_NO_HEAD)
+        return Client(head=head, ca_cert=ca_cert or _torchxconfig("ca_cert"))
+
+    def _client_of(self, app_id: str) -> Client:
+        """The client of the head ``app_id`` was submitted to here (the run's ``-cfg head``,
+        which torchx does not pass on to ``describe``, ``log_iter`` and ``cancel``), else
+        :meth:`_client`'s."""
+        seen = self._seen.get(app_id)
+        if seen is not None and seen.client is not None:
+            return seen.client
+        return self._client()
 
     # ---- submitting ---------------------------------------------------------------------
 
     def _validate(self, app: AppDef, scheduler: str) -> None:
         if len(app.roles) != 1:
             names = ", ".join(role.name for role in app.roles)
-            raise ValueError(
+            raise SpecError(
                 f"the ftdrive scheduler runs one role per app (one job); {app.name} has {len(app.roles)}: "
                 f"{names}. Submit each role as its own app."
             )
         if app.roles[0].resource == NULL_RESOURCE:
-            raise ValueError(f"role {app.roles[0].name} has no resource; give cpu/gpu/memMB or a named resource (-h)")
+            raise SpecError(f"role {app.roles[0].name} has no resource; give cpu/gpu/memMB or a named resource (-h)")
 
     def _submit_dryrun(self, app: AppDef, cfg: FtdriveOpts) -> AppDryRunInfo[FtdriveRequest]:
         self._validate(app, self.backend)
@@ -228,13 +255,15 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         request = dryrun_info.request
         client = self._client(request.head, request.ca_cert)
         job = client.submit(request.spec)
-        self._answered(client, job.id, job).submitted_as = request.role_name
+        seen = self._answered(client, job.id, job)
+        seen.submitted_as = request.role_name
+        seen.client = client
         return job.id
 
     # ---- observing and cancelling -------------------------------------------------------
 
     def describe(self, app_id: str) -> Optional[DescribeAppResponse]:
-        client = self._client()
+        client = self._client_of(app_id)
         try:
             job = _status_or_none(client, app_id)
         except HeadUnreachableError as e:
@@ -257,7 +286,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         return DescribeAppResponse(
             app_id=app_id,
             state=_APP_STATE.get(job.state, AppState.UNKNOWN),
-            num_restarts=max(job.cycles - 1, 0),
+            num_restarts=_restarts(job),
             msg=job.message or job.infeasible or job.waiting or NONE,
             ui_url=client.dashboard_url(job.id),
             roles_statuses=[RoleStatus(role=role, replicas=replicas)],
@@ -308,7 +337,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         ]
 
     def _cancel_existing(self, app_id: str) -> None:
-        client = self._client()
+        client = self._client_of(app_id)
         with _known(client, app_id):
             client.stop(app_id)
 
@@ -331,8 +360,8 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         or the component's own name asked from another process) is logged as a warning that
         names the role, and its logs are shown."""
         if streams not in (None, Stream.COMBINED):
-            raise ValueError("ftdrive keeps stdout and stderr of an attempt in one log; use --streams combined")
-        client = self._client()
+            raise ArgumentError("ftdrive keeps stdout and stderr of an attempt in one log; use --streams combined")
+        client = self._client_of(app_id)
         away = HeadAway(client.base_url, self._head_return_timeout_s)
         with _known(client, app_id):
             job = away.ask(functools.partial(client.status, app_id)) if should_tail else client.status(app_id)
@@ -341,7 +370,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             named = " or ".join(map(repr, roles))
             logger.warning("app %s has one role, named %s here; showing its logs for %r", app_id, named, role_name)
         if not 0 <= k < len(job.actors):
-            raise ValueError(f"{app_id} has replicas 0 to {len(job.actors) - 1}; there is no replica {k}")
+            raise ArgumentError(f"{app_id} has replicas 0 to {len(job.actors) - 1}; there is no replica {k}")
         lines = _replica_lines(client, away, app_id, k, _ms(since), _ms(until), should_tail)
         if regex:
             pattern = re.compile(regex)
@@ -491,7 +520,7 @@ def _late_bound(command: List[str], env: Dict[str, str]) -> Tuple[List[str], Dic
     lines = []
     for key, value in late_env.items():
         if not _ENV_NAME_RE.fullmatch(key):
-            raise ValueError(f"env {key!r} uses ${{app_id}} or ${{replica_id}} but is not a shell variable name")
+            raise SpecError(f"env {key!r} uses ${{app_id}} or ${{replica_id}} but is not a shell variable name")
         lines.append(f"export {key}={_shell_word(value)}")
     if late_args:
         lines.append("exec " + " ".join(_shell_word(word) for word in command))
@@ -526,18 +555,71 @@ def _torchxconfig(key: str) -> Optional[str]:
 class _Seen:
     """An app the head answered for: how long the head has been away since, the app's roles as
     last seen (shown while the head is away, so that ``torchx log`` still finds replicas), the
-    role's own name when it was submitted here, and whether the head last said it has no such
-    app."""
+    role's own name and the client of its head when it was submitted here, and whether the head
+    last said it has no such app."""
 
     away: HeadAway
     roles: List[Role] = field(default_factory=list)
     submitted_as: str = ""
+    client: Optional[Client] = None
     absent: bool = False
 
 
 def _role(job: Job) -> Role:
-    """A job's one role: its name and actors."""
-    return Role(name=job.name, image="", num_replicas=len(job.actors), min_replicas=job.min_nodes)
+    """A job's one role, as far as the head's view of the job tells its spec: the name; every
+    actor as a replica (spares too, so that each one's logs can be asked for); ``min_nodes``;
+    the bundle as the resource (keys other than ``cpu``, ``gpu`` and ``memory_mb`` as
+    capabilities); the ``user`` budget it started with as ``max_retries`` (-1: unlimited). The
+    view has neither the command nor the env, so ``entrypoint`` stays torchx's ``<MISSING>``."""
+    bundle = dict(job.placement_groups[0].bundle) if job.placement_groups else {}
+    resource = Resource(
+        cpu=_whole(bundle.pop("cpu", 0)),
+        gpu=_whole(bundle.pop("gpu", 0)),
+        memMB=_whole(bundle.pop("memory_mb", 0)),
+        capabilities={key: _whole(value) for key, value in bundle.items()},
+    )
+    return Role(
+        name=job.name,
+        image="",
+        num_replicas=len(job.actors),
+        min_replicas=job.min_nodes,
+        max_retries=_user_budget(job),
+        resource=resource,
+    )
+
+
+def _whole(value: float) -> Any:
+    """A bundle amount as torchx has it: an int when it is whole."""
+    return int(value) if float(value).is_integer() else value
+
+
+def _exhausted(job: Job, entry: LedgerEntry) -> bool:
+    """Whether ``entry`` found its budget at 0 and so failed the job: the last attempt of an
+    actor that ended FAILED, charged to a budget with nothing left. (An attempt charged to a
+    budget with retries left is followed by a restart, or by the job's closing.)"""
+    actor = next((a for a in job.actors if a.name == entry.actor), None)
+    return (
+        entry.charged
+        and actor is not None
+        and actor.state == "FAILED"
+        and entry.attempt == actor.attempt
+        and getattr(entry.remaining, entry.budget, None) == 0
+    )
+
+
+def _restarts(job: Job) -> int:
+    """Restarts charged to the job's retry budgets: the ledger's charged entries, less the one
+    that found its budget exhausted (see the module's documentation)."""
+    return sum(1 for entry in job.ledger if entry.charged and not _exhausted(job, entry))
+
+
+def _user_budget(job: Job) -> int:
+    """The ``user`` retry budget the job started with (``max_retries``): what remains, plus one
+    for each attempt charged to it that was not refused as exhausted; -1 is unlimited."""
+    if job.remaining.user < 0:
+        return job.remaining.user
+    used = sum(1 for entry in job.ledger if entry.budget == "user" and not _exhausted(job, entry))
+    return job.remaining.user + used
 
 
 @contextlib.contextmanager

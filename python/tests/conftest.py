@@ -56,6 +56,13 @@ import os, sys
 print(f"failing on purpose, attempt {os.environ['FTDRIVE_ATTEMPT']}", flush=True)
 sys.exit(1)
 """,
+    # Fails its first attempt, succeeds on the next.
+    "fail_once.py": """
+import os, sys
+attempt = os.environ["FTDRIVE_ATTEMPT"]
+print(f"attempt {attempt}", flush=True)
+sys.exit(1 if attempt == "1" else 0)
+""",
     "sleep.py": """
 import time
 print("sleeping", flush=True)

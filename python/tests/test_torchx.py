@@ -1,7 +1,8 @@
 """The ``ftdrive`` torchx scheduler through the real ``torchx`` CLI against a real cluster:
 ``dist.ddp`` apps that succeed, fail and are cancelled; ``status``, ``log``, ``list``,
 ``cancel`` and ``--dryrun``; ``run --log`` (waiting and following) across a head restart;
-``log`` and ``cancel`` of an app the head does not know, ``log`` of a role an app does not have."""
+``log`` and ``cancel`` of an app the head does not know, ``log`` of a role an app does not have;
+the run's ``-cfg head`` for its own later calls; restarts as the budgets count them; ``describe``."""
 
 from __future__ import annotations
 
@@ -11,23 +12,35 @@ import re
 import subprocess
 import sys
 import threading
-from typing import Any, Dict, List
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
 import pytest
 from conftest import Cluster, wait_for
 from torchx.components.utils import sh
 from torchx.specs import AppState, UnknownAppException
 
-from ftdrive import Client, HeadUnreachableError, Job
+from ftdrive import Client, HeadUnreachableError, Job, JobSpec
 from ftdrive.torchx_scheduler import create_scheduler
 
 
 def torchx(
-    cli: List[str], cluster: Cluster, *args: str, check: bool = True, timeout: float = 120
+    cli: List[str],
+    cluster: Cluster,
+    *args: str,
+    check: bool = True,
+    timeout: float = 120,
+    env: Optional[Dict[str, str]] = None,
 ) -> "subprocess.CompletedProcess[str]":
+    """``torchx ARGS`` as a user of ``cluster`` runs it (``env``: another environment)."""
     try:
         done = subprocess.run(
-            [*cli, *args], cwd=cluster.work, env=cluster.user_env(), capture_output=True, text=True, timeout=timeout
+            [*cli, *args],
+            cwd=cluster.work,
+            env=cluster.user_env() if env is None else env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired as e:
         raise AssertionError(f"torchx {' '.join(args)} was still running after {timeout:.0f} s:\n{e.stderr!r}") from e
@@ -186,6 +199,7 @@ def test_a_failing_app_ends_failed_with_its_ledger_charged_to_the_user_budget(
 
     status = torchx(torchx_cli, cluster, "status", handle).stdout
     assert "FAILED" in status and "user_error" in status, status
+    assert "Num Restarts: 1\n" in status, "the second failure found the budget exhausted: no restart"
     log = torchx(torchx_cli, cluster, "log", handle).stdout
     assert "failing on purpose, attempt 1" in log and "failing on purpose, attempt 2" in log, log
 
@@ -262,3 +276,94 @@ def test_describe_is_unknown_only_for_an_app_answered_before_and_only_for_a_whil
         impatient.describe("j7")
     with pytest.raises(HeadUnreachableError, match="cannot reach the head"):
         patient.describe("j8")  # never answered here: a wrong head looks the same
+
+
+def test_run_with_a_cfg_head_alone_follows_its_app_at_that_head(
+    cluster: Cluster, torchx_cli: List[str], tmp_path: Path
+) -> None:
+    """With no $FTDRIVE_HEAD, ``-cfg head=URL`` is the head of the run's own calls after the
+    submission (the status it prints, ``--log``, ``--wait``), which torchx makes without the run
+    options; a later command is told every way to give the head."""
+    env = {key: value for key, value in cluster.user_env().items() if key != "FTDRIVE_HEAD"}
+    done = torchx(
+        torchx_cli, cluster, "run", "-s", "ftdrive", "-cfg", f"head={cluster.url}", "--log",
+        "dist.ddp", "-j", "1x1", "--script", "check_env.py", "--", "1", "1", "cfg-head",
+        env=env,
+    )  # fmt: skip
+    handle = [line for line in done.stdout.splitlines() if line.startswith("ftdrive://")][-1]
+    assert "args=cfg-head" in done.stderr and "Job finished: SUCCEEDED" in done.stderr, done.stderr
+    assert cluster.client().status(job_of(handle)).state == "SUCCEEDED"
+
+    headless = torchx(torchx_cli, cluster, "status", handle, check=False, env=env)
+    assert headless.returncode != 0
+    for how in ("`torchx run` takes `-cfg head=", "[ftdrive] section of .torchxconfig", "$FTDRIVE_HEAD"):
+        assert how in headless.stderr, headless.stderr
+    assert "head='" not in headless.stderr, "a torchx user has no Python argument to pass"
+
+    config = tmp_path / "torchxconfig"
+    config.write_text(f"[ftdrive]\nhead = {cluster.url}\n")
+    configured = torchx(torchx_cli, cluster, "status", handle, env={**env, "TORCHXCONFIG": str(config)})
+    assert "SUCCEEDED" in configured.stdout, configured.stdout
+
+
+def test_num_restarts_counts_the_restarts_charged_to_retry_budgets(cluster: Cluster, torchx_cli: List[str]) -> None:
+    """A replica restarted on its own (``restart: actor``, one cycle) after a failure: 1."""
+    handle = launch(
+        torchx_cli, cluster, "-cfg", "restart=actor", "--wait", "dist.ddp", "-j", "1x1", "--max_retries", "2",
+        "--script", "fail_once.py",
+    )  # fmt: skip
+    job = cluster.client().status(job_of(handle))
+    assert [(e.cause, e.budget) for e in job.ledger] == [("user_error", "user"), ("completed", "none")], job.ledger
+    assert (job.state, job.cycles) == ("SUCCEEDED", 1), job
+    status = torchx(torchx_cli, cluster, "status", handle).stdout
+    assert "Num Restarts: 1\n" in status, status
+
+
+def test_an_elastic_job_growing_is_no_restart(cluster: Cluster) -> None:
+    """Growing re-forms the gang (a new cycle, its ranks stopped as ``membership_change``) at
+    no budget's cost: 0 restarts."""
+    client = cluster.client()
+    sleeper = [sys.executable, str(cluster.work / "sleep.py")]
+    whole_node = {"cpu": 4}
+    others = len(cluster.nodes) - 1
+    holder = client.submit(
+        JobSpec(name="holds", command=sleeper, min_nodes=others, max_nodes=others, bundle=whole_node)
+    )
+    try:
+        cluster.wait_job(holder.id, "it runs", lambda j: [a.state for a in j.actors] == ["RUNNING"] * others)
+        spec = JobSpec(
+            name="grows", command=sleeper, min_nodes=1, max_nodes=2, bundle=whole_node, scale_up_delay_ms=100
+        )
+        grows = client.submit(spec).id
+        try:
+            cluster.wait_job(grows, "it runs on one node", lambda j: "RUNNING" in [a.state for a in j.actors])
+            client.stop(holder.id)
+            job = cluster.wait_job(
+                grows,
+                "it grew to two nodes",
+                lambda j: j.cycles == 2 and [a.state for a in j.actors] == ["RUNNING"] * 2,
+            )
+            assert {(e.cause, e.budget) for e in job.ledger} == {("membership_change", "none")}, job.ledger
+            described = create_scheduler("torchx", client=client).describe(grows)
+            assert described is not None and described.num_restarts == 0, described
+        finally:
+            client.stop(grows)
+    finally:
+        client.stop(holder.id)
+
+
+def test_describe_fills_the_role_from_the_job(cluster: Cluster, torchx_cli: List[str]) -> None:
+    """``torchx describe`` in another process: replicas, resources and the retries the app was
+    given (one of them used) from the head."""
+    handle = launch(
+        torchx_cli, cluster, "--wait", "dist.ddp", "-j", "1x1", "--max_retries", "2", "--cpu", "1", "--memMB", "512",
+        "--script", "fail_once.py",
+    )  # fmt: skip
+    job = cluster.client().status(job_of(handle))
+    assert job.state == "SUCCEEDED" and job.remaining.user == 1, job
+    described = torchx(torchx_cli, cluster, "describe", handle).stdout
+    for field_, value in [
+        ("name", "'fail_once'"), ("num_replicas", "1"), ("min_replicas", "1"), ("max_retries", "2"),
+        ("cpu", "1"), ("gpu", "0"), ("memMB", "512"),
+    ]:  # fmt: skip
+        assert re.search(rf"'{field_}': {value}(?!\w)", described), f"{field_} is not {value}:\n{described}"
