@@ -148,3 +148,46 @@ fn queue_depth_counts_waiting_bundles_and_empty_states_read_zero() {
     let waiting = scrape(&metrics_url, &c.token());
     assert_eq!(value(&waiting, "ftdrive_queue_depth", &[("class", "pending_gang")]), 3.0, "three bundles, one item");
 }
+
+/// An agent counts each attempt it started once, however fast its workers end (a command that
+/// ends before the agent is connected to its supervisor still ran), and not again when a
+/// restarted agent re-attaches to it: that one is `reattached_attempts`.
+#[test]
+fn an_agent_counts_each_start_once_and_a_re_attached_one_apart() {
+    let mut c = Cluster::start(&["n1"]);
+    let agent_metrics = |c: &Cluster| {
+        let nodes = c.nodes_json();
+        let url = nodes[0]["metrics_url"].as_str().expect("the agent's metrics URL").to_string();
+        scrape(&url, &c.agent_token())
+    };
+    let commands = [json!(["true"]), json!(["false"]), json!(["sh", "-c", "exit 7"])];
+    let quick: Vec<String> = (0..12)
+        .map(|i| {
+            let body = json!({"command": commands[i % 3], "min_nodes": 1, "max_nodes": 1, "retries": {"user": 0}});
+            c.submit_no_wait(&c.spec(&format!("quick{i}"), body))
+        })
+        .collect();
+    for id in &quick {
+        c.wait_for_job(id, "it ends", |j| ["SUCCEEDED", "FAILED"].contains(&j["state"].as_str().unwrap_or("")));
+    }
+    let agent = agent_metrics(&c);
+    let ended = |outcome| value(&agent, "ftdrive_agent_attempts_ended_total", &[("outcome", outcome)]);
+    assert_eq!((ended("succeeded"), ended("failed")), (4.0, 8.0));
+    assert_eq!(value(&agent, "ftdrive_agent_attempts_started_total", &[]), 12.0, "every one that ended had started");
+    assert_eq!(value(&agent, "ftdrive_agent_attempts", &[]), 0.0, "none left supervised");
+
+    let long = c.submit_no_wait(&c.spec("long", json!({"command": ["sleep", "300"], "min_nodes": 1, "max_nodes": 1})));
+    c.wait_for_job(&long, "it runs", |j| running(j, 1));
+    c.kill_node("n1");
+    c.add_node("n1");
+    c.wait_until("the new agent re-attached", |c| {
+        let nodes = c.nodes_json();
+        let url = nodes[0]["metrics_url"].as_str().unwrap_or_default().to_string();
+        !url.is_empty() && get(&url, Some(&c.agent_token())).1.contains("ftdrive_agent_reattached_attempts_total 1")
+    });
+    let again = agent_metrics(&c);
+    assert_eq!(value(&again, "ftdrive_agent_attempts_started_total", &[]), 0.0, "an earlier agent started it");
+    assert_eq!(value(&again, "ftdrive_agent_attempts", &[]), 1.0);
+    c.ftdrive(&["stop", &long]);
+    c.wait_for_job(&long, "it stops", |j| j["state"] == "STOPPED");
+}

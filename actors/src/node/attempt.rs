@@ -121,11 +121,15 @@ fn already_ended(
     dir: &Path,
     reports: &UnboundedSender<(AttemptKey, Report)>,
 ) -> UnboundedSender<Command> {
-    let pgids = std::fs::read_to_string(dir.join(PID_RECORD)).unwrap_or_default();
-    let pgids = pgids.lines().filter_map(|p| p.trim().parse().ok()).collect();
-    let _ = reports.send((key.clone(), Report::Started { pgids }));
+    let _ = reports.send((key.clone(), Report::Started { pgids: recorded_pgids(dir) }));
     let _ = reports.send((key, ended(dir)));
     tokio::sync::mpsc::unbounded_channel().0
+}
+
+/// The workers' process groups, as the supervisor recorded them when they started.
+fn recorded_pgids(dir: &Path) -> Vec<i32> {
+    let pgids = std::fs::read_to_string(dir.join(PID_RECORD)).unwrap_or_default();
+    pgids.lines().filter_map(|p| p.trim().parse().ok()).collect()
 }
 
 /// What starting one supervisor needs, owned so that it can move to a blocking thread.
@@ -265,6 +269,7 @@ async fn attach(
     tokio::spawn(async move {
         let (read, mut write) = stream.into_split();
         let mut lines = BufReader::new(read).lines();
+        let mut told_started = false;
         loop {
             tokio::select! {
                 line = lines.next_line() => match line {
@@ -272,6 +277,7 @@ async fn attach(
                         if let Some(pgids) = line.strip_prefix("started ") {
                             let pgids = pgids.split_whitespace().filter_map(|p| p.parse().ok()).collect();
                             let _ = reports.send((key.clone(), Report::Started { pgids }));
+                            told_started = true;
                         }
                     }
                     _ => break,
@@ -286,7 +292,14 @@ async fn attach(
                 }
             }
         }
-        let _ = reports.send((key, ended(&dir)));
+        let end = ended(&dir);
+        // Workers that ended before the supervisor took our connection: it went without a
+        // word, but they ran (their groups are recorded), as an attached agent would have heard.
+        let pgids = recorded_pgids(&dir);
+        if !told_started && matches!(end, Report::Ended(_)) && !pgids.is_empty() {
+            let _ = reports.send((key.clone(), Report::Started { pgids }));
+        }
+        let _ = reports.send((key, end));
     });
     Ok(commands)
 }

@@ -64,13 +64,24 @@ pub struct NodeOptions {
 
 /// How the agent reaches one attempt's supervisor.
 enum Supervision {
-    /// Being launched; a stop asked for meanwhile is delivered once it is up.
-    Launching { pending: Option<Command> },
+    /// Being launched; a stop asked for meanwhile is delivered once it is up. Its start may
+    /// be reported before the launch is (the two travel apart).
+    Launching { pending: Option<Command>, pgids: Vec<i32> },
     Attached {
         commands: UnboundedSender<Command>,
         /// The workers' process groups, once the supervisor said.
         pgids: Vec<i32>,
+        /// Found running when this agent started: its start is an earlier agent's.
+        reattached: bool,
     },
+}
+
+impl Supervision {
+    fn pgids(&self) -> &[i32] {
+        match self {
+            Supervision::Launching { pgids, .. } | Supervision::Attached { pgids, .. } => pgids,
+        }
+    }
 }
 
 pub struct NodeAgent {
@@ -105,7 +116,7 @@ impl NodeAgent {
     ) -> NodeAgent {
         let supervisors = attached
             .into_iter()
-            .map(|(key, commands)| (key, Supervision::Attached { commands, pgids: Vec::new() }))
+            .map(|(key, commands)| (key, Supervision::Attached { commands, pgids: Vec::new(), reattached: true }))
             .collect();
         NodeAgent {
             protocol: Agent::new(identity, crate::paths::incarnation(), recovered),
@@ -205,7 +216,7 @@ impl NodeAgent {
         let Some(log) = logs::log_path(&self.opts.state_dir, key.job.as_str(), key.actor, key.attempt) else {
             return self.input(AgentInput::SpawnFailed { key, message: "bad job id".into() }, ctx);
         };
-        self.supervisors.insert(key.clone(), Supervision::Launching { pending: None });
+        self.supervisors.insert(key.clone(), Supervision::Launching { pending: None, pgids: Vec::new() });
         let cwd = spec.cwd.as_ref().map_or_else(|| self.opts.work_dir.clone(), PathBuf::from);
         let grace_ms = self.opts.reattach_grace_ms.or(self.head_node_timeout_ms).unwrap_or(DEFAULT_REATTACH_GRACE_MS);
         let (state_dir, reports, addr) = (self.opts.state_dir.clone(), self.reports.clone(), self.opts.addr.clone());
@@ -219,14 +230,13 @@ impl NodeAgent {
     fn launched(&mut self, key: AttemptKey, result: Result<UnboundedSender<Command>, String>, ctx: &mut Context<Self>) {
         match result {
             Ok(commands) => {
-                let pending = match self.supervisors.remove(&key) {
-                    Some(Supervision::Launching { pending }) => pending,
-                    _ => None,
-                };
+                // Its end may have been reported already (a command that ends at once): then
+                // there is nothing left to supervise.
+                let Some(Supervision::Launching { pending, pgids }) = self.supervisors.remove(&key) else { return };
                 if let Some(command) = pending {
                     let _ = commands.send(command);
                 }
-                self.supervisors.insert(key, Supervision::Attached { commands, pgids: Vec::new() });
+                self.supervisors.insert(key, Supervision::Attached { commands, pgids, reattached: false });
             }
             Err(message) => {
                 self.supervisors.remove(&key);
@@ -241,7 +251,7 @@ impl NodeAgent {
             Some(Supervision::Attached { commands, .. }) => {
                 let _ = commands.send(command);
             }
-            Some(Supervision::Launching { pending }) => *pending = Some(command),
+            Some(Supervision::Launching { pending, .. }) => *pending = Some(command),
             None => {}
         }
     }
@@ -249,10 +259,22 @@ impl NodeAgent {
     fn supervised(&mut self, key: AttemptKey, report: Report, ctx: &mut Context<Self>) {
         match report {
             Report::Started { pgids } => {
-                if let Some(Supervision::Attached { pgids: known, .. }) = self.supervisors.get_mut(&key) {
-                    *known = pgids;
+                let reattached = match self.supervisors.get_mut(&key) {
+                    Some(Supervision::Attached { pgids: known, reattached, .. }) => {
+                        *known = pgids;
+                        *reattached
+                    }
+                    Some(Supervision::Launching { pgids: known, .. }) => {
+                        *known = pgids;
+                        false
+                    }
+                    None => false,
+                };
+                // Counted once, by the agent that launched it: a re-attached one counts in
+                // `reattached_attempts`.
+                if !reattached {
+                    self.metrics.attempt_started();
                 }
-                self.metrics.attempt_started();
                 self.input(AgentInput::Spawned { key }, ctx);
             }
             Report::SpawnFailed(message) => {
@@ -269,25 +291,18 @@ impl NodeAgent {
     }
 
     fn count_processes(&self) {
-        let processes = self
-            .supervisors
-            .values()
-            .map(|s| match s {
-                Supervision::Attached { pgids, .. } => pgids.len(),
-                Supervision::Launching { .. } => 0,
-            })
-            .sum();
+        let processes = self.supervisors.values().map(|s| s.pgids().len()).sum();
         self.metrics.supervising(self.supervisors.len(), processes);
     }
 
     /// Kills every attempt at once (an embedded cluster shutting down, Ctrl-C).
     fn kill_all(&mut self) {
         for supervision in self.supervisors.values() {
-            if let Supervision::Attached { commands, pgids } = supervision {
+            if let Supervision::Attached { commands, .. } = supervision {
                 let _ = commands.send(Command::Kill);
-                for pgid in pgids {
-                    workers::signal_group(*pgid, libc::SIGKILL);
-                }
+            }
+            for pgid in supervision.pgids() {
+                workers::signal_group(*pgid, libc::SIGKILL);
             }
         }
     }
