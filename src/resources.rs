@@ -33,6 +33,8 @@ pub enum ResourceError {
     NotANumber { name: String, value: String },
     #[error("too many resource names (more than {MAX_RESOURCE_NAMES})")]
     TooMany,
+    #[error("resource `{0}` is given twice; give it once")]
+    Repeated(String),
 }
 
 impl Resources {
@@ -97,6 +99,9 @@ impl Resources {
             let (name, value) = (name.trim(), value.trim());
             let number: f64 =
                 value.parse().map_err(|_| ResourceError::NotANumber { name: name.into(), value: value.into() })?;
+            if out.0.contains_key(name) {
+                return Err(ResourceError::Repeated(name.into()));
+            }
             out.insert_checked(name, number)?;
         }
         Ok(out)
@@ -212,7 +217,9 @@ pub fn parse_labels(text: &str) -> Result<Labels, String> {
         if key.trim().is_empty() {
             return Err(format!("label `{pair}` has an empty key"));
         }
-        labels.insert(key.trim().to_string(), value.trim().to_string());
+        if labels.insert(key.trim().to_string(), value.trim().to_string()).is_some() {
+            return Err(format!("label `{}` is given twice; give it once", key.trim()));
+        }
     }
     Ok(labels)
 }
@@ -347,6 +354,9 @@ mod tests {
         assert!(matches!(Resources::parse_pairs("cpu"), Err(ResourceError::BadPair(_))));
         assert!(matches!(Resources::parse_pairs("cpu=x"), Err(ResourceError::NotANumber { .. })));
         assert!(matches!(Resources::parse_pairs("c pu=1"), Err(ResourceError::BadName(_))));
+        let twice = Resources::parse_pairs("foo=1,cpu=1,cpu=2").unwrap_err();
+        assert_eq!(twice.to_string(), "resource `cpu` is given twice; give it once", "not the last one silently");
+        assert_eq!(parse_labels("zone=a,zone=b").unwrap_err(), "label `zone` is given twice; give it once");
     }
 
     #[test]

@@ -219,7 +219,8 @@ impl JobSpec {
 /// fields in declaration order: it is refused before it is read. `example` shows the object.
 pub(crate) fn parse_object<T: serde::de::DeserializeOwned>(text: &str, example: &str) -> Result<T, (String, String)> {
     let found = match text.trim_start().chars().next() {
-        Some('{') | None => None,
+        Some('{') => None,
+        None => Some("empty"),
         Some('[') => Some("a JSON array"),
         Some(_) => Some("not a JSON object"),
     };
@@ -246,7 +247,13 @@ pub(crate) fn placed_error(err: serde_path_to_error::Error<serde_json::Error>) -
         return ("(document)".to_string(), format!("is not valid JSON: {inner}; fix the syntax there"));
     }
     let field = if path == "." || path.is_empty() { "(document)".to_string() } else { path };
-    (field, friendlier(&inner.to_string()))
+    let message = inner.to_string();
+    // serde names the object that holds a repeated key; the key is the field at fault.
+    if let Some(key) = message.strip_prefix("duplicate field `").and_then(|rest| rest.split('`').next()) {
+        let field = if field == "(document)" { key.to_string() } else { format!("{field}.{key}") };
+        return (field, "is given twice; give it once".to_string());
+    }
+    (field, friendlier(&message))
 }
 
 /// serde's messages say `i64`/`u32`/`struct HeadConfig`; users think in integers and objects.
@@ -256,13 +263,21 @@ pub(crate) fn friendlier(message: &str) -> String {
     let mut message = message.to_string();
     for (rust, json) in [
         ("i64", "an integer"),
-        ("i32", "an integer"),
+        ("i32", "an integer from -2147483648 to 2147483647"),
         ("u64", "a non-negative integer"),
-        ("u32", "a non-negative integer"),
+        ("u32", "an integer from 0 to 4294967295"),
+        ("u16", "an integer from 0 to 65535"),
+        ("f64", "a number"),
         ("a sequence", "a JSON array"),
         ("a map", "a JSON object"),
     ] {
         message = message.replace(&format!("expected {rust}"), &format!("expected {json}"));
+    }
+    // serde_json reads an integer too large for 64 bits as a float, and names the float.
+    if let Some(rest) = message.strip_prefix("invalid type: floating point `") {
+        if let Some((float, expected)) = rest.split_once("`, ") {
+            message = format!("{float} is not a whole number, or too large for one; {expected}");
+        }
     }
     const STRUCT: &str = "expected struct ";
     if let Some(at) = message.find(STRUCT) {
@@ -349,10 +364,20 @@ impl RawJobSpec {
         let nproc_per_node = self.nproc_per_node.unwrap_or(1);
         check_range("nproc_per_node", nproc_per_node, 1, MAX_NPROC_PER_NODE)?;
         let bundle = self.bundle.unwrap_or_else(|| Resources::units(&[("cpu", 1)]));
+        if bundle.iter().all(|(_, amount)| amount == 0) {
+            // As Ray refuses an empty bundle: it would fit everywhere, any number of times.
+            return Err(SpecError::new("bundle", "asks for nothing; give what one node's share needs, such as {\"cpu\": 1}, or leave it out for that default"));
+        }
         check_whole_gpus(&bundle)?;
         crate::resources::check_kinds(&bundle).map_err(|e| SpecError::new("bundle", e))?;
         if let Some(selector) = &self.node_selector {
             crate::resources::check_labels(selector).map_err(|e| SpecError::new("node_selector", e))?;
+        }
+        if self.cwd.as_deref() == Some("") {
+            return Err(SpecError::new(
+                "cwd",
+                "is empty; give a directory that exists on every node, or leave it out for the agent's --work-dir",
+            ));
         }
         if self.pack_by.as_deref() == Some("") {
             return Err(SpecError::new("pack_by", "is empty; give a label key such as \"rack\", or null"));
@@ -504,7 +529,7 @@ fn check_nodes(min_nodes: i64, max_nodes: i64) -> Result<(), SpecError> {
     if min_nodes < 1 {
         return Err(SpecError::new(
             "min_nodes",
-            format!("is {min_nodes}; a job needs at least 1 node, set \"min_nodes\": 1 or more"),
+            format!("is {min_nodes}; a job needs at least 1 node: give 1 or more"),
         ));
     }
     check_range("max_nodes", max_nodes, 1, MAX_NODES_PER_JOB)?;
@@ -571,7 +596,6 @@ mod tests {
         for (text, at) in [
             ("{\"name\": \"t\",\n", "EOF while parsing a value at line 2 column 0"),
             ("{\"name\": \"t\",}", "trailing comma at line 1 column 14"),
-            ("", "EOF while parsing a value at line 1 column 0"),
         ] {
             let err = parse(text).unwrap_err();
             assert_eq!(err.field, "(document)", "{text:?}");
@@ -609,10 +633,65 @@ mod tests {
             err.message
         );
         assert!(parse(" 42").unwrap_err().message.starts_with("is not a JSON object;"));
+        for empty in ["", " \n"] {
+            let err = parse(empty).unwrap_err();
+            assert!(
+                err.message.starts_with("is empty; write one JSON object, such as {"),
+                "{empty:?}: {}",
+                err.message
+            );
+        }
         let nested = parse(r#"{"name": "t", "command": ["true"], "min_nodes": 1, "max_nodes": 1, "retries": 3}"#);
         assert_eq!(nested.unwrap_err().message, "invalid type: integer `3`, expected a JSON object");
         let priority = parse(r#"{"name": "t", "command": ["true"], "min_nodes": 1, "max_nodes": 1, "priority": "hi"}"#);
-        assert_eq!(priority.unwrap_err().message, "invalid type: string \"hi\", expected an integer");
+        let expected = "expected an integer from -2147483648 to 2147483647";
+        assert_eq!(priority.unwrap_err().message, format!("invalid type: string \"hi\", {expected}"));
+    }
+
+    /// What serde says in Rust's terms is said in the spec's: the range a number must be in, a
+    /// number too large for an integer, a key given twice (named, not its object).
+    #[test]
+    fn number_and_key_errors_say_what_the_spec_allows() {
+        let base = r#""name": "t", "command": ["true"], "min_nodes": 1"#;
+        let cases = [
+            (
+                r#""max_nodes": 1, "priority": 9999999999"#,
+                "priority",
+                "invalid value: integer `9999999999`, expected an integer from -2147483648 to 2147483647",
+            ),
+            (
+                r#""max_nodes": 99999999999999999999"#,
+                "max_nodes",
+                "1e+20 is not a whole number, or too large for one; expected an integer",
+            ),
+            (
+                r#""max_nodes": 1, "bundle": {"cpu": "1"}"#,
+                "bundle.cpu",
+                "invalid type: string \"1\", expected a number",
+            ),
+            (r#""max_nodes": 1, "max_nodes": 2"#, "max_nodes", "is given twice; give it once"),
+            (r#""max_nodes": 1, "retries": {"user": 1, "user": 2}"#, "retries.user", "is given twice; give it once"),
+        ];
+        for (rest, field, message) in cases {
+            let err = parse(&format!("{{{base}, {rest}}}")).unwrap_err();
+            assert_eq!((err.field.as_str(), err.message.as_str()), (field, message), "{rest}");
+        }
+    }
+
+    /// A bundle that asks for nothing would fit any node any number of times, and an empty
+    /// `cwd` names no directory: both are refused at submission, not at the first start.
+    #[test]
+    fn an_empty_bundle_or_cwd_is_refused() {
+        let base = r#""name": "t", "command": ["true"], "min_nodes": 1, "max_nodes": 1"#;
+        for (rest, field, starts) in [
+            (r#""bundle": {}"#, "bundle", "asks for nothing; give what one node's share needs"),
+            (r#""bundle": {"cpu": 0}"#, "bundle", "asks for nothing"),
+            (r#""cwd": """#, "cwd", "is empty; give a directory that exists on every node"),
+        ] {
+            let err = parse(&format!("{{{base}, {rest}}}")).unwrap_err();
+            assert_eq!(err.field, field, "{rest}");
+            assert!(err.message.starts_with(starts), "{rest}: {}", err.message);
+        }
     }
 
     #[test]
