@@ -128,7 +128,8 @@ fn metrics_need_the_token_and_move_as_a_job_recovers() {
 }
 
 /// `ftdrive_queue_depth` counts bundles, an infeasible gang's included, and every known state
-/// is a series, at 0 when nothing is in it (a vanished series reads as "no data", not 0).
+/// is a series, at 0 when nothing is in it (a vanished series reads as "no data", not 0); so
+/// is every known label set of the counters and histograms before their first event.
 #[test]
 fn queue_depth_counts_waiting_bundles_and_empty_states_read_zero() {
     let c = Cluster::start(&["n1"]);
@@ -141,6 +142,22 @@ fn queue_depth_counts_waiting_bundles_and_empty_states_read_zero() {
     ] {
         let sample = find(&idle, metric, &[(label, state)]).unwrap_or_else(|| panic!("no {metric}{{{label}={state}}}"));
         assert!(matches!(sample.value, Value::Gauge(v) if v == 0.0), "{metric}: {:?}", sample.value);
+    }
+    // Counters and histograms too, for every label set the cause table and queue classes give.
+    let (_, text) = get(&metrics_url, Some(&c.token()));
+    for series in [
+        r#"ftdrive_attempts_total{cause="node_lost",budget="system"} 0"#,
+        r#"ftdrive_attempts_total{cause="completed",budget="none"} 0"#,
+        r#"ftdrive_placement_seconds_count{class="replacement"} 0"#,
+    ] {
+        assert!(text.lines().any(|l| l == series), "no {series} on an idle head:\n{text}");
+    }
+    let nodes = c.nodes_json();
+    let agent_url = nodes[0]["metrics_url"].as_str().unwrap();
+    let (_, agent) = get(agent_url, Some(&c.agent_token()));
+    for outcome in ["succeeded", "failed"] {
+        let series = format!(r#"ftdrive_agent_attempts_ended_total{{outcome="{outcome}"}} 0"#);
+        assert!(agent.lines().any(|l| l == series), "no {series} on an idle agent:\n{agent}");
     }
     // A gang of 3 on one node could never be placed (parked as infeasible) and still waits.
     let spec = c.spec("wide", json!({"command": ["true"], "min_nodes": 3, "max_nodes": 3}));

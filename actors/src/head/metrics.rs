@@ -5,6 +5,7 @@
 use ftdrive::driver::ActorState;
 use ftdrive::event::{Event, JobEvent};
 use ftdrive::ids::{ActorId, JobId};
+use ftdrive::scheduler::QueueClass;
 use ftdrive::Head;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -32,6 +33,9 @@ struct AttemptLabels {
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+const QUEUE_CLASSES: [QueueClass; 4] =
+    [QueueClass::Replacement, QueueClass::PendingGang, QueueClass::Spare, QueueClass::Elastic];
 
 /// Latencies from 1 ms to about 2 minutes.
 fn latency_histogram() -> Histogram {
@@ -82,7 +86,21 @@ impl HeadMetrics {
             failed_at: BTreeMap::new(),
         };
         m.register();
+        m.create_known_series();
         m
+    }
+
+    /// Counters and histograms start with a series for every label set the cause table and
+    /// the queue classes give, at 0, as Prometheus advises: a series that appears only at its
+    /// first event makes `rate()` miss that event and `absent()` alerts fire on a healthy head.
+    fn create_known_series(&self) {
+        for row in ftdrive::driver::CAUSES {
+            let labels = AttemptLabels { cause: row.cause.to_string(), budget: row.budget.to_string() };
+            let _ = self.attempts.get_or_create(&labels);
+        }
+        for class in QUEUE_CLASSES {
+            let _ = self.placement_seconds.get_or_create(&ClassLabel { class: label(&class) });
+        }
     }
 
     fn register(&mut self) {
@@ -212,7 +230,7 @@ impl HeadMetrics {
     /// would read as "no data" (and defeat `absent()` alerts) rather than 0.
     fn zero_every_known_label(&self) {
         use ftdrive::driver::JobState;
-        use ftdrive::scheduler::{NodeState, QueueClass};
+        use ftdrive::scheduler::NodeState;
         let jobs = [JobState::Pending, JobState::Running, JobState::Succeeded, JobState::Failed, JobState::Stopped];
         for state in jobs {
             self.jobs.get_or_create(&StateLabel { state: state.to_string() }).set(0);
@@ -232,8 +250,7 @@ impl HeadMetrics {
         for state in [NodeState::Alive, NodeState::Draining, NodeState::Dead] {
             self.nodes.get_or_create(&StateLabel { state: label(&state) }).set(0);
         }
-        let classes = [QueueClass::Replacement, QueueClass::PendingGang, QueueClass::Spare, QueueClass::Elastic];
-        for class in classes {
+        for class in QUEUE_CLASSES {
             self.queue_depth.get_or_create(&ClassLabel { class: label(&class) }).set(0);
         }
     }

@@ -33,6 +33,9 @@ impl AgentMetrics {
         let (started, spawn_failures, reattached, head_connections) =
             (Counter::default(), Counter::default(), Counter::default(), Counter::default());
         let ended = Family::<OutcomeLabel, Counter>::default();
+        for outcome in ["succeeded", "failed"] {
+            let _ = ended.get_or_create(&OutcomeLabel { outcome }); // at 0 from the start
+        }
         let mut r = Registry::with_prefix("ftdrive_agent");
         r.register("attempts", "Attempts this agent supervises now", attempts.clone());
         r.register("worker_processes", "Worker processes (process groups) of those attempts", worker_processes.clone());
