@@ -122,11 +122,16 @@ pub fn job_table(view: &JobView) -> String {
     // GPUs only where some actor holds them: most jobs have none.
     let gpus = view.actors.iter().any(|a| !a.devices.is_empty());
     let gpu_header = if gpus { "  GPUS" } else { "" };
-    let _ =
-        writeln!(out, "  {:<14} {:<15} {:<14} {:>4} {:>7}{gpu_header}", "ACTOR", "STATE", "NODE", "RANK", "ATTEMPT");
+    let names: Vec<String> = view.actors.iter().map(|a| a.name.to_string()).collect();
+    let actor = column(14, names.iter().map(String::as_str));
+    let node = column(14, view.actors.iter().filter_map(|a| a.node.as_deref()));
+    let _ = writeln!(
+        out,
+        "  {:<actor$} {:<15} {:<node$} {:>4} {:>7}{gpu_header}",
+        "ACTOR", "STATE", "NODE", "RANK", "ATTEMPT"
+    );
     for a in &view.actors {
         let rank = a.rank.map_or("-".to_string(), |r| r.to_string());
-        let node = a.node.as_deref().unwrap_or("-");
         let devices = match (gpus, a.devices.is_empty()) {
             (false, _) => String::new(),
             (true, true) => "  -".to_string(),
@@ -134,10 +139,10 @@ pub fn job_table(view: &JobView) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<14} {:<15} {:<14} {:>4} {:>7}{devices}",
+            "  {:<actor$} {:<15} {:<node$} {:>4} {:>7}{devices}",
             a.name.to_string(),
             a.state.to_string(),
-            node,
+            a.node.as_deref().unwrap_or("-"),
             rank,
             a.attempt
         );
@@ -185,9 +190,17 @@ pub fn ledger(view: &JobView) -> String {
     out
 }
 
+/// A column as wide as its widest cell, and no narrower than `least`: a long job or node name
+/// (names go up to 63 characters) pushes the columns after it along instead of into them.
+fn column<'a>(least: usize, cells: impl IntoIterator<Item = &'a str>) -> usize {
+    cells.into_iter().map(|c| c.chars().count()).max().unwrap_or(0).max(least)
+}
+
 pub fn jobs_table(views: &[JobView]) -> String {
+    let id = column(10, views.iter().map(|v| v.id.as_str()));
+    let name = column(20, views.iter().map(|v| v.name.as_str()));
     let mut out = format!(
-        "{:<10} {:<20} {:<10} {:>8} {:>6} {:>8}  MESSAGE\n",
+        "{:<id$} {:<name$} {:<10} {:>8} {:>6} {:>8}  MESSAGE\n",
         "ID", "NAME", "STATE", "PRIORITY", "CYCLES", "RUNNING"
     );
     for v in views {
@@ -195,7 +208,7 @@ pub fn jobs_table(views: &[JobView]) -> String {
         let message = message(v).unwrap_or_default();
         let _ = writeln!(
             out,
-            "{:<10} {:<20} {:<10} {:>8} {:>6} {:>8}  {}",
+            "{:<id$} {:<name$} {:<10} {:>8} {:>6} {:>8}  {}",
             v.id,
             v.name,
             v.state.to_string(),
@@ -228,27 +241,40 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
     let states: Vec<String> = nodes.iter().map(node_state_text).collect();
     // As wide as the widest state ("DRAINING (leaving, operator)" is rare), and no narrower than
     // "DRAINING (operator)".
-    let width = states.iter().map(String::len).max().unwrap_or(0).max(19);
-    let mut out =
-        format!("{:<14} {:<width$} {:<16} {:<28} {:<28} LABELS\n", "NAME", "STATE", "ADDR", "RESOURCES", "ALLOCATED");
-    for (n, state) in nodes.iter().zip(states) {
+    let width = column(19, states.iter().map(String::as_str));
+    let name = column(14, nodes.iter().map(|n| n.name.as_str()));
+    let addr = column(16, nodes.iter().map(|n| n.addr.as_str()));
+    let resources: Vec<String> = nodes.iter().map(|n| n.resources.to_string()).collect();
+    let allocated: Vec<String> = nodes.iter().map(allocated_text).collect();
+    let held = column(28, resources.iter().map(String::as_str));
+    let used = column(28, allocated.iter().map(String::as_str));
+    let mut out = format!(
+        "{:<name$} {:<width$} {:<addr$} {:<held$} {:<used$} LABELS\n",
+        "NAME", "STATE", "ADDR", "RESOURCES", "ALLOCATED"
+    );
+    for (i, (n, state)) in nodes.iter().zip(states).enumerate() {
         let labels: Vec<String> = n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let mut allocated = n.allocated.to_string();
-        if !n.devices_held.is_empty() {
-            allocated.push_str(&format!(" (gpu {})", n.devices_held));
-        }
         let _ = writeln!(
             out,
-            "{:<14} {:<width$} {:<16} {:<28} {:<28} {}",
+            "{:<name$} {:<width$} {:<addr$} {:<held$} {:<used$} {}",
             n.name,
             state,
             n.addr,
-            n.resources.to_string(),
-            allocated,
+            resources[i],
+            allocated[i],
             labels.join(",")
         );
     }
     out
+}
+
+/// What a node's bundles hold, with the GPU devices among them.
+fn allocated_text(n: &NodeView) -> String {
+    let mut allocated = n.allocated.to_string();
+    if !n.devices_held.is_empty() {
+        allocated.push_str(&format!(" (gpu {})", n.devices_held));
+    }
+    allocated
 }
 
 #[cfg(test)]
@@ -361,5 +387,34 @@ mod tests {
         apply(&mut view, &Event::Job { job, detail: started });
         assert_eq!(rank(&view), [Some(0), None, Some(1)]);
         assert_eq!(view.cycles, 2);
+    }
+
+    /// Names go up to 63 characters: a long one widens its column instead of pushing its row's
+    /// cells out from under their headers.
+    #[test]
+    fn long_names_keep_every_column_under_its_header() {
+        let long = "a".repeat(63);
+        let mut named = job("RUNNING", None);
+        named.name = long.clone();
+        named.actors = serde_json::from_value(serde_json::json!([
+            {"name": "j1/0", "state": "RUNNING", "node": long, "rank": 0, "attempt": 1, "role": "active"},
+            {"name": "j1/1", "state": "RUNNING", "node": "n2", "rank": 1, "attempt": 1, "role": "active"}
+        ]))
+        .unwrap();
+        let under = |table: &str, header: &str, cell: &str| {
+            let lines: Vec<&str> = table.lines().filter(|l| !l.starts_with("job ")).collect();
+            let at = lines[0].find(header).unwrap();
+            for line in &lines[1..] {
+                assert_eq!(line.get(at..at + cell.len()), Some(cell), "{header}:\n{table}");
+            }
+        };
+        let mut short = job("RUNNING", None);
+        short.id = "j2".into();
+        under(&jobs_table(&[named.clone(), short]), "STATE", "RUNNING");
+        under(&job_table(&named), "RANK", "   ");
+        let mut far = node("n1", NodeState::Alive, false, false);
+        far.name = long;
+        let nodes = nodes_table(&[far, node("n2", NodeState::Alive, false, false)]);
+        under(&nodes, "ADDR", "127.0.0.1");
     }
 }
