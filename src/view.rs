@@ -6,7 +6,7 @@ use crate::driver::{ActorState, Bundle, CycleStart, Driver, JobState, LedgerEntr
 use crate::ids::ActorId;
 use crate::resources::{Devices, Labels, Resources};
 use crate::scheduler::{BundleState, NodeIx, NodeState, PgId, PgState, Scheduler};
-use crate::spec::Strategy;
+use crate::spec::{JobSpec, Strategy};
 use serde::{Deserialize, Serialize};
 
 fn one() -> u32 {
@@ -45,6 +45,11 @@ pub struct JobView {
     /// When the recent cycles formed (for a timeline's cycle boundaries).
     #[serde(default)]
     pub cycle_starts: Vec<CycleStart>,
+    /// The spec as accepted, every default filled in: in one job's view (`GET /v1/jobs/{id}`,
+    /// `ftdrive status JOB --output json`), as `kubectl get -o yaml` shows a pod's spec; not in
+    /// lists or event snapshots, which it would swell by its environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<JobSpec>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,6 +181,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
         ledger: d.ledger().to_vec(),
         placement_groups: vec![pg_view(d, scheduler, pg)],
         cycle_starts: d.cycle_starts().to_vec(),
+        spec: None,
     }
 }
 

@@ -125,6 +125,14 @@ fn a_followed_submit_with_json_output_prints_only_the_document() {
     let job: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert_eq!(job["state"], "SUCCEEDED");
     assert!(stderr.contains("RUNNING → TASK_COMPLETED"), "the progress is on stderr: {stderr}");
+
+    // One job's view carries its spec as accepted, defaults filled in; the list does not.
+    let shown = c.job(job["id"].as_str().unwrap());
+    assert_eq!(shown["spec"]["command"], json!(["true"]), "{shown:#}");
+    assert_eq!(shown["spec"]["bundle"], json!({"cpu": 1}), "the default bundle: {shown:#}");
+    assert_eq!(shown["spec"]["stop_grace_ms"], 10_000, "{shown:#}");
+    let listed: serde_json::Value = serde_json::from_str(&c.ftdrive(&["status", "--output", "json"])).unwrap();
+    assert!(listed[0].get("spec").is_none(), "a list stays small: {listed:#}");
 }
 
 /// `--resources cpu=1` sets the CPUs and leaves the rest detected, as `ray start --num-cpus`:

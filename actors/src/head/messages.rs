@@ -156,10 +156,13 @@ impl Handler<Jobs> for HeadActor {
     type Result = Result<Vec<JobView>, ApiError>;
     fn handle(&mut self, msg: Jobs, _: &mut Context<Self>) -> Self::Result {
         match msg.job {
-            Some(job) => self
-                .view(&job)
-                .map(|v| vec![v])
-                .ok_or_else(|| ApiError::NotFound(format!("no job `{job}`; `ftdrive status` lists the jobs"))),
+            Some(job) => {
+                let mut view = self
+                    .view(&job)
+                    .ok_or_else(|| ApiError::NotFound(format!("no job `{job}`; `ftdrive status` lists the jobs")))?;
+                view.spec = self.head.driver(&job).map(|d| d.spec().clone());
+                Ok(vec![view])
+            }
             None => Ok(self.head.job_views()),
         }
     }
