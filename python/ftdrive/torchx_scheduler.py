@@ -566,11 +566,13 @@ class _Seen:
 
 
 def _role(job: Job) -> Role:
-    """A job's one role, as far as the head's view of the job tells its spec: the name; every
-    actor as a replica (spares too, so that each one's logs can be asked for); ``min_nodes``;
-    the bundle as the resource (keys other than ``cpu``, ``gpu`` and ``memory_mb`` as
-    capabilities); the ``user`` budget it started with as ``max_retries`` (-1: unlimited). The
-    view has neither the command nor the env, so ``entrypoint`` stays torchx's ``<MISSING>``."""
+    """A job's one role, from the spec the head accepted (one job's view carries it): the name
+    and command; every actor as a replica (spares too, so that each one's logs can be asked
+    for); ``min_nodes``; the bundle as the resource (keys other than ``cpu``, ``gpu`` and
+    ``memory_mb`` as capabilities); the ``user`` budget as ``max_retries`` (-1: unlimited); the
+    restart mode and spares as the retry policy."""
+    spec: Mapping[str, Any] = job.raw.get("spec") or {}
+    command = list(spec.get("command") or [])
     bundle = dict(job.placement_groups[0].bundle) if job.placement_groups else {}
     resource = Resource(
         cpu=_whole(bundle.pop("cpu", 0)),
@@ -578,14 +580,27 @@ def _role(job: Job) -> Role:
         memMB=_whole(bundle.pop("memory_mb", 0)),
         capabilities={key: _whole(value) for key, value in bundle.items()},
     )
-    return Role(
+    role = Role(
         name=job.name,
         image="",
         num_replicas=len(job.actors),
         min_replicas=job.min_nodes,
-        max_retries=_user_budget(job),
+        max_retries=int((spec.get("retries") or {}).get("user", job.remaining.user)),
+        retry_policy=_retry_policy(spec),
         resource=resource,
+        args=command[1:],
+        env=dict(spec.get("env") or {}),
     )
+    if command:
+        role.entrypoint = command[0]
+    return role
+
+
+def _retry_policy(spec: Mapping[str, Any]) -> RetryPolicy:
+    """The torchx policy a spec's restart mode and spares stand for (``_topology``, reversed)."""
+    if spec.get("hot_spares"):
+        return RetryPolicy.HOT_SPARE
+    return RetryPolicy.REPLICA if spec.get("restart") == "actor" else RetryPolicy.APPLICATION
 
 
 def _whole(value: float) -> Any:
@@ -611,15 +626,6 @@ def _restarts(job: Job) -> int:
     """Restarts charged to the job's retry budgets: the ledger's charged entries, less the one
     that found its budget exhausted (see the module's documentation)."""
     return sum(1 for entry in job.ledger if entry.charged and not _exhausted(job, entry))
-
-
-def _user_budget(job: Job) -> int:
-    """The ``user`` retry budget the job started with (``max_retries``): what remains, plus one
-    for each attempt charged to it that was not refused as exhausted; -1 is unlimited."""
-    if job.remaining.user < 0:
-        return job.remaining.user
-    used = sum(1 for entry in job.ledger if entry.budget == "user" and not _exhausted(job, entry))
-    return job.remaining.user + used
 
 
 @contextlib.contextmanager

@@ -367,3 +367,7 @@ def test_describe_fills_the_role_from_the_job(cluster: Cluster, torchx_cli: List
         ("cpu", "1"), ("gpu", "0"), ("memMB", "512"),
     ]:  # fmt: skip
         assert re.search(rf"'{field_}': {value}(?!\w)", described), f"{field_} is not {value}:\n{described}"
+    spec = job.raw["spec"]
+    assert f"'entrypoint': '{spec['command'][0]}'" in described, described
+    assert "fail_once.py" in described and "<MISSING>" not in described, described
+    assert "RetryPolicy.APPLICATION" in described, described
