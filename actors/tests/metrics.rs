@@ -200,7 +200,10 @@ fn an_agent_counts_each_start_once_and_a_re_attached_one_apart() {
     c.wait_until("the new agent re-attached", |c| {
         let nodes = c.nodes_json();
         let url = nodes[0]["metrics_url"].as_str().unwrap_or_default().to_string();
-        !url.is_empty() && get(&url, Some(&c.agent_token())).1.contains("ftdrive_agent_reattached_attempts_total 1")
+        // Until the new agent registers, the URL may still be the killed one's.
+        let host = url.trim_start_matches("http://").split('/').next().unwrap_or_default().to_string();
+        std::net::TcpStream::connect(host).is_ok()
+            && get(&url, Some(&c.agent_token())).1.contains("ftdrive_agent_reattached_attempts_total 1")
     });
     let again = agent_metrics(&c);
     assert_eq!(value(&again, "ftdrive_agent_attempts_started_total", &[]), 0.0, "an earlier agent started it");
