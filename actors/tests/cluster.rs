@@ -43,6 +43,29 @@ fn killing_an_agent_mid_job_recovers_on_another_node() {
     c.wait_until("the killed agent's processes are gone", |c| c.processes(Some(&victim)).is_empty());
 }
 
+/// A hung agent (stopped, not dead: its supervisors' sockets stay open) is declared dead and
+/// its rank runs elsewhere; its workers must not run on beside the replacement for as long as
+/// the hang lasts (SV-1): its supervisors stop hearing its pings and end them.
+#[test]
+fn a_hung_agent_s_workers_end_while_it_hangs() {
+    let c = Cluster::start(&["n1", "n2", "n3"]);
+    let spec = c.spec("hang", json!({"command": ["sleep", "300"], "min_nodes": 2, "max_nodes": 2}));
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "two ranks run", |j| running(j, 2));
+    let (_, victim) = actor_on_rank(&job, 1);
+    assert!(!c.processes(Some(&victim)).is_empty(), "its worker runs there");
+    let agent = c.nodes[&victim].id() as i32;
+    // SAFETY: signalling a child process this test started.
+    unsafe { libc::kill(agent, libc::SIGSTOP) };
+    c.wait_for_job(&id, "the rank runs elsewhere", |j| {
+        running(j, 2) && j["actors"].as_array().unwrap().iter().all(|a| a["node"] != victim.as_str())
+    });
+    c.wait_until("the hung agent's worker is gone while it still hangs", |c| c.processes(Some(&victim)).is_empty());
+    // SAFETY: as above.
+    unsafe { libc::kill(agent, libc::SIGCONT) };
+    c.ftdrive(&["stop", &id]);
+}
+
 #[test]
 fn a_pending_job_waits_until_the_replacement_is_placed() {
     let mut c = Cluster::start(&["n1", "n2", "n3"]);

@@ -270,8 +270,14 @@ async fn attach(
         let (read, mut write) = stream.into_split();
         let mut lines = BufReader::new(read).lines();
         let mut told_started = false;
+        let mut ping = tokio::time::interval(std::time::Duration::from_millis(super::supervisor::PING_MS));
         loop {
             tokio::select! {
+                // SV-1: a supervisor that hears nothing from its agent for its grace takes the
+                // agent for hung and ends the attempt.
+                _ = ping.tick() => {
+                    let _ = write.write_all(b"ping\n").await;
+                }
                 line = lines.next_line() => match line {
                     Ok(Some(line)) => {
                         if let Some(pgids) = line.strip_prefix("started ") {

@@ -9,7 +9,10 @@
 //! - **SV-1 outlives the agent, for a while.** The agent talks to it over a unix socket in the
 //!   attempt's directory. When that connection drops, the supervisor waits `reattach_grace_ms`
 //!   for an agent to connect again (a restarted agent scans its state dir and does); if none
-//!   does, it kills the workers' process groups.
+//!   does, it kills the workers' process groups. A connected agent that says nothing for as
+//!   long (it pings every `PING_MS`) is hung or stopped, and counts as gone: the head has
+//!   declared its node dead by then and placed the rank elsewhere, so the workers must not run
+//!   on beside their replacement.
 //! - **SV-2 leaves a record.** When the group ends, the supervisor writes how (`exit`, an
 //!   `ExitStatus` in JSON) before it tells a connected agent and exits, so that an agent that
 //!   was away still learns it. A group that cannot start leaves `failed` instead. A group
@@ -30,7 +33,7 @@
 //!   for its peers; the group succeeds when all have.
 //!
 //! Socket lines, supervisor → agent: `started PGID...` (one per worker), `failed MESSAGE`,
-//! `exited` (the record is written); agent → supervisor: `stop GRACE_MS`, `kill`.
+//! `exited` (the record is written); agent → supervisor: `stop GRACE_MS`, `kill`, `ping`.
 
 use super::workers::{self, signal_group, Group, GroupSpec};
 use ftdrive::protocol::ExitStatus;
@@ -45,6 +48,9 @@ use std::time::{Duration, Instant};
 /// The descriptor the agent reads "ok PID" or "err MESSAGE" from once the socket is bound.
 pub const STATUS_FD: i32 = 3;
 pub const SOCKET: &str = "sock";
+/// How often a connected agent pings its supervisors (SV-1): well inside any re-attach grace,
+/// which is the head's node timeout (over a heartbeat interval) unless set.
+pub const PING_MS: u64 = 200;
 pub const EXIT_RECORD: &str = "exit";
 pub const FAILED_RECORD: &str = "failed";
 /// The workers' process group ids, one per line.
@@ -159,7 +165,8 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
         Progress { pgids: group.pgids.clone(), running: args.group.workers, failure: None, ordered_to_end: false };
     let mut agent: Option<(u64, UnixStream)> = None;
     let mut kill_at: Option<Instant> = None;
-    // An agent is expected to connect at once; until it does, the grace runs.
+    // Since when no agent has been heard (SV-1): an agent is expected to connect at once, and
+    // a connected one to ping; until it does, the grace runs.
     let mut alone_since = Some(Instant::now());
     let grace = Duration::from_millis(args.reattach_grace_ms);
     loop {
@@ -179,9 +186,10 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
                 let pgids: Vec<String> = progress.pgids.iter().map(i32::to_string).collect();
                 let _ = writeln!(stream, "started {}", pgids.join(" "));
                 agent = Some((id, stream));
-                alone_since = None;
+                alone_since = Some(Instant::now());
             }
             Ok(Event::Line(id, line)) if agent.as_ref().is_some_and(|(a, _)| *a == id) => {
+                alone_since = alone_since.map(|_| Instant::now());
                 kill_at = progress.command(&line).or(kill_at);
             }
             Ok(Event::Line(..)) => {}
