@@ -65,21 +65,37 @@ pub struct ExitStatus {
     /// Of a group of several workers: the local rank of the worker this status is of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<u32>,
+    /// The attempt's supervisor died without recording the end (killed outright), and the
+    /// agent ended its workers: ftdrive's own failure, not the program's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub supervisor_lost: bool,
 }
 
 impl ExitStatus {
     pub fn code(code: i32) -> Self {
-        ExitStatus { code: Some(code), signal: None, signalled_by_agent: false, worker: None }
+        ExitStatus { code: Some(code), signal: None, signalled_by_agent: false, worker: None, supervisor_lost: false }
     }
 
     pub fn signal(signal: i32, by_agent: bool) -> Self {
-        ExitStatus { code: None, signal: Some(signal), signalled_by_agent: by_agent, worker: None }
+        ExitStatus {
+            code: None,
+            signal: Some(signal),
+            signalled_by_agent: by_agent,
+            worker: None,
+            supervisor_lost: false,
+        }
     }
 
     /// What an agent reports when told to stop an attempt it never started: the process never
     /// existed, and a start that arrives later will be ignored.
     pub fn never_started() -> Self {
-        ExitStatus { code: None, signal: None, signalled_by_agent: true, worker: None }
+        ExitStatus { code: None, signal: None, signalled_by_agent: true, worker: None, supervisor_lost: false }
+    }
+
+    /// What the agent reports for an attempt whose supervisor died without a record: its
+    /// workers were SIGKILLed by the agent.
+    pub fn supervisor_lost() -> Self {
+        ExitStatus { supervisor_lost: true, ..ExitStatus::signal(9, true) }
     }
 
     pub fn success(&self) -> bool {

@@ -66,6 +66,33 @@ fn a_hung_agent_s_workers_end_while_it_hangs() {
     c.ftdrive(&["stop", &id]);
 }
 
+/// ftdrive's own attempt supervisor killed outright is ftdrive's failure: the attempt ends as
+/// `node_lost` charged to `system`, with evidence naming the supervisor, not as a user error.
+#[test]
+fn a_killed_supervisor_is_charged_to_the_system_not_the_user() {
+    let c = Cluster::start(&["n1"]);
+    let spec =
+        c.spec("sv", json!({"command": ["sleep", "300"], "min_nodes": 1, "max_nodes": 1, "retries": {"user": 0}}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let is_supervisor = |pid: &u32| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|cmd| cmd.split(|b| *b == 0).nth(1) == Some(b"__attempt"))
+    };
+    let supervisor = c.processes(Some("n1")).into_iter().find(is_supervisor).expect("the attempt's supervisor");
+    // SAFETY: a process this test's cluster started.
+    unsafe { libc::kill(supervisor as i32, libc::SIGKILL) };
+    let job = c.wait_for_job(&id, "attempt 1 is in the ledger", |j| !j["ledger"].as_array().unwrap().is_empty());
+    let entry = &job["ledger"][0];
+    assert_eq!((entry["cause"].as_str(), entry["budget"].as_str()), (Some("node_lost"), Some("system")), "{job:#}");
+    assert!(
+        entry["evidence"].as_str().unwrap().contains("the attempt supervisor of the process on n1 died"),
+        "{job:#}"
+    );
+    assert_eq!(job["remaining"]["user"], 0);
+    c.ftdrive(&["stop", &id]);
+}
+
 #[test]
 fn a_pending_job_waits_until_the_replacement_is_placed() {
     let mut c = Cluster::start(&["n1", "n2", "n3"]);

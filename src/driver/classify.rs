@@ -190,6 +190,12 @@ fn exited(job: &JobContext, run: &Run, status: ExitStatus, reacting_to: Option<P
     if run.draining {
         return (Cause::Preempted, format!("{} and the {who} {status}", run.drained_by.describe(node)));
     }
+    if status.supervisor_lost {
+        return (
+            Cause::NodeLost,
+            format!("the attempt supervisor of the {who} on {node} died without a record; the agent ended its workers"),
+        );
+    }
     if status.signalled_by_agent {
         return (
             Cause::NodeLost,
@@ -339,6 +345,20 @@ mod tests {
         assert_eq!(verdict(&policy, &stopped, ExitStatus::signal(15, true)), (Cause::Stopped, BudgetKind::None));
         policy.single_budget = true;
         assert_eq!(verdict(&policy, &r, ExitStatus::signal(15, true)), (Cause::NodeLost, BudgetKind::User));
+    }
+
+    /// ftdrive's own supervisor killed outright is ftdrive's failure: charged to `system`,
+    /// not to the user's budget as a worker killed by an unknown signal would be.
+    #[test]
+    fn a_lost_supervisor_is_charged_to_the_system_budget() {
+        let policy = RetryPolicy::default();
+        let j = job(&policy, None);
+        let v = classify(&j, &run(), Ending::Exited { status: ExitStatus::supervisor_lost(), reacting_to: None });
+        assert_eq!(v.cause, Cause::NodeLost);
+        let says = "the attempt supervisor of the process on n1 died without a record; the agent ended its workers";
+        assert_eq!(v.evidence, says);
+        let worker = classify(&j, &run(), Ending::Exited { status: ExitStatus::signal(9, false), reacting_to: None });
+        assert_eq!(worker.cause, Cause::UserError, "a worker killed so is the program's");
     }
 
     #[test]

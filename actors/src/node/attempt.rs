@@ -329,7 +329,7 @@ fn ended(dir: &Path) -> Report {
             super::workers::signal_group(pgid, libc::SIGKILL);
         }
     }
-    Report::Ended(ExitStatus::signal(libc::SIGKILL, false))
+    Report::Ended(ExitStatus::supervisor_lost())
 }
 
 /// What an earlier run of this agent left in its state dir: supervisors still running (now
@@ -461,7 +461,7 @@ mod tests {
         assert!(attached.is_empty() && recovered.running.is_empty());
         let mut ended: Vec<(AttemptKey, EndReport)> = recovered.ended;
         ended.sort_by(|a, b| a.0.cmp(&b.0));
-        let killed = EndReport::Exited(ExitStatus::signal(libc::SIGKILL, false));
+        let killed = EndReport::Exited(ExitStatus::supervisor_lost());
         assert_eq!(ended, [(ended_before, EndReport::Exited(ExitStatus::code(0))), (unknown, killed)]);
         assert!(!rebooted.exists(), "its records are gone: nothing is owed for it");
     }
@@ -471,7 +471,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut worker = Worker(std::process::Command::new("sleep").arg("600").process_group(0).spawn().unwrap());
         std::fs::write(dir.path().join(PID_RECORD), worker.0.id().to_string()).unwrap();
-        let killed = Report::Ended(ExitStatus::signal(libc::SIGKILL, false));
+        let killed = Report::Ended(ExitStatus::supervisor_lost());
 
         write_record(dir.path(), Some("an-earlier-boot".into()));
         assert_eq!(ended(dir.path()), killed);
