@@ -121,9 +121,13 @@ fn a_follower_is_told_why_its_job_waits_once_the_heads_recovery_ends() {
     let holder = c.submit_no_wait(&c.spec("holder", long));
     c.wait_for_job(&holder, "both ranks run", |j| running(j, 2));
     let waiter = c.submit_no_wait(&c.spec("waiter", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1})));
+    // Its output in a file, so that the head is killed only once the follower has the job (a
+    // head it never reached would end it with exit 4, as it should).
+    let out = c.dir.path().join("follower.out");
     let mut follower = c.command();
-    follower.args(["status", &waiter, "--follow"]).stdout(Stdio::piped()).stderr(Stdio::piped());
+    follower.args(["status", &waiter, "--follow"]).stdout(std::fs::File::create(&out).unwrap()).stderr(Stdio::piped());
     let mut follower = Ended(follower.spawn().unwrap());
+    c.wait_until("the follower has the job", |_| std::fs::read_to_string(&out).is_ok_and(|t| !t.is_empty()));
     c.kill_head();
     c.kill_node("n2"); // never reports: the recovery window runs its whole 4 s
     c.start_head_again();
@@ -133,7 +137,8 @@ fn a_follower_is_told_why_its_job_waits_once_the_heads_recovery_ends() {
     c.wait_until("the recovery window closes", |c| !recovering(c));
     c.wait_for_job(&holder, "n2's rank is lost", |j| j["ledger"].as_array().is_some_and(|l| !l.is_empty()));
     c.ftdrive(&["stop", &waiter]);
-    let (code, stdout, stderr) = output_within(&mut follower, WAIT);
+    let (code, _, stderr) = output_within(&mut follower, WAIT);
+    let stdout = std::fs::read_to_string(&out).unwrap();
     assert_eq!(code, Some(3), "{stdout}\n{stderr}");
     let reasons: Vec<&str> = stdout.lines().filter(|l| l.trim_start().starts_with("now  waiting")).collect();
     let stale = reasons.iter().position(|l| l.contains("waiting for the agents to report"));
