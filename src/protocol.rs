@@ -93,9 +93,10 @@ impl ExitStatus {
     }
 
     /// What the agent reports for an attempt whose supervisor died without a record: its
-    /// workers were SIGKILLed by the agent.
+    /// workers were SIGKILLed by the agent. (`signalled_by_agent` is the agent core's to set,
+    /// from whether it had asked for a stop.)
     pub fn supervisor_lost() -> Self {
-        ExitStatus { supervisor_lost: true, ..ExitStatus::signal(9, true) }
+        ExitStatus { supervisor_lost: true, ..ExitStatus::signal(9, false) }
     }
 
     pub fn success(&self) -> bool {

@@ -163,11 +163,14 @@ pub fn agent_credential(state_dir: &Path) -> Credential {
     Credential::from_env_or_file("FTDRIVE_AGENT_TOKEN", agent_token_file(state_dir))
 }
 
+/// How `client_token` names a token taken from the environment rather than a file.
+pub const CLIENT_TOKEN_VAR: &str = "$FTDRIVE_TOKEN";
+
 /// The token a client presents, `$FTDRIVE_TOKEN` or the head's token file, and which of the
 /// two it came from (so that a refusal can say which one to fix).
 pub fn client_token(state_dir: &Path) -> Result<(String, String), String> {
     if let Some(token) = given("FTDRIVE_TOKEN") {
-        return Ok((token, "$FTDRIVE_TOKEN".to_string()));
+        return Ok((token, CLIENT_TOKEN_VAR.to_string()));
     }
     let file = token_file(state_dir);
     std::fs::read_to_string(&file).map(|t| (t.trim().to_string(), file.display().to_string())).map_err(|e| {

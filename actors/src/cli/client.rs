@@ -95,7 +95,7 @@ impl Client {
     /// A 401: the token is not this head's client token. Says where it came from and how to
     /// give the right one.
     fn refused_token(&self) -> String {
-        let fix = if self.token_from == "$FTDRIVE_TOKEN" {
+        let fix = if self.token_from == paths::CLIENT_TOKEN_VAR {
             "set $FTDRIVE_TOKEN to the contents of the `token` file in the head's state dir, or unset it to use \
              that file from the default state dir"
                 .to_string()

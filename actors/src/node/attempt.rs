@@ -301,9 +301,11 @@ async fn attach(
         let end = ended(&dir);
         // Workers that ended before the supervisor took our connection: it went without a
         // word, but they ran (their groups are recorded), as an attached agent would have heard.
-        let pgids = recorded_pgids(&dir);
-        if !told_started && matches!(end, Report::Ended(_)) && !pgids.is_empty() {
-            let _ = reports.send((key.clone(), Report::Started { pgids }));
+        if !told_started && matches!(end, Report::Ended(_)) {
+            let pgids = recorded_pgids(&dir);
+            if !pgids.is_empty() {
+                let _ = reports.send((key.clone(), Report::Started { pgids }));
+            }
         }
         let _ = reports.send((key, end));
     });
