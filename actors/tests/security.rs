@@ -99,6 +99,73 @@ fn a_job_sees_no_credential() {
     assert!(!env.contains(&client) && !env.contains(&agent), "a token's value reached the job:\n{env}");
 }
 
+/// A job runs as its agent's Unix user, and a process can read the environment of another of
+/// its user's: given its token in its environment (not a file its user can read), an agent
+/// must still keep it from its jobs. The job reads its supervisor's environment (the control:
+/// `/proc` is open to it) and then tries its agent's. Run as an unprivileged user, since root
+/// reads every process's.
+#[test]
+fn a_job_cannot_read_its_agents_environment() {
+    let mut c = Cluster::start(&[]);
+    let own = tempfile::tempdir().unwrap();
+    let agent = unprivileged_agent(&c, own.path(), "n1");
+    let agent_pid = agent.id();
+    c.nodes.insert("n1".into(), agent);
+    c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    let snoop = r#"supervisor=$PPID; agent=$(cut -d' ' -f4 /proc/$supervisor/stat); echo "agent $agent"
+        tr '\0' '\n' < /proc/$supervisor/environ | grep -q '^FTDRIVE_TEST_MARK=' && echo "supervisor read"
+        tr '\0' '\n' < /proc/$agent/environ | grep '^FTDRIVE_AGENT_TOKEN=' && echo "agent read"
+        true"#;
+    let spec = c.spec("snoop", json!({"command": ["sh", "-c", snoop], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it ends", |j| j["state"] == "SUCCEEDED");
+    let said = c.ftdrive(&["logs", &id, "--actor", "0"]);
+    assert!(said.contains(&format!("agent {agent_pid}\n")), "the job found its agent: {said}");
+    assert!(said.contains("supervisor read"), "the job could read /proc at all: {said}");
+    assert!(
+        !said.contains("agent read") && !said.contains(&c.agent_token()),
+        "the agent's token reached the job:\n{said}"
+    );
+}
+
+/// `ftdrive node` given its token in the environment, as a user who is not root: `setpriv` to
+/// nobody when the tests run as root, with a copy of the binary and dirs that user may use.
+fn unprivileged_agent(c: &Cluster, own: &std::path::Path, name: &str) -> std::process::Child {
+    let (state, work, bin) = (own.join("state"), own.join("work"), own.join("ftdrive"));
+    std::fs::copy(env!("CARGO_BIN_EXE_ftdrive"), &bin).unwrap();
+    for dir in [&state, &work] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut agent = if root {
+        use std::os::unix::fs::PermissionsExt;
+        const NOBODY: u32 = 65534;
+        std::fs::set_permissions(own, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for dir in [&state, &work] {
+            std::os::unix::fs::chown(dir, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let mut setpriv = std::process::Command::new("setpriv");
+        setpriv.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(&bin);
+        setpriv
+    } else {
+        std::process::Command::new(&bin)
+    };
+    agent
+        .args(["node", "--name", name, "--resources", "cpu=1", "--addr", "127.0.0.1", "--head", &c.url])
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--work-dir")
+        .arg(&work)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("FTDRIVE_AGENT_TOKEN", c.agent_token())
+        .env("FTDRIVE_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("setpriv (util-linux) runs the agent as nobody")
+}
+
 /// One secret for both doors would give every agent the cluster's keys: the head refuses to
 /// start, as bad input (exit 2) like its other refusals, having changed no file.
 #[test]

@@ -31,6 +31,7 @@ pub fn run() -> i32 {
     if args.get(1).map(String::as_str) == Some("__attempt") {
         crate::node::supervisor::run(&args[2..]);
     }
+    close_to_inspection_by_jobs();
     let cli = Cli::parse();
     let result = dispatch(cli.command);
     match &result {
@@ -38,6 +39,19 @@ pub fn run() -> i32 {
         Err(err) => eprintln!("ftdrive: {err}"),
     }
     exit_code(&result)
+}
+
+/// A job runs as its agent's Unix user, and a process may read the environment and memory of
+/// any other process of its user (`/proc/PID/environ`, `/proc/PID/mem`, ptrace). An undumpable
+/// process is closed to them: Linux gives its `/proc` files to root and refuses to trace it
+/// without `CAP_SYS_PTRACE`. So a job cannot take the credentials that its agent, an embedded
+/// cluster or a head on the same machine was given in its environment or holds in memory
+/// (DESIGN §11). Every ftdrive process but the attempt supervisor (which holds none, and whose
+/// exec made it dumpable again) closes itself before it reads a credential.
+fn close_to_inspection_by_jobs() {
+    // SAFETY: prctl with PR_SET_DUMPABLE only changes a flag of this process.
+    let closed = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } == 0;
+    assert!(closed, "PR_SET_DUMPABLE 0 is valid on every Linux this runs on: {}", std::io::Error::last_os_error());
 }
 
 fn dispatch(command: Command) -> Result<Outcome, CliError> {
