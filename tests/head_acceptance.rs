@@ -35,6 +35,7 @@ fn replacement_beats_pending_job(b_priority: i32) {
     c.crash("n2");
     c.advance(5_000);
     assert_eq!(c.actor_state(&a, on_n2 as u32), Scheduling, "waiting for a replacement bundle");
+    assert_eq!(c.view(&a).actors[on_n2].node, None, "waiting, it shows no node: the dead n2 is not where it will run");
     c.join("n4", cpu(1));
     c.advance(1_000);
 

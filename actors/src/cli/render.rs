@@ -60,7 +60,13 @@ pub fn apply(view: &mut JobView, event: &Event) {
         JobEvent::Transition { actor, to, attempt, rank, node, .. } => {
             if let Some(a) = view.actors.iter_mut().find(|a| a.name == *actor) {
                 a.state = *to;
-                a.node = node.as_ref().map(|n| n.to_string()).or(a.node.take());
+                // A waiting actor shows no node, as its view does: the last one is not where it
+                // will run.
+                a.node = match node {
+                    Some(n) => Some(n.to_string()),
+                    None if *to == ActorState::Scheduling => None,
+                    None => a.node.take(),
+                };
                 a.rank = rank.or(a.rank);
                 a.attempt = *attempt;
             }
@@ -387,6 +393,27 @@ mod tests {
         apply(&mut view, &Event::Job { job, detail: started });
         assert_eq!(rank(&view), [Some(0), None, Some(1)]);
         assert_eq!(view.cycles, 2);
+    }
+
+    /// An actor that lost its node waits with none, as `status` shows it, not on the dead one.
+    #[test]
+    fn a_followed_actor_that_waits_again_shows_no_node() {
+        let mut view = job("RUNNING", None);
+        view.actors = serde_json::from_value(serde_json::json!([
+            {"name": "j1/0", "state": "FAILING", "node": "n2", "rank": 0, "attempt": 1, "role": "active"}
+        ]))
+        .unwrap();
+        let waits = JobEvent::Transition {
+            actor: view.actors[0].name.clone(),
+            from: ActorState::Failing,
+            to: ActorState::Scheduling,
+            attempt: 1,
+            cycle: 1,
+            rank: None,
+            node: None,
+        };
+        apply(&mut view, &Event::Job { job: JobId::new("j1"), detail: waits });
+        assert_eq!((view.actors[0].state, view.actors[0].node.as_deref()), (ActorState::Scheduling, None));
     }
 
     /// Names go up to 63 characters: a long one widens its column instead of pushing its row's
