@@ -15,7 +15,9 @@ use tokio::signal::unix::{signal, SignalKind};
 
 pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     super::init_logging();
-    let state_dir = args.state_dir.clone().unwrap_or_else(paths::default_state_dir);
+    // Absolute: each attempt's supervisor runs in the job's own directory, and finds its
+    // records by this path.
+    let state_dir = absolute(args.state_dir.clone().unwrap_or_else(paths::default_state_dir), "--state-dir")?;
     // Read at every connection: an agent started before its head waits for the token.
     let credential = paths::agent_credential(&state_dir);
     let resources = offered_resources(args.resources.as_deref())?;
@@ -145,7 +147,12 @@ fn work_dir(given: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, Cli
             dir.display()
         )));
     }
-    Ok(dir)
+    absolute(dir, "--work-dir")
+}
+
+fn absolute(dir: std::path::PathBuf, flag: &str) -> Result<std::path::PathBuf, CliError> {
+    std::path::absolute(&dir)
+        .map_err(|e| CliError::BadInput(format!("{flag} {}: cannot make it absolute: {e}", dir.display())))
 }
 
 /// One agent per node state dir: a second one would share its attempts' records.
