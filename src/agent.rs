@@ -420,7 +420,7 @@ impl Agent {
     fn report_msg(&self, key: &AttemptKey, report: &EndReport) -> ToHead {
         let (node, key) = (self.name.clone(), key.clone());
         match report {
-            EndReport::Exited(status) => ToHead::Exited { node, key, status: *status },
+            EndReport::Exited(status) => ToHead::Exited { node, key, status: status.clone() },
             EndReport::SpawnFailed(message) => ToHead::SpawnFailed { node, key, message: message.clone() },
         }
     }

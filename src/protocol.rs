@@ -56,7 +56,7 @@ impl StartSpec {
 }
 
 /// How a process — or, for a group of workers, the first one to fail — ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitStatus {
     pub code: Option<i32>,
     pub signal: Option<i32>,
@@ -69,11 +69,27 @@ pub struct ExitStatus {
     /// agent ended its workers: ftdrive's own failure, not the program's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub supervisor_lost: bool,
+    /// What the program said of its failure, in its own words: the message a PyTorch program
+    /// decorated with `@record` writes to `$TORCHELASTIC_ERROR_FILE` (such as `ValueError:
+    /// loss is NaN`). At most `MAX_ERROR_CHARS` (`bounded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
+
+/// The most of a program's own error message that its attempt's record keeps: a sentence
+/// for the ledger, not a traceback (that stays in the attempt's log).
+pub const MAX_ERROR_CHARS: usize = 300;
 
 impl ExitStatus {
     pub fn code(code: i32) -> Self {
-        ExitStatus { code: Some(code), signal: None, signalled_by_agent: false, worker: None, supervisor_lost: false }
+        ExitStatus {
+            code: Some(code),
+            signal: None,
+            signalled_by_agent: false,
+            worker: None,
+            supervisor_lost: false,
+            error: None,
+        }
     }
 
     pub fn signal(signal: i32, by_agent: bool) -> Self {
@@ -83,13 +99,14 @@ impl ExitStatus {
             signalled_by_agent: by_agent,
             worker: None,
             supervisor_lost: false,
+            error: None,
         }
     }
 
     /// What an agent reports when told to stop an attempt it never started: the process never
     /// existed, and a start that arrives later will be ignored.
     pub fn never_started() -> Self {
-        ExitStatus { code: None, signal: None, signalled_by_agent: true, worker: None, supervisor_lost: false }
+        ExitStatus { signal: None, ..ExitStatus::signal(0, true) }
     }
 
     /// What the agent reports for an attempt whose supervisor died without a record: its
@@ -101,6 +118,31 @@ impl ExitStatus {
 
     pub fn success(&self) -> bool {
         self.code == Some(0)
+    }
+
+    /// With the program's own words on its failure, whitespace runs made one space and cut to
+    /// `MAX_ERROR_CHARS`; nothing for an empty message.
+    pub fn with_error(self, said: &str) -> Self {
+        let mut error = String::new();
+        for word in said.split_whitespace() {
+            if !error.is_empty() {
+                error.push(' ');
+            }
+            error.push_str(word);
+        }
+        if let Some((cut, _)) = error.char_indices().nth(MAX_ERROR_CHARS - 1) {
+            error.truncate(cut);
+            error.push('…');
+        }
+        ExitStatus { error: (!error.is_empty()).then_some(error), ..self }
+    }
+
+    /// As received from an agent, which the head trusts with no more than `MAX_ERROR_CHARS`.
+    pub fn bounded(mut self) -> Self {
+        match self.error.take() {
+            Some(error) => self.with_error(&error),
+            None => self,
+        }
     }
 }
 
@@ -240,5 +282,34 @@ impl ToHead {
             ToHead::Started { key, .. } | ToHead::Exited { key, .. } | ToHead::SpawnFailed { key, .. } => Some(key),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_programs_words_are_one_line_of_bounded_length() {
+        let said = ExitStatus::code(1).with_error("Traceback:\n  boom\t\n\nValueError:   x  ");
+        assert_eq!(said.error.as_deref(), Some("Traceback: boom ValueError: x"));
+        let long = ExitStatus::code(1).with_error(&"é".repeat(5 * MAX_ERROR_CHARS));
+        let kept = long.error.clone().unwrap();
+        assert_eq!(kept.chars().count(), MAX_ERROR_CHARS, "cut on a character, not a byte");
+        assert!(kept.ends_with("é…"));
+        assert_eq!(long.clone().bounded(), long, "a bounded message stays as it is");
+        assert_eq!(ExitStatus::code(1).with_error(" \n "), ExitStatus::code(1), "nothing said, nothing kept");
+        let sent = ExitStatus { error: Some("x ".repeat(MAX_ERROR_CHARS)), ..ExitStatus::code(1) };
+        assert_eq!(sent.bounded().error.unwrap().chars().count(), MAX_ERROR_CHARS, "an agent's report is cut too");
+    }
+
+    /// Statuses with nothing said read and write as they did before there was anything to say:
+    /// old agents, records and simulator traces stay valid.
+    #[test]
+    fn a_status_without_words_has_no_error_field() {
+        let json = serde_json::to_string(&ExitStatus::code(1)).unwrap();
+        assert!(!json.contains("error"), "{json}");
+        let read: ExitStatus = serde_json::from_str(r#"{"code":1,"signal":null,"signalled_by_agent":false}"#).unwrap();
+        assert_eq!(read, ExitStatus::code(1));
     }
 }

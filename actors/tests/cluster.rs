@@ -93,6 +93,40 @@ fn a_killed_supervisor_is_charged_to_the_system_not_the_user() {
     c.ftdrive(&["stop", &id]);
 }
 
+/// A worker that writes why it failed where torchrun's workers do (`$TORCHELASTIC_ERROR_FILE`,
+/// in the format of PyTorch's `@record`) is quoted in the ledger. Each worker has a file of
+/// its own: here worker 1 fails and worker 0 is stopped.
+#[test]
+fn a_failed_workers_own_words_reach_the_ledger() {
+    let c = Cluster::start(&["n1"]);
+    let failing = r#"[ "$LOCAL_RANK" = 1 ] || exec sleep 300
+        printf '{"message": {"message": "ValueError: loss is NaN\\n at rank %s", "extraInfo": {"py_callstack": "Traceback"}}}' "$RANK" > "$TORCHELASTIC_ERROR_FILE"
+        exit 1"#;
+    let spec = c.spec(
+        "said",
+        json!({"command": ["sh", "-c", failing], "min_nodes": 1, "max_nodes": 1, "nproc_per_node": 2, "retries": {"user": 0}}),
+    );
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "it fails", |j| j["state"] == "FAILED");
+    let says = r#"worker 1 (rank 1) exited with code 1 on n1, saying "ValueError: loss is NaN at rank 1"; the user budget is exhausted"#;
+    assert_eq!(job["ledger"][0]["evidence"].as_str(), Some(says), "{job:#}");
+}
+
+/// An agent given a relative `--state-dir` runs jobs whose `cwd` is elsewhere: its attempts'
+/// supervisors, which run in the job's directory, find their records all the same.
+#[test]
+fn an_agent_with_a_relative_state_dir_runs_its_jobs() {
+    let mut c = Cluster::start(&[]);
+    let mut agent = c.node_command("n1");
+    agent.args(["--state-dir", "relative"]).current_dir(c.dir.path()).env("FTDRIVE_AGENT_TOKEN", c.agent_token());
+    c.nodes.insert("n1".into(), agent.spawn().unwrap());
+    c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    let spec = c.spec("rel", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1, "cwd": "/"}));
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "it ends", |j| j["state"] != "PENDING" && j["state"] != "RUNNING");
+    assert_eq!(job["state"], "SUCCEEDED", "{job:#}");
+}
+
 #[test]
 fn a_pending_job_waits_until_the_replacement_is_placed() {
     let mut c = Cluster::start(&["n1", "n2", "n3"]);

@@ -94,6 +94,33 @@ fn the_ddp_example_survives_a_killed_node_and_resumes_from_its_checkpoint() {
     c.wait_until("every process ended", |c| c.processes(None).is_empty());
 }
 
+/// A worker that fails under PyTorch's own `@record` (torchelastic's error reporting) has its
+/// exception in the ledger, as torchrun shows it as the root cause: ftdrive gives each worker
+/// the `$TORCHELASTIC_ERROR_FILE` that `@record` writes.
+#[test]
+fn a_pytorch_exception_under_record_is_the_ledgers_evidence() {
+    let Some(python) = python_or_skip() else { return };
+    let c = Cluster::start(&["n1"]);
+    let program = r#"
+import os, time
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record
+def main():
+    if os.environ["LOCAL_RANK"] == "1":
+        raise ValueError("loss is NaN at step 7")
+    time.sleep(300)
+
+main()
+"#;
+    let spec = json!({"command": [python, "-c", program], "min_nodes": 1, "max_nodes": 1, "nproc_per_node": 2,
+        "retries": {"user": 0}});
+    let id = c.submit_no_wait(&c.spec("recorded", spec));
+    let job = c.wait_for_job(&id, "it fails", |j| j["state"] == "FAILED");
+    let says = r#"worker 1 (rank 1) exited with code 1 on n1, saying "ValueError: loss is NaN at step 7""#;
+    assert!(job["ledger"][0]["evidence"].as_str().unwrap().starts_with(says), "{job:#}");
+}
+
 /// The example's choice of GPU, on its own (this machine has none; `docs/training.md` says where
 /// it ran on one): each worker gets a device of its own, and a node with fewer GPUs than
 /// workers is refused before the rendezvous with what to change, not by NCCL mid-gang.

@@ -89,7 +89,7 @@ pub enum Ending<'a> {
     /// The agent reported how the process ended. A non-zero exit is first classified with
     /// `reacting_to: None`; if it waited in FAILING for its peers, it is classified again with
     /// the peer loss that came first, if any.
-    Exited { status: ExitStatus, reacting_to: Option<PeerLoss<'a>> },
+    Exited { status: &'a ExitStatus, reacting_to: Option<PeerLoss<'a>> },
     /// The process could not be started.
     SpawnFailed { message: &'a str },
     /// Its node was lost before an exit was reported.
@@ -175,7 +175,7 @@ fn charge_to(job: &JobContext, cause: Cause, evidence: String) -> Verdict {
     }
 }
 
-fn exited(job: &JobContext, run: &Run, status: ExitStatus, reacting_to: Option<PeerLoss>) -> (Cause, String) {
+fn exited(job: &JobContext, run: &Run, status: &ExitStatus, reacting_to: Option<PeerLoss>) -> (Cause, String) {
     if let Some(reason) = &run.stop {
         return stop_verdict(reason, "");
     }
@@ -184,8 +184,12 @@ fn exited(job: &JobContext, run: &Run, status: ExitStatus, reacting_to: Option<P
         return (Cause::Completed, succeeded(job.nproc_per_node));
     }
     let who = process_name(job.nproc_per_node, run.rank, status);
+    let saying = saying(status);
     if let Some(code) = status.code.filter(|c| job.policy.non_retryable_exit_codes.contains(c)) {
-        return (Cause::NonRetryable, format!("{who} exited with code {code}, listed in non_retryable_exit_codes"));
+        return (
+            Cause::NonRetryable,
+            format!("{who} exited with code {code}{saying}, listed in non_retryable_exit_codes"),
+        );
     }
     if run.draining {
         return (Cause::Preempted, format!("{} and the {who} {status}", run.drained_by.describe(node)));
@@ -202,7 +206,7 @@ fn exited(job: &JobContext, run: &Run, status: ExitStatus, reacting_to: Option<P
             format!("the agent on {node} ended the {who} unasked (it {status}): the agent shut down"),
         );
     }
-    let evidence = format!("{who} {status} on {node}");
+    let evidence = format!("{who} {status} on {node}{saying}");
     match reacting_to {
         Some(root) => (
             Cause::Collateral,
@@ -225,8 +229,13 @@ fn succeeded(nproc: u32) -> String {
     }
 }
 
+/// `, saying "ValueError: loss is NaN"` when the program left its own words on its failure.
+fn saying(status: &ExitStatus) -> String {
+    status.error.as_ref().map(|error| format!(", saying \"{error}\"")).unwrap_or_default()
+}
+
 /// "process", or for one of several workers "worker 3 (rank 11)".
-fn process_name(nproc: u32, group_rank: u32, status: ExitStatus) -> String {
+fn process_name(nproc: u32, group_rank: u32, status: &ExitStatus) -> String {
     match status.worker {
         Some(local) if nproc > 1 => format!("worker {local} (rank {})", group_rank * nproc + local),
         _ => "process".to_string(),
@@ -326,8 +335,8 @@ mod tests {
     #[test]
     fn exits_are_classified_by_the_design_table() {
         let mut policy = RetryPolicy { non_retryable_exit_codes: vec![2], ..RetryPolicy::default() };
-        let verdict = |policy: &RetryPolicy, run: &Run, status| {
-            let v = classify(&job(policy, None), run, Ending::Exited { status, reacting_to: None });
+        let verdict = |policy: &RetryPolicy, run: &Run, status: ExitStatus| {
+            let v = classify(&job(policy, None), run, Ending::Exited { status: &status, reacting_to: None });
             (v.cause, v.budget)
         };
         let r = run();
@@ -353,11 +362,11 @@ mod tests {
     fn a_lost_supervisor_is_charged_to_the_system_budget() {
         let policy = RetryPolicy::default();
         let j = job(&policy, None);
-        let v = classify(&j, &run(), Ending::Exited { status: ExitStatus::supervisor_lost(), reacting_to: None });
+        let v = classify(&j, &run(), Ending::Exited { status: &ExitStatus::supervisor_lost(), reacting_to: None });
         assert_eq!(v.cause, Cause::NodeLost);
         let says = "the attempt supervisor of the process on n1 died without a record; the agent ended its workers";
         assert_eq!(v.evidence, says);
-        let worker = classify(&j, &run(), Ending::Exited { status: ExitStatus::signal(9, false), reacting_to: None });
+        let worker = classify(&j, &run(), Ending::Exited { status: &ExitStatus::signal(9, false), reacting_to: None });
         assert_eq!(worker.cause, Cause::UserError, "a worker killed so is the program's");
     }
 
@@ -368,8 +377,24 @@ mod tests {
         eight.nproc_per_node = 8;
         let group = Run { rank: 1, ..run() };
         let status = ExitStatus { worker: Some(3), ..ExitStatus::code(1) };
-        let v = classify(&eight, &group, Ending::Exited { status, reacting_to: None });
+        let v = classify(&eight, &group, Ending::Exited { status: &status, reacting_to: None });
         assert_eq!((v.cause, v.evidence.as_str()), (Cause::UserError, "worker 3 (rank 11) exited with code 1 on n1"));
+    }
+
+    /// A program that left its own words on its failure (`$TORCHELASTIC_ERROR_FILE`) is
+    /// quoted in the evidence, whatever the verdict on its exit.
+    #[test]
+    fn the_evidence_quotes_what_the_program_said_of_its_failure() {
+        let policy = RetryPolicy { non_retryable_exit_codes: vec![3], ..RetryPolicy::default() };
+        let j = job(&policy, None);
+        let said = |code| ExitStatus::code(code).with_error("ValueError: loss is NaN");
+        let v = classify(&j, &run(), Ending::Exited { status: &said(1), reacting_to: None });
+        let says = r#"process exited with code 1 on n1, saying "ValueError: loss is NaN""#;
+        assert_eq!((v.cause, v.evidence.as_str()), (Cause::UserError, says));
+        let v = classify(&j, &run(), Ending::Exited { status: &said(3), reacting_to: None });
+        let says =
+            r#"process exited with code 3, saying "ValueError: loss is NaN", listed in non_retryable_exit_codes"#;
+        assert_eq!((v.cause, v.evidence.as_str()), (Cause::NonRetryable, says));
     }
 
     #[test]
@@ -378,7 +403,7 @@ mod tests {
         let v = classify(
             &job(&policy, Some(CloseReason::Failed)),
             &run(),
-            Ending::Exited { status: ExitStatus::code(1), reacting_to: None },
+            Ending::Exited { status: &ExitStatus::code(1), reacting_to: None },
         );
         assert_eq!((v.cause, v.budget), (Cause::UserError, BudgetKind::None));
         assert!(v.evidence.ends_with("not charged: the job was already closing (failed)"), "{}", v.evidence);
@@ -390,7 +415,7 @@ mod tests {
         let (peer, node) = (ActorId::new(crate::JobId::new("j1"), 2), NodeId::new("n2"));
         let root = PeerLoss { peer: &peer, node: &node, silent_since: Instant::from_ms(700) };
         let status = ExitStatus::code(1);
-        let v = classify(&job(&policy, None), &run(), Ending::Exited { status, reacting_to: Some(root) });
+        let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: Some(root) });
         assert_eq!((v.cause, v.budget), (Cause::Collateral, BudgetKind::None));
         assert_eq!(
             v.evidence,

@@ -49,6 +49,8 @@ pub fn contract(p: &Placement) -> BTreeMap<String, String> {
         ("TORCHELASTIC_RESTART_COUNT", p.cycle.saturating_sub(1).to_string()),
         ("TORCHELASTIC_RUN_ID", p.job.to_string()),
         ("TORCHELASTIC_MAX_RESTARTS", max_restarts.to_string()),
+        // Rank 0 serves the rendezvous store at MASTER_ADDR:MASTER_PORT; no agent runs one.
+        ("TORCHELASTIC_USE_AGENT_STORE", "False".to_string()),
         ("TORCHX_RANK0_HOST", p.master_addr.to_string()),
         ("FTDRIVE_JOB_ID", p.job.to_string()),
         ("FTDRIVE_ACTOR", p.actor.to_string()),
@@ -61,6 +63,9 @@ pub fn contract(p: &Placement) -> BTreeMap<String, String> {
     for (key, value) in pairs {
         env.insert(key.to_string(), value);
     }
+    // As torchrun: a collective that fails or times out (a peer's node is gone) ends the
+    // process instead of hanging it, so that the failure is seen and the job re-formed.
+    env.entry("TORCH_NCCL_ASYNC_ERROR_HANDLING".to_string()).or_insert_with(|| "1".to_string());
     if nproc > 1 {
         // As torchrun: several workers each spawning a thread per core would overload the node.
         env.entry("OMP_NUM_THREADS".to_string()).or_insert_with(|| "1".to_string());
@@ -135,7 +140,24 @@ mod tests {
         assert_eq!(env["ROLE_NAME"], "t");
         assert_eq!(env["CUDA_VISIBLE_DEVICES"], "", "no GPUs: every device hidden");
         assert!(!env.contains_key("CUDA_DEVICE_ORDER"), "no devices to order");
-        assert_eq!(env.len(), 23 + 1, "23 contract variables and NCCL_DEBUG");
+        assert_eq!(
+            env["TORCHELASTIC_USE_AGENT_STORE"], "False",
+            "rank 0 serves the store, as torchrun's static rendezvous"
+        );
+        assert_eq!(
+            env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1",
+            "a failed collective ends the process, as under torchrun"
+        );
+        assert_eq!(env.len(), 25 + 1, "25 contract variables and NCCL_DEBUG");
+    }
+
+    /// torchrun takes the NCCL error handling from the environment when it is set there; the job's
+    /// `env` is that environment here.
+    #[test]
+    fn the_jobs_own_nccl_error_handling_stands() {
+        let mut spec = JobSpec::minimal("t", &["true"], 1, 1);
+        spec.env.insert("TORCH_NCCL_ASYNC_ERROR_HANDLING".into(), "3".into());
+        assert_eq!(rank0_of_one_node(&spec, Devices::NONE)["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "3");
     }
 
     /// The job's identity and limits, each to its source: the ids of the placement, the node

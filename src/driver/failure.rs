@@ -36,13 +36,13 @@ impl Driver {
         let run = self.actors[ix as usize].run.take().expect("ending a live attempt");
         let verdict = classify(&self.job_context(), &run, ending);
         let status = match ending {
-            Ending::Exited { status, .. } => Some(status),
-            Ending::EndedAfterSuccess(_) | Ending::GangSucceeded => run.exited.map(|(s, _)| s),
+            Ending::Exited { status, .. } => Some(status.clone()),
+            Ending::EndedAfterSuccess(_) | Ending::GangSucceeded => run.exited.as_ref().map(|(s, _)| s.clone()),
             Ending::SpawnFailed { .. } | Ending::NodeLost(_) => None,
         };
         match (verdict.cause, status) {
             (Cause::UserError, Some(status)) if self.closing.is_none() => self.await_attribution(now, ix, run, status),
-            _ => self.settle_attempt(now, ix, run, verdict, status),
+            (_, status) => self.settle_attempt(now, ix, run, verdict, status),
         }
     }
 
@@ -73,7 +73,7 @@ impl Driver {
             self.timers.stop(Timer::Attribution(ix));
             let verdict = self.attribute(ix, &failed);
             // The attempt ended when its process exited, not when the wait for its peers did.
-            let run = Run { exited: Some((failed.status, failed.at)), ..failed.run };
+            let run = Run { exited: Some((failed.status.clone(), failed.at)), ..failed.run };
             self.settle_attempt(now, ix, run, verdict, Some(failed.status));
         }
     }
@@ -89,7 +89,7 @@ impl Driver {
                 node: &l.node,
                 silent_since: l.silent_since,
             });
-        classify(&self.job_context(), &failed.run, Ending::Exited { status: failed.status, reacting_to: root })
+        classify(&self.job_context(), &failed.run, Ending::Exited { status: &failed.status, reacting_to: root })
     }
 
     /// Does another rank of `cycle` still (possibly) run?
@@ -179,9 +179,9 @@ impl Driver {
             cycle: run.cycle,
             node: run.node.to_string(),
             start_ms: run.started.as_ms(),
-            end_ms: run.exited.map_or(now, |(_, t)| t).as_ms(),
-            exit_code: status.and_then(|s| s.code),
-            signal: status.and_then(|s| s.signal),
+            end_ms: run.exited.as_ref().map_or(now, |(_, t)| *t).as_ms(),
+            exit_code: status.as_ref().and_then(|s| s.code),
+            signal: status.as_ref().and_then(|s| s.signal),
             cause: v.cause,
             evidence,
             budget: charge.budget(),

@@ -134,9 +134,9 @@ impl Driver {
 
     /// Every rank of the current cycle exited 0.
     pub(super) fn world_exited_ok(&self) -> bool {
-        self.world
-            .iter()
-            .all(|w| self.actors[*w as usize].run.as_ref().is_some_and(|r| r.exited.is_some_and(|(s, _)| s.success())))
+        self.world.iter().all(|w| {
+            self.actors[*w as usize].run.as_ref().is_some_and(|r| r.exited.as_ref().is_some_and(|(s, _)| s.success()))
+        })
     }
 
     pub(super) fn complete_gang(&mut self, now: Instant) {

@@ -163,6 +163,8 @@ impl Driver {
     }
 
     pub(super) fn on_exited(&mut self, now: Instant, key: AttemptKey, status: ExitStatus) {
+        // An agent's report: its words on the failure are trusted with a bounded length only.
+        let status = status.bounded();
         let waits = self.mode().success_waits_for_peers() && self.closing.is_none();
         let Some(run) = self.current_run(&key) else {
             return self.stale(key, "exit report");
@@ -177,7 +179,7 @@ impl Driver {
             return;
         }
         self.effects.push_back(DriverEffect::AttemptEnded { node, key: key.clone() });
-        self.end_attempt(now, key.actor, Ending::Exited { status, reacting_to: None });
+        self.end_attempt(now, key.actor, Ending::Exited { status: &status, reacting_to: None });
     }
 
     pub(super) fn on_spawn_failed(&mut self, now: Instant, key: AttemptKey, message: String) {

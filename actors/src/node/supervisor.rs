@@ -133,8 +133,9 @@ fn parse(args: &[String]) -> Option<Args> {
         }
     }
     let command: Vec<String> = rest.cloned().collect();
-    let group = GroupSpec { command, workers, group_rank, log };
-    (!group.command.is_empty()).then_some(Args { dir: dir?, reattach_grace_ms: grace?, stop_grace_ms, group })
+    let dir: PathBuf = dir?;
+    let group = GroupSpec { command, workers, group_rank, log, dir: dir.clone() };
+    (!group.command.is_empty()).then_some(Args { dir, reattach_grace_ms: grace?, stop_grace_ms, group })
 }
 
 fn bind(dir: &Path) -> std::io::Result<UnixListener> {
@@ -179,7 +180,7 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
                 }
                 if progress.running == 0 {
                     group.drain_output(Duration::from_millis(DRAIN_OUTPUT_MS));
-                    finish(progress.outcome(args.group.workers), &args.dir, agent.as_mut().map(|(_, s)| s));
+                    finish(progress.outcome(&args.group), &args.dir, agent.as_mut().map(|(_, s)| s));
                 }
             }
             Ok(Event::Attached(id, mut stream)) => {
@@ -229,14 +230,18 @@ impl Progress {
         Some(Instant::now() + Duration::from_millis(grace_ms))
     }
 
-    /// The group's end: the first failure, or success.
-    fn outcome(&self, workers: u32) -> ExitStatus {
+    /// The group's end: the first failure, with what it wrote of itself, or success.
+    fn outcome(&self, group: &GroupSpec) -> ExitStatus {
         let Some((local_rank, status, ordered)) = self.failure else { return ExitStatus::code(0) };
         let ended = match (status.code(), status.signal()) {
             (Some(code), _) => ExitStatus::code(code),
             (None, signal) => ExitStatus::signal(signal.unwrap_or(libc::SIGKILL), false),
         };
-        ExitStatus { worker: (workers > 1).then_some(local_rank), signalled_by_agent: ordered, ..ended }
+        let ended = match workers::error_said(&workers::error_file(&group.dir, local_rank)) {
+            Some(said) => ended.with_error(&said),
+            None => ended,
+        };
+        ExitStatus { worker: (group.workers > 1).then_some(local_rank), signalled_by_agent: ordered, ..ended }
     }
 
     /// Carries out one command from the agent; returns when to escalate to SIGKILL.

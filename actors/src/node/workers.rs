@@ -3,7 +3,8 @@
 //! leading its own process group and dying with the supervisor. One worker writes straight to
 //! the attempt's log; several have their output relayed line by line into a log of their own
 //! (`attempt-A.L.log`) and into the attempt's log with a `[rankR]: ` prefix, as torchrun's
-//! `--tee 3` with a rank prefix does.
+//! `--tee 3` with a rank prefix does. Each worker gets its own `$TORCHELASTIC_ERROR_FILE`, as
+//! torchrun's do, where a PyTorch program decorated with `@record` writes why it failed.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -17,6 +18,9 @@ use std::time::{Duration, Instant};
 /// writes a newline must not grow the supervisor without bound).
 const MAX_LINE_BYTES: u64 = 64 * 1024;
 
+/// Where torchrun tells each worker to write why it failed.
+const ERROR_FILE_VAR: &str = "TORCHELASTIC_ERROR_FILE";
+
 /// What the supervisor is told about the group it runs.
 #[derive(Clone, Debug)]
 pub struct GroupSpec {
@@ -25,6 +29,27 @@ pub struct GroupSpec {
     pub group_rank: u32,
     /// The attempt's log (the supervisor's own stdout); worker logs are named beside it.
     pub log: Option<PathBuf>,
+    /// The attempt's own directory (absolute): worker error files are written there.
+    pub dir: PathBuf,
+}
+
+/// The most of a worker's error file that is read: PyTorch's holds a message and a traceback.
+const MAX_ERROR_FILE_BYTES: u64 = 64 * 1024;
+
+/// Worker `local_rank`'s `$TORCHELASTIC_ERROR_FILE`.
+pub fn error_file(dir: &Path, local_rank: u32) -> PathBuf {
+    dir.join(format!("error-{local_rank}.json"))
+}
+
+/// What a worker wrote of its failure in its error file, in torchelastic's format
+/// (`{"message": {"message": "ValueError: ...", "extraInfo": {...}}}`, or an older
+/// `{"message": "..."}`); `None` when it wrote nothing readable.
+pub fn error_said(file: &Path) -> Option<String> {
+    let mut text = Vec::new();
+    std::fs::File::open(file).ok()?.take(MAX_ERROR_FILE_BYTES).read_to_end(&mut text).ok()?;
+    let written: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    let message = &written["message"];
+    message.as_str().or_else(|| message["message"].as_str()).map(str::to_string)
 }
 
 /// The running workers, by local rank.
@@ -88,6 +113,7 @@ fn start_worker(
     cmd.args(&spec.command[1..]);
     // Worker 0's variables are already in the supervisor's environment.
     cmd.envs(ftdrive::driver::env_worker_vars(spec.group_rank, spec.workers, local_rank));
+    cmd.env(ERROR_FILE_VAR, error_file(&spec.dir, local_rank));
     // SAFETY: between fork and exec only async-signal-safe calls on the child's own state.
     unsafe {
         cmd.pre_exec(|| {
@@ -155,5 +181,27 @@ mod tests {
     fn worker_logs_sit_beside_the_attempts() {
         let log = Path::new("/state/logs/j1/2/attempt-3.log");
         assert_eq!(worker_log(log, 5), PathBuf::from("/state/logs/j1/2/attempt-3.5.log"));
+    }
+
+    /// PyTorch's `@record` writes `{"message": {"message": ..., "extraInfo": ...}}`; older
+    /// writers a bare string. Anything else, or no file, says nothing.
+    #[test]
+    fn a_workers_error_file_is_read_in_torchelastics_formats() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = error_file(dir.path(), 1);
+        assert_eq!(file, dir.path().join("error-1.json"));
+        assert_eq!(error_said(&file), None, "no file");
+        let record = r#"{"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": "Traceback", "timestamp": "1"}}}"#;
+        std::fs::write(&file, record).unwrap();
+        assert_eq!(error_said(&file).as_deref(), Some("ValueError: boom"));
+        std::fs::write(&file, r#"{"message": "RuntimeError: old style"}"#).unwrap();
+        assert_eq!(error_said(&file).as_deref(), Some("RuntimeError: old style"));
+        for unreadable in ["not json", r#"{"message": 3}"#, r#"{"error": "x"}"#] {
+            std::fs::write(&file, unreadable).unwrap();
+            assert_eq!(error_said(&file), None, "{unreadable}");
+        }
+        let huge = format!(r#"{{"message": "{}"}}"#, "x".repeat(MAX_ERROR_FILE_BYTES as usize));
+        std::fs::write(&file, huge).unwrap();
+        assert_eq!(error_said(&file), None, "a file past the bound is not read whole");
     }
 }
