@@ -304,6 +304,9 @@ fn a_job_waiting_for_room_says_who_holds_it_and_why_nothing_moves() {
 
     c.advance(config().node_timeout_ms + 1_000);
     assert!(!c.head.recovering());
+    let lost = &c.view(&running).ledger[0];
+    let says = "node n2 did not report to the restarted head within its recovery window";
+    assert!(lost.evidence.starts_with(says), "the loss is the restart's silence: {}", lost.evidence);
     let replacement = c.view(&running).waiting.unwrap();
     assert!(replacement.starts_with(&format!("waiting for capacity: the replacement for {running}/")), "{replacement}");
     let why = c.view(&waiting).waiting.unwrap();

@@ -324,12 +324,20 @@ impl Head {
         }
     }
 
-    /// Declares DEAD every node not heard from within the node timeout.
+    /// Declares DEAD every node not heard from within the node timeout. (Run before the
+    /// recovery window is closed, so that a node that never reported to a restarted head is
+    /// named as such.)
     pub(super) fn expire_silent_nodes(&mut self, now: Instant) {
         for ix in self.liveness.pop_expired(now) {
             let heard = self.liveness.get(ix).expect("expired node has a record").last_heard;
             let name = self.scheduler.node(ix).name.clone();
-            self.lose_node(now, ix, format!("node {name} missed heartbeats for {} ms", now.ms_since(heard)));
+            let silent_ms = now.ms_since(heard);
+            let evidence = if self.recovery.as_ref().is_some_and(|r| r.waiting.contains(&ix)) {
+                format!("node {name} did not report to the restarted head within its recovery window ({silent_ms} ms)")
+            } else {
+                format!("node {name} missed heartbeats for {silent_ms} ms")
+            };
+            self.lose_node(now, ix, evidence);
         }
     }
 
