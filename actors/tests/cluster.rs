@@ -112,6 +112,19 @@ fn a_failed_workers_own_words_reach_the_ledger() {
     assert_eq!(job["ledger"][0]["evidence"].as_str(), Some(says), "{job:#}");
 }
 
+/// A relative `cwd` is under the agent's work dir, not wherever the agent was started.
+#[test]
+fn a_relative_cwd_is_under_the_agents_work_dir() {
+    let c = Cluster::start(&["n1"]);
+    std::fs::create_dir(c.dir.path().join("sub")).unwrap();
+    let spec = c.spec("cwd", json!({"command": ["pwd"], "min_nodes": 1, "max_nodes": 1, "cwd": "sub"}));
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "it ends", |j| j["state"] != "PENDING" && j["state"] != "RUNNING");
+    assert_eq!(job["state"], "SUCCEEDED", "{job:#}");
+    let pwd = c.ftdrive(&["logs", &id, "--actor", "0"]);
+    assert_eq!(pwd.trim(), c.dir.path().join("sub").to_str().unwrap());
+}
+
 /// An agent given a relative `--state-dir` runs jobs whose `cwd` is elsewhere: its attempts'
 /// supervisors, which run in the job's directory, find their records all the same.
 #[test]

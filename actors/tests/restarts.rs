@@ -181,6 +181,31 @@ fn an_agent_killed_and_started_again_keeps_its_processes_and_charges_nothing() {
     assert_eq!(done["remaining"]["system"], 3, "nothing charged");
 }
 
+/// A head restarted with a longer node timeout lengthens the re-attach grace of supervisors
+/// already running: an agent away for longer than the old timeout, though within the new one,
+/// still finds its processes.
+#[test]
+fn running_supervisors_take_the_grace_of_a_head_restarted_with_a_longer_node_timeout() {
+    let mut c = Cluster::start(&["n1"]); // a node timeout of 1 s
+    let (id, _) = start_a_long_job(&c, "longer-grace");
+    let on_n1 = pids(&c, Some("n1"));
+    c.kill_head();
+    c.start_head_again_with(&["--node-timeout-ms", "8000"]);
+    let alive =
+        |c: &Cluster| c.nodes_json().as_array().unwrap().iter().any(|n| n["name"] == "n1" && n["state"] == "ALIVE");
+    c.wait_until("n1 reported to the new head", |c| c.try_ftdrive(&["nodes"]).status.success() && alive(c));
+    // Its welcome, and a few pings carrying the new grace to the supervisor.
+    std::thread::sleep(Duration::from_millis(1_000));
+    c.kill_node("n1");
+    std::thread::sleep(Duration::from_millis(3_000));
+    assert_eq!(pids(&c, Some("n1")), on_n1, "3 s without an agent, past the old 1 s grace: the processes run");
+    c.add_node("n1");
+    c.wait_until("the new agent re-attached", |c| alive(c) && c.job(&id)["actors"][0]["state"] == "RUNNING");
+    assert_eq!(pids(&c, Some("n1")), on_n1, "the same processes run under the new agent");
+    assert!(c.job(&id)["ledger"].as_array().unwrap().is_empty(), "nothing ended, nothing charged");
+    c.ftdrive(&["stop", &id]);
+}
+
 /// SIGTERM for an agent while the head is away: it stops its processes itself and waits for the
 /// head. A head back before the drain deadline hears the notice before the ends (AG-5), and
 /// charges them to the departure: `preempted`.

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc::UnboundedSender;
@@ -80,7 +82,7 @@ pub async fn launch(
     cwd: &Path,
     extra_env: &[(&str, String)],
     reattach_grace_ms: u64,
-    reports: UnboundedSender<(AttemptKey, Report)>,
+    (reports, grace): (UnboundedSender<(AttemptKey, Report)>, &Grace),
 ) -> Result<UnboundedSender<Command>, String> {
     let dir = attempt_dir(state_dir, &spec.key);
     // What may block — the synced record, the fork that waits for its child's exec — runs
@@ -105,7 +107,7 @@ pub async fn launch(
         let _ = child.wait().await;
     });
     match handshake(read_end).await? {
-        Ok(()) => match attach(spec.key.clone(), &dir, reports.clone()).await {
+        Ok(()) => match attach(spec.key.clone(), &dir, reports.clone(), grace.clone()).await {
             Err(_) if dir.join(EXIT_RECORD).exists() => Ok(already_ended(spec.key.clone(), &dir, &reports)),
             attached => attached,
         },
@@ -254,6 +256,34 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     }
 }
 
+/// The re-attach grace (DESIGN §10) as the agent knows it: given by `--reattach-grace-ms`, else
+/// the head's node timeout once a head has welcomed the agent; unknown before that.
+#[derive(Clone, Debug)]
+pub struct Grace(Arc<AtomicU64>);
+
+impl Grace {
+    pub fn new(given_ms: Option<u64>) -> Grace {
+        Grace(Arc::new(AtomicU64::new(given_ms.unwrap_or(0))))
+    }
+
+    pub fn set_ms(&self, ms: u64) {
+        self.0.store(ms, Ordering::Relaxed);
+    }
+
+    pub fn known_ms(&self) -> Option<u64> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
+    }
+
+    /// The ping line for a supervisor: `ping GRACE_MS`, or a bare `ping` (the supervisor keeps
+    /// the grace it has) while the grace is unknown.
+    fn ping(&self) -> String {
+        match self.known_ms() {
+            Some(ms) => format!("ping {ms}\n"),
+            None => "ping\n".to_string(),
+        }
+    }
+}
+
 /// Connects to a supervisor and relays: its reports to `reports`, commands to it. When the
 /// connection ends without a report of the end, the record on disk says how it ended — or,
 /// with no record, the supervisor died and its group is killed here.
@@ -261,6 +291,7 @@ async fn attach(
     key: AttemptKey,
     dir: &Path,
     reports: UnboundedSender<(AttemptKey, Report)>,
+    grace: Grace,
 ) -> Result<UnboundedSender<Command>, String> {
     let stream =
         UnixStream::connect(dir.join(SOCKET)).await.map_err(|e| format!("cannot reach the attempt supervisor: {e}"))?;
@@ -275,8 +306,11 @@ async fn attach(
             tokio::select! {
                 // SV-1: a supervisor that hears nothing from its agent for its grace takes the
                 // agent for hung and ends the attempt.
+                // Each ping carries the grace, once known: a head restarted with another node
+                // timeout, or an agent with another --reattach-grace-ms, changes it for
+                // supervisors already running.
                 _ = ping.tick() => {
-                    let _ = write.write_all(b"ping\n").await;
+                    let _ = write.write_all(grace.ping().as_bytes()).await;
                 }
                 line = lines.next_line() => match line {
                     Ok(Some(line)) => {
@@ -340,6 +374,7 @@ fn ended(dir: &Path) -> Report {
 pub async fn recover(
     state_dir: &Path,
     reports: UnboundedSender<(AttemptKey, Report)>,
+    grace: &Grace,
 ) -> (Recovered, Vec<(AttemptKey, UnboundedSender<Command>)>) {
     let mut recovered = Recovered::default();
     let mut attached = Vec::new();
@@ -354,7 +389,7 @@ pub async fn recover(
         let key = record.key.clone();
         let finished = dir.join(EXIT_RECORD).exists() || dir.join(FAILED_RECORD).exists();
         if !finished {
-            if let Ok(commands) = attach(key.clone(), &dir, reports.clone()).await {
+            if let Ok(commands) = attach(key.clone(), &dir, reports.clone(), grace.clone()).await {
                 recovered.running.push((key.clone(), record.stop_grace_ms));
                 attached.push((key, commands));
                 continue;
@@ -434,7 +469,7 @@ mod tests {
         };
         let log = state.path().join("attempt-1.log");
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
-        let error = launch(&spec, state.path(), &log, &cwd, &[], 0, reports).await.unwrap_err();
+        let error = launch(&spec, state.path(), &log, &cwd, &[], 0, (reports, &Grace::new(None))).await.unwrap_err();
         assert!(error.contains(&format!("working directory {} is not a directory", cwd.display())), "{error}");
     }
 
@@ -459,7 +494,7 @@ mod tests {
         let (ended_before, _) = make(1, Some("an-earlier-boot".into()), true);
         let (unknown, _) = make(2, None, false);
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
-        let (recovered, attached) = recover(state.path(), reports).await;
+        let (recovered, attached) = recover(state.path(), reports, &Grace::new(None)).await;
         assert!(attached.is_empty() && recovered.running.is_empty());
         let mut ended: Vec<(AttemptKey, EndReport)> = recovered.ended;
         ended.sort_by(|a, b| a.0.cmp(&b.0));
@@ -484,5 +519,14 @@ mod tests {
         write_record(dir.path(), boot_id());
         assert_eq!(ended(dir.path()), killed);
         assert_eq!(worker.0.wait().unwrap().signal(), Some(libc::SIGKILL), "this boot's group is killed");
+    }
+
+    #[test]
+    fn pings_carry_the_grace_once_it_is_known() {
+        let grace = Grace::new(None);
+        assert_eq!(grace.ping(), "ping\n", "unknown: the supervisor keeps its own");
+        grace.clone().set_ms(8_000);
+        assert_eq!(grace.ping(), "ping 8000\n", "every attempt's connection shares it");
+        assert_eq!(Grace::new(Some(500)).ping(), "ping 500\n");
     }
 }

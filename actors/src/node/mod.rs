@@ -94,7 +94,8 @@ pub struct NodeAgent {
     heartbeat_ms: Arc<AtomicU64>,
     supervisors: BTreeMap<AttemptKey, Supervision>,
     reports: UnboundedSender<(AttemptKey, Report)>,
-    head_node_timeout_ms: Option<u64>,
+    /// The re-attach grace every supervisor is told, once known.
+    grace: attempt::Grace,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     /// Shut down, and waiting for the link to write what it holds and close.
     closing: bool,
@@ -108,9 +109,8 @@ impl NodeAgent {
     fn new(
         opts: NodeOptions,
         identity: AgentIdentity,
-        recovered: Recovered,
-        attached: Vec<(AttemptKey, UnboundedSender<Command>)>,
-        reports: UnboundedSender<(AttemptKey, Report)>,
+        (recovered, attached): (Recovered, Vec<(AttemptKey, UnboundedSender<Command>)>),
+        (reports, grace): (UnboundedSender<(AttemptKey, Report)>, attempt::Grace),
         metrics: metrics::AgentMetrics,
         refused: tokio::sync::oneshot::Sender<String>,
     ) -> NodeAgent {
@@ -127,7 +127,7 @@ impl NodeAgent {
             heartbeat_ms: Arc::new(AtomicU64::new(ftdrive::agent::DEFAULT_HEARTBEAT_MS)),
             supervisors,
             reports,
-            head_node_timeout_ms: None,
+            grace,
             shutdown: None,
             closing: false,
             refused: Some(refused),
@@ -217,12 +217,14 @@ impl NodeAgent {
             return self.input(AgentInput::SpawnFailed { key, message: "bad job id".into() }, ctx);
         };
         self.supervisors.insert(key.clone(), Supervision::Launching { pending: None, pgids: Vec::new() });
-        let cwd = spec.cwd.as_ref().map_or_else(|| self.opts.work_dir.clone(), PathBuf::from);
-        let grace_ms = self.opts.reattach_grace_ms.or(self.head_node_timeout_ms).unwrap_or(DEFAULT_REATTACH_GRACE_MS);
+        // A relative `cwd` is under the work dir, whatever directory the agent was started in.
+        let cwd = spec.cwd.as_ref().map_or_else(|| self.opts.work_dir.clone(), |cwd| self.opts.work_dir.join(cwd));
+        let grace_ms = self.grace.known_ms().unwrap_or(DEFAULT_REATTACH_GRACE_MS);
         let (state_dir, reports, addr) = (self.opts.state_dir.clone(), self.reports.clone(), self.opts.addr.clone());
+        let grace = self.grace.clone();
         let launching = async move {
             let extra = [("FTDRIVE_ADVERTISE_ADDR", addr)];
-            attempt::launch(&spec, &state_dir, &log, &cwd, &extra, grace_ms, reports).await
+            attempt::launch(&spec, &state_dir, &log, &cwd, &extra, grace_ms, (reports, &grace)).await
         };
         ctx.spawn(launching.into_actor(self).map(move |result, act, ctx| act.launched(key, result, ctx)));
     }
@@ -360,7 +362,11 @@ impl Handler<FromHead> for NodeAgent {
     type Result = ();
     fn handle(&mut self, FromHead(msg): FromHead, ctx: &mut Context<Self>) {
         match &msg {
-            ToAgent::Welcome { node_timeout_ms, .. } => self.head_node_timeout_ms = Some(*node_timeout_ms),
+            // Supervisors, running ones included, follow the head's node timeout unless the
+            // agent was given a grace of its own.
+            ToAgent::Welcome { node_timeout_ms, .. } if self.opts.reattach_grace_ms.is_none() => {
+                self.grace.set_ms(*node_timeout_ms)
+            }
             ToAgent::Refused { reason, .. } => tracing::warn!("the head refused a message: {reason}"),
             ToAgent::NameInUse { reason } => {
                 if let Some(refused) = self.refused.take() {
@@ -435,7 +441,8 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
     let logs = log_server.handle();
     actix::spawn(log_server);
     let (reports, mut incoming) = tokio::sync::mpsc::unbounded_channel();
-    let (recovered, attached) = attempt::recover(&opts.state_dir, reports.clone()).await;
+    let grace = attempt::Grace::new(opts.reattach_grace_ms);
+    let (recovered, attached) = attempt::recover(&opts.state_dir, reports.clone(), &grace).await;
     if !recovered.running.is_empty() || !recovered.ended.is_empty() {
         tracing::info!(
             "re-attached to {} running attempt(s); {} ended while the agent was away",
@@ -456,7 +463,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
         identity: crate::paths::stored_token(&opts.state_dir.join("identity"))?,
     };
     let (refused_tx, refused) = tokio::sync::oneshot::channel();
-    let agent = NodeAgent::new(opts, identity, recovered, attached, reports, metrics, refused_tx);
+    let agent = NodeAgent::new(opts, identity, (recovered, attached), (reports, grace), metrics, refused_tx);
     let heartbeat_ms = agent.heartbeat_ms.clone();
     let agent = agent.start();
     let forward = agent.clone();

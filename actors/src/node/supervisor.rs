@@ -33,7 +33,8 @@
 //!   for its peers; the group succeeds when all have.
 //!
 //! Socket lines, supervisor → agent: `started PGID...` (one per worker), `failed MESSAGE`,
-//! `exited` (the record is written); agent → supervisor: `stop GRACE_MS`, `kill`, `ping`.
+//! `exited` (the record is written); agent → supervisor: `stop GRACE_MS`, `kill`, `ping
+//! [REATTACH_GRACE_MS]` (the grace to keep from then on, when the agent knows it).
 
 use super::workers::{self, signal_group, Group, GroupSpec};
 use ftdrive::protocol::ExitStatus;
@@ -169,7 +170,7 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
     // Since when no agent has been heard (SV-1): an agent is expected to connect at once, and
     // a connected one to ping; until it does, the grace runs.
     let mut alone_since = Some(Instant::now());
-    let grace = Duration::from_millis(args.reattach_grace_ms);
+    let mut grace = Duration::from_millis(args.reattach_grace_ms);
     loop {
         let deadline = [kill_at, alone_since.map(|t| t + grace)].into_iter().flatten().min();
         let wait = deadline.map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
@@ -191,6 +192,9 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
             }
             Ok(Event::Line(id, line)) if agent.as_ref().is_some_and(|(a, _)| *a == id) => {
                 alone_since = alone_since.map(|_| Instant::now());
+                if let Some(ms) = line.strip_prefix("ping ").and_then(|ms| ms.trim().parse().ok()) {
+                    grace = Duration::from_millis(ms);
+                }
                 kill_at = progress.command(&line).or(kill_at);
             }
             Ok(Event::Line(..)) => {}

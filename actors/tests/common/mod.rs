@@ -108,6 +108,12 @@ impl Cluster {
         self.head.wait().unwrap();
     }
 
+    /// A new head on the killed one's port and state dir, started with `head_args` from now on.
+    pub fn start_head_again_with(&mut self, head_args: &[&str]) {
+        self.head_args = head_args.iter().map(|a| a.to_string()).collect();
+        self.start_head_again();
+    }
+
     /// A new head on the killed one's port and state dir.
     pub fn start_head_again(&mut self) {
         let listen = self.url.trim_start_matches("https://").trim_start_matches("http://").to_string();
