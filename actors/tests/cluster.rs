@@ -308,6 +308,8 @@ fn a_user_error_with_no_budget_fails_and_submit_exits_1() {
         (Some("user_error"), Some("user"))
     );
     assert!(c.ftdrive(&["logs", "j1"]).contains("oops"));
+    let followed = c.try_ftdrive(&["logs", "j1", "--follow"]);
+    assert_eq!(followed.status.code(), Some(1), "a follower exits with the job's outcome, as submit does");
 }
 
 #[test]
@@ -563,7 +565,8 @@ fn logs_follow_a_running_attempt_and_show_a_finished_one() {
 
 /// A follower that began on attempt 1 stays on it: the retry that starts while it is polling
 /// is a different file, and reading it at attempt 1's byte offset would print the middle of
-/// someone else's output. `--follow` ends with its attempt, as `kubectl logs -f` does.
+/// someone else's output. `--follow` ends with its attempt, as `kubectl logs -f` does, and
+/// exits 1 when that attempt failed though the job goes on.
 #[test]
 fn a_log_follower_keeps_to_its_attempt_when_a_retry_starts() {
     let c = Cluster::start(&["n1"]);
@@ -576,9 +579,16 @@ fn a_log_follower_keeps_to_its_attempt_when_a_retry_starts() {
     );
     let id = c.submit_no_wait(&spec);
     c.wait_for_job(&id, "it runs", |j| running(j, 1));
-    let followed = c.ftdrive(&["logs", &id, "--follow"]);
+    let followed = c.try_ftdrive(&["logs", &id, "--follow"]);
     let expected: String = (1..=4).map(|i| format!("first {i}\n")).collect();
-    assert_eq!(followed, expected, "followed attempt 1 to its end and nothing of attempt 2");
+    assert_eq!(
+        String::from_utf8_lossy(&followed.stdout),
+        expected,
+        "followed attempt 1 to its end and nothing of attempt 2"
+    );
+    let said = String::from_utf8_lossy(&followed.stderr);
+    assert_eq!(followed.status.code(), Some(1), "attempt 1 failed: {said}");
+    assert!(said.contains(&format!("{id}/0 attempt 1 ended user_error; the job goes on")), "{said}");
     c.wait_for_job(&id, "the retry succeeds", |j| j["state"] == "SUCCEEDED");
     assert!(c.ftdrive(&["logs", &id, "--actor", "0"]).starts_with("second attempt 000"), "the latest is attempt 2");
 }

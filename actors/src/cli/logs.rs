@@ -8,6 +8,7 @@ use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::out;
 use super::reconnect::{is_passing, until_answered};
+use ftdrive::driver::{Cause, JobState, LedgerEntry};
 use ftdrive::view::JobView;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
         let actors = started(&view, wanted).map_err(|why| CliError::Failed(why.to_string()))?;
         let actors = reached(&view, actors, args.attempt)?;
         let headers = actors.len() > 1;
-        let mut unread = Vec::new();
+        let (mut unread, mut followed) = (Vec::new(), Vec::new());
         for actor in actors {
             // A follower keeps to the attempt that is the latest now (`Cursor`), even if its
             // first read fails and a retry starts meanwhile.
@@ -38,19 +39,62 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
                 other => other,
             });
             match read {
+                Ok(attempt) => followed.push((actor, attempt)),
                 // Of several actors, one whose machine is gone does not hide the others'.
                 Err(CliError::Failed(why) | CliError::Unavailable(why)) if headers => {
                     eprintln!("ftdrive: {}/{actor}: {why}", view.id);
                     unread.push(format!("{}/{actor}", view.id));
                 }
-                other => other?,
+                Err(other) => return Err(other),
             }
         }
         if !unread.is_empty() {
             return Err(CliError::Failed(format!("could not read the log of {} (said above)", unread.join(", "))));
         }
-        Ok(Outcome::Done)
+        if !args.follow {
+            return Ok(Outcome::Done);
+        }
+        followed_outcome(&client, &view, &followed).await
     })
+}
+
+/// A follower exits with what became of what it followed (DESIGN §12's exit codes): the job's
+/// outcome once the job has ended; else 1 if a followed attempt ended other than completed (the
+/// job goes on, say with a retry), 0 if each completed. An attempt's end can reach the ledger
+/// after its log stops (a failure waits there for its peers' verdicts): the job is read until
+/// its ledger has every followed attempt, or it ends.
+async fn followed_outcome(client: &Client, view: &JobView, followed: &[(u32, u32)]) -> Result<Outcome, CliError> {
+    let path = format!("/v1/jobs/{}", view.id);
+    loop {
+        let now: JobView = match client.get(&path).await {
+            Err(e) if is_passing(&e) => until_answered(e, || client.get(&path)).await?,
+            answer => answer?,
+        };
+        match now.state {
+            JobState::Succeeded => return Ok(Outcome::Succeeded),
+            JobState::Failed => return Ok(Outcome::Failed),
+            JobState::Stopped => return Ok(Outcome::Stopped),
+            _ => {}
+        }
+        let ends: Option<Vec<&LedgerEntry>> = followed
+            .iter()
+            .map(|(actor, attempt)| {
+                let name = &now.actors[*actor as usize].name;
+                now.ledger.iter().find(|e| e.actor == *name && e.attempt == *attempt)
+            })
+            .collect();
+        if let Some(ends) = ends {
+            let failed: Vec<&&LedgerEntry> = ends.iter().filter(|e| e.cause != Cause::Completed).collect();
+            for end in &failed {
+                eprintln!(
+                    "ftdrive: {} attempt {} ended {}; the job goes on (follow it again for the next attempt)",
+                    end.actor, end.attempt, end.cause
+                );
+            }
+            return Ok(if failed.is_empty() { Outcome::Done } else { Outcome::Failed });
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
 }
 
 /// The actors whose output there is: the one asked for, or every one that has started; or
@@ -158,7 +202,9 @@ impl Cursor {
     }
 }
 
-async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, header: bool) -> Result<(), CliError> {
+/// Prints the attempt's output (following it to its end under `--follow`); returns which
+/// attempt it was.
+async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, header: bool) -> Result<u32, CliError> {
     let Which { actor, attempt, local_rank } = which;
     let mut at = Cursor { attempt, offset: 0 };
     let mut printed_header = false;
@@ -181,7 +227,7 @@ async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, h
             continue;
         }
         if !follow || !chunk.running {
-            return Ok(());
+            return Ok(chunk.attempt);
         }
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
     }

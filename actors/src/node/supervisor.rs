@@ -8,7 +8,7 @@
 //!
 //! - **SV-1 outlives the agent, for a while.** The agent talks to it over a unix socket in the
 //!   attempt's directory. When that connection drops, the supervisor waits `reattach_grace_ms`
-//!   for an agent to connect again (a restarted agent scans its state dir and does); if none
+//!   (as given at launch, or as the agent's pings last said) for an agent to connect again (a restarted agent scans its state dir and does); if none
 //!   does, it kills the workers' process groups. A connected agent that says nothing for as
 //!   long (it pings every `PING_MS`) is hung or stopped, and counts as gone: the head has
 //!   declared its node dead by then and placed the rank elsewhere, so the workers must not run
