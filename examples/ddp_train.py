@@ -1,13 +1,14 @@
 """A plain torchrun-style PyTorch DDP training script, for ftdrive or torchrun alike.
 
 Every worker reads the standard environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-MASTER_PORT, TORCHELASTIC_RESTART_COUNT) and joins `init_process_group("env://")`: gloo on CPU,
+MASTER_PORT; FTDRIVE_CYCLE, else TORCHELASTIC_RESTART_COUNT + 1 under torchrun) and joins `init_process_group("env://")`: gloo on CPU,
 nccl when the worker sees a GPU. The model learns a known linear map from synthetic data, each
 rank drawing its own shard of every batch, so the result can be checked: at the end every rank
 holds the same weights (DDP kept them in step) and they are close to the true map.
 
 Rank 0 checkpoints (model, optimizer, step) after every step, atomically, in a directory every
-node shares. A restarted gang (TORCHELASTIC_RESTART_COUNT > 0) resumes from it on every rank
+node shares. A re-formed gang (any cycle after the first: after a failure, a lost node or a
+change of size) resumes from it on every rank
 (the optimizer's momentum is state too), whatever its new world size; the first cycle of a job
 starts from scratch.
 
@@ -65,10 +66,11 @@ class Worker:
         self.rank = env_int("RANK", 0)
         self.world = env_int("WORLD_SIZE", 1)
         self.local_rank = env_int("LOCAL_RANK", 0)
-        self.restart = env_int("TORCHELASTIC_RESTART_COUNT", 0)
+        # ftdrive numbers every cycle; torchrun's restart count leaves out membership changes.
+        self.cycle = env_int("FTDRIVE_CYCLE", env_int("TORCHELASTIC_RESTART_COUNT", 0) + 1)
 
     def log(self, message):
-        print(f"rank {self.rank}/{self.world} (local {self.local_rank}) cycle {self.restart + 1}: {message}", flush=True)
+        print(f"rank {self.rank}/{self.world} (local {self.local_rank}) cycle {self.cycle}: {message}", flush=True)
 
 
 class TooFewGpus(Exception):
@@ -110,7 +112,7 @@ def save(path, model, optimizer, step):
 def resume(path, model, optimizer, me):
     """Loads the checkpoint of an earlier cycle; returns the last step it holds. Every rank
     loads it before the first collective, so none can see a newer one than another."""
-    if me.restart == 0 or not os.path.exists(path):
+    if me.cycle == 1 or not os.path.exists(path):
         return 0
     try:
         state = torch.load(path, map_location="cpu")

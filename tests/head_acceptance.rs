@@ -8,6 +8,7 @@ use ftdrive::protocol::AttemptKey;
 use ftdrive::protocol::ExitStatus;
 use ftdrive::spec::RestartMode;
 use ftdrive::{Labels, Resources};
+use std::collections::BTreeSet;
 use support::{config, cpu, spec, TestCluster};
 
 use ActorState::*;
@@ -111,6 +112,31 @@ fn elastic_job_grows_with_a_membership_change_that_charges_nothing() {
         view.remaining,
         ftdrive::driver::Remaining { user: Budget::Left(0), system: Budget::Left(3), preemption: Budget::Unlimited }
     );
+    let counts: Vec<String> =
+        c.worker_envs(&job).into_iter().map(|(_, env)| env["TORCHELASTIC_RESTART_COUNT"].clone()).collect();
+    assert_eq!(counts, ["0", "0"], "as torchrun counts, a membership change is no restart");
+}
+
+/// `TORCHELASTIC_RESTART_COUNT` counts restarts after failures charged to the user budget,
+/// which `TORCHELASTIC_MAX_RESTARTS` bounds, as torchrun's does: never past it.
+#[test]
+fn the_restart_count_is_torchruns_failures_within_the_user_budget() {
+    let mut c = three_node_cluster();
+    let mut s = spec("rc", 2, 2);
+    s.retries.user = Budget::from_i64(1).unwrap();
+    let job = c.submit(s);
+    c.crash("n2");
+    c.advance(5_000);
+    let count = |c: &TestCluster| {
+        let envs = c.worker_envs(&job);
+        assert!(!envs.is_empty(), "the job runs");
+        let counts: BTreeSet<String> = envs.iter().map(|(_, env)| env["TORCHELASTIC_RESTART_COUNT"].clone()).collect();
+        (counts, envs[0].1["TORCHELASTIC_MAX_RESTARTS"].clone(), c.view(&job).cycles)
+    };
+    assert_eq!(count(&c), (BTreeSet::from(["0".to_string()]), "1".to_string(), 2), "a lost node is the system's");
+    c.exit_rank(&job, 1, 1);
+    c.advance(5_000);
+    assert_eq!(count(&c), (BTreeSet::from(["1".to_string()]), "1".to_string(), 3), "a user failure is a restart");
 }
 
 #[test]

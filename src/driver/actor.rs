@@ -173,6 +173,10 @@ pub struct Run {
     /// Who drained it, when `draining`.
     #[serde(default)]
     pub drained_by: DrainSource,
+    /// User-budget retries charged before it started (`TORCHELASTIC_RESTART_COUNT`), fixed
+    /// at its start so that its start is the same whenever it is sent.
+    #[serde(default)]
+    pub restarts: u32,
 }
 
 /// Who drained a node: its own agent, announcing that the machine goes away, or the operator.

@@ -50,6 +50,7 @@ impl Driver {
             exited: None,
             draining: false,
             drained_by: DrainSource::Notice,
+            restarts: self.budgets.user_charged(),
         });
         let spec = self.start_spec(ix).expect("a run was just made");
         self.effects.push_back(DriverEffect::Start { node, spec });
@@ -73,6 +74,7 @@ impl Driver {
             master_port: run.master.port,
             node: &run.node,
             devices: run.devices,
+            restarts: run.restarts,
         });
         Some(StartSpec {
             key,

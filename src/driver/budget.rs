@@ -134,11 +134,21 @@ impl Charge {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Budgets {
     remaining: Remaining,
+    /// Retries charged to the user budget so far: torchelastic's restart count, which
+    /// `TORCHELASTIC_MAX_RESTARTS` (the user budget) bounds.
+    #[serde(default)]
+    user_charged: u32,
 }
 
 impl Budgets {
     pub fn new(policy: &RetryPolicy) -> Self {
-        Budgets { remaining: Remaining { user: policy.user, system: policy.system, preemption: policy.preemption } }
+        let remaining = Remaining { user: policy.user, system: policy.system, preemption: policy.preemption };
+        Budgets { remaining, user_charged: 0 }
+    }
+
+    /// Retries charged to the user budget so far (exhausting ones not counted).
+    pub fn user_charged(&self) -> u32 {
+        self.user_charged
     }
 
     pub fn remaining(&self) -> Remaining {
@@ -148,14 +158,18 @@ impl Budgets {
     /// Takes one retry from `kind`. A budget at 0 is not decremented: it is exhausted.
     pub fn charge(&mut self, kind: BudgetKind) -> Charge {
         let Some(slot) = self.remaining.get_mut(kind) else { return Charge::Free };
-        match *slot {
+        let charge = match *slot {
             Budget::Unlimited => Charge::Charged(kind),
             Budget::Left(0) => Charge::Exhausted(kind),
             Budget::Left(n) => {
                 *slot = Budget::Left(n - 1);
                 Charge::Charged(kind)
             }
+        };
+        if charge == Charge::Charged(BudgetKind::User) {
+            self.user_charged = self.user_charged.saturating_add(1);
         }
+        charge
     }
 
     /// What `kind` has left (`None` has no limit).

@@ -306,6 +306,7 @@ mod tests {
             exited: None,
             draining: false,
             drained_by: crate::driver::DrainSource::Notice,
+            restarts: 0,
         }
     }
 

@@ -25,6 +25,8 @@ pub struct Placement<'a> {
     pub node: &'a NodeId,
     /// The GPU devices the bundle holds.
     pub devices: Devices,
+    /// User-budget retries charged before this attempt started.
+    pub restarts: u32,
 }
 
 /// The user's `env` with the group's contract on top (the contract wins a clash: a user-set
@@ -46,7 +48,9 @@ pub fn contract(p: &Placement) -> BTreeMap<String, String> {
         ("ROLE_WORLD_SIZE", world.to_string()),
         ("MASTER_ADDR", p.master_addr.to_string()),
         ("MASTER_PORT", p.master_port.to_string()),
-        ("TORCHELASTIC_RESTART_COUNT", p.cycle.saturating_sub(1).to_string()),
+        // As torchrun counts: restarts after failures, within TORCHELASTIC_MAX_RESTARTS (the
+        // user budget); a membership change or a lost node's replacement is not one.
+        ("TORCHELASTIC_RESTART_COUNT", p.restarts.to_string()),
         ("TORCHELASTIC_RUN_ID", p.job.to_string()),
         ("TORCHELASTIC_MAX_RESTARTS", max_restarts.to_string()),
         // Rank 0 serves the rendezvous store at MASTER_ADDR:MASTER_PORT; no agent runs one.
@@ -124,6 +128,7 @@ mod tests {
             world_size,
             master_addr: "10.0.0.1",
             master_port: 29_500,
+            restarts: 0,
             node: &node,
             devices,
         })
@@ -134,7 +139,7 @@ mod tests {
         let env = env_of(1, 1, Devices::NONE);
         assert_eq!(env["RANK"], "1");
         assert_eq!(env["NCCL_DEBUG"], "WARN");
-        assert_eq!(env["TORCHELASTIC_RESTART_COUNT"], "1");
+        assert_eq!(env["TORCHELASTIC_RESTART_COUNT"], "0", "cycle 2, and no failure charged to the user");
         assert_eq!(env["MASTER_ADDR"], env["TORCHX_RANK0_HOST"]);
         assert_eq!(env["FTDRIVE_NODE"], "n3");
         assert_eq!(env["ROLE_NAME"], "t");
