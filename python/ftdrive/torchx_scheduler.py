@@ -288,6 +288,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             state=_APP_STATE.get(job.state, AppState.UNKNOWN),
             num_restarts=_restarts(job),
             msg=job.message or job.infeasible or job.waiting or NONE,
+            structured_error_msg=_app_error(job),
             ui_url=client.dashboard_url(job.id),
             roles_statuses=[RoleStatus(role=role, replicas=replicas)],
             roles=seen.roles,
@@ -655,8 +656,25 @@ def _replica_error(job: Job, index: int, state: str) -> str:
     attempts = [entry for entry in job.attempts_of(index) if entry.cause != "completed"]
     if not attempts:
         return str(NONE)
-    last = attempts[-1]
-    message = f"attempt {last.attempt}: {last.cause} (charged to {last.budget}): {last.evidence}"
+    return _error_json(attempts[-1])
+
+
+# Ends that the job's own course brought about: none of them is why a job failed.
+_NOT_A_CAUSE = ("completed", "collateral", "membership_change", "stopped")
+
+
+def _app_error(job: Job) -> str:
+    """For a failed app, the end that failed it (the last failure of the ledger), in torchx's
+    error format, as torchx's own schedulers give the root cause at app level."""
+    if job.state != "FAILED":
+        return str(NONE)
+    causes = [entry for entry in job.ledger if entry.cause not in _NOT_A_CAUSE]
+    return _error_json(causes[-1]) if causes else str(NONE)
+
+
+def _error_json(last: LedgerEntry) -> str:
+    """One ended attempt as torchelastic's error file has it."""
+    message = f"{last.actor} attempt {last.attempt}: {last.cause} (charged to {last.budget}): {last.evidence}"
     return json.dumps(
         {
             "message": {

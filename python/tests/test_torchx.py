@@ -200,6 +200,12 @@ def test_a_failing_app_ends_failed_with_its_ledger_charged_to_the_user_budget(
     status = torchx(torchx_cli, cluster, "status", handle).stdout
     assert "FAILED" in status and "user_error" in status, status
     assert "Num Restarts: 1\n" in status, "the second failure found the budget exhausted: no restart"
+    # The root cause at app level, as torchx's own schedulers give it: the end that failed it.
+    described = create_scheduler("torchx", client=cluster.client()).describe(job_of(handle))
+    assert described is not None
+    root = json.loads(described.structured_error_msg)["message"]
+    assert root["message"].startswith(f"{job.id}/0 attempt 2: user_error (charged to user): "), root
+    assert root["errorCode"] == 1, root
     log = torchx(torchx_cli, cluster, "log", handle).stdout
     assert "failing on purpose, attempt 1" in log and "failing on purpose, attempt 2" in log, log
 
