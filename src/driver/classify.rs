@@ -188,7 +188,7 @@ fn exited(job: &JobContext, run: &Run, status: &ExitStatus, reacting_to: Option<
     if let Some(code) = status.code.filter(|c| job.policy.non_retryable_exit_codes.contains(c)) {
         return (
             Cause::NonRetryable,
-            format!("{who} exited with code {code}{saying}, listed in non_retryable_exit_codes"),
+            format!("{who} exited with code {code} on {}{saying}, listed in non_retryable_exit_codes", run.node),
         );
     }
     if run.draining {
@@ -394,7 +394,7 @@ mod tests {
         assert_eq!((v.cause, v.evidence.as_str()), (Cause::UserError, says));
         let v = classify(&j, &run(), Ending::Exited { status: &said(3), reacting_to: None });
         let says =
-            r#"process exited with code 3, saying "ValueError: loss is NaN", listed in non_retryable_exit_codes"#;
+            r#"process exited with code 3 on n1, saying "ValueError: loss is NaN", listed in non_retryable_exit_codes"#;
         assert_eq!((v.cause, v.evidence.as_str()), (Cause::NonRetryable, says));
     }
 
