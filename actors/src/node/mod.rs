@@ -96,6 +96,8 @@ pub struct NodeAgent {
     reports: UnboundedSender<(AttemptKey, Report)>,
     /// The re-attach grace every supervisor is told, once known.
     grace: attempt::Grace,
+    /// The head's last refusal, logged once until it welcomes the agent again.
+    last_refusal: Option<String>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     /// Shut down, and waiting for the link to write what it holds and close.
     closing: bool,
@@ -128,6 +130,7 @@ impl NodeAgent {
             supervisors,
             reports,
             grace,
+            last_refusal: None,
             shutdown: None,
             closing: false,
             refused: Some(refused),
@@ -210,6 +213,16 @@ impl NodeAgent {
     }
 
     // ---- supervisors -----------------------------------------------------------------------
+
+    /// An agent that was stopped (SIGSTOP) and declared dead sends all it held once it resumes,
+    /// and the head refuses each the same way: one warning says it, not hundreds.
+    fn log_refusal(&mut self, reason: &str) {
+        if self.last_refusal.as_deref() == Some(reason) {
+            return tracing::debug!("the head refused a message: {reason}");
+        }
+        tracing::warn!("the head refused a message: {reason} (said once until the head welcomes this agent again)");
+        self.last_refusal = Some(reason.to_string());
+    }
 
     fn launch(&mut self, spec: StartSpec, ctx: &mut Context<Self>) {
         let key = spec.key.clone();
@@ -362,12 +375,15 @@ impl Handler<FromHead> for NodeAgent {
     type Result = ();
     fn handle(&mut self, FromHead(msg): FromHead, ctx: &mut Context<Self>) {
         match &msg {
-            // Supervisors, running ones included, follow the head's node timeout unless the
-            // agent was given a grace of its own.
-            ToAgent::Welcome { node_timeout_ms, .. } if self.opts.reattach_grace_ms.is_none() => {
-                self.grace.set_ms(*node_timeout_ms)
+            ToAgent::Welcome { node_timeout_ms, .. } => {
+                self.last_refusal = None;
+                // Supervisors, running ones included, follow the head's node timeout unless
+                // the agent was given a grace of its own.
+                if self.opts.reattach_grace_ms.is_none() {
+                    self.grace.set_ms(*node_timeout_ms);
+                }
             }
-            ToAgent::Refused { reason, .. } => tracing::warn!("the head refused a message: {reason}"),
+            ToAgent::Refused { reason, .. } => self.log_refusal(reason),
             ToAgent::NameInUse { reason } => {
                 if let Some(refused) = self.refused.take() {
                     let _ = refused.send(reason.clone());
