@@ -58,7 +58,7 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
     })
 }
 
-/// A follower exits with what became of what it followed (DESIGN §12's exit codes): the job's
+/// A follower exits with what became of what it followed (`docs/runtime.md`, exit codes): the job's
 /// outcome once the job has ended; else 1 if a followed attempt ended other than completed (the
 /// job goes on, say with a retry), 0 if each completed. An attempt's end can reach the ledger
 /// after its log stops (a failure waits there for its peers' verdicts): the job is read until
