@@ -143,8 +143,9 @@ fn start_worker(
     Ok(child)
 }
 
-/// Copies a worker's output, line by line, to its own log and, prefixed, to the attempt's.
-fn relay(pipe: impl Read, mut own_log: Option<std::fs::File>, prefix: &str, combined: &Mutex<std::io::Stdout>) {
+/// Copies a worker's output, line by line, to its own log as written and, prefixed, to the
+/// attempt's (where every piece ends its line, so that the next one starts with its prefix).
+fn relay(pipe: impl Read, mut own_log: Option<impl Write>, prefix: &str, combined: &Mutex<impl Write>) {
     let mut reader = BufReader::new(pipe);
     let mut line = Vec::new();
     loop {
@@ -153,11 +154,11 @@ fn relay(pipe: impl Read, mut own_log: Option<std::fs::File>, prefix: &str, comb
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-        if !line.ends_with(b"\n") {
-            line.push(b'\n');
-        }
         if let Some(log) = own_log.as_mut() {
             let _ = log.write_all(&line);
+        }
+        if !line.ends_with(b"\n") {
+            line.push(b'\n');
         }
         let mut prefixed = Vec::with_capacity(prefix.len() + line.len());
         prefixed.extend_from_slice(prefix.as_bytes());
@@ -203,5 +204,15 @@ mod tests {
         let huge = format!(r#"{{"message": "{}"}}"#, "x".repeat(MAX_ERROR_FILE_BYTES as usize));
         std::fs::write(&file, huge).unwrap();
         assert_eq!(error_said(&file), None, "a file past the bound is not read whole");
+    }
+
+    /// A worker's own log holds what it wrote, byte for byte; the attempt's log gives every
+    /// piece a line of its own behind the worker's prefix.
+    #[test]
+    fn a_worker_s_own_log_is_what_it_wrote_and_the_attempt_s_is_prefixed_lines() {
+        let (mut own, combined) = (Vec::new(), Mutex::new(Vec::new()));
+        relay(&b"a\nprogress 50%"[..], Some(&mut own), "[rank1]: ", &combined);
+        assert_eq!(own, b"a\nprogress 50%");
+        assert_eq!(combined.into_inner().unwrap(), b"[rank1]: a\n[rank1]: progress 50%\n");
     }
 }
