@@ -80,6 +80,27 @@ pub struct ExitStatus {
 /// for the ledger, not a traceback (that stays in the attempt's log).
 pub const MAX_ERROR_CHARS: usize = 300;
 
+/// The most of a spawn failure's message that a report carries and the ledger keeps.
+pub const MAX_SPAWN_MESSAGE_CHARS: usize = 1_000;
+
+/// Text a job wrote, made fit for the ledger and a terminal: whitespace runs made one space,
+/// other control characters (a terminal's escape sequences: erasing a line, writing the
+/// clipboard) shown as `?`, and cut to `max_chars` (the last one then `…`).
+pub fn one_line(text: &str, max_chars: usize) -> String {
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.extend(word.chars().map(|c| if c.is_control() { '?' } else { c }));
+    }
+    if let Some((cut, _)) = line.char_indices().nth(max_chars.saturating_sub(1)) {
+        line.truncate(cut);
+        line.push('…');
+    }
+    line
+}
+
 impl ExitStatus {
     pub fn code(code: i32) -> Self {
         ExitStatus {
@@ -120,20 +141,10 @@ impl ExitStatus {
         self.code == Some(0)
     }
 
-    /// With the program's own words on its failure, whitespace runs made one space and cut to
-    /// `MAX_ERROR_CHARS`; nothing for an empty message.
+    /// With the program's own words on its failure, as `one_line` makes them; nothing for an
+    /// empty message.
     pub fn with_error(self, said: &str) -> Self {
-        let mut error = String::new();
-        for word in said.split_whitespace() {
-            if !error.is_empty() {
-                error.push(' ');
-            }
-            error.push_str(word);
-        }
-        if let Some((cut, _)) = error.char_indices().nth(MAX_ERROR_CHARS - 1) {
-            error.truncate(cut);
-            error.push('…');
-        }
+        let error = one_line(said, MAX_ERROR_CHARS);
         ExitStatus { error: (!error.is_empty()).then_some(error), ..self }
     }
 
@@ -301,6 +312,13 @@ mod tests {
         assert_eq!(ExitStatus::code(1).with_error(" \n "), ExitStatus::code(1), "nothing said, nothing kept");
         let sent = ExitStatus { error: Some("x ".repeat(MAX_ERROR_CHARS)), ..ExitStatus::code(1) };
         assert_eq!(sent.bounded().error.unwrap().chars().count(), MAX_ERROR_CHARS, "an agent's report is cut too");
+    }
+
+    /// A job's text reaches terminals (`ftdrive status`): no escape sequence gets through.
+    #[test]
+    fn a_programs_words_carry_no_terminal_control() {
+        let said = ExitStatus::code(1).with_error("\x1b[2K\x1b[1G fake row \x1b]52;c;ZWNobw==\x07\u{9b}31m");
+        assert_eq!(said.error.as_deref(), Some("?[2K?[1G fake row ?]52;c;ZWNobw==??31m"));
     }
 
     /// Statuses with nothing said read and write as they did before there was anything to say:

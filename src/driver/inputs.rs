@@ -188,6 +188,8 @@ impl Driver {
         };
         let node = run.node.clone();
         self.effects.push_back(DriverEffect::AttemptEnded { node, key: key.clone() });
+        // An agent's report, from a record the job could write: one bounded, printable line.
+        let message = crate::protocol::one_line(&message, crate::protocol::MAX_SPAWN_MESSAGE_CHARS);
         self.end_attempt(now, key.actor, Ending::SpawnFailed { message: &message });
     }
 

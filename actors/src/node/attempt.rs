@@ -5,8 +5,9 @@
 
 use super::supervisor::{EXIT_RECORD, FAILED_RECORD, PID_RECORD, SOCKET, STATUS_FD};
 use ftdrive::agent::{EndReport, Recovered};
-use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec};
+use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec, MAX_SPAWN_MESSAGE_CHARS};
 use serde::{Deserialize, Serialize};
+use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -346,14 +347,27 @@ async fn attach(
     Ok(commands)
 }
 
+/// The most of an attempt's record that is read. Its directory is writable by the job (it runs
+/// as the agent's user): a record made huge must not become a report too large for the head,
+/// which would close the connection and be sent it again for ever.
+const MAX_RECORD_BYTES: u64 = 64 * 1024;
+
+/// A record's bytes, if it is there and within `MAX_RECORD_BYTES`.
+fn read_record_file(path: &Path) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).ok()?.take(MAX_RECORD_BYTES + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= MAX_RECORD_BYTES).then_some(bytes)
+}
+
 /// How an attempt whose supervisor is gone ended, from its records.
 fn ended(dir: &Path) -> Report {
-    if let Ok(text) = std::fs::read(dir.join(EXIT_RECORD)) {
+    if let Some(text) = read_record_file(&dir.join(EXIT_RECORD)) {
         if let Ok(status) = serde_json::from_slice::<ExitStatus>(&text) {
-            return Report::Ended(status);
+            return Report::Ended(status.bounded());
         }
     }
-    if let Ok(message) = std::fs::read_to_string(dir.join(FAILED_RECORD)) {
+    if let Some(message) = read_record_file(&dir.join(FAILED_RECORD)) {
+        let message = ftdrive::protocol::one_line(&String::from_utf8_lossy(&message), MAX_SPAWN_MESSAGE_CHARS);
         return Report::SpawnFailed(message);
     }
     // The supervisor died without a record (killed outright): take its workers down too —
@@ -424,7 +438,7 @@ fn started_this_boot(dir: &Path) -> bool {
 }
 
 fn read_record(dir: &Path) -> Option<Record> {
-    serde_json::from_slice(&std::fs::read(dir.join("record.json")).ok()?).ok()
+    serde_json::from_slice(&read_record_file(&dir.join("record.json"))?).ok()
 }
 
 /// The head has the attempt's end: its records go (its log stays).
@@ -528,5 +542,21 @@ mod tests {
         grace.clone().set_ms(8_000);
         assert_eq!(grace.ping(), "ping 8000\n", "every attempt's connection shares it");
         assert_eq!(Grace::new(Some(500)).ping(), "ping 500\n");
+    }
+
+    /// An attempt's directory is the job's to write: an exit record made huge is not read whole
+    /// nor reported as is (a report over the head's message bound would be refused and sent
+    /// again for ever), and a large message in a readable one is cut to the core's bound.
+    #[test]
+    fn a_huge_exit_record_becomes_no_huge_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let record =
+            |error: &str| serde_json::to_vec(&ExitStatus { error: Some(error.to_string()), ..ExitStatus::code(1) });
+        std::fs::write(dir.path().join(EXIT_RECORD), record(&"A".repeat(50_000)).unwrap()).unwrap();
+        let Report::Ended(status) = ended(dir.path()) else { panic!("an exit record is an end") };
+        assert_eq!(status.error.map(|e| e.chars().count()), Some(ftdrive::protocol::MAX_ERROR_CHARS));
+        std::fs::write(dir.path().join(EXIT_RECORD), record(&"A".repeat(6 << 20)).unwrap()).unwrap();
+        let Report::Ended(status) = ended(dir.path()) else { panic!("an exit record is an end") };
+        assert_eq!(status, ExitStatus::supervisor_lost(), "past the bound the record is not read");
     }
 }

@@ -169,7 +169,13 @@ fn relay(pipe: impl Read, mut own_log: Option<impl Write>, prefix: &str, combine
     }
 }
 
+/// Signals process group `pgid`. Ids come from records a job can write: 0 and 1 (this
+/// process's own group, every process the user may signal) and negative ones are never
+/// signalled.
 pub fn signal_group(pgid: i32, signal: i32) {
+    if pgid <= 1 {
+        return;
+    }
     // SAFETY: kill has no memory preconditions; a group that is gone is simply not found.
     unsafe { libc::kill(-pgid, signal) };
 }
