@@ -179,6 +179,11 @@ pub enum ToAgent {
         heartbeat_interval_ms: u64,
         #[serde(default)]
         node_timeout_ms: u64,
+        /// What the head will present to this agent's log server for this session (DESIGN
+        /// §11): not the agent token, which whoever took over the log server's port (a job
+        /// that killed its agent) would then hold. Made by the head's runtime.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        log_token: Option<String>,
     },
     /// A message was refused. `register_again`: the head does not know this agent (declared
     /// dead, or the registration was lost) and it should register again.

@@ -166,6 +166,112 @@ fn unprivileged_agent(c: &Cluster, own: &std::path::Path, name: &str) -> std::pr
         .expect("setpriv (util-linux) runs the agent as nobody")
 }
 
+/// A job can kill its agent (it runs as the agent's user) and take over the agent's log port,
+/// then ask for its own logs: whatever the head presents there must not open anything else. It
+/// presented the agent token, with which a rogue agent could register and be sent other
+/// users' jobs; now a token of that agent's session, which opens only that log server.
+#[test]
+fn the_head_gives_a_log_port_taken_over_no_credential() {
+    let mut c = Cluster::start_with(&["n1"], &["--node-timeout-ms", "20000"]);
+    let spec = c.spec("squat", json!({"command": ["sleep", "300"], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let metrics_url = c.nodes_json()[0]["metrics_url"].as_str().expect("n1's log server").to_string();
+    let port: u16 = metrics_url.trim_end_matches("/metrics").rsplit(':').next().unwrap().parse().unwrap();
+    c.kill_node("n1");
+    let start = Instant::now();
+    let squatter = loop {
+        match std::net::TcpListener::bind(("127.0.0.1", port)) {
+            Ok(listener) => break listener,
+            Err(e) => assert!(start.elapsed() < Duration::from_secs(10), "cannot take port {port}: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let heard = std::thread::spawn(move || {
+        let (mut conn, _) = squatter.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).unwrap();
+            assert!(n > 0, "the request ended early");
+            request.extend_from_slice(&buf[..n]);
+        }
+        let _ = conn.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n");
+        String::from_utf8_lossy(&request).to_lowercase()
+    });
+    let _ = c.try_ftdrive(&["logs", &id]);
+    let request = heard.join().expect("the head asked the port for the log");
+    assert!(request.contains("authorization: bearer "), "{request}");
+    for (name, token) in [("agent", c.agent_token()), ("client", c.token())] {
+        assert!(!request.contains(&token.to_lowercase()), "the {name} token went to the port's new owner: {request}");
+    }
+    c.ftdrive(&["stop", &id]);
+}
+
+/// SV-7: a job that finds its supervisor's socket in its attempt's directory and speaks to it
+/// as its agent would (pings asking for a long grace) is not heard: a stop still ends it. It
+/// was heard, and ran on past the stop for as long as it liked.
+#[test]
+fn a_job_posing_as_its_agent_is_stopped_all_the_same() {
+    let c = Cluster::start(&["n1"]);
+    let pose = r#"
+import os, socket, time
+path = os.path.join(os.path.dirname(os.environ["TORCHELASTIC_ERROR_FILE"]), "sock")
+print("posing", flush=True)
+end = time.time() + 300
+while time.time() < end:
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        while True:
+            s.sendall(b"ping 600000\n")
+            time.sleep(0.1)
+    except OSError:
+        time.sleep(0.1)
+"#;
+    let spec = c.spec(
+        "poser",
+        json!({"command": ["python3", "-c", pose], "min_nodes": 1, "max_nodes": 1, "stop_grace_ms": 1000}),
+    );
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    c.wait_until("it poses as its agent", |c| c.ftdrive(&["logs", &id]).contains("posing"));
+    std::thread::sleep(Duration::from_millis(500));
+    c.ftdrive(&["stop", &id]);
+    c.wait_for_job(&id, "the stop ends it", |j| j["state"] == "STOPPED");
+}
+
+/// An agent started with a descriptor left open (by a careless launcher) does not hand it to
+/// its jobs: the job lists its own descriptors and finds only the standard three.
+#[test]
+fn a_job_inherits_no_descriptor_its_agent_was_started_with() {
+    use std::os::unix::process::CommandExt;
+    let mut c = Cluster::start(&[]);
+    let secret = std::fs::File::open(c.dir.path().join("agent-token")).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&secret);
+    let mut agent = c.node_command("n1");
+    // SAFETY: dup2 is async-signal-safe; it leaves a copy of the token file open, without
+    // close-on-exec, at descriptor 100 of the agent.
+    unsafe {
+        agent.pre_exec(move || {
+            if libc::dup2(fd, 100) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    c.nodes.insert("n1".into(), agent.spawn().unwrap());
+    c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    let spec = c.spec("fds", json!({"command": ["ls", "/proc/self/fd"], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it ends", |j| j["state"] == "SUCCEEDED");
+    let listed = c.ftdrive(&["logs", &id]);
+    let fds: Vec<&str> = listed.split_whitespace().collect();
+    // `ls` itself holds one more: the directory it lists.
+    assert!(!fds.contains(&"100") && fds.len() <= 4, "the job holds {fds:?}");
+}
+
 /// One secret for both doors would give every agent the cluster's keys: the head refuses to
 /// start, as bad input (exit 2) like its other refusals, having changed no file.
 #[test]

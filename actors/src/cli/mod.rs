@@ -32,6 +32,7 @@ pub fn run() -> i32 {
         crate::node::supervisor::run(&args[2..]);
     }
     close_to_inspection_by_jobs();
+    keep_inherited_descriptors_from_jobs();
     let cli = Cli::parse();
     let result = dispatch(cli.command);
     match &result {
@@ -52,6 +53,24 @@ fn close_to_inspection_by_jobs() {
     // SAFETY: prctl with PR_SET_DUMPABLE only changes a flag of this process.
     let closed = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } == 0;
     assert!(closed, "PR_SET_DUMPABLE 0 is valid on every Linux this runs on: {}", std::io::Error::last_os_error());
+}
+
+/// Descriptors this process inherited open (from a shell, a service manager) would pass on to
+/// every process it starts, jobs included, which could then use them: each is marked
+/// close-on-exec. (What this process opens itself is already.)
+fn keep_inherited_descriptors_from_jobs() {
+    let Ok(open) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> = open.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    for fd in fds.into_iter().filter(|fd| *fd > 2) {
+        // SAFETY: fcntl on a descriptor number only reads or sets its flags; a number that is
+        // no longer open (the listing's own) fails harmlessly.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
 }
 
 fn dispatch(command: Command) -> Result<Outcome, CliError> {

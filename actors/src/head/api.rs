@@ -569,6 +569,28 @@ struct LogQuery {
     local_rank: Option<u32>,
 }
 
+/// The most the head reads of one answer from an agent's log server: an agent serves at most
+/// 1 MiB of log at a time; whatever holds the port may not be an agent (a job that killed its
+/// agent and took it), and its answer must not grow the head without bound.
+const MAX_AGENT_LOG_ANSWER_BYTES: usize = 2 << 20;
+
+enum Bounded {
+    Fetch(reqwest::Error),
+    TooLarge,
+}
+
+/// The body of `response`, unless it passes `limit` bytes.
+async fn bounded_body(mut response: reqwest::Response, limit: usize) -> Result<Bytes, Bounded> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Bounded::Fetch)? {
+        if body.len() + chunk.len() > limit {
+            return Err(Bounded::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(body))
+}
+
 /// Fetches a slice of an attempt's log from the agent that ran it. Headers say which attempt,
 /// where the next read starts, and whether the attempt may still write.
 async fn job_logs(
@@ -597,12 +619,18 @@ async fn job_logs(
     let response = state
         .http
         .get(format!("{}?offset={}{worker}", source.url, query.offset))
-        .bearer_auth(&state.tokens.agent)
+        .bearer_auth(&source.token)
         .send()
         .await
         .map_err(unreachable)?;
     let status = response.status();
-    let bytes = response.bytes().await.map_err(unreachable)?;
+    let bytes = bounded_body(response, MAX_AGENT_LOG_ANSWER_BYTES).await.map_err(|e| match e {
+        Bounded::Fetch(e) => unreachable(e),
+        Bounded::TooLarge => ApiError::Unavailable(format!(
+            "the log server of {} answered more than {MAX_AGENT_LOG_ANSWER_BYTES} bytes: not an ftdrive agent's answer",
+            source.node
+        )),
+    })?;
     let bytes = match status {
         // An attempt just started may not have written its log yet: nothing to show so far.
         reqwest::StatusCode::NOT_FOUND if source.running => Bytes::new(),

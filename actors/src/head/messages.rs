@@ -217,7 +217,7 @@ impl Handler<Nodes> for HeadActor {
             None => self.head.node_views(),
         };
         for view in &mut views {
-            view.metrics_url = self.log_urls.get(view.name.as_str()).map(|url| format!("{url}/metrics"));
+            view.metrics_url = self.log_servers.get(view.name.as_str()).map(|s| format!("{}/metrics", s.url));
         }
         views
     }
@@ -270,6 +270,8 @@ pub struct LocateLog {
 
 pub struct LogSource {
     pub url: String,
+    /// What the agent's log server takes from the head for this session.
+    pub token: String,
     pub node: String,
     pub attempt: u32,
     /// The attempt may still write to its log.
@@ -316,14 +318,14 @@ impl Handler<LocateLog> for HeadActor {
                 actor.name
             )));
         }
-        let base = self.log_urls.get(node.as_str()).ok_or_else(|| {
+        let server = self.log_servers.get(node.as_str()).ok_or_else(|| {
             ApiError::Unavailable(format!(
                 "node {node} is not connected; attempt {attempt}'s log stays on that machine"
             ))
         })?;
-        let url = format!("{base}/v1/logs/{}/{}/{attempt}", msg.job, msg.actor);
+        let url = format!("{}/v1/logs/{}/{}/{attempt}", server.url, msg.job, msg.actor);
         let running = ended.is_none() && !view.state.is_terminal();
-        Ok(LogSource { url, node, attempt, running })
+        Ok(LogSource { url, token: server.token.clone(), node, attempt, running })
     }
 }
 
@@ -354,6 +356,7 @@ impl Handler<FromAgent> for HeadActor {
                 let welcome = ToAgent::Welcome {
                     heartbeat_interval_ms: config.heartbeat_interval_ms,
                     node_timeout_ms: config.node_timeout_ms,
+                    log_token: self.log_servers.get(&node).map(|s| s.token.clone()),
                 };
                 let _ = msg.tx.try_send(welcome);
             }
@@ -383,7 +386,8 @@ impl HeadActor {
             let identity = registration.identity.clone();
             let session = Session { id: msg.session, tx: msg.tx.clone(), identity, last_heartbeat: None };
             self.sessions.insert(node.clone(), session);
-            self.log_urls.insert(node.clone(), registration.log_url.clone());
+            let token = crate::paths::random_token().expect("/dev/urandom gives the head its tokens");
+            self.log_servers.insert(node.clone(), super::LogServer { url: registration.log_url.clone(), token });
             return Ok(());
         }
         match self.sessions.get_mut(node) {

@@ -70,6 +70,13 @@ impl From<Rejected> for ApiError {
     }
 }
 
+/// An agent's log (and metrics) server as its registration gave it, and the token made for
+/// the head's requests there in that session.
+struct LogServer {
+    url: String,
+    token: String,
+}
+
 struct Session {
     id: u64,
     tx: tokio::sync::mpsc::Sender<ToAgent>,
@@ -130,7 +137,8 @@ pub struct HeadActor {
     clock_base_ms: u64,
     clock: std::time::Instant,
     sessions: BTreeMap<NodeId, Session>,
-    log_urls: BTreeMap<NodeId, String>,
+    /// Each connected agent's log server, and the token its session was given for it.
+    log_servers: BTreeMap<NodeId, LogServer>,
     followers: Vec<Follower>,
     store: Store,
     /// Ledger entries written so far, per job (only new ones are written).
@@ -180,7 +188,7 @@ impl HeadActor {
             clock_base_ms,
             clock: std::time::Instant::now(),
             sessions: BTreeMap::new(),
-            log_urls: BTreeMap::new(),
+            log_servers: BTreeMap::new(),
             followers: Vec::new(),
             store,
             ledger_written,

@@ -29,7 +29,25 @@ fn safe_component(part: &str) -> bool {
 struct LogState {
     dir: PathBuf,
     credential: Credential,
+    head: HeadToken,
     metrics: super::metrics::AgentMetrics,
+}
+
+/// The token the head presents here in this agent's session (its welcome gives it): the head
+/// never sends the agent token to a log server, where a job that killed its agent and took the
+/// port would take it (DESIGN §11). Replaced at each welcome.
+#[derive(Clone, Default)]
+pub struct HeadToken(Arc<std::sync::RwLock<Option<String>>>);
+
+impl HeadToken {
+    pub fn set(&self, token: Option<String>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = token.filter(|t| !t.is_empty());
+    }
+
+    fn matches(&self, given: &str) -> bool {
+        let token = self.0.read().unwrap_or_else(|e| e.into_inner());
+        token.as_deref().is_some_and(|t| crate::paths::constant_time_eq(given.as_bytes(), t.as_bytes()))
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -75,11 +93,11 @@ pub fn bind_ip(addr: &str) -> std::io::Result<IpAddr> {
 pub fn serve(
     ip: IpAddr,
     state_dir: PathBuf,
-    credential: Credential,
+    (credential, head): (Credential, HeadToken),
     metrics: super::metrics::AgentMetrics,
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<(String, actix_web::dev::Server)> {
-    let state = web::Data::new(LogState { dir: state_dir, credential, metrics });
+    let state = web::Data::new(LogState { dir: state_dir, credential, head, metrics });
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
@@ -98,14 +116,14 @@ pub fn serve(
     Ok((format!("{scheme}://{bound}"), server.run()))
 }
 
-/// Whether the request carries the agent's own credential.
+/// Whether the request carries the head's token of this session, or the agent's own
+/// credential (an operator's scraper).
 fn authorized(req: &HttpRequest, state: &LogState) -> bool {
     let given =
         req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    match (given, state.credential.read()) {
-        (Some(given), Ok(token)) => crate::paths::constant_time_eq(given.as_bytes(), token.as_bytes()),
-        _ => false,
-    }
+    let Some(given) = given else { return false };
+    state.head.matches(given)
+        || state.credential.read().is_ok_and(|token| crate::paths::constant_time_eq(given.as_bytes(), token.as_bytes()))
 }
 
 /// 401, saying which credential opens this door. An agent never holds the client token, so it

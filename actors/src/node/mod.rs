@@ -98,6 +98,8 @@ pub struct NodeAgent {
     grace: attempt::Grace,
     /// The head's last refusal, logged once until it welcomes the agent again.
     last_refusal: Option<String>,
+    /// What the head presents to the log server in this session.
+    head_token: logs::HeadToken,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     /// Shut down, and waiting for the link to write what it holds and close.
     closing: bool,
@@ -131,6 +133,7 @@ impl NodeAgent {
             reports,
             grace,
             last_refusal: None,
+            head_token: logs::HeadToken::default(),
             shutdown: None,
             closing: false,
             refused: Some(refused),
@@ -375,8 +378,9 @@ impl Handler<FromHead> for NodeAgent {
     type Result = ();
     fn handle(&mut self, FromHead(msg): FromHead, ctx: &mut Context<Self>) {
         match &msg {
-            ToAgent::Welcome { node_timeout_ms, .. } => {
+            ToAgent::Welcome { node_timeout_ms, log_token, .. } => {
                 self.last_refusal = None;
+                self.head_token.set(log_token.clone());
                 // Supervisors, running ones included, follow the head's node timeout unless
                 // the agent was given a grace of its own.
                 if self.opts.reattach_grace_ms.is_none() {
@@ -452,8 +456,10 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
     std::fs::create_dir_all(attempt::attempts_dir(&opts.state_dir))?;
     let bind = logs::bind_ip(&opts.addr)?;
     let metrics = metrics::AgentMetrics::new();
+    let head_token = logs::HeadToken::default();
+    let credentials = (opts.credential.clone(), head_token.clone());
     let (log_url, log_server) =
-        logs::serve(bind, opts.state_dir.clone(), opts.credential.clone(), metrics.clone(), opts.log_tls.clone())?;
+        logs::serve(bind, opts.state_dir.clone(), credentials, metrics.clone(), opts.log_tls.clone())?;
     let logs = log_server.handle();
     actix::spawn(log_server);
     let (reports, mut incoming) = tokio::sync::mpsc::unbounded_channel();
@@ -479,7 +485,8 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
         identity: crate::paths::stored_token(&opts.state_dir.join("identity"))?,
     };
     let (refused_tx, refused) = tokio::sync::oneshot::channel();
-    let agent = NodeAgent::new(opts, identity, (recovered, attached), (reports, grace), metrics, refused_tx);
+    let mut agent = NodeAgent::new(opts, identity, (recovered, attached), (reports, grace), metrics, refused_tx);
+    agent.head_token = head_token;
     let heartbeat_ms = agent.heartbeat_ms.clone();
     let agent = agent.start();
     let forward = agent.clone();

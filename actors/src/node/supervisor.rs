@@ -8,8 +8,9 @@
 //!
 //! - **SV-1 outlives the agent, for a while.** The agent talks to it over a unix socket in the
 //!   attempt's directory. When that connection drops, the supervisor waits `reattach_grace_ms`
-//!   (as given at launch, or as the agent's pings last said) for an agent to connect again (a restarted agent scans its state dir and does); if none
-//!   does, it kills the workers' process groups. A connected agent that says nothing for as
+//!   (as given at launch, or as the agent's pings last said) for an agent to connect again (a
+//!   restarted agent scans its state dir and does); if none does, it kills the workers'
+//!   process groups. A connected agent that says nothing for as
 //!   long (it pings every `PING_MS`) is hung or stopped, and counts as gone: the head has
 //!   declared its node dead by then and placed the rank elsewhere, so the workers must not run
 //!   on beside their replacement.
@@ -31,6 +32,9 @@
 //!   fail has its peers stopped (SIGTERM, SIGKILL after the spec's `stop_grace_ms`), and the
 //!   group ends with that worker's status, naming its local rank. A worker that succeeds waits
 //!   for its peers; the group succeeds when all have.
+//! - **SV-7 hears only the agent.** A connection from one of the attempt's own processes (a
+//!   job that found the socket in its attempt's directory) is closed at once: a job that spoke
+//!   as its agent could keep its supervisor alive past a stop by pinging it.
 //!
 //! Socket lines, supervisor → agent: `started PGID...` (one per worker), `failed MESSAGE`,
 //! `exited` (the record is written); agent → supervisor: `stop GRACE_MS`, `kill`, `ping
@@ -270,6 +274,9 @@ impl Progress {
 fn accept(listener: UnixListener, tx: Sender<Event>) {
     for (id, stream) in listener.incoming().flatten().enumerate() {
         let id = id as u64;
+        if peer_pid(&stream).is_none_or(runs_under_this_supervisor) {
+            continue; // SV-7: the attempt's own processes do not speak for the agent
+        }
         let Ok(reader) = stream.try_clone() else { continue };
         if tx.send(Event::Attached(id, stream)).is_err() {
             return;
@@ -331,6 +338,39 @@ fn children_of(parent: i32) -> Vec<i32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| parent_of(*pid) == Some(parent))
         .collect()
+}
+
+/// The process at the other end of a unix socket (`SO_PEERCRED`).
+fn peer_pid(stream: &UnixStream) -> Option<i32> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`, which is that large.
+    let read = unsafe {
+        libc::getsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(stream),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (read == 0 && cred.pid > 0).then_some(cred.pid)
+}
+
+/// Whether `pid` descends from this supervisor: one of the attempt's own processes (as their
+/// subreaper, it is the ancestor even of those that left their session).
+fn runs_under_this_supervisor(pid: i32) -> bool {
+    let me = std::process::id() as i32;
+    let mut at = pid;
+    // A bound on the walk: a chain of parents is short, and /proc may change under it.
+    for _ in 0..256 {
+        match parent_of(at) {
+            Some(parent) if parent == me => return true,
+            Some(parent) if parent > 1 && parent != at => at = parent,
+            _ => return false,
+        }
+    }
+    false
 }
 
 fn parent_of(pid: i32) -> Option<i32> {
