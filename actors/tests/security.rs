@@ -272,6 +272,17 @@ fn a_job_inherits_no_descriptor_its_agent_was_started_with() {
     assert!(!fds.contains(&"100") && fds.len() <= 4, "the job holds {fds:?}");
 }
 
+/// Every error body is JSON, an agent's log server's too (it answered an unknown path with an
+/// empty 404).
+#[test]
+fn an_agents_log_server_answers_an_unknown_path_in_json() {
+    let c = Cluster::start(&["n1"]);
+    let base = c.nodes_json()[0]["metrics_url"].as_str().unwrap().trim_end_matches("/metrics").to_string();
+    let (status, body) = status_and_json(&http(&base, "GET", "/nothing/here", Some(&c.agent_token()), ""));
+    assert_eq!(status, 404);
+    assert!(body["error"].as_str().unwrap().contains("no such route on an agent's log server"), "{body}");
+}
+
 /// One secret for both doors would give every agent the cluster's keys: the head refuses to
 /// start, as bad input (exit 2) like its other refusals, having changed no file.
 #[test]

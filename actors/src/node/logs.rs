@@ -103,6 +103,7 @@ pub fn serve(
             .app_data(state.clone())
             .route("/v1/logs/{job}/{actor}/{attempt}", web::get().to(read_log))
             .route("/metrics", web::get().to(metrics_text))
+            .default_service(web::to(no_such_route))
     })
     .workers(1)
     .tcp_nodelay(true)
@@ -132,6 +133,12 @@ fn unauthorized() -> HttpResponse {
     let error = "missing or wrong bearer token: an agent's logs and metrics take the agent token \
                  ($FTDRIVE_AGENT_TOKEN or the `agent-token` file in the head's state dir), not the client token";
     HttpResponse::Unauthorized().json(serde_json::json!({ "error": error }))
+}
+
+/// Every error body is JSON, here as at the head (DESIGN §11).
+async fn no_such_route() -> HttpResponse {
+    let error = "no such route on an agent's log server: it serves /v1/logs/JOB/ACTOR/ATTEMPT and /metrics";
+    HttpResponse::NotFound().json(serde_json::json!({ "error": error }))
 }
 
 async fn metrics_text(req: HttpRequest, state: web::Data<LogState>) -> HttpResponse {
