@@ -127,7 +127,7 @@ impl ExitStatus {
     /// What an agent reports when told to stop an attempt it never started: the process never
     /// existed, and a start that arrives later will be ignored.
     pub fn never_started() -> Self {
-        ExitStatus { signal: None, ..ExitStatus::signal(0, true) }
+        ExitStatus { code: None, signal: None, signalled_by_agent: true, ..ExitStatus::code(0) }
     }
 
     /// What the agent reports for an attempt whose supervisor died without a record: its

@@ -152,9 +152,9 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
                 .or_else(|| a.run.as_ref().map(|r| r.node.to_string()))
                 // An ended actor shows where it last ran; a waiting one shows none, as a pending
                 // pod or job does: its last node (perhaps DEAD) is not where it will run.
-                .or_else(|| {
-                    let ended = a.state.is_terminal();
-                    ended.then(|| d.ledger().iter().rev().find(|e| e.actor == a.name).map(|e| e.node.clone()))?
+                .or_else(|| match a.state.is_terminal() {
+                    true => d.ledger().iter().rev().find(|e| e.actor == a.name).map(|e| e.node.clone()),
+                    false => None,
                 }),
             rank: a.rank,
             attempt: a.attempts,

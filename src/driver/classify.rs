@@ -188,7 +188,7 @@ fn exited(job: &JobContext, run: &Run, status: &ExitStatus, reacting_to: Option<
     if let Some(code) = status.code.filter(|c| job.policy.non_retryable_exit_codes.contains(c)) {
         return (
             Cause::NonRetryable,
-            format!("{who} exited with code {code} on {}{saying}, listed in non_retryable_exit_codes", run.node),
+            format!("{who} exited with code {code} on {node}{saying}, listed in non_retryable_exit_codes"),
         );
     }
     if run.draining {

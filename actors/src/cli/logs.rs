@@ -84,7 +84,7 @@ async fn followed_outcome(client: &Client, view: &JobView, followed: &[(u32, u32
             })
             .collect();
         if let Some(ends) = ends {
-            let failed: Vec<&&LedgerEntry> = ends.iter().filter(|e| e.cause != Cause::Completed).collect();
+            let failed: Vec<&LedgerEntry> = ends.into_iter().filter(|e| e.cause != Cause::Completed).collect();
             for end in &failed {
                 eprintln!(
                     "ftdrive: {} attempt {} ended {}; the job goes on (follow it again for the next attempt)",

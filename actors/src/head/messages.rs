@@ -349,19 +349,26 @@ impl Handler<FromAgent> for HeadActor {
             let _ = msg.tx.try_send(refusal);
             return;
         }
-        let register = matches!(msg.msg, ToHead::Register(_));
-        match self.input(Input::from(msg.msg), ctx) {
-            Ok(_) if register => {
+        let log_url = match &msg.msg {
+            ToHead::Register(registration) => Some(registration.log_url.clone()),
+            _ => None,
+        };
+        match (self.input(Input::from(msg.msg), ctx), log_url) {
+            (Ok(_), Some(url)) => {
+                // A token of this session for the head's requests to its log server, made only
+                // for a registration the head took: the agent learns it from this welcome.
+                let token = crate::paths::random_token().expect("/dev/urandom gives the head its tokens");
+                self.log_servers.insert(node, super::LogServer { url, token: token.clone() });
                 let config = self.head.config();
                 let welcome = ToAgent::Welcome {
                     heartbeat_interval_ms: config.heartbeat_interval_ms,
                     node_timeout_ms: config.node_timeout_ms,
-                    log_token: self.log_servers.get(&node).map(|s| s.token.clone()),
+                    log_token: Some(token),
                 };
                 let _ = msg.tx.try_send(welcome);
             }
-            Ok(_) => {}
-            Err(e) => {
+            (Ok(_), None) => {}
+            (Err(e), _) => {
                 let register_again = matches!(e, Rejected::UnknownNode(_));
                 let _ = msg.tx.try_send(ToAgent::Refused { reason: e.to_string(), register_again });
             }
@@ -386,8 +393,6 @@ impl HeadActor {
             let identity = registration.identity.clone();
             let session = Session { id: msg.session, tx: msg.tx.clone(), identity, last_heartbeat: None };
             self.sessions.insert(node.clone(), session);
-            let token = crate::paths::random_token().expect("/dev/urandom gives the head its tokens");
-            self.log_servers.insert(node.clone(), super::LogServer { url: registration.log_url.clone(), token });
             return Ok(());
         }
         match self.sessions.get_mut(node) {

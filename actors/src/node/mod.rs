@@ -84,6 +84,14 @@ impl Supervision {
     }
 }
 
+/// What the agent shares with its attempts' connections (their reports, the grace they pass
+/// on) and with its log server (the head's token of this session).
+struct Shared {
+    reports: UnboundedSender<(AttemptKey, Report)>,
+    grace: attempt::Grace,
+    head_token: logs::HeadToken,
+}
+
 pub struct NodeAgent {
     opts: NodeOptions,
     protocol: Agent,
@@ -114,7 +122,7 @@ impl NodeAgent {
         opts: NodeOptions,
         identity: AgentIdentity,
         (recovered, attached): (Recovered, Vec<(AttemptKey, UnboundedSender<Command>)>),
-        (reports, grace): (UnboundedSender<(AttemptKey, Report)>, attempt::Grace),
+        Shared { reports, grace, head_token }: Shared,
         metrics: metrics::AgentMetrics,
         refused: tokio::sync::oneshot::Sender<String>,
     ) -> NodeAgent {
@@ -133,7 +141,7 @@ impl NodeAgent {
             reports,
             grace,
             last_refusal: None,
-            head_token: logs::HeadToken::default(),
+            head_token,
             shutdown: None,
             closing: false,
             refused: Some(refused),
@@ -485,8 +493,8 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
         identity: crate::paths::stored_token(&opts.state_dir.join("identity"))?,
     };
     let (refused_tx, refused) = tokio::sync::oneshot::channel();
-    let mut agent = NodeAgent::new(opts, identity, (recovered, attached), (reports, grace), metrics, refused_tx);
-    agent.head_token = head_token;
+    let shared = Shared { reports, grace, head_token };
+    let agent = NodeAgent::new(opts, identity, (recovered, attached), shared, metrics, refused_tx);
     let heartbeat_ms = agent.heartbeat_ms.clone();
     let agent = agent.start();
     let forward = agent.clone();

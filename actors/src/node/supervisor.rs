@@ -10,10 +10,10 @@
 //!   attempt's directory. When that connection drops, the supervisor waits `reattach_grace_ms`
 //!   (as given at launch, or as the agent's pings last said) for an agent to connect again (a
 //!   restarted agent scans its state dir and does); if none does, it kills the workers'
-//!   process groups. A connected agent that says nothing for as
-//!   long (it pings every `PING_MS`) is hung or stopped, and counts as gone: the head has
-//!   declared its node dead by then and placed the rank elsewhere, so the workers must not run
-//!   on beside their replacement.
+//!   process groups. A connected agent that says nothing for as long (it pings every
+//!   `PING_MS`) is hung or stopped, and counts as gone: the head has declared its node dead by
+//!   then and placed the rank elsewhere, so the workers must not run on beside their
+//!   replacement.
 //! - **SV-2 leaves a record.** When the group ends, the supervisor writes how (`exit`, an
 //!   `ExitStatus` in JSON) before it tells a connected agent and exits, so that an agent that
 //!   was away still learns it. A group that cannot start leaves `failed` instead. A group
@@ -64,7 +64,6 @@ pub const PID_RECORD: &str = "pid";
 const DRAIN_OUTPUT_MS: u64 = 2_000;
 
 struct Args {
-    dir: PathBuf,
     reattach_grace_ms: u64,
     stop_grace_ms: u64,
     group: GroupSpec,
@@ -105,16 +104,16 @@ pub fn run(args: &[String]) -> ! {
     }
     // SAFETY: the agent put the write end of its status pipe at this descriptor for us.
     let mut status = unsafe { std::fs::File::from_raw_fd(STATUS_FD) };
-    let listener = match bind(&args.dir) {
+    let listener = match bind(&args.group.dir) {
         Ok(listener) => listener,
-        Err(e) => fail(&mut status, &args.dir, &format!("cannot listen in {}: {e}", args.dir.display())),
+        Err(e) => fail(&mut status, &args.group.dir, &format!("cannot listen in {}: {e}", args.group.dir.display())),
     };
     let group = match workers::start(&args.group) {
         Ok(group) => group,
-        Err(e) => fail(&mut status, &args.dir, &e),
+        Err(e) => fail(&mut status, &args.group.dir, &e),
     };
     let pgids: Vec<String> = group.pgids.iter().map(i32::to_string).collect();
-    let _ = write_atomic(&args.dir.join(PID_RECORD), pgids.join("\n").as_bytes());
+    let _ = write_atomic(&args.group.dir.join(PID_RECORD), pgids.join("\n").as_bytes());
     let _ = writeln!(status, "ok {}", pgids[0]);
     drop(status);
     supervise(group, listener, &args)
@@ -138,9 +137,8 @@ fn parse(args: &[String]) -> Option<Args> {
         }
     }
     let command: Vec<String> = rest.cloned().collect();
-    let dir: PathBuf = dir?;
-    let group = GroupSpec { command, workers, group_rank, log, dir: dir.clone() };
-    (!group.command.is_empty()).then_some(Args { dir, reattach_grace_ms: grace?, stop_grace_ms, group })
+    let group = GroupSpec { command, workers, group_rank, log, dir: dir? };
+    (!group.command.is_empty()).then_some(Args { reattach_grace_ms: grace?, stop_grace_ms, group })
 }
 
 fn bind(dir: &Path) -> std::io::Result<UnixListener> {
@@ -185,7 +183,7 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
                 }
                 if progress.running == 0 {
                     group.drain_output(Duration::from_millis(DRAIN_OUTPUT_MS));
-                    finish(progress.outcome(&args.group), &args.dir, agent.as_mut().map(|(_, s)| s));
+                    finish(progress.outcome(&args.group), &args.group.dir, agent.as_mut().map(|(_, s)| s));
                 }
             }
             Ok(Event::Attached(id, mut stream)) => {
