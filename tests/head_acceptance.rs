@@ -167,6 +167,32 @@ fn actor_mode_late_actor_never_starts_once_terminating() {
     assert!(c.head.scheduler().pg(1).is_none(), "no bundle held after the job ended");
 }
 
+/// Once the job is ending, a rank 0 that ran and is retried on a new node serves the
+/// rendezvous there, on its new bundle's port: the old bundle's port went back to its pool,
+/// and the address was a node it no longer runs on (swarm seed 31269).
+#[test]
+fn actor_mode_rank0_retried_while_terminating_moves_the_rendezvous_with_it() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    c.join("n2", cpu(1));
+    let mut s = spec("torchx", 2, 2);
+    s.restart = RestartMode::Actor;
+    let job = c.submit(s);
+    c.exit_actor(&job, 1, ExitStatus::code(0));
+    c.join("n3", cpu(1));
+    c.crash("n1");
+    c.advance(6_000);
+    let cycles = c.cycles_formed();
+    let (cycle, master, _) = cycles.last().cloned().expect("a cycle");
+    let (node, env) = c.worker_envs(&job).pop().expect("rank 0 runs again");
+    assert_ne!(node, "n1");
+    assert_eq!((cycle, env["RANK"].as_str()), (2, "0"), "a new cycle for the moved rendezvous: {cycles:?}");
+    assert_eq!(env["MASTER_ADDR"], master, "rank 0 serves it where it runs");
+    assert_ne!(master, "10.0.0.1");
+    c.exit_actor(&job, 0, ExitStatus::code(0));
+    assert_eq!(c.view(&job).state, JobState::Succeeded);
+}
+
 #[test]
 fn gang_recovers_from_losing_rank_zero_with_a_new_master() {
     let mut c = three_node_cluster();

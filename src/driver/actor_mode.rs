@@ -116,11 +116,15 @@ impl Driver {
 
     /// Returns whether a master is known; moves it (a new cycle) when rank 0 changed node.
     fn update_actor_mode_master(&mut self, now: Instant) -> bool {
-        if self.terminating {
-            // Rank 0 may be an actor that will never start now; the rendezvous stays put.
+        let rank0 = self.actors.iter().find(|a| a.slot == Some(0) && a.role == Role::Active);
+        if self.terminating && rank0.is_none_or(|a| a.attempts == 0) {
+            // Rank 0 never started, and never will now: the rendezvous stays put. A rank 0 that
+            // started and is retried serves it where it runs again, on the port its new bundle
+            // holds: the old bundle's went back to its machine's pool, and another job's rank 0
+            // may listen on it by now (swarm seed 31269).
             return self.master.is_some();
         }
-        let Some(rank0) = self.actors.iter().find(|a| a.slot == Some(0) && a.role == Role::Active) else {
+        let Some(rank0) = rank0 else {
             return false;
         };
         let Bundle::Placed { node, port, .. } = &rank0.bundle else {
