@@ -354,6 +354,7 @@ impl SimAgent {
             labels: Default::default(),
             addr: "127.0.0.1".to_string(),
             devices: None,
+            port_space: String::new(),
             log_url: String::new(),
             identity: paths::random_token().unwrap(),
         };

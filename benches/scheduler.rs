@@ -30,6 +30,7 @@ fn join_all(s: &mut Scheduler, cpu_per_node: u64) {
             Resources::units(&[("cpu", cpu_per_node), ("memory_mb", 65_536)]),
             labels,
             None,
+            "",
         );
     }
 }

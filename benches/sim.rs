@@ -20,7 +20,12 @@ fn cluster(nodes: usize, jobs: usize, hours_ms: u64, churn_every_ms: u64) -> Sce
             if i % 10 == 9 {
                 labels.insert("preemptible".into(), "true".into());
             }
-            NodeDef { name: NodeId::new(&format!("n{i:05}")), resources: Resources::units(&[("cpu", 8)]), labels }
+            NodeDef {
+                name: NodeId::new(&format!("n{i:05}")),
+                resources: Resources::units(&[("cpu", 8)]),
+                labels,
+                port_space: String::new(),
+            }
         })
         .collect();
     let job_defs: Vec<JobDef> = (0..jobs)

@@ -49,6 +49,8 @@ pub struct AgentIdentity {
     pub addr: String,
     /// Its GPU devices, when it names them.
     pub devices: Option<Devices>,
+    /// The machine's ports it shares with other agents (`Registration::port_space`).
+    pub port_space: String,
     /// Where this agent serves attempt logs (the runtime's; empty in the simulator).
     pub log_url: String,
     /// The secret that tells this agent from another under the same name (the runtime's).
@@ -337,6 +339,7 @@ impl Agent {
             labels: id.labels.clone(),
             addr: id.addr.clone(),
             devices: id.devices,
+            port_space: id.port_space.clone(),
             log_url: id.log_url.clone(),
             identity: id.identity.clone(),
             running: self.procs.keys().cloned().collect(),
@@ -570,6 +573,7 @@ mod tests {
             labels: Labels::new(),
             addr: "10.0.0.1".into(),
             devices: None,
+            port_space: String::new(),
             log_url: String::new(),
             identity: String::new(),
         };

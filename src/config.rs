@@ -74,9 +74,38 @@ impl HeadConfig {
                 self.heartbeat_interval_ms
             ));
         }
-        if self.ports_per_node == 0 || u32::from(self.master_port_base) + u32::from(self.ports_per_node) > 65_536 {
-            return Err("config `master_port_base` + `ports_per_node` must stay within 1..=65535".into());
+        let last_port = (u32::from(self.master_port_base) + u32::from(self.ports_per_node)).saturating_sub(1);
+        if self.master_port_base == 0 || self.ports_per_node == 0 || last_port > 65_535 {
+            return Err(format!(
+                "{} is {}; with `ports_per_node` {} its ports must stay within 1..=65535: use one from 1 to {}",
+                key("master_port_base"),
+                self.master_port_base,
+                self.ports_per_node,
+                65_536 - u32::from(self.ports_per_node.max(1))
+            ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rendezvous_ports_stay_within_the_port_range() {
+        assert_eq!(HeadConfig::default().validate(), Ok(()));
+        let top = HeadConfig { master_port_base: 64_536, ..HeadConfig::default() };
+        assert_eq!(top.validate(), Ok(()), "1000 ports end at 65535");
+        let over = HeadConfig { master_port_base: 64_537, ..HeadConfig::default() };
+        let error = over.validate().unwrap_err();
+        assert!(
+            error.contains("(`--master-port-base`) is 64537") && error.ends_with("use one from 1 to 64536"),
+            "{error}"
+        );
+        let zero = HeadConfig { master_port_base: 0, ..HeadConfig::default() };
+        assert!(zero.validate().is_err(), "port 0 is no port");
+        let none = HeadConfig { ports_per_node: 0, ..HeadConfig::default() };
+        assert!(none.validate().is_err());
     }
 }

@@ -226,6 +226,11 @@ pub struct Registration {
     /// Its GPU devices, when it names them (else `gpu` devices numbered from 0).
     #[serde(default)]
     pub devices: Option<Devices>,
+    /// The ports it listens on, as a key shared by every agent on the same machine's ports
+    /// (machine and network namespace): nodes with one key draw rendezvous ports from one pool,
+    /// so no two of their bundles get the same `MASTER_PORT`. Empty: a pool of its own.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub port_space: String,
     /// Base URL of this agent's log server (the runtime's; the core ignores it).
     #[serde(default)]
     pub log_url: String,

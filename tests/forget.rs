@@ -129,6 +129,7 @@ fn register(node: &str) -> Input {
         labels: Labels::new(),
         addr: "10.0.0.99".into(),
         devices: None,
+        port_space: String::new(),
         running: Vec::new(),
         ended: Vec::new(),
         log_url: String::new(),

@@ -457,6 +457,7 @@ fn a_report_overtaken_by_a_later_start_loses_nothing() {
         labels: ftdrive::Labels::new(),
         addr: "10.0.0.1".into(),
         devices: None,
+        port_space: String::new(),
         log_url: String::new(),
         identity: String::new(),
         running: Vec::new(),

@@ -7,7 +7,8 @@
 //! the last allowed attempt to a spare on a preemptible node, `last_attempt_off_preemptible`
 //! fires; with one that places bundles whatever the job's `node_selector`,
 //! `placement_fits_spec` fires; with one that lets only replacements hold capacity,
-//! `starved_item_held` fires. With the real policy none does. Rules that no policy switch
+//! `starved_item_held` fires; with one that gives every node a port pool of its own whatever
+//! machine it shares, `rendezvous_port_once` fires. With the real policy none does. Rules that no policy switch
 //! breaks without breaking everything else (`one_rank_each`, `cycle_well_formed`) are shown
 //! by feeding the checker a broken driver's events directly.
 
@@ -83,6 +84,15 @@ fn a_pending_gang_taking_capacity_held_for_a_suspect_node_is_caught() {
     let found = run(name, PolicyFault::IgnoreSuspects);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with("suspect_held: b/0 was placed on n4"), "{found:?}");
+}
+
+#[test]
+fn two_nodes_of_one_machine_giving_out_the_same_port_is_caught() {
+    let found = caught("one_machines_nodes_share_its_ports", PolicyFault::PortsPerNode);
+    assert!(!found.is_empty(), "a port given twice on one machine goes unnoticed");
+    let twice =
+        "rendezvous_port_once: b/0 attempt 1 on n2 listens on port 29500 of machine `m1`, held by a/0 attempt 1";
+    assert_eq!(found[0], twice, "{found:?}");
 }
 
 #[test]

@@ -350,6 +350,26 @@ fn a_malformed_address_exits_2_saying_how_to_write_one() {
     assert!(!state.exists(), "nothing was written for a refused address");
 }
 
+/// A first rendezvous port whose pool would pass port 65535 is refused before the head starts,
+/// naming the flag and the highest that works; nothing is written for it.
+#[test]
+fn a_master_port_base_too_high_for_its_pool_exits_2_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["head", "--listen", "127.0.0.1:0", "--master-port-base", "65000", "--state-dir"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`--master-port-base`) is 65000") && stderr.contains("use one from 1 to 64536"),
+        "{stderr}"
+    );
+    assert!(!state.exists(), "nothing was written for a refused setting");
+}
+
 /// A value a flag overrode is blamed on the flag, not on the file that never said it; and a
 /// flag that cannot work where it is given is refused before anything starts.
 #[test]

@@ -469,6 +469,20 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(cycle["master_addr"], "a1.sim");
         assert_eq!(r.state("g"), "SUCCEEDED");
     }),
+    ("one_machines_nodes_share_its_ports", |r| {
+        let states = (r.state("a"), r.state("b"), r.state("c"));
+        assert_eq!(states, ("SUCCEEDED", "SUCCEEDED", "SUCCEEDED"));
+        let cycles = r.events("cycle_formed");
+        let at = |job: &str| -> (Value, Value) {
+            let c = cycles.iter().find(|c| c["job"] == job).expect("a cycle");
+            (c["master_addr"].clone(), c["master_port"].clone())
+        };
+        // a and b on the machine's two nodes, c beside a after the head restarted.
+        assert_eq!(
+            [at("a"), at("b"), at("c")],
+            [("n1.sim".into(), 29_500.into()), ("n2.sim".into(), 29_501.into()), ("n1.sim".into(), 29_502.into())]
+        );
+    }),
     ("node_selector_keeps_a_job_to_its_zone", |r| {
         assert_eq!(r.placements(), [("z/0", "b1", "pending_gang"), ("z/0", "b2", "replacement")], "a1 is in zone a");
         assert_eq!(r.ledger("z"), vec![pair("node_lost", "system"), pair("completed", "none")]);

@@ -1,6 +1,7 @@
 //! Several workers per node and GPUs on a real cluster (loopback): a 3-node × 2-worker job's
 //! six processes and their environment, per-worker logs, one killed worker ending its group and
-//! restarting the gang, and GPU devices held by one bundle at a time.
+//! restarting the gang, GPU devices held by one bundle at a time, and rendezvous ports given
+//! once per machine.
 
 mod common;
 
@@ -63,6 +64,46 @@ fn three_nodes_of_two_workers_run_six_processes_with_torchruns_environment() {
 }
 
 /// Pid of this test's worker (`sleep`, not its supervisor) of `RANK=<rank>` in the first cycle.
+/// Listens on `MASTER_PORT` as a rank 0 does (PyTorch's TCPStore), writes the port down under
+/// its job's id in the directory `argv[1]`, and holds it until `argv[2]` jobs have written theirs.
+const LISTEN_ON_MASTER_PORT: &str = r#"
+import os, pathlib, socket, sys, time
+port = int(os.environ["MASTER_PORT"])
+listener = socket.socket()
+listener.bind(("", port))
+listener.listen()
+out = pathlib.Path(sys.argv[1])
+(out / os.environ["FTDRIVE_JOB_ID"]).write_text(str(port))
+deadline = time.time() + 30
+while len(list(out.iterdir())) < int(sys.argv[2]) and time.time() < deadline:
+    time.sleep(0.05)
+"#;
+
+/// Two agents on one machine (as the README's recipe runs four): two jobs at once each get a
+/// rendezvous port no other bundle on the machine holds, and both listen on it. Each agent
+/// drew from a pool of its own before, both jobs got 29500, and the second one's rank 0 failed
+/// with `EADDRINUSE`, charged as a user error, cycle after cycle.
+#[test]
+fn two_jobs_on_two_agents_of_one_machine_listen_on_two_ports() {
+    let c = Cluster::start(&["n1", "n2"]);
+    let out_dir = c.dir.path().join("ports");
+    std::fs::create_dir(&out_dir).unwrap();
+    let command = json!(["python3", "-c", LISTEN_ON_MASTER_PORT, out_dir.to_str().unwrap(), "2"]);
+    let job = |name: &str| {
+        let spec = json!({"command": command, "min_nodes": 1, "max_nodes": 1});
+        c.submit_no_wait(&c.spec(name, spec))
+    };
+    let (a, b) = (job("a"), job("b"));
+    for id in [&a, &b] {
+        let done = c.wait_for_job(id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
+        assert_eq!(done["state"], "SUCCEEDED", "{id} could not listen on its port: {done}");
+    }
+    let nodes: BTreeSet<String> = [&a, &b].iter().map(|id| c.job(id)["actors"][0]["node"].to_string()).collect();
+    assert_eq!(nodes.len(), 2, "one job on each agent: {nodes:?}");
+    let port = |id: &str| std::fs::read_to_string(out_dir.join(id)).unwrap();
+    assert_ne!(port(&a), port(&b));
+}
+
 fn worker_pid(c: &Cluster, rank: u32) -> Option<u32> {
     let want = [format!("RANK={rank}"), "TORCHELASTIC_RESTART_COUNT=0".to_string()];
     let is_sleep = |pid: &u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep");

@@ -61,6 +61,11 @@ pub struct NodeRecord {
     #[serde(default)]
     pub devices: Devices,
     pub addr: String,
+    /// The port space its ports come from (PS-1), empty for a pool of its own: a restored
+    /// node draws from the same pool, so that its bundles keep their ports and no other gets
+    /// them.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub port_space: String,
     pub incarnation: u64,
     pub state: NodeState,
     /// Its agent announced that the machine is going away (the drain is not the operator's).
@@ -132,7 +137,8 @@ impl Head {
 
     /// Returns the node if the head must wait for it to register.
     fn restore_node(&mut self, now: Instant, record: NodeRecord, window_ms: u64) -> Option<NodeIx> {
-        let ix = self.scheduler.add_node(record.name.clone(), record.resources, record.labels, Some(record.devices));
+        let (name, devices) = (record.name.clone(), Some(record.devices));
+        let ix = self.scheduler.add_node(name, record.resources, record.labels, devices, &record.port_space);
         self.liveness.register(ix, record.addr, record.incarnation, now, window_ms);
         let restored = self.liveness.get_mut(ix).expect("just registered");
         (restored.leaving, restored.cordoned) = (record.leaving, record.cordoned);
@@ -281,6 +287,7 @@ impl Head {
             labels: node.labels.clone(),
             devices: node.devices,
             addr: record.addr.clone(),
+            port_space: node.port_space().to_string(),
             incarnation: record.incarnation,
             state: node.state,
             leaving: record.leaving,

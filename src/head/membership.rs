@@ -53,7 +53,7 @@ impl Head {
                 return Ok(Reply::Done);
             }
         }
-        let ix = self.scheduler.add_node(node.clone(), agent.resources, agent.labels, agent.devices);
+        let ix = self.scheduler.add_node(node.clone(), agent.resources, agent.labels, agent.devices, &agent.port_space);
         self.note_rejoined(ix);
         self.liveness.register(ix, agent.addr, agent.incarnation, now, self.config.node_timeout_ms);
         self.scheduler.clear_suspect(ix);
@@ -100,6 +100,13 @@ impl Head {
         // cordon is the node's, whatever machine registers in its name).
         let reattached = !agent.running.is_empty();
         let left = self.liveness.get(ix).expect("record").leaving && !reattached;
+        if alive && self.moved(ix, agent) {
+            let why = format!(
+                "the agent on {node} restarted on another machine or network namespace (a reboot); its processes were lost"
+            );
+            self.lose_node(now, ix, why);
+            return Ok(false);
+        }
         if alive && !left && self.offers_the_same(ix, agent) {
             self.readopt(now, ix, agent, false);
             return Ok(true);
@@ -121,6 +128,15 @@ impl Head {
             self.lose_node(now, ix, why);
         }
         Ok(false)
+    }
+
+    /// Its agent reports another port space than the node draws from (cluster.rs, PS-1): the
+    /// machine rebooted, or the name moved to another one. No process survives either, and the
+    /// node must draw its ports where it now listens. A node with a pool of its own (restored
+    /// from before port spaces, or one too many on its machine) keeps it.
+    fn moved(&self, ix: NodeIx, agent: &Registration) -> bool {
+        let space = self.scheduler.node(ix).port_space();
+        !space.is_empty() && space != agent.port_space
     }
 
     fn reconfigure(&mut self, ix: NodeIx, agent: &Registration) -> bool {

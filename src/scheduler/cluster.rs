@@ -1,5 +1,16 @@
 //! The scheduler's view of the cluster: nodes with integer capacities, what is allocated on
 //! each, their ports, and an index of ALIVE nodes ordered by load (the "rank" step).
+//!
+//! Ports (`MASTER_PORT`) are part of a node's capacity, `ports_per_node` bundles at most:
+//!
+//! - **PS-1 one machine's ports are given once.** Nodes whose agents report the same port space
+//!   (their machine and network namespace: several agents on one machine, or an embedded
+//!   cluster) draw from one pool, so two bundles on that machine never hold the same port,
+//!   whichever node each is on. A node that names none has a pool of its own.
+//! - **PS-2 a space never runs dry.** A space's pool holds `ports_per_node` ports for each
+//!   member it can take (as many as fit below port 65536); a node that would be one too many
+//!   gets a pool of its own, as if it named no space. A node's own cap therefore bounds what it
+//!   takes, and a selection that fits every node's room always finds its ports.
 
 use super::PgId;
 use crate::ids::NodeId;
@@ -72,17 +83,24 @@ impl Demand {
     }
 }
 
-/// Ports handed out as `MASTER_PORT`, one per bundle placed on the node.
+/// Ports handed out as `MASTER_PORT`, one per bundle placed, lowest first (so that they stay
+/// near `master_port_base`, below the kernel's ephemeral range).
 #[derive(Clone, Debug)]
 struct PortPool {
+    base: u16,
     next: u16,
     end: u32,
-    free: Vec<u16>,
+    free: BTreeSet<u16>,
+    /// Ports held by more than one bundle: placements restored under another configuration
+    /// (a changed `master_port_base`) may overlap; each extra holder is counted here, so that
+    /// the port is free again only when the last one gives it back.
+    shared: BTreeMap<u16, u32>,
 }
 
 impl PortPool {
-    fn new(base: u16, count: u16) -> Self {
-        PortPool { next: base, end: u32::from(base) + u32::from(count), free: Vec::new() }
+    fn new(base: u16, count: u32) -> Self {
+        let end = (u32::from(base) + count).min(65_536);
+        PortPool { base, next: base, end, free: BTreeSet::new(), shared: BTreeMap::new() }
     }
 
     fn remaining(&self) -> u32 {
@@ -90,7 +108,7 @@ impl PortPool {
     }
 
     fn take(&mut self) -> Option<u16> {
-        if let Some(port) = self.free.pop() {
+        if let Some(port) = self.free.pop_first() {
             return Some(port);
         }
         if u32::from(self.next) < self.end {
@@ -101,24 +119,59 @@ impl PortPool {
         None
     }
 
-    /// Takes one particular port (a placement restored after a head restart keeps its port).
-    fn take_exactly(&mut self, port: u16) -> bool {
-        if let Some(at) = self.free.iter().position(|p| *p == port) {
-            self.free.swap_remove(at);
-            return true;
+    /// Takes one particular port: a placement restored after a head restart keeps its port.
+    /// One already held is held once more (see `shared`); one outside the pool is not the
+    /// pool's to track.
+    fn take_exactly(&mut self, port: u16) {
+        if !self.contains(port) {
+            return;
         }
-        if port < self.next || u32::from(port) >= self.end {
-            return false;
+        if self.free.remove(&port) {
+            return;
         }
-        self.free.extend(self.next..port);
-        self.next = port + 1;
-        true
+        if port >= self.next {
+            self.free.extend(self.next..port);
+            self.next = port + 1;
+            return;
+        }
+        *self.shared.entry(port).or_insert(0) += 1;
     }
 
     fn give(&mut self, port: u16) {
-        debug_assert!(!self.free.contains(&port), "port {port} returned twice");
-        self.free.push(port);
+        if !self.contains(port) {
+            return;
+        }
+        if let Some(extra) = self.shared.get_mut(&port) {
+            *extra -= 1;
+            if *extra == 0 {
+                self.shared.remove(&port);
+            }
+            return;
+        }
+        assert!(port < self.next && self.free.insert(port), "port {port} returned twice");
     }
+
+    fn contains(&self, port: u16) -> bool {
+        port >= self.base && u32::from(port) < self.end
+    }
+}
+
+/// Where a node's ports come from.
+#[derive(Clone, Debug)]
+enum NodePorts {
+    /// A pool of its own: its agent named no port space, or its space was full (PS-2).
+    Own(PortPool),
+    /// The pool of the port space it shares with the other nodes whose agents listen in the
+    /// same network namespace (one machine's ports); `held` are its bundles' ports.
+    Shared { space: String, held: Vec<u16>, cap: u32 },
+}
+
+/// A port space (PS-1): the nodes on one machine's ports, and the pool they share.
+#[derive(Clone, Debug)]
+struct PortSpace {
+    pool: PortPool,
+    /// Nodes in it that are not DEAD.
+    members: u32,
 }
 
 /// One node as the scheduler sees it.
@@ -134,7 +187,7 @@ pub struct Node {
     allocated: Vec<u64>,
     /// Bundles placed here.
     pub bundles: BTreeSet<(PgId, u32)>,
-    ports: PortPool,
+    ports: NodePorts,
     /// Its GPU devices, and those no bundle holds.
     pub devices: Devices,
     free_devices: Devices,
@@ -153,12 +206,27 @@ impl Node {
 
     /// How many more bundles of `demand` fit, capped at `cap` (so an empty demand is finite).
     pub fn room_for(&self, demand: &Demand, cap: u32) -> u32 {
-        let mut room = cap.min(self.ports.remaining());
+        let mut room = cap.min(self.port_room());
         for &(r, d) in &demand.0 {
             let free = self.capacity_of(r).saturating_sub(self.allocated_of(r));
             room = room.min(u32::try_from(free / d).unwrap_or(u32::MAX));
         }
         room
+    }
+
+    fn port_room(&self) -> u32 {
+        match &self.ports {
+            NodePorts::Own(pool) => pool.remaining(),
+            NodePorts::Shared { held, cap, .. } => cap.saturating_sub(held.len() as u32),
+        }
+    }
+
+    /// The port space it draws its ports from (PS-1); empty when it has a pool of its own.
+    pub fn port_space(&self) -> &str {
+        match &self.ports {
+            NodePorts::Own(_) => "",
+            NodePorts::Shared { space, .. } => space,
+        }
     }
 
     /// How many bundles of `demand` this node could hold if it were empty (ports aside).
@@ -283,6 +351,8 @@ pub struct Cluster {
     names: Vec<NodeId>,
     /// ALIVE nodes, least loaded first, then by name: the order candidates are tried in.
     by_load: BTreeSet<(u32, NodeId, NodeIx)>,
+    /// Port spaces with members (PS-1), by the key their agents report.
+    spaces: BTreeMap<String, PortSpace>,
     port_base: u16,
     ports_per_node: u16,
 }
@@ -297,15 +367,25 @@ impl Cluster {
             lookup: NameIndex::default(),
             names: Vec::new(),
             by_load: BTreeSet::new(),
+            spaces: BTreeMap::new(),
             port_base,
             ports_per_node,
         }
     }
 
     /// Adds a node, or brings a DEAD one back with its new resources and labels. Its GPUs are
-    /// `devices` when the agent names them (and `gpu` is then their count), else `0..gpu`.
-    pub fn join(&mut self, name: NodeId, resources: Resources, labels: Labels, devices: Option<Devices>) -> NodeIx {
+    /// `devices` when the agent names them (and `gpu` is then their count), else `0..gpu`; its
+    /// ports come from `port_space`'s pool (PS-1), or its own when that is empty.
+    pub fn join(
+        &mut self,
+        name: NodeId,
+        resources: Resources,
+        labels: Labels,
+        devices: Option<Devices>,
+        port_space: &str,
+    ) -> NodeIx {
         let (resources, capacity, devices) = self.offer(resources, devices);
+        let ports = self.ports_in(port_space);
         let node = Node {
             name: name.clone(),
             state: NodeState::Alive,
@@ -315,7 +395,7 @@ impl Cluster {
             allocated: vec![0; capacity.len()],
             capacity,
             bundles: BTreeSet::new(),
-            ports: PortPool::new(self.port_base, self.ports_per_node),
+            ports,
             devices,
             free_devices: devices,
             load: 0,
@@ -350,6 +430,45 @@ impl Cluster {
         name.set_hint(ix);
         self.by_load.insert((0, name, ix));
         ix
+    }
+
+    /// A joining node's ports: a member's share of its space (PS-1), or a pool of its own
+    /// when it names none or the space is full (PS-2).
+    fn ports_in(&mut self, port_space: &str) -> NodePorts {
+        let cap = u32::from(self.ports_per_node);
+        let own = || NodePorts::Own(PortPool::new(self.port_base, cap));
+        if port_space.is_empty() {
+            return own();
+        }
+        let most_members = (65_536 - u32::from(self.port_base)) / cap;
+        let (base, per_member) = (self.port_base, cap);
+        let space = self
+            .spaces
+            .entry(port_space.to_string())
+            .or_insert_with(|| PortSpace { pool: PortPool::new(base, per_member * most_members), members: 0 });
+        if space.members >= most_members {
+            return NodePorts::Own(PortPool::new(self.port_base, cap));
+        }
+        space.members += 1;
+        NodePorts::Shared { space: port_space.to_string(), held: Vec::new(), cap }
+    }
+
+    /// A node leaves its space (it died) and gives back its bundles' ports; a space with no
+    /// member left is forgotten, so that spaces stay as many as the machines in the cluster.
+    fn leave_space(&mut self, ix: NodeIx) {
+        let own = NodePorts::Own(PortPool::new(self.port_base, u32::from(self.ports_per_node)));
+        let NodePorts::Shared { space: key, held, .. } = std::mem::replace(&mut self.nodes[ix as usize].ports, own)
+        else {
+            return;
+        };
+        let space = self.spaces.get_mut(&key).expect("a member's space is known");
+        for port in held {
+            space.pool.give(port);
+        }
+        space.members -= 1;
+        if space.members == 0 {
+            self.spaces.remove(&key);
+        }
     }
 
     /// What a node offers: its resources (`gpu` the count of its devices), their capacities by
@@ -424,9 +543,9 @@ impl Cluster {
         node.state = NodeState::Dead;
         let lost: Vec<(PgId, u32)> = std::mem::take(&mut node.bundles).into_iter().collect();
         node.allocated.iter_mut().for_each(|q| *q = 0);
-        node.ports = PortPool::new(self.port_base, self.ports_per_node);
         node.free_devices = node.devices;
         node.load = 0;
+        self.leave_space(ix);
         lost
     }
 
@@ -462,7 +581,15 @@ impl Cluster {
         for &(r, d) in &demand.0 {
             node.allocated[usize::from(r)] += d;
         }
-        let port = node.ports.take().expect("room_for checked ports");
+        let port = match &mut node.ports {
+            NodePorts::Own(pool) => pool.take(),
+            NodePorts::Shared { space, held, .. } => {
+                let port = self.spaces.get_mut(space.as_str()).expect("a member's space is known").pool.take();
+                held.extend(port);
+                port
+            }
+        };
+        let port = port.expect("room_for checked ports, and a space holds every member's (PS-2)");
         assert!(node.bundles.insert(bundle), "bundle {bundle:?} placed twice on {}", node.name);
         self.reindex(ix);
         (port, devices)
@@ -472,7 +599,13 @@ impl Cluster {
     pub fn allocate_exactly(&mut self, ix: NodeIx, demand: &Demand, bundle: (PgId, u32), port: u16, devices: Devices) {
         let node = &mut self.nodes[ix as usize];
         assert!(node.state != NodeState::Dead, "restoring {bundle:?} on dead node {}", node.name);
-        assert!(node.ports.take_exactly(port), "port {port} of {} given twice", node.name);
+        match &mut node.ports {
+            NodePorts::Own(pool) => pool.take_exactly(port),
+            NodePorts::Shared { space, held, .. } => {
+                self.spaces.get_mut(space.as_str()).expect("a member's space is known").pool.take_exactly(port);
+                held.push(port);
+            }
+        }
         assert!(node.free_devices.contains_all(devices), "devices {devices} of {} given twice", node.name);
         node.free_devices = node.free_devices.without(devices);
         for &(r, d) in &demand.0 {
@@ -491,7 +624,14 @@ impl Cluster {
             let slot = &mut node.allocated[usize::from(r)];
             *slot = slot.checked_sub(d).expect("freeing more than was allocated");
         }
-        node.ports.give(port);
+        match &mut node.ports {
+            NodePorts::Own(pool) => pool.give(port),
+            NodePorts::Shared { space, held, .. } => {
+                let at = held.iter().position(|p| *p == port).expect("the bundle's port is the node's");
+                held.swap_remove(at);
+                self.spaces.get_mut(space.as_str()).expect("a member's space is known").pool.give(port);
+            }
+        }
         self.reindex(ix);
     }
 
@@ -538,10 +678,18 @@ impl Cluster {
         self.by_name.is_empty()
     }
 
-    /// Asserts that no node is over-committed and the index matches node states.
+    /// Asserts that no node is over-committed, the index matches node states, and each port
+    /// space counts its members and holds every port they hold (PS-1).
     pub fn check_invariants(&self) {
         let mut alive = 0;
+        let mut members: BTreeMap<&str, u32> = BTreeMap::new();
         for (ix, node) in self.all() {
+            if let NodePorts::Shared { space, held, .. } = &node.ports {
+                *members.entry(space).or_default() += 1;
+                let pool = &self.spaces[space].pool;
+                assert!(held.iter().all(|p| !pool.contains(*p) || (*p < pool.next && !pool.free.contains(p))));
+                assert_eq!(held.len(), node.bundles.len(), "{} holds a port per bundle", node.name);
+            }
             for (r, used) in node.allocated.iter().enumerate() {
                 assert!(
                     *used <= node.capacity[r],
@@ -559,6 +707,8 @@ impl Cluster {
             }
         }
         assert_eq!(alive, self.by_load.len(), "index holds non-ALIVE nodes");
+        let counted: BTreeMap<&str, u32> = self.spaces.iter().map(|(k, s)| (k.as_str(), s.members)).collect();
+        assert_eq!(members, counted, "port spaces count their live members");
         assert_eq!(self.by_name.len() + self.vacant.len(), self.nodes.len(), "a position is both known and vacant");
     }
 }
@@ -571,7 +721,7 @@ mod tests {
     fn bundles_hold_devices_no_other_bundle_holds() {
         let mut c = Cluster::new(29_500, 8);
         let gpus = Devices::from_indices(&[0, 1, 2, 3]).unwrap();
-        let a = c.join(NodeId::new("a"), Resources::units(&[("cpu", 8), ("gpu", 1)]), Labels::new(), Some(gpus));
+        let a = c.join(NodeId::new("a"), Resources::units(&[("cpu", 8), ("gpu", 1)]), Labels::new(), Some(gpus), "");
         assert_eq!(c.node(a).resources.milli("gpu"), 4000, "gpu is the count of the named devices");
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("gpu", 2)]));
         let (_, first) = c.allocate(a, &demand, (1, 0), 2);
@@ -586,7 +736,7 @@ mod tests {
     fn cluster_with(nodes: &[(&str, u64)]) -> Cluster {
         let mut c = Cluster::new(29_500, 4);
         for (name, cpu) in nodes {
-            c.join(NodeId::new(name), Resources::units(&[("cpu", *cpu)]), Labels::new(), None);
+            c.join(NodeId::new(name), Resources::units(&[("cpu", *cpu)]), Labels::new(), None, "");
         }
         c
     }
@@ -625,11 +775,81 @@ mod tests {
         c.check_invariants();
     }
 
+    fn machine(c: &mut Cluster, names: &[&str], space: &str) -> Vec<NodeIx> {
+        names
+            .iter()
+            .map(|n| c.join(NodeId::new(n), Resources::units(&[("cpu", 100)]), Labels::new(), None, space))
+            .collect()
+    }
+
+    #[test]
+    fn nodes_of_one_machine_never_hold_the_same_port() {
+        let mut c = Cluster::new(29_500, 4);
+        let (ab, other) = (machine(&mut c, &["a", "b"], "m1"), machine(&mut c, &["c"], ""));
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
+        let mut ports: Vec<u16> = (0..8).map(|b| c.allocate(ab[b as usize % 2], &demand, (1, b), 0).0).collect();
+        assert_eq!(c.node(ab[0]).room_for(&demand, 10), 0, "each node holds its own share (PS-2)");
+        assert_eq!(c.allocate(other[0], &demand, (2, 0), 0).0, 29_500, "another machine's pool is its own");
+        ports.sort_unstable();
+        assert_eq!(ports, (29_500..29_508).collect::<Vec<_>>(), "PS-1");
+        assert_eq!((c.node(ab[1]).port_space(), c.node(other[0]).port_space()), ("m1", ""));
+        c.check_invariants();
+    }
+
+    #[test]
+    fn a_dead_member_gives_its_ports_back_to_its_machine() {
+        let mut c = Cluster::new(29_500, 4);
+        let ab = machine(&mut c, &["a", "b"], "m1");
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
+        let on_a = c.allocate(ab[0], &demand, (1, 0), 0).0;
+        let on_b = c.allocate(ab[1], &demand, (1, 1), 0).0;
+        c.kill(ab[0]);
+        assert_eq!(c.allocate(ab[1], &demand, (2, 0), 0).0, on_a, "a's port is the machine's again, lowest first");
+        c.free(ab[1], &demand, (1, 1), on_b, Devices::NONE);
+        c.kill(ab[1]);
+        assert!(c.spaces.is_empty(), "a machine with no live node is forgotten");
+        let again = machine(&mut c, &["a"], "m1");
+        assert_eq!(c.allocate(again[0], &demand, (3, 0), 0).0, 29_500);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn a_node_one_too_many_for_its_machines_ports_gets_a_pool_of_its_own() {
+        // 8 ports below 65536: room for two members of 4.
+        let mut c = Cluster::new(65_528, 4);
+        let nodes = machine(&mut c, &["a", "b", "c"], "m1");
+        let spaces: Vec<&str> = nodes.iter().map(|ix| c.node(*ix).port_space()).collect();
+        assert_eq!(spaces, ["m1", "m1", ""], "PS-2");
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
+        for (b, ix) in (0..8).zip(nodes[..2].iter().cycle()) {
+            c.allocate(*ix, &demand, (1, b), 0);
+        }
+        assert_eq!(c.node(nodes[2]).room_for(&demand, 10), 4, "its own pool is whole");
+    }
+
+    #[test]
+    fn restored_placements_that_overlap_free_their_port_with_the_last_holder() {
+        let mut c = Cluster::new(29_500, 4);
+        let ab = machine(&mut c, &["a", "b"], "m1");
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
+        // Placed under another configuration: both hold 29501, and one a port outside the pool.
+        c.allocate_exactly(ab[0], &demand, (1, 0), 29_501, Devices::NONE);
+        c.allocate_exactly(ab[1], &demand, (2, 0), 29_501, Devices::NONE);
+        c.allocate_exactly(ab[1], &demand, (3, 0), 40_000, Devices::NONE);
+        assert_eq!(c.allocate(ab[0], &demand, (4, 0), 0).0, 29_500);
+        c.free(ab[0], &demand, (1, 0), 29_501, Devices::NONE);
+        assert_eq!(c.allocate(ab[0], &demand, (5, 0), 0).0, 29_502, "29501 is still held by b");
+        c.free(ab[1], &demand, (2, 0), 29_501, Devices::NONE);
+        c.free(ab[1], &demand, (3, 0), 40_000, Devices::NONE);
+        assert_eq!(c.allocate(ab[1], &demand, (6, 0), 0).0, 29_501);
+        c.check_invariants();
+    }
+
     #[test]
     fn name_index_finds_every_node_and_nothing_else() {
         let mut c = Cluster::new(29_500, 4);
         for n in 0..5_000 {
-            c.join(NodeId::new(&format!("node-{n}")), Resources::units(&[("cpu", 1)]), Labels::new(), None);
+            c.join(NodeId::new(&format!("node-{n}")), Resources::units(&[("cpu", 1)]), Labels::new(), None, "");
         }
         for n in (0..5_000).step_by(7) {
             assert_eq!(c.ix(&NodeId::new(&format!("node-{n}"))), Some(n), "a fresh NodeId, compared by text");
@@ -647,7 +867,7 @@ mod tests {
         c.allocate(a, &demand, (4, 1), 0);
         assert_eq!(c.kill(a), vec![(3, 0), (4, 1)]);
         assert_eq!(c.ranked().count(), 0);
-        let again = c.join(NodeId::new("a"), Resources::units(&[("cpu", 8)]), Labels::new(), None);
+        let again = c.join(NodeId::new("a"), Resources::units(&[("cpu", 8)]), Labels::new(), None, "");
         assert_eq!(again, a);
         assert_eq!(c.node(a).room_for(&demand, 100), 4, "limited by ports");
         c.check_invariants();
@@ -666,12 +886,12 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert_eq!(c.all().map(|(_, n)| n.name.to_string()).collect::<Vec<_>>(), ["b", "c"]);
         assert_eq!(c.ix(&NodeId::new("c")), Some(2), "the others are found as before");
-        let d = c.join(NodeId::new("d"), Resources::units(&[("cpu", 4)]), Labels::new(), None);
+        let d = c.join(NodeId::new("d"), Resources::units(&[("cpu", 4)]), Labels::new(), None, "");
         assert_eq!(d, ix, "the vacant position is reused");
         assert_eq!(c.ix(&a), None, "the old name's hint points at d now, and is not taken for it");
         assert_eq!(c.ix(&NodeId::new("d")), Some(ix));
         assert_eq!(c.ranked().count(), 3);
-        let a_again = c.join(NodeId::new("a"), Resources::units(&[("cpu", 1)]), Labels::new(), None);
+        let a_again = c.join(NodeId::new("a"), Resources::units(&[("cpu", 1)]), Labels::new(), None, "");
         assert_eq!(a_again, 3, "a name forgotten is new when it comes back");
         c.check_invariants();
     }
@@ -687,7 +907,7 @@ mod tests {
     fn a_reconfigured_node_keeps_its_bundles_only_where_they_still_fit() {
         let mut c = Cluster::new(29_500, 8);
         let four = Devices::from_indices(&[0, 1, 2, 3]).unwrap();
-        let a = c.join(NodeId::new("a"), Resources::units(&[("cpu", 4)]), Labels::new(), Some(four));
+        let a = c.join(NodeId::new("a"), Resources::units(&[("cpu", 4)]), Labels::new(), Some(four), "");
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 2), ("gpu", 2)]));
         c.allocate(a, &demand, (1, 0), 2);
         let held = c.node(a).devices.without(c.node(a).free_devices());

@@ -122,6 +122,8 @@ pub enum PolicyFault {
     /// A `pack_by` gang's new cycle keeps survivors first and newcomers after, whatever their
     /// domains (applied by drivers).
     RanksIgnoreDomains,
+    /// Every node draws ports from a pool of its own, whatever machine it shares (PS-1 broken).
+    PortsPerNode,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over
@@ -192,14 +194,22 @@ impl Scheduler {
 
     // ---- cluster -------------------------------------------------------------------------
 
-    /// A node joins (or a DEAD one rejoins), with its GPUs when its agent names them.
-    /// Infeasible groups it could serve are checked again: feasible now, or a new reason (a
-    /// gang still short of nodes, by fewer).
-    pub fn add_node(&mut self, name: NodeId, resources: Resources, labels: Labels, devices: Option<Devices>) -> NodeIx {
+    /// A node joins (or a DEAD one rejoins), with its GPUs when its agent names them, drawing
+    /// its ports from `port_space` (cluster.rs, PS-1). Infeasible groups it could serve are
+    /// checked again: feasible now, or a new reason (a gang still short of nodes, by fewer).
+    pub fn add_node(
+        &mut self,
+        name: NodeId,
+        resources: Resources,
+        labels: Labels,
+        devices: Option<Devices>,
+        port_space: &str,
+    ) -> NodeIx {
         let rejoined = self.cluster.ix(&name).is_some();
         // "No node has joined yet" is stale after any join, even of a node the group cannot use.
         let first = self.cluster.is_empty();
-        let ix = self.cluster.join(name, resources, labels, devices);
+        let port_space = if self.fault == PolicyFault::PortsPerNode { "" } else { port_space };
+        let ix = self.cluster.join(name, resources, labels, devices, port_space);
         let node = self.cluster.node(ix);
         let touched: Vec<PgId> = self
             .infeasible

@@ -33,14 +33,16 @@ pub struct SimAgent {
     pub name: NodeId,
     pub resources: Resources,
     pub labels: Labels,
+    /// `NodeDef::port_space`.
+    pub port_space: String,
 }
 
 impl SimAgent {
-    pub fn new(name: NodeId, resources: Resources, labels: Labels) -> Self {
-        let agent = Agent::new(identity(&name, &resources, &labels), 0, Recovered::default());
+    pub fn new(name: NodeId, resources: Resources, labels: Labels, port_space: String) -> Self {
+        let identity = identity(&name, &resources, &labels, &port_space);
         SimAgent {
+            agent: Agent::new(identity, 0, Recovered::default()),
             name,
-            agent,
             processes: BTreeMap::new(),
             up: false,
             ticking: false,
@@ -48,6 +50,17 @@ impl SimAgent {
             boot: 0,
             resources,
             labels,
+            port_space,
+        }
+    }
+
+    /// The ports its processes listen on, for the checker: its port space, or a machine of
+    /// its own.
+    pub fn port_space_key(&self) -> &str {
+        if self.port_space.is_empty() {
+            self.name.as_str()
+        } else {
+            &self.port_space
         }
     }
 
@@ -56,7 +69,7 @@ impl SimAgent {
     pub fn start_agent(&mut self, recovered: Recovered) {
         self.incarnation += 1;
         self.up = true;
-        let identity = identity(&self.name, &self.resources, &self.labels);
+        let identity = identity(&self.name, &self.resources, &self.labels, &self.port_space);
         self.agent = Agent::new(identity, self.incarnation, recovered);
     }
 
@@ -67,13 +80,14 @@ impl SimAgent {
     }
 }
 
-fn identity(name: &NodeId, resources: &Resources, labels: &Labels) -> AgentIdentity {
+fn identity(name: &NodeId, resources: &Resources, labels: &Labels, port_space: &str) -> AgentIdentity {
     AgentIdentity {
         name: name.clone(),
         resources: resources.clone(),
         labels: labels.clone(),
         addr: format!("{name}.sim"),
         devices: None,
+        port_space: port_space.to_string(),
         log_url: String::new(),
         identity: String::new(),
     }

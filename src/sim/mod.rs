@@ -245,7 +245,8 @@ impl Simulation {
         let names: Vec<NodeId> = scenario.nodes.iter().map(|n| NodeId::new(n.name.as_str())).collect();
         for (node, name) in scenario.nodes.iter().zip(names) {
             let ix = self.agents.len() as u32;
-            self.agents.push(SimAgent::new(name.clone(), node.resources.clone(), node.labels.clone()));
+            let (resources, labels) = (node.resources.clone(), node.labels.clone());
+            self.agents.push(SimAgent::new(name.clone(), resources, labels, node.port_space.clone()));
             self.agent_of.insert(name, ix);
         }
         for node in &scenario.nodes {
@@ -498,7 +499,7 @@ impl Simulation {
         let ix = match self.agent_of.get(&def.name) {
             Some(&ix) => {
                 let agent = &mut self.agents[ix as usize];
-                (agent.resources, agent.labels) = (def.resources, def.labels);
+                (agent.resources, agent.labels, agent.port_space) = (def.resources, def.labels, def.port_space);
                 if agent.up {
                     self.crash(ix);
                 }
@@ -506,7 +507,7 @@ impl Simulation {
             }
             None => {
                 let ix = self.agents.len() as u32;
-                self.agents.push(SimAgent::new(def.name.clone(), def.resources, def.labels));
+                self.agents.push(SimAgent::new(def.name.clone(), def.resources, def.labels, def.port_space));
                 self.agent_of.insert(def.name, ix);
                 ix
             }
@@ -742,7 +743,9 @@ impl Simulation {
         }
         let rank = spec.group_rank;
         self.agents[ix as usize].processes.insert(key.clone(), SimProcess { rank, started: self.now });
-        self.process_started(ix, &key);
+        // Group rank 0 holds the rendezvous: it listens on MASTER_PORT on its machine.
+        let port = spec.env.get("MASTER_PORT").and_then(|p| p.parse::<u16>().ok()).filter(|_| rank == 0);
+        self.process_started(ix, &key, port);
         self.agents[ix as usize].agent.handle(self.now, AgentInput::Spawned { key });
     }
 
@@ -758,11 +761,12 @@ impl Simulation {
         self.push(self.now.plus_ms(after), SimEvent::ProcessEnd { node: ix, boot, stopped: true, key, status });
     }
 
-    fn process_started(&mut self, ix: u32, key: &AttemptKey) {
+    fn process_started(&mut self, ix: u32, key: &AttemptKey, listens_on: Option<u16>) {
         self.stats.processes_started += 1;
         let agent = &self.agents[ix as usize];
         if let Some(checker) = self.checker.as_mut() {
-            checker.process_started(&agent.name, key);
+            let listens = listens_on.map(|port| (agent.port_space_key().to_string(), port));
+            checker.process_started(&agent.name, key, listens);
         }
         let run_ms = self.jobs.get(&key.job).map_or(60_000, |j| j.run_ms);
         let status = ExitStatus::code(0);

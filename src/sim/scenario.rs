@@ -52,6 +52,10 @@ pub struct NodeDef {
     pub resources: Resources,
     #[serde(default)]
     pub labels: Labels,
+    /// The machine's ports it shares with other nodes (`Registration::port_space`); empty: a
+    /// machine of its own.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub port_space: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

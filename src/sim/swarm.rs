@@ -96,6 +96,7 @@ fn gen_nodes(g: &mut Gen) -> Vec<NodeDef> {
                 name: NodeId::new(&format!("n{i:02}")),
                 resources: Resources::units(&[("cpu", g.range(1, 4)), ("gpu", gpu)]),
                 labels,
+                port_space: machine_of(i as usize),
             }
         })
         .collect()
@@ -277,6 +278,18 @@ fn new_node(g: &mut Gen, index: usize) -> NodeDef {
         name: NodeId::new(&format!("n{index:02}")),
         resources: Resources::units(&[("cpu", g.range(1, 4))]),
         labels,
+        port_space: machine_of(index),
+    }
+}
+
+/// Nodes share machines in twos (their agents draw from one port space), and every third
+/// node has a machine of its own: `rendezvous_port_once` sees both kinds of pool. Drawn from
+/// the index, not the generator, so that every seed's scenario is what it was before.
+fn machine_of(index: usize) -> String {
+    if index % 3 == 2 {
+        String::new()
+    } else {
+        format!("m{}", index / 3)
     }
 }
 

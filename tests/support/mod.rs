@@ -72,15 +72,27 @@ impl TestCluster {
     }
 
     pub fn join_labelled(&mut self, name: &str, resources: Resources, labels: Labels) {
-        self.join_with(name, resources, labels, None);
+        self.join_with(name, resources, labels, None, "");
     }
 
     /// A node that names its GPU devices (as `ftdrive node --gpus 0,2,...` does).
     pub fn join_with_devices(&mut self, name: &str, resources: Resources, devices: Devices) {
-        self.join_with(name, resources, Labels::new(), Some(devices));
+        self.join_with(name, resources, Labels::new(), Some(devices), "");
     }
 
-    fn join_with(&mut self, name: &str, resources: Resources, labels: Labels, devices: Option<Devices>) {
+    /// A node whose agent shares its machine's ports with others (`port_space`).
+    pub fn join_on_machine(&mut self, name: &str, resources: Resources, port_space: &str) {
+        self.join_with(name, resources, Labels::new(), None, port_space);
+    }
+
+    fn join_with(
+        &mut self,
+        name: &str,
+        resources: Resources,
+        labels: Labels,
+        devices: Option<Devices>,
+        port_space: &str,
+    ) {
         let incarnation = self.agents.get(name).map_or(1, |a| a.protocol.incarnation() + 1);
         let number = self.agents.len() + usize::from(!self.agents.contains_key(name));
         let identity = AgentIdentity {
@@ -89,6 +101,7 @@ impl TestCluster {
             labels,
             addr: format!("10.0.0.{number}"),
             devices,
+            port_space: port_space.into(),
             log_url: String::new(),
             identity: String::new(),
         };
@@ -161,6 +174,15 @@ impl TestCluster {
     pub fn restart_agent_offering(&mut self, node: &str, resources: Resources, labels: Labels) {
         let identity = AgentIdentity { resources, labels, ..self.agents[node].protocol.identity().clone() };
         self.restart_agent_as(node, identity);
+    }
+
+    /// The machine reboots into another port space (a new boot id, or a container's new network
+    /// namespace): its processes are gone; its agent recovers what its disk kept.
+    pub fn reboot_into(&mut self, node: &str, port_space: &str) {
+        self.agents.get_mut(node).expect("known node").running.clear();
+        let identity = AgentIdentity { port_space: port_space.into(), ..self.agents[node].protocol.identity().clone() };
+        let recovered = self.agents[node].protocol.recoverable_after_reboot();
+        self.start_agent(node, identity, recovered);
     }
 
     /// The machine restarts on a fresh disk: its processes are gone, and its new agent

@@ -108,6 +108,11 @@ pub struct HeadArgs {
     /// one at once.
     #[arg(long, default_value_t = 1_000)]
     pub retain_dead_nodes: usize,
+    /// The first rendezvous port (`MASTER_PORT`) handed out on each machine; bundles take
+    /// ports from here up, lowest free first. Choose one whose ports are free on every agent's
+    /// machine.
+    #[arg(long, default_value_t = 29_500)]
+    pub master_port_base: u16,
     #[command(flatten)]
     pub tls: ServeTls,
     /// The CA certificate (PEM) that agents' https:// log servers are verified with (default:

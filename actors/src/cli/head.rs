@@ -19,6 +19,7 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
         retain_finished: args.retain_finished,
         retain_finished_ms: args.retain_finished_hours.saturating_mul(3_600_000),
         retain_dead_nodes: args.retain_dead_nodes,
+        master_port_base: args.master_port_base,
         ..HeadConfig::default()
     };
     config.validate().map_err(CliError::BadInput)?;

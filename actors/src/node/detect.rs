@@ -1,5 +1,5 @@
 //! What this machine offers by default: CPUs, memory, NVIDIA GPUs (which devices, which
-//! model), and the address peers reach it at.
+//! model), the address peers reach it at, and whose ports its processes share.
 
 use ftdrive::resources::Devices;
 use ftdrive::Resources;
@@ -110,6 +110,28 @@ fn from_smi_list(text: &str) -> Gpus {
     Gpus { devices: Devices::from_indices(&indices).unwrap_or_default(), model }
 }
 
+/// The port space this agent's processes listen in (`Registration::port_space`): the kernel's
+/// boot id, which every container on a machine shares and which each boot renews, with the
+/// network namespace, which decides whether two listeners on one port collide. Agents with one
+/// key draw rendezvous ports from one pool (several agents on a machine, an embedded cluster).
+/// Empty when the boot id cannot be read: the network namespace alone does not tell machines
+/// apart (every machine's first one has the same inode), so the node keeps a pool of its own.
+pub fn port_space() -> String {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok();
+    let netns = std::fs::read_link("/proc/self/ns/net").ok().map(|p| p.to_string_lossy().into_owned());
+    port_space_from(boot_id.as_deref(), netns.as_deref())
+}
+
+fn port_space_from(boot_id: Option<&str>, netns: Option<&str>) -> String {
+    match (boot_id.map(str::trim).filter(|b| !b.is_empty()), netns) {
+        (None, _) => String::new(),
+        // Without the namespace, the whole machine is one space: sharing a pool too widely
+        // costs nothing but higher port numbers.
+        (Some(boot), None) => boot.to_string(),
+        (Some(boot), Some(netns)) => format!("{boot}/{netns}"),
+    }
+}
+
 /// The local address this machine uses to reach the head: what other ranks should dial.
 pub fn address_towards(head_url: &str) -> String {
     let host_port = head_url.split("://").nth(1).unwrap_or(head_url).split('/').next().unwrap_or_default();
@@ -131,6 +153,18 @@ mod tests {
         let r = machine_resources();
         assert!(r.milli("cpu") >= 1000);
         assert_eq!(address_towards("http://127.0.0.1:7380"), "127.0.0.1");
+    }
+
+    #[test]
+    fn the_port_space_is_the_boot_and_the_network_namespace() {
+        let here = port_space();
+        assert!(here.contains("/net:["), "{here}");
+        assert_eq!(port_space(), here, "the same for every agent started here");
+        let boot = "6b1c1bd4-6c26-4c4e-9a55-0b8f6a3b2f1e\n";
+        let key = port_space_from(Some(boot), Some("net:[4026532288]"));
+        assert_eq!(key, "6b1c1bd4-6c26-4c4e-9a55-0b8f6a3b2f1e/net:[4026532288]");
+        assert_eq!(port_space_from(Some(boot), None), "6b1c1bd4-6c26-4c4e-9a55-0b8f6a3b2f1e");
+        assert_eq!(port_space_from(None, Some("net:[4026531840]")), "", "not a machine's key on its own");
     }
 
     #[test]

@@ -488,6 +488,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
         labels: opts.labels.clone(),
         addr: opts.addr.clone(),
         devices: (!opts.devices.is_empty()).then_some(opts.devices),
+        port_space: detect::port_space(),
         log_url,
         // A secret kept with the node's state: what tells this agent from another under its name.
         identity: crate::paths::stored_token(&opts.state_dir.join("identity"))?,

@@ -10,6 +10,7 @@
 //! | `one_live_attempt` | at most one running process per actor whose attempt the head has not ended |
 //! | `cycle_well_formed` | a gang job's cycles count up; each names `world_size` distinct ranks, between `min_nodes` and `max_nodes`, every one on a placed bundle; actors in two consecutive cycles keep their relative order (promoted spares and the ranks they replaced excepted); with `pack_by`, ranks are ordered by their nodes' domains and keep that order within a domain (DESIGN §5) |
 //! | `one_rank_each` | no two attempts of a job that have started and not ended hold the same rank of the same cycle, and no rank reaches `max_nodes` |
+//! | `rendezvous_port_once` | a group rank 0 starting (it listens on `MASTER_PORT`) finds no rank 0 of another actor, whose attempt the head has not ended, listening on that port of the same machine (port space) |
 //! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
 //! | `replacement_first` | no lower class placed on a node a waiting replacement could use |
 //! | `starved_item_held` | once a pending gang, spare or growth item has waited `starvation_ms` since its job's submission, nothing below it in the queue (a lower class, a lower priority, a later submission) is placed on a node it could use (DESIGN §3, backfill with aging) |
@@ -87,6 +88,8 @@ pub struct Checker {
     live_ranks: BTreeMap<(JobId, u32, u32), (u32, u32)>,
     /// Highest attempt of each actor the head has ended (has a ledger entry for).
     ended: BTreeMap<ActorKey, u32>,
+    /// Rendezvous listeners: (port space, port) → the rank 0 attempt listening there.
+    listening: BTreeMap<(String, u16), (ActorKey, u32)>,
     /// Running processes: actor → (attempt, node) → since when it is known to be stale.
     processes: BTreeMap<ActorKey, BTreeMap<(u32, NodeId), Option<Instant>>>,
     /// The stale ones again, oldest first, so the periodic check reads only the front.
@@ -196,8 +199,12 @@ impl Checker {
         self.booted.insert(node.clone(), (resources.clone(), labels.clone()));
     }
 
-    pub fn process_started(&mut self, node: &NodeId, key: &AttemptKey) {
+    /// A process started; `listens`: the port space and port it holds the rendezvous on.
+    pub fn process_started(&mut self, node: &NodeId, key: &AttemptKey, listens: Option<(String, u16)>) {
         let actor = (key.job.clone(), key.actor);
+        if let Some(at) = listens {
+            self.check_rendezvous_port_once(node, key, at);
+        }
         let ended = self.ended.get(&actor).is_some_and(|e| *e >= key.attempt);
         let stale_since = ended.then_some(self.now);
         self.processes.entry(actor.clone()).or_default().insert((key.attempt, node.clone()), stale_since);
@@ -207,8 +214,26 @@ impl Checker {
         self.check_one_live_attempt(&actor);
     }
 
+    /// `rendezvous_port_once`: a listener whose attempt the head ended may linger (the stale
+    /// check bounds it), and its port may be given again; a live one's may not.
+    fn check_rendezvous_port_once(&mut self, node: &NodeId, key: &AttemptKey, at: (String, u16)) {
+        let actor = (key.job.clone(), key.actor);
+        if let Some((other, attempt)) = self.listening.get(&at) {
+            let live = self.ended.get(other).is_none_or(|e| e < attempt);
+            if live && *other != actor {
+                let detail = format!(
+                    "{}/{} attempt {} on {node} listens on port {} of machine `{}`, held by {}/{} attempt {attempt}",
+                    key.job, key.actor, key.attempt, at.1, at.0, other.0, other.1
+                );
+                self.violation("rendezvous_port_once", detail);
+            }
+        }
+        self.listening.insert(at, (actor, key.attempt));
+    }
+
     pub fn process_ended(&mut self, node: &NodeId, key: &AttemptKey) {
         let actor = (key.job.clone(), key.actor);
+        self.listening.retain(|_, (a, attempt)| !(*a == actor && *attempt == key.attempt));
         if let Some(map) = self.processes.get_mut(&actor) {
             if let Some(Some(since)) = map.remove(&(key.attempt, node.clone())) {
                 self.stale.remove(&(since, actor.clone(), key.attempt, node.clone()));

@@ -1,0 +1,54 @@
+//! Rendezvous ports per machine (scheduler/cluster.rs, PS-1 and PS-2): agents that share a
+//! machine's ports never give two bundles the same `MASTER_PORT`, across head restarts too,
+//! and an agent back in another port space (a reboot) is a new machine.
+
+mod support;
+
+use ftdrive::driver::{BudgetKind, Cause, LedgerEntry};
+use ftdrive::ids::JobId;
+use ftdrive::scheduler::NodeState;
+use support::{config, cpu, spec, TestCluster};
+
+/// The `MASTER_PORT` each of `job`'s running workers was started with.
+fn master_ports(c: &TestCluster, job: &JobId) -> Vec<String> {
+    c.worker_envs(job).into_iter().map(|(_, env)| env["MASTER_PORT"].clone()).collect()
+}
+
+fn last_entry(c: &TestCluster, job: &JobId) -> LedgerEntry {
+    c.view(job).ledger.last().cloned().expect("a ledger entry")
+}
+
+#[test]
+fn agents_on_one_machine_give_two_jobs_two_ports_across_a_head_restart() {
+    let mut c = TestCluster::new(config());
+    c.join_on_machine("n1", cpu(2), "m1");
+    c.join_on_machine("n2", cpu(1), "m1");
+    c.join("n3", cpu(1));
+    let a = c.submit(spec("a", 1, 1));
+    let b = c.submit(spec("b", 1, 1));
+    let other = c.submit(spec("other", 1, 1));
+    let (on_a, on_b) = (master_ports(&c, &a), master_ports(&c, &b));
+    assert_ne!(on_a, on_b, "two bundles of machine m1");
+    assert_eq!(master_ports(&c, &other), ["29500"], "n3's machine is its own");
+    c.restart_head();
+    let after = c.submit(spec("after", 1, 1));
+    let on_after = master_ports(&c, &after);
+    assert_eq!(on_after, ["29502"], "the restored head still knows m1's ports: a has {on_a:?}, b {on_b:?}");
+}
+
+#[test]
+fn an_agent_back_in_another_port_space_is_a_new_machine() {
+    let mut c = TestCluster::new(config());
+    c.join_on_machine("n1", cpu(1), "boot-1/net:[1]");
+    c.join_on_machine("n2", cpu(1), "boot-2/net:[1]");
+    let job = c.submit(spec("j", 1, 1));
+    let node = c.worker_envs(&job)[0].0.clone();
+    c.reboot_into(&node, "boot-3/net:[1]");
+    let lost = c.view(&job).ledger.first().cloned().expect("the lost attempt");
+    assert_eq!((lost.cause, lost.budget), (Cause::NodeLost, BudgetKind::System));
+    assert!(lost.evidence.contains("restarted on another machine or network namespace"), "{}", lost.evidence);
+    assert_eq!(c.node_state(&node), NodeState::Alive, "it registers anew");
+    c.advance(10_000);
+    assert_eq!(master_ports(&c, &job), ["29500"], "the retry runs, its port from its node's machine");
+    assert_eq!(last_entry(&c, &job).attempt, 1, "only the lost attempt has ended");
+}
