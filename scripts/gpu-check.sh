@@ -21,7 +21,7 @@ sleep 2; $B nodes
 mkdir -p $W/ports
 cat > $W/listen.py <<'EOF'
 import os, pathlib, socket, sys, time
-s = socket.socket(); s.bind(("", int(os.environ["MASTER_PORT"]))); s.listen()
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("", int(os.environ["MASTER_PORT"]))); s.listen()
 out = pathlib.Path(sys.argv[1]); (out / os.environ["FTDRIVE_JOB_ID"]).write_text(os.environ["MASTER_PORT"])
 t = time.time() + 20
 while len(list(out.iterdir())) < 2 and time.time() < t: time.sleep(0.05)

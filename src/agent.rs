@@ -82,6 +82,8 @@ pub enum AgentInput {
     FromHead(ToAgent),
     /// The runtime's heartbeat timer fired.
     Heartbeat,
+    /// The TCP ports listening on this machine now, as the runtime read them (lowest first).
+    Listening(Vec<u16>),
     /// The attempt's command runs.
     Spawned {
         key: AttemptKey,
@@ -189,6 +191,8 @@ pub struct Agent {
     heartbeat_ms: u64,
     finished: BTreeSet<AttemptKey>,
     finished_order: VecDeque<AttemptKey>,
+    /// What listens on this machine, once the runtime has said (`ToHead::Listening`).
+    listening: Option<Vec<u16>>,
 }
 
 impl Agent {
@@ -207,6 +211,7 @@ impl Agent {
             finished: BTreeSet::new(),
             finished_order: VecDeque::new(),
             effects: Effects::default(),
+            listening: None,
         };
         for key in recovered.finished {
             agent.remember(key);
@@ -228,6 +233,7 @@ impl Agent {
             AgentInput::LinkUp => {
                 self.linked = true;
                 self.register();
+                self.send_listening();
                 self.resend_notice(now); // AG-5
                 self.resend_reports();
             }
@@ -237,6 +243,13 @@ impl Agent {
             }
             AgentInput::FromHead(msg) => self.on_head_message(now, msg),
             AgentInput::Heartbeat => self.heartbeat(now),
+            AgentInput::Listening(mut ports) => {
+                ports.truncate(crate::protocol::MAX_LISTENING_PORTS);
+                if self.listening.as_ref() != Some(&ports) {
+                    self.listening = Some(ports);
+                    self.send_listening();
+                }
+            }
             AgentInput::Spawned { key } => self.spawned(key),
             AgentInput::SpawnFailed { key, message } => self.spawn_failed(key, message),
             AgentInput::Exited { key, status } => self.exited(now, key, status),
@@ -395,6 +408,17 @@ impl Agent {
         self.resend_reports();
         self.resend_notice(now);
         self.check_shutdown_done(now);
+    }
+
+    /// What listens here goes when it changes and after each registration: the link is a
+    /// stream, so a change sent on it arrives unless the link drops, and then the
+    /// registration is followed by the whole list again.
+    fn send_listening(&mut self) {
+        if let Some(ports) = &self.listening {
+            let msg =
+                ToHead::Listening { node: self.name.clone(), incarnation: self.incarnation, ports: ports.clone() };
+            self.send(msg);
+        }
     }
 
     /// The notice goes with every heartbeat and right after every registration, so that a
@@ -604,6 +628,26 @@ mod tests {
         a.handle(Instant::ZERO, AgentInput::Exited { key: key(0), status: ExitStatus::code(0) });
         effects(&mut a);
         assert!(from_head(&mut a, ToAgent::Start(Arc::new(spec(0)))).is_empty(), "ended: ignored");
+    }
+
+    #[test]
+    fn listening_ports_go_when_they_change_and_after_every_registration() {
+        let mut a = agent(Recovered::default());
+        effects(&mut a);
+        let said = |ports: &[u16]| {
+            AgentEffect::Send(ToHead::Listening { node: NodeId::new("n1"), incarnation: 7, ports: ports.to_vec() })
+        };
+        a.handle(Instant::ZERO, AgentInput::Listening(vec![29_500]));
+        assert_eq!(effects(&mut a), vec![said(&[29_500])]);
+        a.handle(Instant::ZERO, AgentInput::Listening(vec![29_500]));
+        assert!(effects(&mut a).is_empty(), "unchanged: nothing to say");
+        a.handle(Instant::ZERO, AgentInput::LinkDown);
+        a.handle(Instant::ZERO, AgentInput::Listening(vec![29_500, 29_501]));
+        assert!(effects(&mut a).is_empty(), "no link");
+        a.handle(Instant::ZERO, AgentInput::LinkUp);
+        let sent = effects(&mut a);
+        assert!(matches!(sent[0], AgentEffect::Send(ToHead::Register(_))), "{sent:?}");
+        assert_eq!(sent[1], said(&[29_500, 29_501]), "the whole list again after the registration");
     }
 
     #[test]

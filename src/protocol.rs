@@ -245,6 +245,9 @@ pub struct Registration {
     pub ended: Vec<AttemptKey>,
 }
 
+/// Most listening ports an agent reports (`ToHead::Listening`), the lowest.
+pub const MAX_LISTENING_PORTS: usize = 4_096;
+
 /// Agent → head: everything an agent may say. The runtime carries it over a WebSocket, the
 /// simulator over its simulated network; nothing else an agent sends is accepted (it cannot,
 /// say, submit or stop a job).
@@ -275,6 +278,14 @@ pub enum ToHead {
         key: AttemptKey,
         message: String,
     },
+    /// The TCP ports listening on this node's machine (its network namespace), 1024 and up:
+    /// sent when they change and after each registration. The head hands out rendezvous ports
+    /// that no process listens on, where it has any (cluster.rs, PS-3).
+    Listening {
+        node: NodeId,
+        incarnation: u64,
+        ports: Vec<u16>,
+    },
     /// This machine goes away within `deadline_ms`, says agent run `incarnation` (absent from
     /// agents older than it: taken as the current run's).
     PreemptionNotice {
@@ -293,6 +304,7 @@ impl ToHead {
             | ToHead::Started { node, .. }
             | ToHead::Exited { node, .. }
             | ToHead::SpawnFailed { node, .. }
+            | ToHead::Listening { node, .. }
             | ToHead::PreemptionNotice { node, .. } => node,
         }
     }

@@ -1,6 +1,7 @@
 //! Rendezvous ports per machine (scheduler/cluster.rs, PS-1 and PS-2): agents that share a
 //! machine's ports never give two bundles the same `MASTER_PORT`, across head restarts too,
-//! and an agent back in another port space (a reboot) is a new machine.
+//! and an agent back in another port space (a reboot) is a new machine; ports something on the
+//! machine listens on are passed over (PS-3).
 
 mod support;
 
@@ -34,6 +35,20 @@ fn agents_on_one_machine_give_two_jobs_two_ports_across_a_head_restart() {
     let after = c.submit(spec("after", 1, 1));
     let on_after = master_ports(&c, &after);
     assert_eq!(on_after, ["29502"], "the restored head still knows m1's ports: a has {on_a:?}, b {on_b:?}");
+}
+
+/// PS-3: a forgotten `torchrun` on 29500 is passed over; once it is gone, 29500 is given again.
+#[test]
+fn a_port_something_listens_on_is_given_to_no_bundle() {
+    let mut c = TestCluster::new(config());
+    c.join_on_machine("n1", cpu(2), "m1");
+    c.join_on_machine("n2", cpu(2), "m1");
+    c.listening("n2", &[29_500, 40_000]);
+    let a = c.submit(spec("a", 1, 1));
+    assert_eq!(master_ports(&c, &a), ["29501"], "the report of either node is the machine's");
+    c.listening("n2", &[]);
+    let b = c.submit(spec("b", 1, 1));
+    assert_eq!(master_ports(&c, &b), ["29500"]);
 }
 
 #[test]

@@ -64,12 +64,14 @@ fn three_nodes_of_two_workers_run_six_processes_with_torchruns_environment() {
 }
 
 /// Pid of this test's worker (`sleep`, not its supervisor) of `RANK=<rank>` in the first cycle.
-/// Listens on `MASTER_PORT` as a rank 0 does (PyTorch's TCPStore), writes the port down under
+/// Listens on `MASTER_PORT` as a rank 0 does (PyTorch's TCPStore, with `SO_REUSEADDR`, so that
+/// an earlier test's connections in TIME_WAIT do not count), writes the port down under
 /// its job's id in the directory `argv[1]`, and holds it until `argv[2]` jobs have written theirs.
 const LISTEN_ON_MASTER_PORT: &str = r#"
 import os, pathlib, socket, sys, time
 port = int(os.environ["MASTER_PORT"])
 listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 listener.bind(("", port))
 listener.listen()
 out = pathlib.Path(sys.argv[1])
@@ -102,6 +104,24 @@ fn two_jobs_on_two_agents_of_one_machine_listen_on_two_ports() {
     assert_eq!(nodes.len(), 2, "one job on each agent: {nodes:?}");
     let port = |id: &str| std::fs::read_to_string(out_dir.join(id)).unwrap();
     assert_ne!(port(&a), port(&b));
+}
+
+/// A listener outside ftdrive on the first rendezvous port (a forgotten `torchrun`) is passed
+/// over: the job's rank 0 gets the next port and listens there. (A base of its own, so that
+/// no other test of this binary listens in its range.) The job failed with `EADDRINUSE`
+/// before agents reported what listens.
+#[test]
+fn a_port_a_forgotten_process_listens_on_is_passed_over() {
+    let squatter = std::net::TcpListener::bind("0.0.0.0:39500").expect("port 39500 free for the test");
+    let c = Cluster::start_with(&["n1"], &["--master-port-base", "39500"]);
+    let out_dir = c.dir.path().join("ports");
+    std::fs::create_dir(&out_dir).unwrap();
+    let command = json!(["python3", "-c", LISTEN_ON_MASTER_PORT, out_dir.to_str().unwrap(), "1"]);
+    let id = c.submit_no_wait(&c.spec("beside", json!({"command": command, "min_nodes": 1, "max_nodes": 1})));
+    let done = c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
+    assert_eq!(done["state"], "SUCCEEDED", "{done}");
+    assert_eq!(std::fs::read_to_string(out_dir.join(&id)).unwrap(), "39501");
+    drop(squatter);
 }
 
 fn worker_pid(c: &Cluster, rank: u32) -> Option<u32> {

@@ -211,6 +211,13 @@ impl Head {
         Ok(Reply::Done)
     }
 
+    /// PS-3: what listens on the node's machine, so that its pool hands out other ports.
+    pub(super) fn listening(&mut self, node: NodeId, incarnation: u64, ports: Vec<u16>) -> Result<Reply, Rejected> {
+        let ix = self.alive_node(&node, incarnation)?;
+        self.scheduler.note_listening(ix, ports);
+        Ok(Reply::Done)
+    }
+
     /// The node's index if it is registered, alive, and this is its current agent.
     fn alive_node(&self, node: &NodeId, incarnation: u64) -> Result<NodeIx, Rejected> {
         let ix = self.scheduler.node_ix(node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;

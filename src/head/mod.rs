@@ -62,6 +62,12 @@ pub enum Input {
         seq: u64,
         running: Vec<AttemptKey>,
     },
+    /// The ports listening on the node's machine (`ToHead::Listening`).
+    Listening {
+        node: NodeId,
+        incarnation: u64,
+        ports: Vec<u16>,
+    },
     /// A start confirmed by the agent run `incarnation`.
     ProcessStarted {
         node: NodeId,
@@ -130,6 +136,7 @@ impl From<ToHead> for Input {
             ToHead::PreemptionNotice { node, incarnation, deadline_ms } => {
                 Input::PreemptionNotice { node, incarnation, deadline_ms }
             }
+            ToHead::Listening { node, incarnation, ports } => Input::Listening { node, incarnation, ports },
         }
     }
 }
@@ -314,6 +321,7 @@ impl Head {
             Input::Heartbeat { node, incarnation, seq, running } => {
                 self.heartbeat(now, node, incarnation, seq, &running)?
             }
+            Input::Listening { node, incarnation, ports } => self.listening(node, incarnation, ports)?,
             Input::ProcessStarted { node, incarnation, key } => self.process_started(now, node, incarnation, key)?,
             Input::ProcessExited { node, key, status } => {
                 self.process_ended(now, node, key, |key| DriverInput::Exited { key, status })?

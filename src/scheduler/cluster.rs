@@ -11,6 +11,9 @@
 //!   member it can take (as many as fit below port 65536); a node that would be one too many
 //!   gets a pool of its own, as if it named no space. A node's own cap therefore bounds what it
 //!   takes, and a selection that fits every node's room always finds its ports.
+//! - **PS-3 busy ports are passed over.** A port some process on the machine listens on (its
+//!   agent reports them, `ToHead::Listening`; a forgotten `torchrun` on 29500, say) is handed
+//!   out only when the pool has no other left: a hint, never a limit, so PS-2 stands.
 
 use super::PgId;
 use crate::ids::NodeId;
@@ -88,32 +91,55 @@ impl Demand {
 #[derive(Clone, Debug)]
 struct PortPool {
     base: u16,
-    next: u16,
+    /// Ports from here up to `end` were never handed out (u32: `end` may be 65536).
+    next: u32,
     end: u32,
     free: BTreeSet<u16>,
     /// Ports held by more than one bundle: placements restored under another configuration
     /// (a changed `master_port_base`) may overlap; each extra holder is counted here, so that
     /// the port is free again only when the last one gives it back.
     shared: BTreeMap<u16, u32>,
+    /// Ports something on the machine listens on, as last reported (PS-3).
+    busy: BTreeSet<u16>,
 }
 
 impl PortPool {
     fn new(base: u16, count: u32) -> Self {
         let end = (u32::from(base) + count).min(65_536);
-        PortPool { base, next: base, end, free: BTreeSet::new(), shared: BTreeMap::new() }
+        PortPool {
+            base,
+            next: u32::from(base),
+            end,
+            free: BTreeSet::new(),
+            shared: BTreeMap::new(),
+            busy: BTreeSet::new(),
+        }
     }
 
     fn remaining(&self) -> u32 {
-        self.free.len() as u32 + self.end.saturating_sub(u32::from(self.next))
+        self.free.len() as u32 + self.end.saturating_sub(self.next)
     }
 
+    /// The lowest port free, passing over busy ones while another is left (PS-3).
     fn take(&mut self) -> Option<u16> {
+        if let Some(&port) = self.free.iter().find(|p| !self.busy.contains(p)) {
+            self.free.remove(&port);
+            return Some(port);
+        }
+        let mut fresh = self.next;
+        while fresh < self.end && self.busy.contains(&(fresh as u16)) {
+            fresh += 1;
+        }
+        if fresh < self.end {
+            self.take_exactly(fresh as u16);
+            return Some(fresh as u16);
+        }
         if let Some(port) = self.free.pop_first() {
             return Some(port);
         }
-        if u32::from(self.next) < self.end {
-            let port = self.next;
-            self.next = self.next.saturating_add(1);
+        if self.next < self.end {
+            let port = self.next as u16;
+            self.next += 1;
             return Some(port);
         }
         None
@@ -129,9 +155,9 @@ impl PortPool {
         if self.free.remove(&port) {
             return;
         }
-        if port >= self.next {
-            self.free.extend(self.next..port);
-            self.next = port + 1;
+        if u32::from(port) >= self.next {
+            self.free.extend((self.next..u32::from(port)).map(|p| p as u16));
+            self.next = u32::from(port) + 1;
             return;
         }
         *self.shared.entry(port).or_insert(0) += 1;
@@ -148,7 +174,7 @@ impl PortPool {
             }
             return;
         }
-        assert!(port < self.next && self.free.insert(port), "port {port} returned twice");
+        assert!(u32::from(port) < self.next && self.free.insert(port), "port {port} returned twice");
     }
 
     fn contains(&self, port: u16) -> bool {
@@ -432,6 +458,17 @@ impl Cluster {
         ix
     }
 
+    /// What listens on `ix`'s machine now (PS-3): its pool passes over those ports.
+    pub fn note_listening(&mut self, ix: NodeIx, ports: Vec<u16>) {
+        let busy: BTreeSet<u16> = ports.into_iter().take(crate::protocol::MAX_LISTENING_PORTS).collect();
+        match &mut self.nodes[ix as usize].ports {
+            NodePorts::Own(pool) => pool.busy = busy,
+            NodePorts::Shared { space, .. } => {
+                self.spaces.get_mut(space.as_str()).expect("a member's space is known").pool.busy = busy;
+            }
+        }
+    }
+
     /// A joining node's ports: a member's share of its space (PS-1), or a pool of its own
     /// when it names none or the space is full (PS-2).
     fn ports_in(&mut self, port_space: &str) -> NodePorts {
@@ -687,7 +724,9 @@ impl Cluster {
             if let NodePorts::Shared { space, held, .. } = &node.ports {
                 *members.entry(space).or_default() += 1;
                 let pool = &self.spaces[space].pool;
-                assert!(held.iter().all(|p| !pool.contains(*p) || (*p < pool.next && !pool.free.contains(p))));
+                assert!(held
+                    .iter()
+                    .all(|p| !pool.contains(*p) || (u32::from(*p) < pool.next && !pool.free.contains(p))));
                 assert_eq!(held.len(), node.bundles.len(), "{} holds a port per bundle", node.name);
             }
             for (r, used) in node.allocated.iter().enumerate() {
@@ -821,10 +860,29 @@ mod tests {
         let spaces: Vec<&str> = nodes.iter().map(|ix| c.node(*ix).port_space()).collect();
         assert_eq!(spaces, ["m1", "m1", ""], "PS-2");
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
-        for (b, ix) in (0..8).zip(nodes[..2].iter().cycle()) {
-            c.allocate(*ix, &demand, (1, b), 0);
-        }
+        let ports: BTreeSet<u16> =
+            (0..8).zip(nodes[..2].iter().cycle()).map(|(b, ix)| c.allocate(*ix, &demand, (1, b), 0).0).collect();
+        assert_eq!(ports, (65_528..=65_535).collect(), "each once, the last port of all included");
         assert_eq!(c.node(nodes[2]).room_for(&demand, 10), 4, "its own pool is whole");
+    }
+
+    #[test]
+    fn ports_something_listens_on_are_passed_over_while_others_are_left() {
+        let mut c = Cluster::new(29_500, 4);
+        let ab = machine(&mut c, &["a", "b"], "m1");
+        let own = machine(&mut c, &["c"], "");
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
+        c.note_listening(ab[1], vec![29_500, 29_502]);
+        c.note_listening(own[0], vec![29_500]);
+        let on_a: Vec<u16> = (0..3).map(|b| c.allocate(ab[0], &demand, (1, b), 0).0).collect();
+        assert_eq!(on_a, [29_501, 29_503, 29_504], "b's report is the machine's (PS-3)");
+        assert_eq!(c.allocate(own[0], &demand, (2, 0), 0).0, 29_501);
+        c.free(ab[0], &demand, (1, 0), 29_501, Devices::NONE);
+        c.note_listening(ab[0], vec![29_500, 29_501, 29_502]);
+        assert_eq!(c.allocate(ab[1], &demand, (3, 0), 0).0, 29_505, "a freed port something listens on now");
+        let rest: Vec<u16> = (1..4).map(|b| c.allocate(own[0], &demand, (2, b), 0).0).collect();
+        assert_eq!(rest, [29_502, 29_503, 29_500], "a busy port when no other is left (PS-2)");
+        c.check_invariants();
     }
 
     #[test]

@@ -288,6 +288,11 @@ impl Scheduler {
     /// A live node's agent restarted offering other resources or labels; the node keeps its
     /// bundles if they still fit (`Cluster::reconfigure`), and every group whose verdict the
     /// change could turn is judged again. Whether the node was reconfigured.
+    /// The ports listening on a node's machine (cluster.rs, PS-3).
+    pub fn note_listening(&mut self, ix: NodeIx, ports: Vec<u16>) {
+        self.cluster.note_listening(ix, ports);
+    }
+
     pub fn reconfigure_node(
         &mut self,
         ix: NodeIx,

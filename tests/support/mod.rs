@@ -347,6 +347,13 @@ impl TestCluster {
 
     /// One input to a machine's agent protocol; its effects are carried out at once: a spawn
     /// runs, a stop ends the process with SIGTERM, and what it sends reaches the head.
+    /// The node's agent reads what listens on its machine (`ftdrive node` does at each
+    /// heartbeat).
+    pub fn listening(&mut self, node: &str, ports: &[u16]) {
+        self.agent_input(node, AgentInput::Listening(ports.to_vec()));
+        self.pump();
+    }
+
     fn agent_input(&mut self, node: &str, input: AgentInput) {
         let now = self.now;
         let agent = self.agents.get_mut(node).expect("known node");

@@ -1,5 +1,6 @@
 //! What this machine offers by default: CPUs, memory, NVIDIA GPUs (which devices, which
-//! model), the address peers reach it at, and whose ports its processes share.
+//! model), the address peers reach it at, whose ports its processes share, and which of them
+//! something listens on.
 
 use ftdrive::resources::Devices;
 use ftdrive::Resources;
@@ -122,6 +123,37 @@ pub fn port_space() -> String {
     port_space_from(boot_id.as_deref(), netns.as_deref())
 }
 
+/// Most of `/proc/net/tcp{,6}` read each time: a machine with a million sockets is cut short
+/// rather than read whole every heartbeat.
+const MAX_SOCKET_TABLE_BYTES: u64 = 8 << 20;
+
+/// The TCP ports something listens on in this network namespace, 1024 and up, lowest first,
+/// at most `MAX_LISTENING_PORTS` (`ToHead::Listening`): the head passes over them when it hands
+/// out rendezvous ports.
+pub fn listening_ports() -> Vec<u16> {
+    use std::io::Read;
+    let mut ports = std::collections::BTreeSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let mut text = String::new();
+        if let Ok(file) = std::fs::File::open(table) {
+            let _ = file.take(MAX_SOCKET_TABLE_BYTES).read_to_string(&mut text);
+        }
+        ports.extend(listening_in(&text));
+    }
+    ports.into_iter().take(ftdrive::protocol::MAX_LISTENING_PORTS).collect()
+}
+
+/// The local ports of the LISTEN (`0A`) sockets in one `/proc/net/tcp` table.
+fn listening_in(table: &str) -> impl Iterator<Item = u16> + '_ {
+    table.lines().skip(1).filter_map(|line| {
+        let mut fields = line.split_whitespace();
+        let local = fields.nth(1)?;
+        let state = fields.nth(1)?;
+        let port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+        (state == "0A" && port >= 1024).then_some(port)
+    })
+}
+
 fn port_space_from(boot_id: Option<&str>, netns: Option<&str>) -> String {
     match (boot_id.map(str::trim).filter(|b| !b.is_empty()), netns) {
         (None, _) => String::new(),
@@ -165,6 +197,19 @@ mod tests {
         assert_eq!(key, "6b1c1bd4-6c26-4c4e-9a55-0b8f6a3b2f1e/net:[4026532288]");
         assert_eq!(port_space_from(Some(boot), None), "6b1c1bd4-6c26-4c4e-9a55-0b8f6a3b2f1e");
         assert_eq!(port_space_from(None, Some("net:[4026531840]")), "", "not a machine's key on its own");
+    }
+
+    #[test]
+    fn listening_ports_are_the_listen_sockets_from_1024_up() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:733C 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 0100007F:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1 0 100 0 0 10 0
+   2: 0100007F:733D 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 3 1 0 20 4 30 10 -1
+   3: 00000000000000000000000000000000:1CE8 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 4 1";
+        assert_eq!(listening_in(table).collect::<Vec<_>>(), [29_500, 7_400], "not port 22, not a connection");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(listening_ports().contains(&port), "this test's own listener on {port}");
     }
 
     #[test]

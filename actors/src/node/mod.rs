@@ -214,13 +214,22 @@ impl NodeAgent {
         }
     }
 
+    /// What listens on this machine, for the head to pass over when it hands out rendezvous
+    /// ports (sent only when it changed).
+    fn look_at_listeners(&mut self, ctx: &mut Context<Self>) {
+        self.input(AgentInput::Listening(detect::listening_ports()), ctx);
+    }
+
     fn set_heartbeat(&mut self, interval_ms: u64, ctx: &mut Context<Self>) {
         if let Some(handle) = self.heartbeat.take() {
             ctx.cancel_future(handle);
         }
         self.heartbeat_ms.store(interval_ms, Ordering::Relaxed);
         let every = Duration::from_millis(interval_ms);
-        self.heartbeat = Some(ctx.run_interval(every, |act, ctx| act.input(AgentInput::Heartbeat, ctx)));
+        self.heartbeat = Some(ctx.run_interval(every, |act, ctx| {
+            act.look_at_listeners(ctx);
+            act.input(AgentInput::Heartbeat, ctx);
+        }));
     }
 
     // ---- supervisors -----------------------------------------------------------------------
@@ -359,6 +368,7 @@ impl Handler<Linked> for NodeAgent {
         }
         self.link = Some(msg.tx);
         self.metrics.connected();
+        self.look_at_listeners(ctx);
         self.input(AgentInput::LinkUp, ctx);
     }
 }
