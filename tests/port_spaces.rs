@@ -51,6 +51,21 @@ fn a_port_something_listens_on_is_given_to_no_bundle() {
     assert_eq!(master_ports(&c, &b), ["29500"]);
 }
 
+/// Nodes registered before agents reported port spaces keep pools of their own when their
+/// agents are upgraded: the processes run on, and nothing is charged.
+#[test]
+fn an_upgraded_agent_naming_a_port_space_keeps_its_running_work() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    let job = c.submit(spec("j", 1, 1));
+    c.restart_head();
+    c.restart_agent_in("n1", "boot-1/net:[1]");
+    c.advance(5_000);
+    assert!(c.view(&job).ledger.is_empty(), "{:?}", c.view(&job).ledger);
+    assert_eq!(master_ports(&c, &job), ["29500"]);
+    assert_eq!(c.node_state("n1"), NodeState::Alive);
+}
+
 #[test]
 fn an_agent_back_in_another_port_space_is_a_new_machine() {
     let mut c = TestCluster::new(config());

@@ -587,6 +587,48 @@ fn logs_follow_a_running_attempt_and_show_a_finished_one() {
 /// is a different file, and reading it at attempt 1's byte offset would print the middle of
 /// someone else's output. `--follow` ends with its attempt, as `kubectl logs -f` does, and
 /// exits 1 when that attempt failed though the job goes on.
+/// Files named `name` anywhere under `dir`.
+fn find_files(dir: &std::path::Path, name: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(find_files(&path, name));
+        } else if path.file_name().is_some_and(|n| n == name) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// A job that prints without end does not fill its node's disk: with `--max-log-mb 1` its
+/// 6 MiB log keeps its end on disk, and `ftdrive logs` says how much was dropped before it.
+#[test]
+fn a_log_past_the_agents_bound_keeps_its_end_and_says_what_was_dropped() {
+    let mut c = Cluster::start(&[]);
+    let node = c.node_command("n1").args(["--max-log-mb", "1"]).spawn().unwrap();
+    c.nodes.insert("n1".into(), node);
+    c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    let script = "import sys, time\nline = 'x' * 1023 + '\\n'\nfor _ in range(6 * 1024): sys.stdout.write(line)\nprint('the end', flush=True)\ntime.sleep(2.5)";
+    let spec = json!({"command": ["python3", "-c", script], "min_nodes": 1, "max_nodes": 1});
+    let id = c.submit_no_wait(&c.spec("loud", spec));
+    c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
+
+    let log = find_files(c.dir.path(), "attempt-1.log").pop().expect("the attempt's log");
+    let meta = std::fs::metadata(&log).unwrap();
+    let on_disk = std::os::unix::fs::MetadataExt::blocks(&meta) * 512;
+    assert!(meta.len() > 6 << 20, "the log's offsets are those of all it was written");
+    assert!(on_disk <= 1 << 20, "{on_disk} bytes on disk");
+    let shown = c.ftdrive(&["logs", &id]);
+    assert!(
+        shown.starts_with("[ftdrive: ") && shown.contains(" bytes of this log were dropped here"),
+        "{}",
+        &shown[..200]
+    );
+    assert!(shown.ends_with("x\nthe end\n"));
+    assert!(shown.len() < 1 << 20, "{} bytes shown", shown.len());
+}
+
 #[test]
 fn a_log_follower_keeps_to_its_attempt_when_a_retry_starts() {
     let c = Cluster::start(&["n1"]);

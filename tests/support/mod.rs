@@ -185,6 +185,13 @@ impl TestCluster {
         self.start_agent(node, identity, recovered);
     }
 
+    /// The agent restarts (its processes run on) and now reports a port space: an agent of a
+    /// version that reports one, after one that did not.
+    pub fn restart_agent_in(&mut self, node: &str, port_space: &str) {
+        let identity = AgentIdentity { port_space: port_space.into(), ..self.agents[node].protocol.identity().clone() };
+        self.restart_agent_as(node, identity);
+    }
+
     /// The machine restarts on a fresh disk: its processes are gone, and its new agent
     /// recovers nothing.
     pub fn reboot_fresh(&mut self, node: &str) {

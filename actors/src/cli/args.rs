@@ -3,6 +3,11 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+/// What an attempt log keeps on disk unless `ftdrive node --max-log-mb` says otherwise: as a
+/// container runtime rotates a container's log, a job that prints without end must not fill
+/// its node's disk.
+pub const DEFAULT_MAX_LOG_MB: u64 = 1_024;
+
 #[derive(Debug, Parser)]
 #[command(name = "ftdrive", version, about = "Fault-tolerant placement-group runtime for multi-node jobs")]
 pub struct Cli {
@@ -156,6 +161,10 @@ pub struct NodeArgs {
     /// node timeout).
     #[arg(long)]
     pub reattach_grace_ms: Option<u64>,
+    /// Each attempt log keeps its last this many MiB on disk, or about (the start is dropped,
+    /// and `ftdrive logs` says so); 0 keeps everything.
+    #[arg(long, default_value_t = DEFAULT_MAX_LOG_MB)]
+    pub max_log_mb: u64,
     // How this agent's log server, which binds --addr, speaks.
     #[command(flatten)]
     pub tls: ServeTls,

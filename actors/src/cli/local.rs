@@ -139,6 +139,7 @@ impl LocalCluster {
                 work_dir: work_dir.clone(),
                 drain_deadline_ms: 5_000,
                 reattach_grace_ms: None,
+                max_log_bytes: super::args::DEFAULT_MAX_LOG_MB << 20,
                 head_tls: None,
                 log_tls: None,
             };

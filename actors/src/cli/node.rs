@@ -49,6 +49,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         work_dir: work_dir(args.work_dir.clone())?,
         drain_deadline_ms: args.drain_deadline_ms,
         reattach_grace_ms: args.reattach_grace_ms,
+        max_log_bytes: args.max_log_mb.saturating_mul(1 << 20),
         head_tls,
         log_tls,
     };

@@ -624,6 +624,12 @@ async fn job_logs(
         .await
         .map_err(unreachable)?;
     let status = response.status();
+    // An agent that skipped a dropped part of the log says where to go on (older ones do not).
+    let next_offset = response
+        .headers()
+        .get(crate::node::logs::NEXT_OFFSET_HEADER)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .filter(|next| *next >= query.offset);
     let bytes = bounded_body(response, MAX_AGENT_LOG_ANSWER_BYTES).await.map_err(|e| match e {
         Bounded::Fetch(e) => unreachable(e),
         Bounded::TooLarge => ApiError::Unavailable(format!(
@@ -646,7 +652,10 @@ async fn job_logs(
         .insert_header(("x-ftdrive-attempt", source.attempt.to_string()))
         .insert_header(("x-ftdrive-node", source.node.clone()))
         .insert_header(("x-ftdrive-running", source.running.to_string()))
-        .insert_header(("x-ftdrive-next-offset", (query.offset + bytes.len() as u64).to_string()))
+        .insert_header((
+            crate::node::logs::NEXT_OFFSET_HEADER,
+            next_offset.filter(|_| status.is_success()).unwrap_or(query.offset + bytes.len() as u64).to_string(),
+        ))
         .content_type("text/plain; charset=utf-8")
         .body(bytes))
 }

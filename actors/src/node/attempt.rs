@@ -82,7 +82,7 @@ pub async fn launch(
     log: &Path,
     cwd: &Path,
     extra_env: &[(&str, String)],
-    reattach_grace_ms: u64,
+    limits: Limits,
     (reports, grace): (UnboundedSender<(AttemptKey, Report)>, &Grace),
 ) -> Result<UnboundedSender<Command>, String> {
     let dir = attempt_dir(state_dir, &spec.key);
@@ -95,7 +95,7 @@ pub async fn launch(
         log: log.to_path_buf(),
         cwd: cwd.to_path_buf(),
         extra_env: extra_env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
-        reattach_grace_ms,
+        limits,
     };
     let (mut child, read_end) = {
         let _turn = SPAWNING.acquire().await.expect("never closed");
@@ -135,6 +135,15 @@ fn recorded_pgids(dir: &Path) -> Vec<i32> {
     pgids.lines().filter_map(|p| p.trim().parse().ok()).collect()
 }
 
+/// The agent's bounds on a supervisor.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// How long it waits for a restarted agent (SV-1).
+    pub reattach_grace_ms: u64,
+    /// About how much of each log it keeps on disk (`logcap`); 0: all.
+    pub max_log_bytes: u64,
+}
+
 /// What starting one supervisor needs, owned so that it can move to a blocking thread.
 struct Start {
     spec: StartSpec,
@@ -142,7 +151,7 @@ struct Start {
     log: PathBuf,
     cwd: PathBuf,
     extra_env: Vec<(String, String)>,
-    reattach_grace_ms: u64,
+    limits: Limits,
 }
 
 impl Start {
@@ -180,7 +189,7 @@ impl Start {
     }
 
     fn supervisor_command(&self, status: &OwnedFd) -> Result<tokio::process::Command, String> {
-        let Start { spec, dir, log, cwd, extra_env, reattach_grace_ms } = self;
+        let Start { spec, dir, log, cwd, extra_env, limits } = self;
         if let Some(parent) = log.parent() {
             std::fs::create_dir_all(parent).map_err(|e| format!("cannot create log dir {}: {e}", parent.display()))?;
         }
@@ -196,11 +205,12 @@ impl Start {
             .arg("--dir")
             .arg(dir)
             .arg("--reattach-grace-ms")
-            .arg(reattach_grace_ms.to_string())
+            .arg(limits.reattach_grace_ms.to_string())
             .args(["--workers", &spec.nproc_per_node.to_string(), "--group-rank", &spec.group_rank.to_string()])
             .args(["--stop-grace-ms", &spec.stop_grace_ms.to_string()])
             .arg("--log")
             .arg(log)
+            .args(["--max-log-bytes", &limits.max_log_bytes.to_string()])
             .arg("--")
             .args(&spec.command)
             .envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -483,7 +493,9 @@ mod tests {
         };
         let log = state.path().join("attempt-1.log");
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
-        let error = launch(&spec, state.path(), &log, &cwd, &[], 0, (reports, &Grace::new(None))).await.unwrap_err();
+        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0 };
+        let error =
+            launch(&spec, state.path(), &log, &cwd, &[], limits, (reports, &Grace::new(None))).await.unwrap_err();
         assert!(error.contains(&format!("working directory {} is not a directory", cwd.display())), "{error}");
     }
 

@@ -4,13 +4,15 @@
 
 use crate::paths::Credential;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
-use std::io::{Read, Seek, SeekFrom};
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Most bytes one read returns.
 const MAX_CHUNK: u64 = 1 << 20;
+/// Where the next read of a log starts: past what an answer holds, and past a dropped part of
+/// the log it skipped (`logcap`), so not always the offset asked plus the bytes answered.
+pub const NEXT_OFFSET_HEADER: &str = "x-ftdrive-next-offset";
 
 /// Where an attempt's log lives under the agent's state directory.
 pub fn log_path(state_dir: &Path, job: &str, actor: u32, attempt: u32) -> Option<PathBuf> {
@@ -164,21 +166,16 @@ async fn read_log(
         return HttpResponse::BadRequest().json(serde_json::json!({"error": "bad job id"}));
     };
     let file = chosen_file(file, query.local_rank);
-    match read_from(&file, query.offset) {
-        Ok(bytes) => HttpResponse::Ok().content_type("text/plain; charset=utf-8").body(bytes),
+    match super::logcap::read_from(&file, query.offset, MAX_CHUNK) {
+        Ok((bytes, next)) => HttpResponse::Ok()
+            .insert_header((NEXT_OFFSET_HEADER, next.to_string()))
+            .content_type("text/plain; charset=utf-8")
+            .body(bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             HttpResponse::NotFound().json(serde_json::json!({"error": format!("no log at {}", file.display())}))
         }
         Err(e) => HttpResponse::InternalServerError().json(serde_json::json!({"error": e.to_string()})),
     }
-}
-
-fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
-    let mut file = std::fs::File::open(path)?;
-    file.seek(SeekFrom::Start(offset))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_CHUNK).read_to_end(&mut bytes)?;
-    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 mod attempt;
 pub mod detect;
 mod link;
+mod logcap;
 pub mod logs;
 mod metrics;
 pub mod supervisor;
@@ -56,6 +57,8 @@ pub struct NodeOptions {
     pub drain_deadline_ms: u64,
     /// How long supervisors wait for a restarted agent (default: the head's node timeout).
     pub reattach_grace_ms: Option<u64>,
+    /// About how much of each attempt log is kept on disk (its end); 0: all of it.
+    pub max_log_bytes: u64,
     /// How an https:// head is verified (`None` for an http:// head).
     pub head_tls: Option<Arc<rustls::ClientConfig>>,
     /// The log server serves HTTPS with this; `None`: plain HTTP.
@@ -252,12 +255,13 @@ impl NodeAgent {
         self.supervisors.insert(key.clone(), Supervision::Launching { pending: None, pgids: Vec::new() });
         // A relative `cwd` is under the work dir, whatever directory the agent was started in.
         let cwd = spec.cwd.as_ref().map_or_else(|| self.opts.work_dir.clone(), |cwd| self.opts.work_dir.join(cwd));
-        let grace_ms = self.grace.known_ms().unwrap_or(DEFAULT_REATTACH_GRACE_MS);
+        let reattach_grace_ms = self.grace.known_ms().unwrap_or(DEFAULT_REATTACH_GRACE_MS);
+        let limits = attempt::Limits { reattach_grace_ms, max_log_bytes: self.opts.max_log_bytes };
         let (state_dir, reports, addr) = (self.opts.state_dir.clone(), self.reports.clone(), self.opts.addr.clone());
         let grace = self.grace.clone();
         let launching = async move {
             let extra = [("FTDRIVE_ADVERTISE_ADDR", addr)];
-            attempt::launch(&spec, &state_dir, &log, &cwd, &extra, grace_ms, (reports, &grace)).await
+            attempt::launch(&spec, &state_dir, &log, &cwd, &extra, limits, (reports, &grace)).await
         };
         ctx.spawn(launching.into_actor(self).map(move |result, act, ctx| act.launched(key, result, ctx)));
     }

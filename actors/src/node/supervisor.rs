@@ -1,5 +1,5 @@
 //! The attempt supervisor, `ftdrive __attempt --dir DIR --reattach-grace-ms G [--workers N
-//! --group-rank R --stop-grace-ms S --log FILE] -- COMMAND...`: a small process between the
+//! --group-rank R --stop-grace-ms S --log FILE --max-log-bytes B] -- COMMAND...`: a small process between the
 //! agent and one attempt's worker group (`workers.rs`), in its own session so that nothing the
 //! agent's terminal or process group receives reaches it.
 //!
@@ -36,6 +36,10 @@
 //!   job that found the socket in its attempt's directory) is closed at once: a job that spoke
 //!   as its agent could keep its supervisor alive past a stop by pinging it.
 //!
+//! - **SV-8 logs stay bounded.** With `--max-log-bytes`, each log of the attempt keeps about
+//!   its last that many bytes on disk (`logcap.rs`): a job that prints without end cannot fill
+//!   its node's disk.
+//!
 //! Socket lines, supervisor → agent: `started PGID...` (one per worker), `failed MESSAGE`,
 //! `exited` (the record is written); agent → supervisor: `stop GRACE_MS`, `kill`, `ping
 //! [REATTACH_GRACE_MS]` (the grace to keep from then on, when the agent knows it).
@@ -66,6 +70,8 @@ const DRAIN_OUTPUT_MS: u64 = 2_000;
 struct Args {
     reattach_grace_ms: u64,
     stop_grace_ms: u64,
+    /// Each log keeps about its last this many bytes on disk (`logcap`); 0: unbounded.
+    max_log_bytes: u64,
     group: GroupSpec,
 }
 
@@ -92,7 +98,7 @@ pub fn run(args: &[String]) -> ! {
     let Some(args) = parse(args) else {
         eprintln!(
             "usage: ftdrive __attempt --dir DIR --reattach-grace-ms MS [--workers N --group-rank R \
-             --stop-grace-ms MS --log FILE] -- COMMAND [ARGS...]"
+             --stop-grace-ms MS --log FILE --max-log-bytes N] -- COMMAND [ARGS...]"
         );
         std::process::exit(2);
     };
@@ -116,12 +122,15 @@ pub fn run(args: &[String]) -> ! {
     let _ = write_atomic(&args.group.dir.join(PID_RECORD), pgids.join("\n").as_bytes());
     let _ = writeln!(status, "ok {}", pgids[0]);
     drop(status);
+    if let (Some(log), true) = (&args.group.log, args.max_log_bytes > 0) {
+        super::logcap::watch(workers::logs_of(log, args.group.workers), args.max_log_bytes);
+    }
     supervise(group, listener, &args)
 }
 
 fn parse(args: &[String]) -> Option<Args> {
     let (mut dir, mut grace, mut log) = (None, None, None);
-    let (mut workers, mut group_rank, mut stop_grace_ms) = (1, 0, 0);
+    let (mut workers, mut group_rank, mut stop_grace_ms, mut max_log_bytes) = (1, 0, 0, 0);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let mut value = || rest.next().cloned();
@@ -132,13 +141,14 @@ fn parse(args: &[String]) -> Option<Args> {
             "--group-rank" => group_rank = value()?.parse().ok()?,
             "--stop-grace-ms" => stop_grace_ms = value()?.parse().ok()?,
             "--log" => log = value().map(PathBuf::from),
+            "--max-log-bytes" => max_log_bytes = value()?.parse().ok()?,
             "--" => break,
             _ => return None,
         }
     }
     let command: Vec<String> = rest.cloned().collect();
     let group = GroupSpec { command, workers, group_rank, log, dir: dir? };
-    (!group.command.is_empty()).then_some(Args { reattach_grace_ms: grace?, stop_grace_ms, group })
+    (!group.command.is_empty()).then_some(Args { reattach_grace_ms: grace?, stop_grace_ms, max_log_bytes, group })
 }
 
 fn bind(dir: &Path) -> std::io::Result<UnixListener> {

@@ -74,6 +74,13 @@ impl Group {
     }
 }
 
+/// Every log of an attempt of `workers` workers: the attempt's, and each worker's own when
+/// there are several.
+pub fn logs_of(attempt_log: &Path, workers: u32) -> Vec<PathBuf> {
+    let own = (workers > 1).then(|| (0..workers).map(|l| worker_log(attempt_log, l))).into_iter().flatten();
+    std::iter::once(attempt_log.to_path_buf()).chain(own).collect()
+}
+
 /// Where worker `local_rank`'s own log lives, beside the attempt's `attempt-A.log`.
 pub fn worker_log(attempt_log: &Path, local_rank: u32) -> PathBuf {
     let stem = attempt_log.file_stem().and_then(|s| s.to_str()).unwrap_or("attempt");

@@ -1,0 +1,146 @@
+//! A bound on what an attempt's logs keep on disk (`ftdrive node --max-log-mb`): a job that
+//! prints without end must not fill its node's disk and take every other job there down with
+//! it. Each log keeps its last `max_bytes` at most, or about: the supervisor looks at its logs
+//! once a second and, past the bound, frees the oldest part (all but the last half of the
+//! bound) by punching a hole in the file. The workers write on at their offsets, unaware (the
+//! logs are append-only), and a reader's offsets stay valid; the log server says how much was
+//! dropped where a read meets a hole (`read_from`). Where the file system cannot punch holes
+//! the log grows unbounded, as before, and the supervisor says so once in the log itself.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How often the supervisor looks at the size of its logs.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// Holes are punched in whole blocks of this size.
+const BLOCK_BYTES: u64 = 4096;
+
+/// Watches `logs` for as long as the supervisor lives (its thread ends with the process).
+pub fn watch(logs: Vec<PathBuf>, max_bytes: u64) {
+    std::thread::spawn(move || {
+        let mut dropped = vec![0u64; logs.len()];
+        let mut unsupported = false;
+        loop {
+            std::thread::sleep(CHECK_EVERY);
+            for (log, upto) in logs.iter().zip(dropped.iter_mut()) {
+                match bound(log, *upto, max_bytes) {
+                    Ok(now) => *upto = now,
+                    Err(e) if !unsupported => {
+                        unsupported = true;
+                        say_unbounded(log, &e);
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+    });
+}
+
+/// Frees the part of `log` past the bound, if any: returns how far the file is dropped now.
+fn bound(log: &Path, dropped: u64, max_bytes: u64) -> std::io::Result<u64> {
+    let Ok(file) = std::fs::OpenOptions::new().write(true).open(log) else { return Ok(dropped) };
+    let len = file.metadata()?.len();
+    if len.saturating_sub(dropped) <= max_bytes {
+        return Ok(dropped);
+    }
+    let upto = (len - max_bytes / 2) / BLOCK_BYTES * BLOCK_BYTES;
+    if upto <= dropped {
+        return Ok(dropped);
+    }
+    punch_hole(&file, dropped, upto - dropped)?;
+    Ok(upto)
+}
+
+fn punch_hole(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    // SAFETY: fallocate only changes the blocks of a file this process opened for writing.
+    let done = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as libc::off_t, len as libc::off_t) };
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn say_unbounded(log: &Path, error: &std::io::Error) {
+    if let Ok(mut file) = std::fs::OpenOptions::new().append(true).open(log) {
+        let _ =
+            writeln!(file, "[ftdrive: this log cannot be bounded on this file system ({error}); it grows as written]");
+    }
+}
+
+/// Up to `max` bytes of `path` from `offset`, and the offset to read from next. A read that
+/// starts in a dropped part (a hole) gets a line saying how many bytes were dropped there in
+/// their place, then what follows them.
+pub fn read_from(path: &Path, offset: u64, max: u64) -> std::io::Result<(Vec<u8>, u64)> {
+    let mut file = File::open(path)?;
+    let Some(data) = next_data(&file, offset) else { return Ok((Vec::new(), offset)) };
+    let mut bytes = Vec::new();
+    if data > offset {
+        let said = format!(
+            "[ftdrive: {} bytes of this log were dropped here: it passed its node's --max-log-mb]\n",
+            data - offset
+        );
+        bytes.extend_from_slice(said.as_bytes());
+    }
+    file.seek(SeekFrom::Start(data))?;
+    let read = file.take(max).read_to_end(&mut bytes)? as u64;
+    Ok((bytes, data + read))
+}
+
+/// Where data starts at or after `offset`; `None` past the end. A file system that does not
+/// track holes answers `offset` itself.
+fn next_data(file: &File, offset: u64) -> Option<u64> {
+    // SAFETY: lseek only moves this process's offset of a descriptor it holds.
+    let at = unsafe { libc::lseek(file.as_raw_fd(), offset as libc::off_t, libc::SEEK_DATA) };
+    if at >= 0 {
+        return Some(at as u64);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::ENXIO) => None,
+        _ => Some(offset),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_past_its_bound_keeps_its_end_and_says_what_was_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("attempt-1.log");
+        let mut writer = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let line = format!("{}\n", "x".repeat(99));
+        for _ in 0..1_000 {
+            writer.write_all(line.as_bytes()).unwrap();
+        }
+        let dropped = bound(&log, 0, 40_000).unwrap();
+        assert_eq!(dropped, (100_000 - 20_000) / BLOCK_BYTES * BLOCK_BYTES);
+        writer.write_all(b"the end\n").unwrap();
+        let (bytes, next) = read_from(&log, 0, 1 << 20).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        let said =
+            format!("[ftdrive: {dropped} bytes of this log were dropped here: it passed its node's --max-log-mb]\n");
+        assert!(text.starts_with(&said), "{}", &text[..200]);
+        assert!(text.ends_with("x\nthe end\n"));
+        assert_eq!(next, 100_008, "offsets stay those of the whole log");
+        let (rest, same) = read_from(&log, next, 1 << 20).unwrap();
+        assert_eq!((rest.len(), same), (0, next));
+        let blocks = std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&log).unwrap());
+        assert!(blocks * 512 < 40_000, "the dropped part takes no disk: {blocks} blocks");
+        assert_eq!(bound(&log, dropped, 40_000).unwrap(), dropped, "within the bound again");
+    }
+
+    #[test]
+    fn a_read_within_the_kept_part_is_the_bytes_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("attempt-1.log");
+        std::fs::write(&log, b"hello\nworld\n").unwrap();
+        assert_eq!(read_from(&log, 6, 3).unwrap(), (b"wor".to_vec(), 9));
+        assert_eq!(read_from(&log, 12, 3).unwrap(), (Vec::new(), 12));
+    }
+}
