@@ -9,7 +9,7 @@
 //!     reading one pending job's status costs the head, and a listing of 1,000 such jobs.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use ftdrive::scheduler::{Need, PgSpec, SchedEvent, Scheduler, SchedulerConfig, WaitingMemo};
+use ftdrive::scheduler::{Need, NodeOffer, PgSpec, SchedEvent, Scheduler, SchedulerConfig, WaitingMemo};
 use ftdrive::spec::Strategy;
 use ftdrive::{Instant, Labels, NodeId, Resources};
 use std::time::Duration;
@@ -25,13 +25,8 @@ fn cluster(cpu_per_node: u64) -> Scheduler {
 fn join_all(s: &mut Scheduler, cpu_per_node: u64) {
     for n in 0..NODES {
         let labels = Labels::from([("rack".to_string(), format!("r{}", n / 40))]);
-        s.add_node(
-            NodeId::new(&format!("n{n:05}")),
-            Resources::units(&[("cpu", cpu_per_node), ("memory_mb", 65_536)]),
-            labels,
-            None,
-            "",
-        );
+        let resources = Resources::units(&[("cpu", cpu_per_node), ("memory_mb", 65_536)]);
+        s.add_node(NodeId::new(&format!("n{n:05}")), NodeOffer { labels, ..NodeOffer::of(resources) });
     }
 }
 

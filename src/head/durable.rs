@@ -23,7 +23,7 @@ use crate::config::HeadConfig;
 use crate::driver::{Bundle, Driver, LedgerEntry};
 use crate::ids::{JobId, JobIdMint, NodeId};
 use crate::resources::{Devices, Labels, Resources};
-use crate::scheduler::{Need, NodeIx, NodeState, PgId};
+use crate::scheduler::{Need, NodeIx, NodeOffer, NodeState, PgId};
 use crate::spec::JobSpec;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
@@ -137,8 +137,13 @@ impl Head {
 
     /// Returns the node if the head must wait for it to register.
     fn restore_node(&mut self, now: Instant, record: NodeRecord, window_ms: u64) -> Option<NodeIx> {
-        let (name, devices) = (record.name.clone(), Some(record.devices));
-        let ix = self.scheduler.add_node(name, record.resources, record.labels, devices, &record.port_space);
+        let offer = NodeOffer {
+            resources: record.resources,
+            labels: record.labels,
+            devices: Some(record.devices),
+            port_space: record.port_space,
+        };
+        let ix = self.scheduler.add_node(record.name.clone(), offer);
         self.liveness.register(ix, record.addr, record.incarnation, now, window_ms);
         let restored = self.liveness.get_mut(ix).expect("just registered");
         (restored.leaving, restored.cordoned) = (record.leaving, record.cordoned);

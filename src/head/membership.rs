@@ -20,7 +20,7 @@ use crate::ids::NodeId;
 use crate::protocol::AttemptKey;
 use crate::protocol::Registration;
 use crate::resources::Devices;
-use crate::scheduler::{NodeIx, NodeState, PgId};
+use crate::scheduler::{NodeIx, NodeOffer, NodeState, PgId};
 use crate::time::Instant;
 use std::collections::BTreeMap;
 
@@ -53,7 +53,13 @@ impl Head {
                 return Ok(Reply::Done);
             }
         }
-        let ix = self.scheduler.add_node(node.clone(), agent.resources, agent.labels, agent.devices, &agent.port_space);
+        let offer = NodeOffer {
+            resources: agent.resources,
+            labels: agent.labels,
+            devices: agent.devices,
+            port_space: agent.port_space,
+        };
+        let ix = self.scheduler.add_node(node.clone(), offer);
         self.note_rejoined(ix);
         self.liveness.register(ix, agent.addr, agent.incarnation, now, self.config.node_timeout_ms);
         self.scheduler.clear_suspect(ix);

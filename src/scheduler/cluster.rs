@@ -200,6 +200,24 @@ struct PortSpace {
     members: u32,
 }
 
+/// What a node offers when it joins: its resources and labels, its GPU devices when its agent
+/// names them (else `gpu` devices numbered from 0), and the port space its ports come from
+/// (PS-1; empty: a pool of its own).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeOffer {
+    pub resources: Resources,
+    pub labels: Labels,
+    pub devices: Option<Devices>,
+    pub port_space: String,
+}
+
+impl NodeOffer {
+    /// These resources, no labels, devices numbered from 0, a pool of its own.
+    pub fn of(resources: Resources) -> Self {
+        NodeOffer { resources, ..NodeOffer::default() }
+    }
+}
+
 /// One node as the scheduler sees it.
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -399,19 +417,13 @@ impl Cluster {
         }
     }
 
-    /// Adds a node, or brings a DEAD one back with its new resources and labels. Its GPUs are
-    /// `devices` when the agent names them (and `gpu` is then their count), else `0..gpu`; its
-    /// ports come from `port_space`'s pool (PS-1), or its own when that is empty.
-    pub fn join(
-        &mut self,
-        name: NodeId,
-        resources: Resources,
-        labels: Labels,
-        devices: Option<Devices>,
-        port_space: &str,
-    ) -> NodeIx {
+    /// Adds a node, or brings a DEAD one back with what it offers now. Its GPUs are the
+    /// devices its agent names (and `gpu` is then their count), else `0..gpu`; its ports come
+    /// from its port space's pool (PS-1), or its own.
+    pub fn join(&mut self, name: NodeId, offer: NodeOffer) -> NodeIx {
+        let NodeOffer { resources, labels, devices, port_space } = offer;
         let (resources, capacity, devices) = self.offer(resources, devices);
-        let ports = self.ports_in(port_space);
+        let ports = self.ports_in(&port_space);
         let node = Node {
             name: name.clone(),
             state: NodeState::Alive,
@@ -760,7 +772,14 @@ mod tests {
     fn bundles_hold_devices_no_other_bundle_holds() {
         let mut c = Cluster::new(29_500, 8);
         let gpus = Devices::from_indices(&[0, 1, 2, 3]).unwrap();
-        let a = c.join(NodeId::new("a"), Resources::units(&[("cpu", 8), ("gpu", 1)]), Labels::new(), Some(gpus), "");
+        let a = c.join(
+            NodeId::new("a"),
+            NodeOffer {
+                resources: Resources::units(&[("cpu", 8), ("gpu", 1)]),
+                devices: Some(gpus),
+                ..NodeOffer::default()
+            },
+        );
         assert_eq!(c.node(a).resources.milli("gpu"), 4000, "gpu is the count of the named devices");
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("gpu", 2)]));
         let (_, first) = c.allocate(a, &demand, (1, 0), 2);
@@ -775,7 +794,7 @@ mod tests {
     fn cluster_with(nodes: &[(&str, u64)]) -> Cluster {
         let mut c = Cluster::new(29_500, 4);
         for (name, cpu) in nodes {
-            c.join(NodeId::new(name), Resources::units(&[("cpu", *cpu)]), Labels::new(), None, "");
+            c.join(NodeId::new(name), NodeOffer::of(Resources::units(&[("cpu", *cpu)])));
         }
         c
     }
@@ -817,7 +836,16 @@ mod tests {
     fn machine(c: &mut Cluster, names: &[&str], space: &str) -> Vec<NodeIx> {
         names
             .iter()
-            .map(|n| c.join(NodeId::new(n), Resources::units(&[("cpu", 100)]), Labels::new(), None, space))
+            .map(|n| {
+                c.join(
+                    NodeId::new(n),
+                    NodeOffer {
+                        resources: Resources::units(&[("cpu", 100)]),
+                        port_space: space.into(),
+                        ..NodeOffer::default()
+                    },
+                )
+            })
             .collect()
     }
 
@@ -907,7 +935,7 @@ mod tests {
     fn name_index_finds_every_node_and_nothing_else() {
         let mut c = Cluster::new(29_500, 4);
         for n in 0..5_000 {
-            c.join(NodeId::new(&format!("node-{n}")), Resources::units(&[("cpu", 1)]), Labels::new(), None, "");
+            c.join(NodeId::new(&format!("node-{n}")), NodeOffer::of(Resources::units(&[("cpu", 1)])));
         }
         for n in (0..5_000).step_by(7) {
             assert_eq!(c.ix(&NodeId::new(&format!("node-{n}"))), Some(n), "a fresh NodeId, compared by text");
@@ -925,7 +953,7 @@ mod tests {
         c.allocate(a, &demand, (4, 1), 0);
         assert_eq!(c.kill(a), vec![(3, 0), (4, 1)]);
         assert_eq!(c.ranked().count(), 0);
-        let again = c.join(NodeId::new("a"), Resources::units(&[("cpu", 8)]), Labels::new(), None, "");
+        let again = c.join(NodeId::new("a"), NodeOffer::of(Resources::units(&[("cpu", 8)])));
         assert_eq!(again, a);
         assert_eq!(c.node(a).room_for(&demand, 100), 4, "limited by ports");
         c.check_invariants();
@@ -944,12 +972,12 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert_eq!(c.all().map(|(_, n)| n.name.to_string()).collect::<Vec<_>>(), ["b", "c"]);
         assert_eq!(c.ix(&NodeId::new("c")), Some(2), "the others are found as before");
-        let d = c.join(NodeId::new("d"), Resources::units(&[("cpu", 4)]), Labels::new(), None, "");
+        let d = c.join(NodeId::new("d"), NodeOffer::of(Resources::units(&[("cpu", 4)])));
         assert_eq!(d, ix, "the vacant position is reused");
         assert_eq!(c.ix(&a), None, "the old name's hint points at d now, and is not taken for it");
         assert_eq!(c.ix(&NodeId::new("d")), Some(ix));
         assert_eq!(c.ranked().count(), 3);
-        let a_again = c.join(NodeId::new("a"), Resources::units(&[("cpu", 1)]), Labels::new(), None, "");
+        let a_again = c.join(NodeId::new("a"), NodeOffer::of(Resources::units(&[("cpu", 1)])));
         assert_eq!(a_again, 3, "a name forgotten is new when it comes back");
         c.check_invariants();
     }
@@ -965,7 +993,10 @@ mod tests {
     fn a_reconfigured_node_keeps_its_bundles_only_where_they_still_fit() {
         let mut c = Cluster::new(29_500, 8);
         let four = Devices::from_indices(&[0, 1, 2, 3]).unwrap();
-        let a = c.join(NodeId::new("a"), Resources::units(&[("cpu", 4)]), Labels::new(), Some(four), "");
+        let a = c.join(
+            NodeId::new("a"),
+            NodeOffer { resources: Resources::units(&[("cpu", 4)]), devices: Some(four), ..NodeOffer::default() },
+        );
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 2), ("gpu", 2)]));
         c.allocate(a, &demand, (1, 0), 2);
         let held = c.node(a).devices.without(c.node(a).free_devices());

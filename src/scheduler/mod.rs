@@ -36,7 +36,7 @@ mod select;
 mod tests;
 mod waiting;
 
-pub use cluster::{Node, NodeIx, NodeState, ResourceTable};
+pub use cluster::{Node, NodeIx, NodeOffer, NodeState, ResourceTable};
 pub use feasibility::{Filter, Infeasible, FILTERS};
 pub use pg::{BundleState, PgSpec, PgState, PlacementGroup};
 pub use policy::Need;
@@ -194,22 +194,17 @@ impl Scheduler {
 
     // ---- cluster -------------------------------------------------------------------------
 
-    /// A node joins (or a DEAD one rejoins), with its GPUs when its agent names them, drawing
-    /// its ports from `port_space` (cluster.rs, PS-1). Infeasible groups it could serve are
+    /// A node joins (or a DEAD one rejoins) with what it offers (its GPUs when its agent names
+    /// them, its port space: cluster.rs, PS-1). Infeasible groups it could serve are
     /// checked again: feasible now, or a new reason (a gang still short of nodes, by fewer).
-    pub fn add_node(
-        &mut self,
-        name: NodeId,
-        resources: Resources,
-        labels: Labels,
-        devices: Option<Devices>,
-        port_space: &str,
-    ) -> NodeIx {
+    pub fn add_node(&mut self, name: NodeId, mut offer: NodeOffer) -> NodeIx {
         let rejoined = self.cluster.ix(&name).is_some();
         // "No node has joined yet" is stale after any join, even of a node the group cannot use.
         let first = self.cluster.is_empty();
-        let port_space = if self.fault == PolicyFault::PortsPerNode { "" } else { port_space };
-        let ix = self.cluster.join(name, resources, labels, devices, port_space);
+        if self.fault == PolicyFault::PortsPerNode {
+            offer.port_space.clear();
+        }
+        let ix = self.cluster.join(name, offer);
         let node = self.cluster.node(ix);
         let touched: Vec<PgId> = self
             .infeasible

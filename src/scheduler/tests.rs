@@ -13,7 +13,7 @@ fn sched() -> Scheduler {
 
 fn join(s: &mut Scheduler, name: &str, cpu: u64, labels: &[(&str, &str)]) -> NodeIx {
     let labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    s.add_node(NodeId::new(name), Resources::units(&[("cpu", cpu)]), labels, None, "")
+    s.add_node(NodeId::new(name), NodeOffer { labels, ..NodeOffer::of(Resources::units(&[("cpu", cpu)])) })
 }
 
 fn pg(bundles: u32, required: u32, strategy: Strategy, submit: u64) -> PgSpec {
