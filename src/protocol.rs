@@ -231,6 +231,11 @@ pub struct Registration {
     /// so no two of their bundles get the same `MASTER_PORT`. Empty: a pool of its own.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub port_space: String,
+    /// The TCP ports listening on its machine as it registers (as `ToHead::Listening` says of
+    /// later changes): in the registration itself, so that work waiting for this node is not
+    /// placed on a busy port before the head hears of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listening: Vec<u16>,
     /// Base URL of this agent's log server (the runtime's; the core ignores it).
     #[serde(default)]
     pub log_url: String,
@@ -278,9 +283,9 @@ pub enum ToHead {
         key: AttemptKey,
         message: String,
     },
-    /// The TCP ports listening on this node's machine (its network namespace), 1024 and up:
-    /// sent when they change and after each registration. The head hands out rendezvous ports
-    /// that no process listens on, where it has any (cluster.rs, PS-3).
+    /// The TCP ports listening on this node's machine (its network namespace), 1024 and up,
+    /// when they changed since the agent last said (its registration included). The head hands
+    /// out rendezvous ports that no process listens on, where it has any (cluster.rs, PS-3).
     Listening {
         node: NodeId,
         incarnation: u64,

@@ -130,6 +130,7 @@ fn register(node: &str) -> Input {
         addr: "10.0.0.99".into(),
         devices: None,
         port_space: String::new(),
+        listening: Vec::new(),
         running: Vec::new(),
         ended: Vec::new(),
         log_url: String::new(),

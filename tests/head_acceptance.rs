@@ -458,6 +458,7 @@ fn a_report_overtaken_by_a_later_start_loses_nothing() {
         addr: "10.0.0.1".into(),
         devices: None,
         port_space: String::new(),
+        listening: Vec::new(),
         log_url: String::new(),
         identity: String::new(),
         running: Vec::new(),

@@ -53,6 +53,16 @@ fn a_port_something_listens_on_is_given_to_no_bundle() {
 
 /// Nodes registered before agents reported port spaces keep pools of their own when their
 /// agents are upgraded: the processes run on, and nothing is charged.
+/// A job waiting for nodes is placed as the first one registers: what listens on its machine
+/// comes with the registration, not a heartbeat later, or rank 0 got the busy port.
+#[test]
+fn work_waiting_for_a_node_is_given_none_of_the_ports_busy_as_it_registers() {
+    let mut c = TestCluster::new(config());
+    let job = c.submit(spec("waiting", 1, 1));
+    c.join_with_listeners("n1", cpu(1), "m1", &[29_500, 29_501]);
+    assert_eq!(master_ports(&c, &job), ["29502"]);
+}
+
 #[test]
 fn an_upgraded_agent_naming_a_port_space_keeps_its_running_work() {
     let mut c = TestCluster::new(config());

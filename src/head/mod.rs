@@ -317,7 +317,14 @@ impl Head {
 
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<Reply, Rejected> {
         let reply = match input {
-            Input::Register(registration) => self.register(now, *registration)?,
+            Input::Register(registration) => {
+                let (node, listening) = (registration.node.clone(), registration.listening.clone());
+                let reply = self.register(now, *registration)?;
+                // Before anything is placed on the node (`settle`, below): PS-3.
+                let ix = self.scheduler.node_ix(&node).expect("a node just registered is known");
+                self.scheduler.note_listening(ix, listening);
+                reply
+            }
             Input::Heartbeat { node, incarnation, seq, running } => {
                 self.heartbeat(now, node, incarnation, seq, &running)?
             }

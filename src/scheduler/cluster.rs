@@ -7,10 +7,12 @@
 //!   (their machine and network namespace: several agents on one machine, or an embedded
 //!   cluster) draw from one pool, so two bundles on that machine never hold the same port,
 //!   whichever node each is on. A node that names none has a pool of its own.
-//! - **PS-2 a space never runs dry.** A space's pool holds `ports_per_node` ports for each
-//!   member it can take (as many as fit below port 65536); a node that would be one too many
-//!   gets a pool of its own, as if it named no space. A node's own cap therefore bounds what it
-//!   takes, and a selection that fits every node's room always finds its ports.
+//! - **PS-2 a space never runs dry.** A space's pool holds every port from `master_port_base`
+//!   to 65535, and each member reserves up to `ports_per_node` of them as it joins: what is
+//!   left, which is none once the members hold all (36 nodes of 1,000 from 29500 on one
+//!   machine). A node's cap bounds what it takes, the caps together never pass the pool, so a
+//!   selection that fits every node's room always finds its ports, and no node ever draws from
+//!   a range another uses.
 //! - **PS-3 busy ports are passed over.** A port some process on the machine listens on (its
 //!   agent reports them, `ToHead::Listening`; a forgotten `torchrun` on 29500, say) is handed
 //!   out only when the pool has no other left: a hint, never a limit, so PS-2 stands.
@@ -185,7 +187,7 @@ impl PortPool {
 /// Where a node's ports come from.
 #[derive(Clone, Debug)]
 enum NodePorts {
-    /// A pool of its own: its agent named no port space, or its space was full (PS-2).
+    /// A pool of its own: its agent named no port space.
     Own(PortPool),
     /// The pool of the port space it shares with the other nodes whose agents listen in the
     /// same network namespace (one machine's ports); `held` are its bundles' ports.
@@ -198,6 +200,9 @@ struct PortSpace {
     pool: PortPool,
     /// Nodes in it that are not DEAD.
     members: u32,
+    /// The ports its members may hold together: the sum of their caps, never more than the
+    /// pool (PS-2).
+    reserved: u32,
 }
 
 /// What a node offers when it joins: its resources and labels, its GPU devices when its agent
@@ -481,24 +486,19 @@ impl Cluster {
         }
     }
 
-    /// A joining node's ports: a member's share of its space (PS-1), or a pool of its own
-    /// when it names none or the space is full (PS-2).
+    /// A joining node's ports: a member's share of its space (PS-1, PS-2), or a pool of its own
+    /// when it names none.
     fn ports_in(&mut self, port_space: &str) -> NodePorts {
-        let cap = u32::from(self.ports_per_node);
-        let own = || NodePorts::Own(PortPool::new(self.port_base, cap));
+        let (base, per_node) = (self.port_base, u32::from(self.ports_per_node));
         if port_space.is_empty() {
-            return own();
+            return NodePorts::Own(PortPool::new(base, per_node));
         }
-        let most_members = (65_536 - u32::from(self.port_base)) / cap;
-        let (base, per_member) = (self.port_base, cap);
-        let space = self
-            .spaces
-            .entry(port_space.to_string())
-            .or_insert_with(|| PortSpace { pool: PortPool::new(base, per_member * most_members), members: 0 });
-        if space.members >= most_members {
-            return NodePorts::Own(PortPool::new(self.port_base, cap));
-        }
+        let all = 65_536 - u32::from(base);
+        let new_space = || PortSpace { pool: PortPool::new(base, all), members: 0, reserved: 0 };
+        let space = self.spaces.entry(port_space.to_string()).or_insert_with(new_space);
+        let cap = per_node.min(all - space.reserved);
         space.members += 1;
+        space.reserved += cap;
         NodePorts::Shared { space: port_space.to_string(), held: Vec::new(), cap }
     }
 
@@ -506,7 +506,7 @@ impl Cluster {
     /// member left is forgotten, so that spaces stay as many as the machines in the cluster.
     fn leave_space(&mut self, ix: NodeIx) {
         let own = NodePorts::Own(PortPool::new(self.port_base, u32::from(self.ports_per_node)));
-        let NodePorts::Shared { space: key, held, .. } = std::mem::replace(&mut self.nodes[ix as usize].ports, own)
+        let NodePorts::Shared { space: key, held, cap } = std::mem::replace(&mut self.nodes[ix as usize].ports, own)
         else {
             return;
         };
@@ -515,6 +515,7 @@ impl Cluster {
             space.pool.give(port);
         }
         space.members -= 1;
+        space.reserved -= cap;
         if space.members == 0 {
             self.spaces.remove(&key);
         }
@@ -760,6 +761,16 @@ impl Cluster {
         assert_eq!(alive, self.by_load.len(), "index holds non-ALIVE nodes");
         let counted: BTreeMap<&str, u32> = self.spaces.iter().map(|(k, s)| (k.as_str(), s.members)).collect();
         assert_eq!(members, counted, "port spaces count their live members");
+        for (key, space) in &self.spaces {
+            let caps: u32 = self
+                .all()
+                .filter_map(|(_, n)| match &n.ports {
+                    NodePorts::Shared { space, cap, .. } if space == key => Some(*cap),
+                    _ => None,
+                })
+                .sum();
+            assert!(caps == space.reserved && caps <= 65_536 - u32::from(space.pool.base), "PS-2 in {key}");
+        }
         assert_eq!(self.by_name.len() + self.vacant.len(), self.nodes.len(), "a position is both known and vacant");
     }
 }
@@ -881,17 +892,28 @@ mod tests {
     }
 
     #[test]
-    fn a_node_one_too_many_for_its_machines_ports_gets_a_pool_of_its_own() {
-        // 8 ports below 65536: room for two members of 4.
+    fn a_node_past_its_machines_ports_gets_what_is_left_and_never_anothers() {
+        // 10 ports below 65536: room for two members of 4, and 2 for a third.
+        let mut c = Cluster::new(65_526, 4);
+        let nodes = machine(&mut c, &["a", "b", "c", "d"], "m1");
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
+        let room: Vec<u32> = nodes.iter().map(|ix| c.node(*ix).room_for(&demand, 10)).collect();
+        assert_eq!(room, [4, 4, 2, 0], "PS-2");
+        c.kill(nodes[0]);
+        let e = machine(&mut c, &["e"], "m1");
+        assert_eq!(c.node(e[0]).room_for(&demand, 10), 4, "a's share is free again");
+        c.check_invariants();
+    }
+
+    #[test]
+    fn the_last_port_of_all_is_handed_out_once() {
         let mut c = Cluster::new(65_528, 4);
-        let nodes = machine(&mut c, &["a", "b", "c"], "m1");
-        let spaces: Vec<&str> = nodes.iter().map(|ix| c.node(*ix).port_space()).collect();
-        assert_eq!(spaces, ["m1", "m1", ""], "PS-2");
+        let nodes = machine(&mut c, &["a", "b"], "m1");
         let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
         let ports: BTreeSet<u16> =
-            (0..8).zip(nodes[..2].iter().cycle()).map(|(b, ix)| c.allocate(*ix, &demand, (1, b), 0).0).collect();
-        assert_eq!(ports, (65_528..=65_535).collect(), "each once, the last port of all included");
-        assert_eq!(c.node(nodes[2]).room_for(&demand, 10), 4, "its own pool is whole");
+            (0..8).zip(nodes.iter().cycle()).map(|(b, ix)| c.allocate(*ix, &demand, (1, b), 0).0).collect();
+        assert_eq!(ports, (65_528..=65_535).collect());
+        c.check_invariants();
     }
 
     #[test]

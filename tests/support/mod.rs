@@ -72,17 +72,22 @@ impl TestCluster {
     }
 
     pub fn join_labelled(&mut self, name: &str, resources: Resources, labels: Labels) {
-        self.join_with(name, resources, labels, None, "");
+        self.join_with(name, resources, labels, None, ("", &[]));
     }
 
     /// A node that names its GPU devices (as `ftdrive node --gpus 0,2,...` does).
     pub fn join_with_devices(&mut self, name: &str, resources: Resources, devices: Devices) {
-        self.join_with(name, resources, Labels::new(), Some(devices), "");
+        self.join_with(name, resources, Labels::new(), Some(devices), ("", &[]));
     }
 
     /// A node whose agent shares its machine's ports with others (`port_space`).
     pub fn join_on_machine(&mut self, name: &str, resources: Resources, port_space: &str) {
-        self.join_with(name, resources, Labels::new(), None, port_space);
+        self.join_with(name, resources, Labels::new(), None, (port_space, &[]));
+    }
+
+    /// A node whose agent finds `ports` listening on its machine as it starts.
+    pub fn join_with_listeners(&mut self, name: &str, resources: Resources, port_space: &str, ports: &[u16]) {
+        self.join_with(name, resources, Labels::new(), None, (port_space, ports));
     }
 
     fn join_with(
@@ -91,7 +96,7 @@ impl TestCluster {
         resources: Resources,
         labels: Labels,
         devices: Option<Devices>,
-        port_space: &str,
+        (port_space, listening): (&str, &[u16]),
     ) {
         let incarnation = self.agents.get(name).map_or(1, |a| a.protocol.incarnation() + 1);
         let number = self.agents.len() + usize::from(!self.agents.contains_key(name));
@@ -105,7 +110,10 @@ impl TestCluster {
             log_url: String::new(),
             identity: String::new(),
         };
-        let protocol = AgentProtocol::new(identity, incarnation, Recovered::default());
+        let mut protocol = AgentProtocol::new(identity, incarnation, Recovered::default());
+        if !listening.is_empty() {
+            protocol.handle(self.now, AgentInput::Listening(listening.to_vec()));
+        }
         self.agents.insert(
             name.into(),
             Agent { protocol, heartbeating: true, running: BTreeMap::new(), slow_to_stop: false, loses_started: false },

@@ -23,6 +23,7 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
         ..HeadConfig::default()
     };
     config.validate().map_err(CliError::BadInput)?;
+    warn_of_few_agents_per_machine(&config);
     check_listen(&args.listen)?;
     let tls = super::server_tls(&args.tls)?;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -85,5 +86,21 @@ fn raise_open_file_limit() {
                 );
             }
         }
+    }
+}
+
+/// Agents on one machine share its rendezvous ports, from the base to 65535, up to
+/// `ports_per_node` each (scheduler/cluster.rs, PS-2): a base that high leaves the machine's
+/// later agents none, and they can run nothing. Allowed, since one agent per machine is
+/// usual, but said.
+fn warn_of_few_agents_per_machine(config: &HeadConfig) {
+    let per_machine = (65_536 - u32::from(config.master_port_base)) / u32::from(config.ports_per_node.max(1));
+    if per_machine < 8 {
+        tracing::warn!(
+            "--master-port-base {} leaves rendezvous ports for {per_machine} agent(s) per machine ({} each); \
+             further agents on a machine get none and run nothing: use a lower base to run more",
+            config.master_port_base,
+            config.ports_per_node
+        );
     }
 }
