@@ -2,7 +2,7 @@
 //! (DESIGN §7, §8), and how they are built from the core's state. Field names here are a
 //! contract: tests and users read them.
 
-use crate::driver::{ActorState, Bundle, CycleStart, Driver, JobState, LedgerEntry, Remaining, Role};
+use crate::driver::{ActorState, Bundle, CycleStart, Driver, JobState, LedgerEntry, Master, Remaining, Role};
 use crate::ids::ActorId;
 use crate::resources::{Devices, Labels, Resources};
 use crate::scheduler::{BundleState, NodeIx, NodeState, PgId, PgState, Scheduler};
@@ -45,6 +45,9 @@ pub struct JobView {
     /// When the recent cycles formed (for a timeline's cycle boundaries).
     #[serde(default)]
     pub cycle_starts: Vec<CycleStart>,
+    /// The current (or last) cycle's rendezvous: rank 0's node, `MASTER_ADDR`, `MASTER_PORT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendezvous: Option<Master>,
     /// The spec as accepted, every default filled in: in one job's view (`GET /v1/jobs/{id}`,
     /// `ftdrive status JOB --output json`), as `kubectl get -o yaml` shows a pod's spec; not in
     /// lists or event snapshots, which it would swell by its environment.
@@ -186,6 +189,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
         ledger: d.ledger().to_vec(),
         placement_groups: vec![pg_view(d, scheduler, pg)],
         cycle_starts: d.cycle_starts().to_vec(),
+        rendezvous: d.master().cloned(),
         spec: None,
     }
 }

@@ -104,6 +104,10 @@ fn two_jobs_on_two_agents_of_one_machine_listen_on_two_ports() {
     assert_eq!(nodes.len(), 2, "one job on each agent: {nodes:?}");
     let port = |id: &str| std::fs::read_to_string(out_dir.join(id)).unwrap();
     assert_ne!(port(&a), port(&b));
+    // Where each job's rendezvous was is in its status, as JSON and as text.
+    assert_eq!(c.job(&a)["rendezvous"]["port"].to_string(), port(&a));
+    let shown = c.ftdrive(&["status", &b]);
+    assert!(shown.contains(&format!("· rendezvous 127.0.0.1:{}\n", port(&b))), "{shown}");
 }
 
 /// A listener outside ftdrive on the first rendezvous port (a forgotten `torchrun`) is passed

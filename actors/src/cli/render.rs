@@ -123,8 +123,12 @@ pub fn job_table(view: &JobView) -> String {
     let workers =
         if view.nproc_per_node > 1 { format!(" · {} workers per actor", view.nproc_per_node) } else { String::new() };
     let priority = if view.priority != 0 { format!(" · priority {}", view.priority) } else { String::new() };
-    let mut out =
-        format!("job {} ({}) {} · cycle {}{workers}{priority}\n", view.id, view.name, view.state, view.cycles);
+    let rendezvous =
+        view.rendezvous.as_ref().map(|m| format!(" · rendezvous {}:{}", m.addr, m.port)).unwrap_or_default();
+    let mut out = format!(
+        "job {} ({}) {} · cycle {}{rendezvous}{workers}{priority}\n",
+        view.id, view.name, view.state, view.cycles
+    );
     // GPUs only where some actor holds them: most jobs have none.
     let gpus = view.actors.iter().any(|a| !a.devices.is_empty());
     let gpu_header = if gpus { "  GPUS" } else { "" };
