@@ -23,6 +23,7 @@ from .models import (
     Node,
     PlacementGroup,
     Remaining,
+    Rendezvous,
 )
 from .spec import Backoff, JobSpec, Retries
 
@@ -49,6 +50,7 @@ __all__ = [
     "Node",
     "PlacementGroup",
     "Remaining",
+    "Rendezvous",
     "SpecError",
     "Retries",
 ]

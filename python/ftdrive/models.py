@@ -168,6 +168,19 @@ class CycleStart:
 
 
 @dataclass
+class Rendezvous:
+    """Where a cycle's ranks meet: rank 0's node, ``MASTER_ADDR`` and ``MASTER_PORT``."""
+
+    node: str
+    addr: str
+    port: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Rendezvous":
+        return cls(node=data["node"], addr=data["addr"], port=int(data["port"]))
+
+
+@dataclass
 class Job:
     """A job as ``ftdrive status JOB --output json`` shows it."""
 
@@ -190,6 +203,8 @@ class Job:
     cycle_starts: List[CycleStart] = field(default_factory=list)
     #: The spec's ``priority``: pending jobs are placed higher first.
     priority: int = 0
+    #: The current (or last) cycle's rendezvous, once one formed.
+    rendezvous: Optional[Rendezvous] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -229,6 +244,7 @@ class Job:
             placement_groups=[PlacementGroup.from_json(p) for p in data.get("placement_groups") or []],
             cycle_starts=[CycleStart.from_json(c) for c in data.get("cycle_starts") or []],
             priority=int(data.get("priority", 0)),
+            rendezvous=Rendezvous.from_json(data["rendezvous"]) if data.get("rendezvous") else None,
             raw=dict(data),
         )
 

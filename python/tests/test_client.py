@@ -58,6 +58,9 @@ def test_submit_a_jobspec_and_read_status_ledger_and_jobs(cluster: Cluster) -> N
     assert job.state == "SUCCEEDED", job
     assert [a.state for a in job.actors] == ["TASK_COMPLETED"] * 3
     assert sorted(a.rank for a in job.actors if a.rank is not None) == [0, 1, 2]
+    rank0 = next(a for a in job.actors if a.rank == 0)
+    assert job.rendezvous is not None and job.rendezvous.node == rank0.node, job.rendezvous
+    assert job.rendezvous.port >= 29500, job.rendezvous
     assert len(job.ledger) == 3
     for entry in job.ledger:
         assert (entry.cause, entry.budget, entry.exit_code, entry.charged) == ("completed", "none", 0, False)
