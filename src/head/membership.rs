@@ -139,7 +139,7 @@ impl Head {
     /// Its agent reports another port space than the node draws from (cluster.rs, PS-1): the
     /// machine rebooted, or the name moved to another one. No process survives either, and the
     /// node must draw its ports where it now listens. A node with a pool of its own (restored
-    /// from before port spaces, or one too many on its machine) keeps it.
+    /// from before agents reported port spaces) keeps it.
     fn moved(&self, ix: NodeIx, agent: &Registration) -> bool {
         let space = self.scheduler.node(ix).port_space();
         !space.is_empty() && space != agent.port_space

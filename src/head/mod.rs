@@ -317,8 +317,8 @@ impl Head {
 
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<Reply, Rejected> {
         let reply = match input {
-            Input::Register(registration) => {
-                let (node, listening) = (registration.node.clone(), registration.listening.clone());
+            Input::Register(mut registration) => {
+                let (node, listening) = (registration.node.clone(), std::mem::take(&mut registration.listening));
                 let reply = self.register(now, *registration)?;
                 // Before anything is placed on the node (`settle`, below): PS-3.
                 let ix = self.scheduler.node_ix(&node).expect("a node just registered is known");

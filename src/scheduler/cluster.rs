@@ -205,6 +205,11 @@ struct PortSpace {
     reserved: u32,
 }
 
+/// The pool of a space that has members (only members name one).
+fn shared_pool<'a>(spaces: &'a mut BTreeMap<String, PortSpace>, space: &str) -> &'a mut PortPool {
+    &mut spaces.get_mut(space).expect("a member's space is known").pool
+}
+
 /// What a node offers when it joins: its resources and labels, its GPU devices when its agent
 /// names them (else `gpu` devices numbered from 0), and the port space its ports come from
 /// (PS-1; empty: a pool of its own).
@@ -481,7 +486,7 @@ impl Cluster {
         match &mut self.nodes[ix as usize].ports {
             NodePorts::Own(pool) => pool.busy = busy,
             NodePorts::Shared { space, .. } => {
-                self.spaces.get_mut(space.as_str()).expect("a member's space is known").pool.busy = busy;
+                shared_pool(&mut self.spaces, space).busy = busy;
             }
         }
     }
@@ -634,7 +639,7 @@ impl Cluster {
         let port = match &mut node.ports {
             NodePorts::Own(pool) => pool.take(),
             NodePorts::Shared { space, held, .. } => {
-                let port = self.spaces.get_mut(space.as_str()).expect("a member's space is known").pool.take();
+                let port = shared_pool(&mut self.spaces, space).take();
                 held.extend(port);
                 port
             }
@@ -652,7 +657,7 @@ impl Cluster {
         match &mut node.ports {
             NodePorts::Own(pool) => pool.take_exactly(port),
             NodePorts::Shared { space, held, .. } => {
-                self.spaces.get_mut(space.as_str()).expect("a member's space is known").pool.take_exactly(port);
+                shared_pool(&mut self.spaces, space).take_exactly(port);
                 held.push(port);
             }
         }
@@ -679,7 +684,7 @@ impl Cluster {
             NodePorts::Shared { space, held, .. } => {
                 let at = held.iter().position(|p| *p == port).expect("the bundle's port is the node's");
                 held.swap_remove(at);
-                self.spaces.get_mut(space.as_str()).expect("a member's space is known").pool.give(port);
+                shared_pool(&mut self.spaces, space).give(port);
             }
         }
         self.reindex(ix);
@@ -732,10 +737,12 @@ impl Cluster {
     /// space counts its members and holds every port they hold (PS-1).
     pub fn check_invariants(&self) {
         let mut alive = 0;
-        let mut members: BTreeMap<&str, u32> = BTreeMap::new();
+        // Each space's members and the ports they reserve, counted again from the nodes.
+        let mut members: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
         for (ix, node) in self.all() {
-            if let NodePorts::Shared { space, held, .. } = &node.ports {
-                *members.entry(space).or_default() += 1;
+            if let NodePorts::Shared { space, held, cap } = &node.ports {
+                let counted = members.entry(space).or_default();
+                *counted = (counted.0 + 1, counted.1 + cap);
                 let pool = &self.spaces[space].pool;
                 assert!(held
                     .iter()
@@ -759,17 +766,11 @@ impl Cluster {
             }
         }
         assert_eq!(alive, self.by_load.len(), "index holds non-ALIVE nodes");
-        let counted: BTreeMap<&str, u32> = self.spaces.iter().map(|(k, s)| (k.as_str(), s.members)).collect();
-        assert_eq!(members, counted, "port spaces count their live members");
+        let kept: BTreeMap<&str, (u32, u32)> =
+            self.spaces.iter().map(|(k, s)| (k.as_str(), (s.members, s.reserved))).collect();
+        assert_eq!(members, kept, "port spaces count their live members and what they reserve");
         for (key, space) in &self.spaces {
-            let caps: u32 = self
-                .all()
-                .filter_map(|(_, n)| match &n.ports {
-                    NodePorts::Shared { space, cap, .. } if space == key => Some(*cap),
-                    _ => None,
-                })
-                .sum();
-            assert!(caps == space.reserved && caps <= 65_536 - u32::from(space.pool.base), "PS-2 in {key}");
+            assert!(space.reserved <= space.pool.end - u32::from(space.pool.base), "PS-2 in {key}");
         }
         assert_eq!(self.by_name.len() + self.vacant.len(), self.nodes.len(), "a position is both known and vacant");
     }

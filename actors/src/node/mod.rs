@@ -109,6 +109,8 @@ pub struct NodeAgent {
     grace: attempt::Grace,
     /// The head's last refusal, logged once until it welcomes the agent again.
     last_refusal: Option<String>,
+    /// A read of the machine's listening ports is under way (`watch_listeners`).
+    reading_listeners: bool,
     /// What the head presents to the log server in this session.
     head_token: logs::HeadToken,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -144,6 +146,7 @@ impl NodeAgent {
             reports,
             grace,
             last_refusal: None,
+            reading_listeners: false,
             head_token,
             shutdown: None,
             closing: false,
@@ -218,9 +221,25 @@ impl NodeAgent {
     }
 
     /// What listens on this machine, for the head to pass over when it hands out rendezvous
-    /// ports (sent only when it changed).
+    /// ports (sent only when it changed), read here and now: the registration that follows
+    /// must carry it.
     fn look_at_listeners(&mut self, ctx: &mut Context<Self>) {
         self.input(AgentInput::Listening(detect::listening_ports()), ctx);
+    }
+
+    /// The same, read off this thread, one read at a time: a busy machine's socket table runs
+    /// to megabytes, and this thread sends the heartbeats.
+    fn watch_listeners(&mut self, ctx: &mut Context<Self>) {
+        if std::mem::replace(&mut self.reading_listeners, true) {
+            return;
+        }
+        let read = async { tokio::task::spawn_blocking(detect::listening_ports).await.ok() };
+        ctx.spawn(read.into_actor(self).map(|ports, act, ctx| {
+            act.reading_listeners = false;
+            if let Some(ports) = ports {
+                act.input(AgentInput::Listening(ports), ctx);
+            }
+        }));
     }
 
     fn set_heartbeat(&mut self, interval_ms: u64, ctx: &mut Context<Self>) {
@@ -230,7 +249,7 @@ impl NodeAgent {
         self.heartbeat_ms.store(interval_ms, Ordering::Relaxed);
         let every = Duration::from_millis(interval_ms);
         self.heartbeat = Some(ctx.run_interval(every, |act, ctx| {
-            act.look_at_listeners(ctx);
+            act.watch_listeners(ctx);
             act.input(AgentInput::Heartbeat, ctx);
         }));
     }

@@ -1,7 +1,7 @@
 //! The attempt supervisor, `ftdrive __attempt --dir DIR --reattach-grace-ms G [--workers N
-//! --group-rank R --stop-grace-ms S --log FILE --max-log-bytes B] -- COMMAND...`: a small process between the
-//! agent and one attempt's worker group (`workers.rs`), in its own session so that nothing the
-//! agent's terminal or process group receives reaches it.
+//! --group-rank R --stop-grace-ms S --log FILE --max-log-bytes B] -- COMMAND...`: a small
+//! process between the agent and one attempt's worker group (`workers.rs`), in its own
+//! session so that nothing the agent's terminal or process group receives reaches it.
 //!
 //! It exists so that restarting the agent loses no work (DESIGN §10), and so that nothing
 //! outlives its attempt:
@@ -35,7 +35,6 @@
 //! - **SV-7 hears only the agent.** A connection from one of the attempt's own processes (a
 //!   job that found the socket in its attempt's directory) is closed at once: a job that spoke
 //!   as its agent could keep its supervisor alive past a stop by pinging it.
-//!
 //! - **SV-8 logs stay bounded.** With `--max-log-bytes`, each log of the attempt keeps about
 //!   its last that many bytes on disk (`logcap.rs`): a job that prints without end cannot fill
 //!   its node's disk.

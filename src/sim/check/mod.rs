@@ -88,7 +88,8 @@ pub struct Checker {
     live_ranks: BTreeMap<(JobId, u32, u32), (u32, u32)>,
     /// Highest attempt of each actor the head has ended (has a ledger entry for).
     ended: BTreeMap<ActorKey, u32>,
-    /// Rendezvous listeners: (port space, port) → the rank 0 attempt listening there.
+    /// Rendezvous listeners: (port space, port) → the rank 0 attempt that last listened there
+    /// (whether it still does is `processes`' to say).
     listening: BTreeMap<(String, u16), (ActorKey, u32)>,
     /// Running processes: actor → (attempt, node) → since when it is known to be stale.
     processes: BTreeMap<ActorKey, BTreeMap<(u32, NodeId), Option<Instant>>>,
@@ -219,7 +220,8 @@ impl Checker {
     fn check_rendezvous_port_once(&mut self, node: &NodeId, key: &AttemptKey, at: (String, u16)) {
         let actor = (key.job.clone(), key.actor);
         if let Some((other, attempt)) = self.listening.get(&at) {
-            let live = self.ended.get(other).is_none_or(|e| e < attempt);
+            let running = self.processes.get(other).is_some_and(|p| p.keys().any(|(a, _)| a == attempt));
+            let live = running && self.ended.get(other).is_none_or(|e| e < attempt);
             if live && *other != actor {
                 let detail = format!(
                     "{}/{} attempt {} on {node} listens on port {} of machine `{}`, held by {}/{} attempt {attempt}",
@@ -233,7 +235,6 @@ impl Checker {
 
     pub fn process_ended(&mut self, node: &NodeId, key: &AttemptKey) {
         let actor = (key.job.clone(), key.actor);
-        self.listening.retain(|_, (a, attempt)| !(*a == actor && *attempt == key.attempt));
         if let Some(map) = self.processes.get_mut(&actor) {
             if let Some(Some(since)) = map.remove(&(key.attempt, node.clone())) {
                 self.stale.remove(&(since, actor.clone(), key.attempt, node.clone()));
