@@ -100,6 +100,9 @@ pub struct BundleView {
     pub node: Option<String>,
     #[serde(default)]
     pub devices: Devices,
+    /// The port it holds on its node's machine, `MASTER_PORT` while its actor is rank 0.
+    #[serde(default)]
+    pub port: Option<u16>,
 }
 
 /// One node as `nodes --output json` prints it.
@@ -199,15 +202,19 @@ fn pg_view(d: &Driver, scheduler: &Scheduler, id: PgId) -> PgView {
     let pg = scheduler.pg(id);
     let bundles = (0..spec.actor_count())
         .map(|index| {
-            let (status, node, devices) = match pg.map(|pg| (pg.bundles[index as usize], pg.lost.contains(&index))) {
-                Some((BundleState::Placed { node, devices, .. }, _)) => {
-                    (BundleStatus::Placed, Some(scheduler.node(node).name.to_string()), devices)
-                }
-                Some((_, true)) => (BundleStatus::Lost, None, Devices::NONE),
-                Some((BundleState::Idle, false)) | None => (BundleStatus::Idle, None, Devices::NONE),
-                Some(_) => (BundleStatus::Pending, None, Devices::NONE),
-            };
-            BundleView { index, status, node, devices }
+            let unplaced = |status| BundleView { index, status, node: None, devices: Devices::NONE, port: None };
+            match pg.map(|pg| (pg.bundles[index as usize], pg.lost.contains(&index))) {
+                Some((BundleState::Placed { node, devices, port }, _)) => BundleView {
+                    index,
+                    status: BundleStatus::Placed,
+                    node: Some(scheduler.node(node).name.to_string()),
+                    devices,
+                    port: Some(port),
+                },
+                Some((_, true)) => unplaced(BundleStatus::Lost),
+                Some((BundleState::Idle, false)) | None => unplaced(BundleStatus::Idle),
+                Some(_) => unplaced(BundleStatus::Pending),
+            }
         })
         .collect();
     PgView {

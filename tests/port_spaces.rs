@@ -1,18 +1,25 @@
 //! Rendezvous ports per machine (scheduler/cluster.rs, PS-1 and PS-2): agents that share a
 //! machine's ports never give two bundles the same `MASTER_PORT`, across head restarts too,
 //! and an agent back in another port space (a reboot) is a new machine; ports something on the
-//! machine listens on are passed over (PS-3).
+//! machine listens on are passed over (PS-3), and a bundle moves off one taken under it (PS-4).
 
 mod support;
 
-use ftdrive::driver::{BudgetKind, Cause, LedgerEntry};
+use ftdrive::driver::{Budget, BudgetKind, Cause, LedgerEntry, Role};
 use ftdrive::ids::JobId;
 use ftdrive::scheduler::NodeState;
+use ftdrive::spec::JobSpec;
 use support::{config, cpu, spec, TestCluster};
 
 /// The `MASTER_PORT` each of `job`'s running workers was started with.
 fn master_ports(c: &TestCluster, job: &JobId) -> Vec<String> {
     c.worker_envs(job).into_iter().map(|(_, env)| env["MASTER_PORT"].clone()).collect()
+}
+
+/// `spec` with room for a few user errors.
+fn retried(mut spec: JobSpec) -> JobSpec {
+    spec.retries.user = Budget::from_i64(5).expect("a budget");
+    spec
 }
 
 fn last_entry(c: &TestCluster, job: &JobId) -> LedgerEntry {
@@ -51,8 +58,6 @@ fn a_port_something_listens_on_is_given_to_no_bundle() {
     assert_eq!(master_ports(&c, &b), ["29500"]);
 }
 
-/// Nodes registered before agents reported port spaces keep pools of their own when their
-/// agents are upgraded: the processes run on, and nothing is charged.
 /// A job waiting for nodes is placed as the first one registers: what listens on its machine
 /// comes with the registration, not a heartbeat later, or rank 0 got the busy port.
 #[test]
@@ -63,6 +68,8 @@ fn work_waiting_for_a_node_is_given_none_of_the_ports_busy_as_it_registers() {
     assert_eq!(master_ports(&c, &job), ["29502"]);
 }
 
+/// Nodes registered before agents reported port spaces keep pools of their own when their
+/// agents are upgraded: the processes run on, and nothing is charged.
 #[test]
 fn an_upgraded_agent_naming_a_port_space_keeps_its_running_work() {
     let mut c = TestCluster::new(config());
@@ -91,4 +98,76 @@ fn an_agent_back_in_another_port_space_is_a_new_machine() {
     c.advance(10_000);
     assert_eq!(master_ports(&c, &job), ["29500"], "the retry runs, its port from its node's machine");
     assert_eq!(last_entry(&c, &job).attempt, 1, "only the lost attempt has ended");
+}
+
+/// PS-4: a listener that takes the port of a hot spare's bundle moves the bundle; when the
+/// spare takes over as rank 0 it serves the rendezvous from an idle port.
+#[test]
+fn a_listener_on_a_spares_port_moves_it_before_the_spare_serves_the_rendezvous() {
+    let mut c = TestCluster::new(config());
+    c.join_on_machine("n1", cpu(1), "m1");
+    let mut s = spec("j", 1, 1);
+    s.hot_spares = 1;
+    let job = c.submit(s);
+    c.join_on_machine("n2", cpu(1), "m2");
+    let spare = c.view(&job).actors.into_iter().find(|a| a.role == Role::Spare).expect("a spare");
+    assert_eq!(spare.node.as_deref(), Some("n2"));
+    c.listening("n2", &[29_500]);
+    c.crash("n1");
+    c.advance(5_000);
+    assert_eq!(c.worker_envs(&job)[0].0, "n2");
+    assert_eq!(master_ports(&c, &job), ["29501"], "the spare's bundle on n2 held m2's 29500");
+}
+
+/// PS-4: a listener that comes between two cycles (while the first rank 0's end is being
+/// handled, say) moves the bundle, and the next cycle does not fail on it.
+#[test]
+fn a_listener_on_a_port_between_two_cycles_moves_the_next_rank_0() {
+    let mut c = TestCluster::new(config());
+    c.join_on_machine("n1", cpu(1), "m1");
+    let job = c.submit(retried(spec("j", 1, 1)));
+    assert_eq!(master_ports(&c, &job), ["29500"]);
+    c.exit_rank(&job, 0, 1);
+    c.listening("n1", &[29_500]);
+    c.advance(1_000);
+    assert_eq!(master_ports(&c, &job), ["29501"]);
+    assert_eq!(c.view(&job).ledger.len(), 1, "only the user's own failure");
+}
+
+/// PS-4: a listener that comes while rank 0 runs may be rank 0 itself, so its port stays; when
+/// the next rank 0, started on the busy port, fails (`EADDRINUSE`), the one after moves. At
+/// most one attempt fails on it.
+#[test]
+fn a_rank_0_started_on_a_busy_port_is_the_last_to_be() {
+    let mut c = TestCluster::new(config());
+    c.join_on_machine("n1", cpu(1), "m1");
+    let job = c.submit(retried(spec("j", 1, 1)));
+    c.listening("n1", &[29_500]);
+    c.advance(1_000);
+    assert_eq!(master_ports(&c, &job), ["29500"], "a running rank 0 keeps its port");
+    c.exit_rank(&job, 0, 1);
+    c.advance(1_000);
+    assert_eq!(master_ports(&c, &job), ["29500"], "its own listener, as far as the head can tell");
+    c.exit_rank(&job, 0, 1);
+    c.advance(1_000);
+    assert_eq!(master_ports(&c, &job), ["29501"], "started on a port busy at its start");
+    c.listening("n1", &[29_501]);
+    c.restart_head();
+    c.advance(5_000);
+    assert_eq!(master_ports(&c, &job), ["29501"], "the moved port is the job's durable state");
+    assert_eq!(c.view(&job).ledger.len(), 2);
+}
+
+/// PS-4 moves a bundle only to a port nothing listens on: with none left it keeps its own.
+#[test]
+fn a_bundle_with_no_idle_port_left_keeps_its_own() {
+    let mut config = config();
+    config.master_port_base = 65_534;
+    config.ports_per_node = 2;
+    let mut c = TestCluster::new(config);
+    c.join_on_machine("n1", cpu(1), "m1");
+    let job = c.submit(spec("j", 2, 2));
+    c.listening("n1", &[65_534, 65_535]);
+    c.join_on_machine("n2", cpu(1), "m2");
+    assert_eq!(master_ports(&c, &job), ["65534", "65534"]);
 }

@@ -128,6 +128,49 @@ fn a_port_a_forgotten_process_listens_on_is_passed_over() {
     drop(squatter);
 }
 
+/// Rank 0 listens on `MASTER_PORT` (and fails, as torchrun does, when it cannot) and writes
+/// the port to `out/<cycle>`; the first cycle's then runs on until stopped.
+const LISTEN_THEN_WAIT_IN_FIRST_CYCLE: &str = r#"
+import os, pathlib, socket, sys, time
+listener = socket.socket()
+listener.bind(("", int(os.environ["MASTER_PORT"])))
+listener.listen()
+cycle = os.environ["FTDRIVE_CYCLE"]
+(pathlib.Path(sys.argv[1]) / cycle).write_text(os.environ["MASTER_PORT"])
+if cycle == "1":
+    time.sleep(120)
+"#;
+
+/// The port a job's bundle `index` holds, once placed.
+fn bundle_port(job: &Value, index: usize) -> Option<u64> {
+    job["placement_groups"][0]["bundles"][index]["port"].as_u64()
+}
+
+/// PS-4: a process that starts listening on the port of a hot spare's bundle (after the head
+/// gave it) moves the bundle; when the spare takes over it serves the rendezvous from the new
+/// port. Without the move it failed with `EADDRINUSE`, its only user retry gone.
+#[test]
+fn a_spare_whose_port_was_taken_takes_over_on_another() {
+    let mut c = Cluster::start_with(&["n1", "n2"], &["--master-port-base", "39600"]);
+    let out_dir = c.dir.path().join("ports");
+    std::fs::create_dir(&out_dir).unwrap();
+    let command = json!(["python3", "-c", LISTEN_THEN_WAIT_IN_FIRST_CYCLE, out_dir.to_str().unwrap()]);
+    let spec = json!({"command": command, "min_nodes": 1, "max_nodes": 1, "hot_spares": 1, "retries": {"user": 0}});
+    let id = c.submit_no_wait(&c.spec("spare", spec));
+    let job =
+        c.wait_for_job(&id, "rank 0 runs beside its spare", |j| running(j, 1) && j["actors"][1]["state"] == "STANDBY");
+    let (rank0_node, spare_port) = (job["actors"][0]["node"].as_str().unwrap().to_string(), bundle_port(&job, 1));
+    let spare_port = spare_port.expect("the spare's bundle is placed") as u16;
+    let squatter = std::net::TcpListener::bind(("0.0.0.0", spare_port)).expect("the spare's port is free");
+    let job = c.wait_for_job(&id, "the spare's bundle moves", |j| bundle_port(j, 1) != Some(u64::from(spare_port)));
+    let moved = bundle_port(&job, 1).expect("still placed");
+    c.kill_node(&rank0_node);
+    let done = c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
+    assert_eq!(done["state"], "SUCCEEDED", "{done:#}");
+    assert_eq!(std::fs::read_to_string(out_dir.join("2")).unwrap(), moved.to_string());
+    drop(squatter);
+}
+
 fn worker_pid(c: &Cluster, rank: u32) -> Option<u32> {
     let want = [format!("RANK={rank}"), "TORCHELASTIC_RESTART_COUNT=0".to_string()];
     let is_sleep = |pid: &u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep");

@@ -122,14 +122,18 @@ class Bundle:
     status: str
     node: Optional[str]
     devices: List[int] = field(default_factory=list)
+    #: The port it holds on its node's machine: ``MASTER_PORT`` while its actor is rank 0.
+    port: Optional[int] = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Bundle":
+        port = data.get("port")
         return cls(
             index=int(data["index"]),
             status=data["status"],
             node=data.get("node"),
             devices=[int(d) for d in data.get("devices") or []],
+            port=None if port is None else int(port),
         )
 
 

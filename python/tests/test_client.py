@@ -162,7 +162,9 @@ def test_stop_a_running_job(cluster: Cluster) -> None:
     client = cluster.client()
     spec = JobSpec(name="to-stop", command=[sys.executable, str(cluster.work / "sleep.py")], min_nodes=2, max_nodes=2)
     job_id = client.submit(spec).id
-    cluster.wait_job(job_id, "both actors run", lambda j: [a.state for a in j.actors] == ["RUNNING"] * 2)
+    running = cluster.wait_job(job_id, "both actors run", lambda j: [a.state for a in j.actors] == ["RUNNING"] * 2)
+    bundles = running.placement_groups[0].bundles
+    assert running.rendezvous is not None and running.rendezvous.port in [b.port for b in bundles], bundles
     answered = client.stop(job_id)
     assert answered.id == job_id
     job = client.wait(job_id, timeout=30)

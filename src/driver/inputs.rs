@@ -34,6 +34,16 @@ impl Driver {
         self.note_possible_growth(now, ix);
     }
 
+    /// The next attempt that serves the rendezvous from this bundle listens on the new port;
+    /// one running now keeps the port it was started with.
+    pub(super) fn on_port_moved(&mut self, ix: ActorIx, new: u16) {
+        let actor = &mut self.actors[ix as usize];
+        let Bundle::Placed { port, .. } = &mut actor.bundle else {
+            panic!("{} moved off a port without a bundle", actor.name)
+        };
+        *port = new;
+    }
+
     /// A newly placed active actor outside the running world grows it after
     /// `scale_up_delay_ms` (where growth restarts the world), so that joins arriving close
     /// together make one restart.

@@ -178,6 +178,12 @@ pub enum DriverInput {
         key: AttemptKey,
         loss: Loss,
     },
+    /// The actor's bundle holds another port now: something else on its machine listens on
+    /// the old one (scheduler/cluster.rs, PS-4).
+    PortMoved {
+        actor: ActorIx,
+        port: u16,
+    },
     /// The job's bundle became infeasible (with the reason) or feasible again.
     Feasibility(Option<String>),
     /// Why its bundles wait now, as the scheduler counts it: given just before the schedule
@@ -402,6 +408,7 @@ impl Driver {
             DriverInput::Exited { key, status } => self.on_exited(now, key, status),
             DriverInput::SpawnFailed { key, message } => self.on_spawn_failed(now, key, message),
             DriverInput::AttemptLost { key, loss } => self.on_attempt_lost(now, key, &loss),
+            DriverInput::PortMoved { actor, port } => self.on_port_moved(actor, port),
             DriverInput::Feasibility(infeasible) => {
                 self.infeasible = infeasible.clone();
                 self.event(JobEvent::Feasibility { infeasible });

@@ -2,6 +2,7 @@
 //! report in their heartbeats: starts the agent has not confirmed are sent again, stops are
 //! repeated while the process lingers, and processes the head does not know are stopped.
 
+use crate::ids::{ActorIx, JobId};
 use crate::protocol::{AttemptKey, StartSpec, ToAgent};
 use crate::scheduler::NodeIx;
 use std::collections::BTreeMap;
@@ -14,6 +15,9 @@ struct LiveAttempt {
     stop_grace_ms: Option<u64>,
     /// Known from the durable state of an earlier run of the head, not started by this one.
     restored: bool,
+    /// Perhaps started while something else listened on its bundle's port (PS-4): the head
+    /// knew the port busy, or it restored the attempt and cannot tell.
+    port_in_doubt: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -27,11 +31,10 @@ impl AttemptIndex {
     pub fn started(&mut self, node: NodeIx, spec: Arc<StartSpec>) {
         let key = spec.key.clone();
         self.node_of.insert(key.clone(), node);
-        let previous = self
-            .by_node
-            .entry(node)
-            .or_default()
-            .insert(key, LiveAttempt { spec, acked: false, stop_grace_ms: None, restored: false });
+        let previous = self.by_node.entry(node).or_default().insert(
+            key,
+            LiveAttempt { spec, acked: false, stop_grace_ms: None, restored: false, port_in_doubt: false },
+        );
         assert!(previous.is_none(), "attempt started twice");
     }
 
@@ -39,7 +42,27 @@ impl AttemptIndex {
     pub fn restored(&mut self, node: NodeIx, spec: StartSpec) {
         let key = spec.key.clone();
         self.started(node, Arc::new(spec));
-        self.by_node.get_mut(&node).and_then(|m| m.get_mut(&key)).expect("just started").restored = true;
+        let live = self.by_node.get_mut(&node).and_then(|m| m.get_mut(&key)).expect("just started");
+        live.restored = true;
+        live.port_in_doubt = true;
+    }
+
+    /// The attempt was started while something listened on its bundle's port.
+    pub fn started_on_busy_port(&mut self, node: NodeIx, key: &AttemptKey) {
+        if let Some(live) = self.by_node.get_mut(&node).and_then(|m| m.get_mut(key)) {
+            live.port_in_doubt = true;
+        }
+    }
+
+    /// Whether the attempt may have started while something else listened on its bundle's
+    /// port: the head saw it so, or restored the attempt from an earlier run.
+    pub fn port_in_doubt(&self, node: NodeIx, key: &AttemptKey) -> bool {
+        self.by_node.get(&node).and_then(|m| m.get(key)).is_some_and(|a| a.port_in_doubt)
+    }
+
+    /// Whether an attempt of `job`'s actor `actor` is live on `node`.
+    pub fn runs_actor(&self, node: NodeIx, job: &JobId, actor: ActorIx) -> bool {
+        self.by_node.get(&node).is_some_and(|m| m.keys().any(|k| k.job == *job && k.actor == actor))
     }
 
     /// Attempts on `node` whose start is not confirmed yet that the agent lists as running.

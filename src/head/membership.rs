@@ -218,9 +218,15 @@ impl Head {
     }
 
     /// PS-3: what listens on the node's machine, so that its pool hands out other ports.
-    pub(super) fn listening(&mut self, node: NodeId, incarnation: u64, ports: Vec<u16>) -> Result<Reply, Rejected> {
+    pub(super) fn listening(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        incarnation: u64,
+        ports: Vec<u16>,
+    ) -> Result<Reply, Rejected> {
         let ix = self.alive_node(&node, incarnation)?;
-        self.scheduler.note_listening(ix, ports);
+        self.note_listening(now, ix, ports);
         Ok(Reply::Done)
     }
 

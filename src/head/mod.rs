@@ -23,6 +23,7 @@ mod durable;
 mod forget;
 mod liveness;
 mod membership;
+mod ports;
 
 pub use durable::{Counters, Durable, DurableState, JobRecord, NodeRecord, StoredJob};
 
@@ -322,13 +323,13 @@ impl Head {
                 let reply = self.register(now, *registration)?;
                 // Before anything is placed on the node (`settle`, below): PS-3.
                 let ix = self.scheduler.node_ix(&node).expect("a node just registered is known");
-                self.scheduler.note_listening(ix, listening);
+                self.note_listening(now, ix, listening);
                 reply
             }
             Input::Heartbeat { node, incarnation, seq, running } => {
                 self.heartbeat(now, node, incarnation, seq, &running)?
             }
-            Input::Listening { node, incarnation, ports } => self.listening(node, incarnation, ports)?,
+            Input::Listening { node, incarnation, ports } => self.listening(now, node, incarnation, ports)?,
             Input::ProcessStarted { node, incarnation, key } => self.process_started(now, node, incarnation, key)?,
             Input::ProcessExited { node, key, status } => {
                 self.process_ended(now, node, key, |key| DriverInput::Exited { key, status })?
@@ -443,8 +444,13 @@ impl Head {
             return Err(Rejected::NotItsAttempt(node, key));
         }
         self.effects.push_back(Effect::Send { node, msg: ToAgent::AckExit { key: key.clone() } });
+        let port_in_doubt = self.attempts.port_in_doubt(ix, &key);
         self.attempts.ended(ix, &key);
         if let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) {
+            if port_in_doubt {
+                // Before the driver hears of the end, which may start the next attempt at once.
+                self.move_off_busy_port(now, pg, key.actor);
+            }
             self.feed(now, pg, input(key));
         }
         Ok(Reply::Done)
@@ -543,7 +549,11 @@ impl Head {
             DriverEffect::Start { node, spec } => {
                 let ix = self.scheduler.node_ix(&node).expect("starting on a known node");
                 let spec = Arc::new(spec);
+                let on_busy_port = self.scheduler.bundle_port_is_busy(pg, spec.key.actor);
                 self.attempts.started(ix, Arc::clone(&spec));
+                if on_busy_port {
+                    self.attempts.started_on_busy_port(ix, &spec.key);
+                }
                 self.effects.push_back(Effect::Send { node, msg: ToAgent::Start(spec) });
             }
             DriverEffect::Stop { node, key, grace_ms } => {
@@ -738,8 +748,12 @@ impl Head {
             for (ix, actor) in d.actors().iter().enumerate() {
                 let in_scheduler = pg.map(|pg| pg.bundles[ix]);
                 match (&actor.bundle, in_scheduler) {
-                    (crate::driver::Bundle::Placed { node, .. }, Some(BundleState::Placed { node: at, .. })) => {
+                    (
+                        crate::driver::Bundle::Placed { node, port, .. },
+                        Some(BundleState::Placed { node: at, port: held, .. }),
+                    ) => {
                         assert_eq!(node.name, self.scheduler.node(at).name, "{} placed on two nodes", actor.name);
+                        assert_eq!(*port, held, "{} on two ports (PS-4)", actor.name);
                     }
                     (crate::driver::Bundle::Placed { .. }, other) => {
                         panic!("{} believes placed, scheduler says {other:?}", actor.name)

@@ -16,6 +16,10 @@
 //! - **PS-3 busy ports are passed over.** A port some process on the machine listens on (its
 //!   agent reports them, `ToHead::Listening`; a forgotten `torchrun` on 29500, say) is handed
 //!   out only when the pool has no other left: a hint, never a limit, so PS-2 stands.
+//! - **PS-4 a bundle moves off a port taken under it.** A listener can start after its port
+//!   went to a bundle (the bundle was waiting, or its rank 0 had not bound the port yet). The
+//!   head moves such a bundle to a free port nothing listens on while no attempt of it runs
+//!   (`head/ports.rs`), before its next rank 0 would fail with `EADDRINUSE`.
 
 use super::PgId;
 use crate::ids::NodeId;
@@ -124,6 +128,11 @@ impl PortPool {
 
     /// The lowest port free, passing over busy ones while another is left (PS-3).
     fn take(&mut self) -> Option<u16> {
+        self.take_idle().or_else(|| self.take_busy())
+    }
+
+    /// The lowest free port nothing listens on.
+    fn take_idle(&mut self) -> Option<u16> {
         if let Some(&port) = self.free.iter().find(|p| !self.busy.contains(p)) {
             self.free.remove(&port);
             return Some(port);
@@ -136,6 +145,11 @@ impl PortPool {
             self.take_exactly(fresh as u16);
             return Some(fresh as u16);
         }
+        None
+    }
+
+    /// The lowest free port, busy as every free one is.
+    fn take_busy(&mut self) -> Option<u16> {
         if let Some(port) = self.free.pop_first() {
             return Some(port);
         }
@@ -487,6 +501,36 @@ impl Cluster {
             NodePorts::Own(pool) => pool.busy = busy,
             NodePorts::Shared { space, .. } => {
                 shared_pool(&mut self.spaces, space).busy = busy;
+            }
+        }
+    }
+
+    /// Whether something on `ix`'s machine listens on `port`, as last reported (PS-3).
+    pub fn port_is_busy(&self, ix: NodeIx, port: u16) -> bool {
+        match &self.nodes[ix as usize].ports {
+            NodePorts::Own(pool) => pool.busy.contains(&port),
+            NodePorts::Shared { space, .. } => self.spaces[space].pool.busy.contains(&port),
+        }
+    }
+
+    /// Gives a bundle on `ix` that holds `port` the lowest free port nothing listens on instead
+    /// (PS-4), and `port` back to its pool; `None`, and the bundle keeps `port`, when no such
+    /// port is free. The node holds as many ports as before, so its cap (PS-2) stands.
+    pub fn move_port(&mut self, ix: NodeIx, port: u16) -> Option<u16> {
+        let node = &mut self.nodes[ix as usize];
+        match &mut node.ports {
+            NodePorts::Own(pool) => {
+                let new = pool.take_idle()?;
+                pool.give(port);
+                Some(new)
+            }
+            NodePorts::Shared { space, held, .. } => {
+                let pool = shared_pool(&mut self.spaces, space);
+                let new = pool.take_idle()?;
+                pool.give(port);
+                let at = held.iter().position(|p| *p == port).expect("the bundle's port is the node's");
+                held[at] = new;
+                Some(new)
             }
         }
     }
@@ -933,6 +977,24 @@ mod tests {
         assert_eq!(c.allocate(ab[1], &demand, (3, 0), 0).0, 29_505, "a freed port something listens on now");
         let rest: Vec<u16> = (1..4).map(|b| c.allocate(own[0], &demand, (2, b), 0).0).collect();
         assert_eq!(rest, [29_502, 29_503, 29_500], "a busy port when no other is left (PS-2)");
+        c.check_invariants();
+    }
+
+    #[test]
+    fn a_bundle_moves_off_a_port_taken_under_it_to_an_idle_one() {
+        let mut c = Cluster::new(29_500, 4);
+        let ab = machine(&mut c, &["a", "b"], "m1");
+        let own = machine(&mut c, &["c"], "");
+        let demand = Demand::from_resources(&mut c.table, &Resources::units(&[("cpu", 1)]));
+        assert_eq!(c.allocate(ab[0], &demand, (1, 0), 0).0, 29_500);
+        assert_eq!(c.allocate(own[0], &demand, (2, 0), 0).0, 29_500);
+        c.note_listening(ab[1], vec![29_500, 29_501]);
+        assert!(c.port_is_busy(ab[0], 29_500), "b's report is the machine's");
+        assert_eq!(c.move_port(ab[0], 29_500), Some(29_502), "the lowest idle port");
+        assert_eq!(c.allocate(ab[1], &demand, (3, 0), 0).0, 29_503, "29500 is back, and busy");
+        c.free(ab[0], &demand, (1, 0), 29_502, Devices::NONE);
+        c.note_listening(own[0], vec![29_500, 29_501, 29_502, 29_503]);
+        assert_eq!(c.move_port(own[0], 29_500), None, "every other port of c's own pool is busy");
         c.check_invariants();
     }
 

@@ -124,6 +124,8 @@ pub enum PolicyFault {
     RanksIgnoreDomains,
     /// Every node draws ports from a pool of its own, whatever machine it shares (PS-1 broken).
     PortsPerNode,
+    /// A bundle keeps its port when something else comes to listen on it (PS-4 broken).
+    BundlesKeepBusyPorts,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over
@@ -286,6 +288,29 @@ impl Scheduler {
     /// The ports listening on a node's machine (cluster.rs, PS-3).
     pub fn note_listening(&mut self, ix: NodeIx, ports: Vec<u16>) {
         self.cluster.note_listening(ix, ports);
+    }
+
+    /// Whether something on its machine listens on the port of a placed bundle (PS-3).
+    pub fn bundle_port_is_busy(&self, id: PgId, bundle: u32) -> bool {
+        match self.pgs.get(&id).map(|pg| pg.bundles[bundle as usize]) {
+            Some(BundleState::Placed { node, port, .. }) => self.cluster.port_is_busy(node, port),
+            _ => false,
+        }
+    }
+
+    /// Moves a placed bundle off a port something on its machine listens on (cluster.rs,
+    /// PS-4): its new port, or `None` when its port is not busy or no free one is idle.
+    pub fn move_off_busy_port(&mut self, id: PgId, bundle: u32) -> Option<u16> {
+        if !self.bundle_port_is_busy(id, bundle) || self.fault == PolicyFault::BundlesKeepBusyPorts {
+            return None;
+        }
+        let pg = self.pgs.get_mut(&id).expect("a busy bundle's group is known");
+        let BundleState::Placed { node, port, devices } = pg.bundles[bundle as usize] else {
+            unreachable!("only a placed bundle's port is busy")
+        };
+        let new = self.cluster.move_port(node, port)?;
+        pg.bundles[bundle as usize] = BundleState::Placed { node, port: new, devices };
+        Some(new)
     }
 
     pub fn reconfigure_node(
