@@ -8,7 +8,9 @@
 //! fires; with one that places bundles whatever the job's `node_selector`,
 //! `placement_fits_spec` fires; with one that lets only replacements hold capacity,
 //! `starved_item_held` fires; with one that gives every node a port pool of its own whatever
-//! machine it shares, `rendezvous_port_once` fires. With the real policy none does. Rules that no policy switch
+//! machine it shares, `rendezvous_port_once` fires; with one that leaves bundles on ports
+//! something else came to listen on, `busy_port_twice_at_most` fires. With the real policy
+//! none does. Rules that no policy switch
 //! breaks without breaking everything else (`one_rank_each`, `cycle_well_formed`) are shown
 //! by feeding the checker a broken driver's events directly.
 
@@ -93,6 +95,14 @@ fn two_nodes_of_one_machine_giving_out_the_same_port_is_caught() {
     let twice =
         "rendezvous_port_once: b/0 attempt 1 on n2 listens on port 29500 of machine `m1`, held by a/0 attempt 1";
     assert_eq!(found[0], twice, "{found:?}");
+}
+
+#[test]
+fn a_bundle_left_on_a_port_something_else_listens_on_is_caught() {
+    let found = caught("a_listener_on_a_rendezvous_port_moves_its_bundle", PolicyFault::BundlesKeepBusyPorts);
+    let third = "busy_port_twice_at_most: a/0 attempt 4 is rank 0 on port 29500 of machine `m1`, which something \
+                 else listens on, for the third time";
+    assert_eq!(found.first().map(String::as_str), Some(third), "{found:?}");
 }
 
 #[test]

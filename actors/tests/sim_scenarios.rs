@@ -483,6 +483,23 @@ const EXPECTED: &[(&str, Expectation)] = &[
             [("n1.sim".into(), 29_500.into()), ("n2.sim".into(), 29_501.into()), ("n1.sim".into(), 29_502.into())]
         );
     }),
+    // PS-4: something starts listening on a/0's 29500 just after its rank 0 failed; the retry,
+    // started before the agent's report, fails on it (EADDRINUSE) and the bundle moves to
+    // 29502 (b's bundle on n2 holds 29501). b's spare on n3 moved off m2's 29500 and 29501 as
+    // they were taken, and serves b's rendezvous from 29502 when it takes over; a, once its
+    // machine is gone, gets 29503 there.
+    ("a_listener_on_a_rendezvous_port_moves_its_bundle", |r| {
+        assert_eq!((r.state("a"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
+        let user = pair("user_error", "user");
+        assert_eq!(r.ledger("a"), vec![user.clone(), user.clone(), pair("node_lost", "system"), pair("completed", "none")]);
+        let masters = |job: &str| -> Vec<(Value, Value)> {
+            let cycles = r.events("cycle_formed").into_iter().filter(|c| c["job"] == job);
+            cycles.map(|c| (c["master_addr"].clone(), c["master_port"].clone())).collect()
+        };
+        let at = |node: &str, port: u16| (Value::from(format!("{node}.sim")), Value::from(port));
+        assert_eq!(masters("a"), [at("n1", 29_500), at("n1", 29_500), at("n1", 29_502), at("n3", 29_503)]);
+        assert_eq!(masters("b"), [at("n2", 29_501), at("n3", 29_502)]);
+    }),
     ("node_selector_keeps_a_job_to_its_zone", |r| {
         assert_eq!(r.placements(), [("z/0", "b1", "pending_gang"), ("z/0", "b2", "replacement")], "a1 is in zone a");
         assert_eq!(r.ledger("z"), vec![pair("node_lost", "system"), pair("completed", "none")]);

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 pub struct SimProcess {
     pub rank: u32,
     pub started: Instant,
+    /// The port it listens on (a group rank 0's `MASTER_PORT`).
+    pub listens_on: Option<u16>,
 }
 
 /// What a heartbeat reads comes first (`repr(C)`), then the agent protocol's hot fields.

@@ -183,6 +183,10 @@ pub struct Simulation {
     operator_drained: BTreeSet<NodeId>,
     /// Nodes the scenario starts with.
     initial_nodes: u64,
+    /// Ports processes outside ftdrive listen on, by machine (`Fault::PortListener`).
+    listeners: BTreeMap<String, BTreeSet<u16>>,
+    /// The scenario starts such processes, so agents read what listens on their machines.
+    models_listeners: bool,
     /// When every job must have ended (`liveness_at_ms`); taken once the check has run.
     liveness_at: Option<Instant>,
 }
@@ -222,6 +226,10 @@ impl Simulation {
                 let mut checker = Checker::new(stale_bound_ms, scenario.network.drop_ppm == 0);
                 checker.check_suspect_holds(config.suspect_after_ms() + scenario.network.max_delay_ms);
                 checker.check_starvation_holds(config.starvation_ms);
+                let net = scenario.network;
+                if net.drop_ppm == 0 && net.duplicate_ppm == 0 && net.min_delay_ms == net.max_delay_ms {
+                    checker.check_busy_ports();
+                }
                 checker
             }),
             trace: Trace { keep: options.keep_trace, ..Trace::default() },
@@ -232,6 +240,8 @@ impl Simulation {
             healed: false,
             operator_drained: BTreeSet::new(),
             initial_nodes: scenario.nodes.len() as u64,
+            listeners: BTreeMap::new(),
+            models_listeners: scenario.events.iter().any(|e| matches!(e.what, Fault::PortListener { .. })),
             liveness_at: scenario.liveness_at_ms.map(Instant::from_ms),
             options,
         };
@@ -454,6 +464,38 @@ impl Simulation {
                 }
             }
             Fault::HeadRestart { down_ms } => self.head_down(down_ms),
+            Fault::PortListener { node, port } => {
+                let ix = self.agent_of[&node];
+                self.start_listener(ix, port);
+            }
+        }
+    }
+
+    /// A process outside ftdrive binds `port` on the machine, unless a rank 0 listens there.
+    fn start_listener(&mut self, ix: u32, port: u16) {
+        let machine = self.agents[ix as usize].port_space_key().to_string();
+        if self.listening_on(&machine).contains(&port) {
+            self.stats.faults_without_target += 1;
+            return;
+        }
+        self.listeners.entry(machine).or_default().insert(port);
+    }
+
+    /// What listens on a machine: processes outside ftdrive, and rank 0s of its agents.
+    fn listening_on(&self, machine: &str) -> BTreeSet<u16> {
+        let mut ports = self.listeners.get(machine).cloned().unwrap_or_default();
+        let agents = self.agents.iter().filter(|a| a.port_space_key() == machine);
+        ports.extend(agents.flat_map(|a| a.processes.values().filter_map(|p| p.listens_on)));
+        ports
+    }
+
+    /// The agent reads what listens on its machine (`ftdrive node` does before it registers
+    /// and at each heartbeat); only where the scenario starts listeners, so that other
+    /// scenarios send what they always sent.
+    fn read_listening(&mut self, ix: u32) {
+        if self.models_listeners {
+            let ports = self.listening_on(self.agents[ix as usize].port_space_key());
+            self.agent_input(ix, AgentInput::Listening(ports.into_iter().collect()));
         }
     }
 
@@ -533,6 +575,7 @@ impl Simulation {
             self.next_seq += 1;
             self.heartbeats.insert(self.now.plus_ms(phase), self.next_seq, ix);
         }
+        self.read_listening(ix);
         self.agent_input(ix, AgentInput::LinkUp);
     }
 
@@ -592,6 +635,7 @@ impl Simulation {
         let machine = &mut self.agents[ix as usize];
         let recovered = machine.agent.recoverable();
         machine.start_agent(recovered);
+        self.read_listening(ix);
         self.agent_input(ix, AgentInput::LinkUp);
     }
 
@@ -710,6 +754,7 @@ impl Simulation {
         }
         self.stats.heartbeats += 1;
         let now = self.now;
+        self.read_listening(ix);
         self.agent_input(ix, AgentInput::Heartbeat);
         let interval = self.head.config().heartbeat_interval_ms;
         self.next_seq += 1;
@@ -742,10 +787,14 @@ impl Simulation {
             return self.agents[ix as usize].agent.handle(self.now, AgentInput::SpawnFailed { key, message });
         }
         let rank = spec.group_rank;
-        self.agents[ix as usize].processes.insert(key.clone(), SimProcess { rank, started: self.now });
-        // Group rank 0 holds the rendezvous: it listens on MASTER_PORT on its machine.
+        // Group rank 0 holds the rendezvous: it listens on MASTER_PORT on its machine, or
+        // fails at once where something else does.
         let port = spec.env.get("MASTER_PORT").and_then(|p| p.parse::<u16>().ok()).filter(|_| rank == 0);
-        self.process_started(ix, &key, port);
+        let machine = self.agents[ix as usize].port_space_key();
+        let in_use = port.filter(|p| self.listeners.get(machine).is_some_and(|l| l.contains(p)));
+        let listens_on = port.filter(|_| in_use.is_none());
+        self.agents[ix as usize].processes.insert(key.clone(), SimProcess { rank, started: self.now, listens_on });
+        self.process_started(ix, &key, listens_on, in_use);
         self.agents[ix as usize].agent.handle(self.now, AgentInput::Spawned { key });
     }
 
@@ -761,15 +810,25 @@ impl Simulation {
         self.push(self.now.plus_ms(after), SimEvent::ProcessEnd { node: ix, boot, stopped: true, key, status });
     }
 
-    fn process_started(&mut self, ix: u32, key: &AttemptKey, listens_on: Option<u16>) {
+    /// A process runs for its job's `run_ms` and exits 0; a rank 0 whose port something else
+    /// listens on (`in_use`) exits 1 within a few milliseconds.
+    fn process_started(&mut self, ix: u32, key: &AttemptKey, listens_on: Option<u16>, in_use: Option<u16>) {
         self.stats.processes_started += 1;
         let agent = &self.agents[ix as usize];
         if let Some(checker) = self.checker.as_mut() {
             let listens = listens_on.map(|port| (agent.port_space_key().to_string(), port));
             checker.process_started(&agent.name, key, listens);
+            if let Some(port) = in_use {
+                checker.process_failed(key);
+                checker.port_in_use(key, agent.port_space_key(), port);
+            }
         }
-        let run_ms = self.jobs.get(&key.job).map_or(60_000, |j| j.run_ms);
-        let status = ExitStatus::code(0);
+        let (run_ms, status) = if in_use.is_some() {
+            (1 + self.process_rng.next_u64() % 20, ExitStatus::code(1))
+        } else {
+            (self.jobs.get(&key.job).map_or(60_000, |j| j.run_ms), ExitStatus::code(0))
+        };
+        let agent = &self.agents[ix as usize];
         let event = SimEvent::ProcessEnd { node: ix, boot: agent.boot, stopped: false, key: key.clone(), status };
         self.push(self.now.plus_ms(run_ms), event);
     }

@@ -176,6 +176,10 @@ pub enum Fault {
     },
     /// The user stops a job.
     StopJob { job: JobId },
+    /// A process outside ftdrive (a forgotten `torchrun`) starts listening on `port` of the
+    /// node's machine and never stops. It cannot bind a port a rank 0 listens on already; a
+    /// rank 0 started on its port fails as torchrun does (`EADDRINUSE`, exit code 1).
+    PortListener { node: NodeId, port: u16 },
 }
 
 /// A scenario that cannot be run, and why.
@@ -319,6 +323,12 @@ impl Scenario {
                     Self::check_process_exit(&field, job, &jobs[job].spec, *rank, *exit_code, *signal, *local_rank)?;
                 }
                 Fault::StopJob { job } => known_job(job)?,
+                Fault::PortListener { node, port } => {
+                    known_node(nodes, node)?;
+                    if *port < 1_024 {
+                        return Err(err(field("port"), format!("is {port}: agents report ports from 1024 up")));
+                    }
+                }
                 Fault::HeadRestart { down_ms } => {
                     if *down_ms > MAX_UNTIL_MS {
                         return Err(err(field("down_ms"), "is longer than any scenario"));

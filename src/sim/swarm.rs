@@ -44,7 +44,9 @@ pub fn generate(seed: u64) -> Scenario {
     let nodes = gen_nodes(&mut g);
     let jobs: Vec<JobDef> = (0..g.range(1, 6)).map(|i| gen_job(&mut g, i, &nodes)).collect();
     let fault_ms = g.range(20_000, 180_000);
-    let events = gen_faults(&mut g, &nodes, &jobs, fault_ms);
+    let mut events = gen_faults(&mut g, &nodes, &jobs, fault_ms);
+    events.extend(gen_listeners(seed, &nodes, fault_ms));
+    events.sort_by_key(|e| e.at_ms);
     let healed_ms: u64 = jobs.iter().map(time_to_end_ms).sum();
     let network = NetworkSpec {
         min_delay_ms: g.range(0, 5),
@@ -261,6 +263,24 @@ fn gen_faults(g: &mut Gen, nodes: &[NodeDef], jobs: &[JobDef], fault_ms: u64) ->
     }
     events.sort_by_key(|e| e.at_ms);
     events
+}
+
+/// Processes outside ftdrive that start listening on rendezvous ports (PS-4), in a quarter of
+/// the cases. Drawn from a generator of their own, so that every seed's other events are what
+/// they were before these were added.
+fn gen_listeners(seed: u64, nodes: &[NodeDef], fault_ms: u64) -> Vec<FaultEvent> {
+    let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x4c49_5354_454e));
+    if !g.chance(25) {
+        return Vec::new();
+    }
+    let base = u64::from(HeadConfig::default().master_port_base);
+    (0..g.range(1, 4))
+        .map(|_| {
+            let node = g.pick(nodes).name.clone();
+            let port = g.range(base, base + 4) as u16;
+            FaultEvent { at_ms: g.range(1_000, fault_ms), what: Fault::PortListener { node, port } }
+        })
+        .collect()
 }
 
 /// Is `what` about a job not yet submitted at `at_ms`?

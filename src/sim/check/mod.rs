@@ -11,6 +11,7 @@
 //! | `cycle_well_formed` | a gang job's cycles count up; each names `world_size` distinct ranks, between `min_nodes` and `max_nodes`, every one on a placed bundle; actors in two consecutive cycles keep their relative order (promoted spares and the ranks they replaced excepted); with `pack_by`, ranks are ordered by their nodes' domains and keep that order within a domain (DESIGN §5) |
 //! | `one_rank_each` | no two attempts of a job that have started and not ended hold the same rank of the same cycle, and no rank reaches `max_nodes` |
 //! | `rendezvous_port_once` | a group rank 0 starting (it listens on `MASTER_PORT`) finds no rank 0 of another actor, whose attempt the head has not ended, listening on that port of the same machine (port space) |
+//! | `busy_port_twice_at_most` | on a network that loses and reorders nothing, an actor's rank 0 starts at most twice on one port of its machine that a process outside ftdrive listens on (PS-4 moves the bundle) |
 //! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
 //! | `replacement_first` | no lower class placed on a node a waiting replacement could use |
 //! | `starved_item_held` | once a pending gang, spare or growth item has waited `starvation_ms` since its job's submission, nothing below it in the queue (a lower class, a lower priority, a later submission) is placed on a node it could use (DESIGN §3, backfill with aging) |
@@ -91,6 +92,9 @@ pub struct Checker {
     /// Rendezvous listeners: (port space, port) → the rank 0 attempt that last listened there
     /// (whether it still does is `processes`' to say).
     listening: BTreeMap<(String, u16), (ActorKey, u32)>,
+    /// `busy_port_twice_at_most`, where enabled: each actor's rank 0 starts that found its
+    /// port taken by a process outside ftdrive, by machine and port.
+    busy_port_failures: Option<BTreeMap<(ActorKey, String, u16), u32>>,
     /// Running processes: actor → (attempt, node) → since when it is known to be stale.
     processes: BTreeMap<ActorKey, BTreeMap<(u32, NodeId), Option<Instant>>>,
     /// The stale ones again, oldest first, so the periodic check reads only the front.
@@ -133,6 +137,34 @@ impl Checker {
     /// network never drops a message, so no failure can be a false alarm.
     pub fn new(stale_bound_ms: u64, lossless: bool) -> Self {
         Checker { stale_bound_ms, lossless, ..Checker::default() }
+    }
+
+    /// Enables `busy_port_twice_at_most`: on a network that loses and reorders nothing, every
+    /// report of what listens on a machine reaches the head in order.
+    pub fn check_busy_ports(&mut self) {
+        self.busy_port_failures = Some(BTreeMap::new());
+    }
+
+    /// `busy_port_twice_at_most`: a rank 0 started on `port` of `machine`, which a process
+    /// outside ftdrive listens on (it fails with `EADDRINUSE`). The first such start may come
+    /// before the agent's report; the head may take a report that comes while the attempt runs
+    /// for the rank 0's own listener; the attempt after that starts on a port the head knew
+    /// busy, and the bundle moves when it ends (PS-4). A third is a bundle that never moves.
+    pub fn port_in_use(&mut self, key: &AttemptKey, machine: &str, port: u16) {
+        let Some(failures) = self.busy_port_failures.as_mut() else { return };
+        let count = failures.entry(((key.job.clone(), key.actor), machine.to_string(), port)).or_insert(0);
+        *count += 1;
+        if *count > 2 {
+            let detail = format!(
+                "{}/{} attempt {} is rank 0 on port {port} of machine `{machine}`, which something else \
+                 listens on, for the {} time",
+                key.job,
+                key.actor,
+                key.attempt,
+                ordinal(*count)
+            );
+            self.violation("busy_port_twice_at_most", detail);
+        }
     }
 
     /// A machine went away with its processes (crash, reboot, the end of a drain) at `at`.
@@ -851,4 +883,14 @@ fn legal(from: ActorState, to: ActorState) -> bool {
             | (Running, TaskCompleted | Failing)
             | (Failing, Scheduling | Failed)
     ) || (to == Stopped && !terminal)
+}
+
+/// "third", "4th": how many times, in words where short.
+fn ordinal(n: u32) -> String {
+    match n {
+        1 => "first".into(),
+        2 => "second".into(),
+        3 => "third".into(),
+        n => format!("{n}th"),
+    }
 }
