@@ -629,6 +629,42 @@ fn a_log_past_the_agents_bound_keeps_its_end_and_says_what_was_dropped() {
     assert!(shown.len() < 1 << 20, "{} bytes shown", shown.len());
 }
 
+/// `--keep-logs-hours`: an agent deletes the logs of attempts that ended longer ago than that,
+/// and never those of an attempt that runs, however long it has been silent.
+#[test]
+fn an_agent_deletes_old_logs_of_ended_attempts_and_keeps_a_running_ones() {
+    let mut c = Cluster::start(&[]);
+    let first = c.node_command("n1").args(["--reattach-grace-ms", "60000"]).spawn().unwrap();
+    c.nodes.insert("n1".into(), first);
+    c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    let job = |name: &str, script: &str| {
+        let spec = json!({"command": ["sh", "-c", script], "min_nodes": 1, "max_nodes": 1});
+        c.submit_no_wait(&c.spec(name, spec))
+    };
+    let ended = job("ended", "echo done");
+    c.wait_for_job(&ended, "it succeeds", |j| j["state"] == "SUCCEEDED");
+    let silent = job("silent", "echo started; exec sleep 120");
+    c.wait_for_job(&silent, "it runs", |j| running(j, 1));
+    let log_of = |id: &str| {
+        let logs = find_files(c.dir.path(), "attempt-1.log");
+        logs.into_iter().find(|p| p.parent().and_then(|a| a.parent()).is_some_and(|j| j.ends_with(id))).unwrap()
+    };
+    let (ended_log, silent_log) = (log_of(&ended), log_of(&silent));
+    c.wait_until("the silent job wrote its line", |_| std::fs::read_to_string(&silent_log).unwrap() == "started\n");
+    let ten_days_ago = std::time::SystemTime::now() - Duration::from_secs(10 * 86_400);
+    for log in [&ended_log, &silent_log] {
+        std::fs::File::options().append(true).open(log).unwrap().set_modified(ten_days_ago).unwrap();
+    }
+    c.kill_node("n1");
+    let again = c.node_command("n1").args(["--keep-logs-hours", "24"]).spawn().unwrap();
+    c.nodes.insert("n1".into(), again);
+    c.wait_until("the ended attempt's log is deleted", |_| !ended_log.exists());
+    assert!(!ended_log.parent().unwrap().exists(), "with the directories it leaves empty");
+    assert!(silent_log.exists(), "a running attempt's log stays");
+    assert_eq!(c.job(&silent)["actors"][0]["attempt"], 1, "the silent job was re-attached, not restarted");
+    assert_eq!(c.ftdrive(&["logs", &silent]), "started\n");
+}
+
 #[test]
 fn a_log_follower_keeps_to_its_attempt_when_a_retry_starts() {
     let c = Cluster::start(&["n1"]);

@@ -491,7 +491,10 @@ const EXPECTED: &[(&str, Expectation)] = &[
     ("a_listener_on_a_rendezvous_port_moves_its_bundle", |r| {
         assert_eq!((r.state("a"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
         let user = pair("user_error", "user");
-        assert_eq!(r.ledger("a"), vec![user.clone(), user.clone(), pair("node_lost", "system"), pair("completed", "none")]);
+        assert_eq!(
+            r.ledger("a"),
+            vec![user.clone(), user.clone(), pair("node_lost", "system"), pair("completed", "none")]
+        );
         let masters = |job: &str| -> Vec<(Value, Value)> {
             let cycles = r.events("cycle_formed").into_iter().filter(|c| c["job"] == job);
             cycles.map(|c| (c["master_addr"].clone(), c["master_port"].clone())).collect()

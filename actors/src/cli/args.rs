@@ -7,6 +7,8 @@ use std::path::PathBuf;
 /// container runtime rotates a container's log, a job that prints without end must not fill
 /// its node's disk.
 pub const DEFAULT_MAX_LOG_MB: u64 = 1_024;
+/// `ftdrive node --keep-logs-hours`: as long as the head keeps a finished job by default.
+pub const DEFAULT_KEEP_LOGS_HOURS: u64 = 168;
 
 #[derive(Debug, Parser)]
 #[command(name = "ftdrive", version, about = "Fault-tolerant placement-group runtime for multi-node jobs")]
@@ -165,6 +167,11 @@ pub struct NodeArgs {
     /// and `ftdrive logs` says so); 0 keeps everything.
     #[arg(long, default_value_t = DEFAULT_MAX_LOG_MB)]
     pub max_log_mb: u64,
+    /// The logs of an attempt that ended are deleted once nothing was written to them for this
+    /// many hours (its end counts as a write); 0 keeps them. The head forgets finished jobs
+    /// after its --retain-finished-hours, 168 too.
+    #[arg(long, default_value_t = DEFAULT_KEEP_LOGS_HOURS)]
+    pub keep_logs_hours: u64,
     // How this agent's log server, which binds --addr, speaks.
     #[command(flatten)]
     pub tls: ServeTls,

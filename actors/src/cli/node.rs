@@ -11,6 +11,7 @@ use crate::paths;
 use ftdrive::resources::{parse_labels, Devices};
 use ftdrive::{NodeId, Resources};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 
 pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
@@ -50,6 +51,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         drain_deadline_ms: args.drain_deadline_ms,
         reattach_grace_ms: args.reattach_grace_ms,
         max_log_bytes: args.max_log_mb.saturating_mul(1 << 20),
+        keep_logs: (args.keep_logs_hours > 0).then(|| Duration::from_secs(args.keep_logs_hours.saturating_mul(3_600))),
         head_tls,
         log_tls,
     };

@@ -14,6 +14,7 @@ mod link;
 mod logcap;
 pub mod logs;
 mod metrics;
+pub mod retention;
 pub mod supervisor;
 mod workers;
 
@@ -59,6 +60,9 @@ pub struct NodeOptions {
     pub reattach_grace_ms: Option<u64>,
     /// About how much of each attempt log is kept on disk (its end); 0: all of it.
     pub max_log_bytes: u64,
+    /// How long an ended attempt's logs stay once nothing more is written to them; `None`:
+    /// for ever (`retention.rs`).
+    pub keep_logs: Option<Duration>,
     /// How an https:// head is verified (`None` for an http:// head).
     pub head_tls: Option<Arc<rustls::ClientConfig>>,
     /// The log server serves HTTPS with this; `None`: plain HTTP.
@@ -242,6 +246,23 @@ impl NodeAgent {
         }));
     }
 
+    /// Deletes, off this thread, the logs of attempts that ended over `keep_logs` ago; those of
+    /// attempts it supervises or still owes the head a report on stay, however old.
+    fn sweep_old_logs(&mut self, ctx: &mut Context<Self>) {
+        let Some(keep) = self.opts.keep_logs else { return };
+        let owed = self.protocol.unacknowledged().map(|(key, _)| key);
+        let live = self.supervisors.keys().chain(self.protocol.running()).chain(owed).map(retention::log_key).collect();
+        let dir = self.opts.state_dir.join("logs");
+        let sweep = move || retention::sweep(&dir, keep, &live, std::time::SystemTime::now());
+        let swept = async { tokio::task::spawn_blocking(sweep).await.ok() };
+        ctx.spawn(swept.into_actor(self).map(move |swept, _, _| {
+            if let Some(swept) = swept.filter(|s| s.files > 0) {
+                let (files, mib) = (swept.files, swept.bytes as f64 / f64::from(1 << 20));
+                tracing::info!("deleted {files} log(s) of attempts that ended over {keep:?} ago ({mib:.1} MiB)");
+            }
+        }));
+    }
+
     fn set_heartbeat(&mut self, interval_ms: u64, ctx: &mut Context<Self>) {
         if let Some(handle) = self.heartbeat.take() {
             ctx.cancel_future(handle);
@@ -341,6 +362,9 @@ impl NodeAgent {
             }
             Report::Ended(status) => {
                 self.supervisors.remove(&key);
+                if let Some(log) = logs::log_path(&self.opts.state_dir, key.job.as_str(), key.actor, key.attempt) {
+                    retention::touch(&log);
+                }
                 self.metrics.attempt_ended(status.code == Some(0));
                 self.input(AgentInput::Exited { key, status }, ctx);
             }
@@ -371,6 +395,10 @@ impl Actor for NodeAgent {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.set_heartbeat(ftdrive::agent::DEFAULT_HEARTBEAT_MS, ctx);
+        if self.opts.keep_logs.is_some() {
+            self.sweep_old_logs(ctx);
+            ctx.run_interval(retention::SWEEP_EVERY, |act, ctx| act.sweep_old_logs(ctx));
+        }
     }
 }
 
