@@ -75,9 +75,12 @@ impl HeadConfig {
             ));
         }
         let last_port = (u32::from(self.master_port_base) + u32::from(self.ports_per_node)).saturating_sub(1);
-        if self.master_port_base == 0 || self.ports_per_node == 0 || last_port > 65_535 {
+        // Below 1024 a rank 0 needs root to listen, and agents do not report what listens
+        // there (PS-3).
+        if self.master_port_base < FIRST_UNPRIVILEGED_PORT || self.ports_per_node == 0 || last_port > 65_535 {
             return Err(format!(
-                "{} is {}; with `ports_per_node` {} its ports must stay within 1..=65535: use one from 1 to {}",
+                "{} is {}; with `ports_per_node` {} its ports must stay within 1024..=65535 (below 1024 only \
+                 root may listen): use one from 1024 to {}",
                 key("master_port_base"),
                 self.master_port_base,
                 self.ports_per_node,
@@ -87,6 +90,9 @@ impl HeadConfig {
         Ok(())
     }
 }
+
+/// The lowest port a process that is not root may listen on.
+pub const FIRST_UNPRIVILEGED_PORT: u16 = 1_024;
 
 #[cfg(test)]
 mod tests {
@@ -100,11 +106,15 @@ mod tests {
         let over = HeadConfig { master_port_base: 64_537, ..HeadConfig::default() };
         let error = over.validate().unwrap_err();
         assert!(
-            error.contains("(`--master-port-base`) is 64537") && error.ends_with("use one from 1 to 64536"),
+            error.contains("(`--master-port-base`) is 64537") && error.ends_with("use one from 1024 to 64536"),
             "{error}"
         );
         let zero = HeadConfig { master_port_base: 0, ..HeadConfig::default() };
         assert!(zero.validate().is_err(), "port 0 is no port");
+        let privileged = HeadConfig { master_port_base: 1_023, ..HeadConfig::default() };
+        assert!(privileged.validate().unwrap_err().contains("is 1023"), "only root may listen there");
+        let lowest = HeadConfig { master_port_base: 1_024, ..HeadConfig::default() };
+        assert_eq!(lowest.validate(), Ok(()));
         let none = HeadConfig { ports_per_node: 0, ..HeadConfig::default() };
         assert!(none.validate().is_err());
     }

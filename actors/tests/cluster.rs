@@ -364,7 +364,7 @@ fn a_master_port_base_too_high_for_its_pool_exits_2_naming_the_flag() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("`--master-port-base`) is 65000") && stderr.contains("use one from 1 to 64536"),
+        stderr.contains("`--master-port-base`) is 65000") && stderr.contains("use one from 1024 to 64536"),
         "{stderr}"
     );
     assert!(!state.exists(), "nothing was written for a refused setting");

@@ -325,7 +325,7 @@ impl Scenario {
                 Fault::StopJob { job } => known_job(job)?,
                 Fault::PortListener { node, port } => {
                     known_node(nodes, node)?;
-                    if *port < 1_024 {
+                    if *port < crate::config::FIRST_UNPRIVILEGED_PORT {
                         return Err(err(field("port"), format!("is {port}: agents report ports from 1024 up")));
                     }
                 }

@@ -150,7 +150,7 @@ fn listening_in(table: &str) -> impl Iterator<Item = u16> + '_ {
         let local = fields.nth(1)?;
         let state = fields.nth(1)?;
         let port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
-        (state == "0A" && port >= 1024).then_some(port)
+        (state == "0A" && port >= ftdrive::config::FIRST_UNPRIVILEGED_PORT).then_some(port)
     })
 }
 
