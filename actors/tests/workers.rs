@@ -112,19 +112,20 @@ fn two_jobs_on_two_agents_of_one_machine_listen_on_two_ports() {
 
 /// A listener outside ftdrive on the first rendezvous port (a forgotten `torchrun`) is passed
 /// over: the job's rank 0 gets the next port and listens there. (A base of its own, so that
-/// no other test of this binary listens in its range.) The job failed with `EADDRINUSE`
+/// no other test of this binary listens in its range, and below the kernel's ephemeral ports,
+/// 32768 up, which any connection on the machine may hold.) The job failed with `EADDRINUSE`
 /// before agents reported what listens.
 #[test]
 fn a_port_a_forgotten_process_listens_on_is_passed_over() {
-    let squatter = std::net::TcpListener::bind("0.0.0.0:39500").expect("port 39500 free for the test");
-    let c = Cluster::start_with(&["n1"], &["--master-port-base", "39500"]);
+    let squatter = std::net::TcpListener::bind("0.0.0.0:31500").expect("port 31500 free for the test");
+    let c = Cluster::start_with(&["n1"], &["--master-port-base", "31500"]);
     let out_dir = c.dir.path().join("ports");
     std::fs::create_dir(&out_dir).unwrap();
     let command = json!(["python3", "-c", LISTEN_ON_MASTER_PORT, out_dir.to_str().unwrap(), "1"]);
     let id = c.submit_no_wait(&c.spec("beside", json!({"command": command, "min_nodes": 1, "max_nodes": 1})));
     let done = c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
     assert_eq!(done["state"], "SUCCEEDED", "{done}");
-    assert_eq!(std::fs::read_to_string(out_dir.join(&id)).unwrap(), "39501");
+    assert_eq!(std::fs::read_to_string(out_dir.join(&id)).unwrap(), "31501");
     drop(squatter);
 }
 
@@ -151,7 +152,7 @@ fn bundle_port(job: &Value, index: usize) -> Option<u64> {
 /// port. Without the move it failed with `EADDRINUSE`, its only user retry gone.
 #[test]
 fn a_spare_whose_port_was_taken_takes_over_on_another() {
-    let mut c = Cluster::start_with(&["n1", "n2"], &["--master-port-base", "39600"]);
+    let mut c = Cluster::start_with(&["n1", "n2"], &["--master-port-base", "31600"]);
     let out_dir = c.dir.path().join("ports");
     std::fs::create_dir(&out_dir).unwrap();
     let command = json!(["python3", "-c", LISTEN_THEN_WAIT_IN_FIRST_CYCLE, out_dir.to_str().unwrap()]);
