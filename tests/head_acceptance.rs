@@ -2,6 +2,7 @@
 
 mod support;
 
+use ftdrive::config::HeadConfig;
 use ftdrive::driver::{ActorState, Budget, BudgetKind, Cause, JobState};
 use ftdrive::event::JobEvent;
 use ftdrive::protocol::AttemptKey;
@@ -407,6 +408,35 @@ fn a_restarted_head_readopts_running_attempts_and_charges_nothing() {
     let done = c.view(&job);
     assert_eq!(done.state, JobState::Succeeded);
     assert!(done.ledger[before.ledger.len()..].iter().all(|e| e.cause == Cause::Completed && e.cycle == 2));
+}
+
+/// DU-3: a head restarted with a shorter node timeout while an agent is down waits for that
+/// agent as long as its supervisors keep its attempts (the old head's timeout): a rank
+/// re-placed sooner would run beside its first attempt. Once every node reported, the bound
+/// is the new head's own.
+#[test]
+fn a_head_restarted_with_a_shorter_node_timeout_waits_the_grace_the_supervisors_hold() {
+    let long = HeadConfig { node_timeout_ms: 10_000, ..config() };
+    let mut c = TestCluster::new(long.clone());
+    c.join("n1", cpu(1));
+    c.join("n2", cpu(1));
+    let job = c.submit(spec("upgraded", 1, 1));
+    let node = c.view(&job).actors[0].node.clone().expect("placed");
+    c.stop_agent(&node);
+    let short = HeadConfig { node_timeout_ms: 1_500, ..long };
+    c.restart_head_with(short.clone());
+    c.advance(9_000);
+    assert!(c.view(&job).ledger.is_empty(), "re-placed while its supervisors may run it: {:?}", c.view(&job).ledger);
+    c.restart_agent(&node);
+    c.advance(1_000);
+    assert!(c.view(&job).ledger.is_empty());
+    assert_eq!(c.running_of(&job).count(), 1, "the first attempt runs on, re-attached");
+    c.restart_head_with(short);
+    assert!(!c.head.recovering(), "every node reported");
+    c.stop_agent(&node);
+    c.advance(2_000);
+    let lost = c.view(&job).ledger;
+    assert_eq!(lost.iter().map(|e| e.cause).collect::<Vec<_>>(), [Cause::NodeLost], "the new timeout rules now");
 }
 
 /// HB-1: a start whose confirmation was lost is confirmed by the next heartbeat that lists it,

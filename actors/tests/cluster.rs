@@ -633,8 +633,9 @@ fn a_log_past_the_agents_bound_keeps_its_end_and_says_what_was_dropped() {
 /// and never those of an attempt that runs, however long it has been silent.
 #[test]
 fn an_agent_deletes_old_logs_of_ended_attempts_and_keeps_a_running_ones() {
-    let mut c = Cluster::start(&[]);
-    let first = c.node_command("n1").args(["--reattach-grace-ms", "60000"]).spawn().unwrap();
+    // Room to start the agent again before its supervisors give up on it.
+    let mut c = Cluster::start_with(&[], &["--node-timeout-ms", "5000"]);
+    let first = c.node_command("n1").spawn().unwrap();
     c.nodes.insert("n1".into(), first);
     c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
     let job = |name: &str, script: &str| {

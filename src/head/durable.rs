@@ -15,7 +15,10 @@
 //!   node and port, and nothing restarts.
 //! - **DU-3 a recovery window.** A restored head places nothing until every node it knew has
 //!   registered again or `node_timeout_ms` has passed; a node silent by then is lost with its
-//!   attempts (`node_lost`). A node's registration names the attempts it runs and those whose
+//!   attempts (`node_lost`). The window is never shorter than the node timeout of the head
+//!   that last welcomed the agents (`Counters::grace_bound_ms`): their supervisors keep an
+//!   agent's attempts that long (SV-1), so a head restarted with a shorter timeout while an
+//!   agent is down must not re-place what still runs there. A node's registration names the attempts it runs and those whose
 //!   end it still owes; any other attempt the head saw start there is lost.
 
 use super::{pg_spec, Head, JobSlot};
@@ -45,11 +48,16 @@ pub enum Durable {
     Counters,
 }
 
-/// Numbers never handed out twice.
+/// Numbers never handed out twice, and the grace bound of DU-3.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
     pub next_job_number: u64,
     pub next_pg: u64,
+    /// The longest re-attach grace a supervisor may hold (agents cap theirs at the node
+    /// timeout their head announced): the largest node timeout of the heads whose agents may
+    /// not have heard a later one yet.
+    #[serde(default)]
+    pub grace_bound_ms: u64,
 }
 
 /// A node as the head knows it.
@@ -116,7 +124,9 @@ impl Head {
         let mut head = Head::new(config);
         head.job_ids = JobIdMint::starting_at(state.counters.next_job_number);
         head.next_pg = state.counters.next_pg.max(1);
-        let window_ms = head.config.node_timeout_ms;
+        // DU-3: the supervisors of an agent that is down still hold the grace it was given.
+        head.grace_bound_ms = head.grace_bound_ms.max(state.counters.grace_bound_ms);
+        let window_ms = head.grace_bound_ms;
         let mut waiting = BTreeSet::new();
         let mut nodes = state.nodes;
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -232,7 +242,7 @@ impl Head {
         let Some(recovery) = self.recovery.as_mut() else { return false };
         let was_waiting = recovery.waiting.remove(&ix);
         if recovery.waiting.is_empty() {
-            self.recovery = None;
+            self.end_recovery();
         }
         was_waiting
     }
@@ -240,7 +250,17 @@ impl Head {
     /// The window closed: nodes that did not report were declared dead by now.
     pub(super) fn end_recovery_at(&mut self, now: Instant) {
         if self.recovery.as_ref().is_some_and(|r| r.until <= now) {
-            self.recovery = None;
+            self.end_recovery();
+        }
+    }
+
+    /// Every agent has been welcomed by this head (and its supervisors follow its node
+    /// timeout), or its supervisors' grace is over: the bound is this head's own again.
+    fn end_recovery(&mut self) {
+        self.recovery = None;
+        if self.grace_bound_ms != self.config.node_timeout_ms {
+            self.grace_bound_ms = self.config.node_timeout_ms;
+            self.touch_counters();
         }
     }
 
@@ -279,7 +299,11 @@ impl Head {
     }
 
     pub fn counters(&self) -> Counters {
-        Counters { next_job_number: self.job_ids.next_number(), next_pg: self.next_pg }
+        Counters {
+            next_job_number: self.job_ids.next_number(),
+            next_pg: self.next_pg,
+            grace_bound_ms: self.grace_bound_ms,
+        }
     }
 
     pub fn node_record(&self, name: &NodeId) -> Option<NodeRecord> {

@@ -256,6 +256,8 @@ pub struct Head {
     dead_nodes: BTreeSet<(Instant, NodeIx)>,
     /// A death was noted since retention last looked (`forget.rs`).
     trim_due: bool,
+    /// DU-3 (`durable.rs`): the longest re-attach grace a running supervisor may hold.
+    grace_bound_ms: u64,
 }
 
 impl Head {
@@ -266,6 +268,7 @@ impl Head {
             master_port_base: config.master_port_base,
             ports_per_node: config.ports_per_node,
         });
+        let grace_bound_ms = config.node_timeout_ms;
         Head {
             config,
             scheduler,
@@ -278,11 +281,13 @@ impl Head {
             timers: BTreeSet::new(),
             timer_of: BTreeMap::new(),
             effects: VecDeque::new(),
-            dirty: BTreeSet::new(),
+            // The grace bound is written with the first input (DU-3).
+            dirty: BTreeSet::from([durable::DirtyKey::Counters]),
             recovery: None,
             finished: BTreeSet::new(),
             dead_nodes: BTreeSet::new(),
             trim_due: false,
+            grace_bound_ms,
         }
     }
 

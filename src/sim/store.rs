@@ -101,10 +101,13 @@ mod tests {
         let config = HeadConfig { retain_finished: 0, ..HeadConfig::default() };
         let (mut head, mut store, now) = (Head::new(config.clone()), MemoryStore::default(), Instant::from_ms(0));
         assert_eq!(submit(&mut head, &mut store, now).as_str(), "j1");
-        assert_eq!(store.read().counters, Counters::default(), "a submission writes its job alone");
+        let first = store.read().counters;
+        assert_eq!(first.grace_bound_ms, config.node_timeout_ms, "a new head writes its grace bound once (DU-3)");
         let mut head = Head::restore(config.clone(), store.read(), now);
         assert_eq!(submit(&mut head, &mut store, now).as_str(), "j2");
+        let written = store.read().counters;
         assert_eq!(submit(&mut head, &mut store, now).as_str(), "j3");
+        assert_eq!(store.read().counters, written, "a submission writes its job alone");
         for job in ["j1", "j2", "j3"] {
             head.handle(now, Input::Stop { job: JobId::new(job) }).expect("stopped");
             persist(&mut head, &mut store);

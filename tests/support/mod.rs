@@ -229,6 +229,7 @@ impl TestCluster {
     fn start_agent(&mut self, node: &str, identity: AgentIdentity, recovered: Recovered) {
         let agent = self.agents.get_mut(node).expect("known node");
         agent.protocol = AgentProtocol::new(identity, agent.protocol.incarnation() + 1, recovered);
+        agent.heartbeating = true;
         self.agent_input(node, AgentInput::LinkUp);
         self.pump();
     }
@@ -261,6 +262,19 @@ impl TestCluster {
             self.agent_input(&name, AgentInput::LinkUp);
             self.pump();
         }
+    }
+
+    /// The head is killed and started again, with `config`, from what it made durable.
+    pub fn restart_head_with(&mut self, config: HeadConfig) {
+        self.head = Head::new(config);
+        self.restart_head();
+    }
+
+    /// The agent process stops (SIGUSR2, to be upgraded): no heartbeats, no link; its
+    /// processes run on under their supervisors.
+    pub fn stop_agent(&mut self, node: &str) {
+        self.agent_input(node, AgentInput::LinkDown);
+        self.agents.get_mut(node).expect("known node").heartbeating = false;
     }
 
     /// The node stops heartbeating and its processes vanish without a word (power loss).

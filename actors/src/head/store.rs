@@ -266,7 +266,11 @@ fn load(conn: &Connection) -> Result<DurableState, String> {
             .map_err(|e| e.to_string())?;
         Ok(value.unwrap_or(0) as u64)
     };
-    let counters = Counters { next_job_number: meta("next_job_number")?, next_pg: meta("next_pg")? };
+    let counters = Counters {
+        next_job_number: meta("next_job_number")?,
+        next_pg: meta("next_pg")?,
+        grace_bound_ms: meta("grace_bound_ms")?,
+    };
     let mut nodes = Vec::new();
     let mut rows = conn.prepare("SELECT name, record FROM nodes ORDER BY name").map_err(|e| e.to_string())?;
     for row in
@@ -376,6 +380,7 @@ fn apply(tx: &rusqlite::Transaction, write: &Write) -> rusqlite::Result<()> {
             let set = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)";
             tx.prepare_cached(set)?.execute(params!["next_job_number", c.next_job_number as i64])?;
             tx.prepare_cached(set)?.execute(params!["next_pg", c.next_pg as i64])?;
+            tx.prepare_cached(set)?.execute(params!["grace_bound_ms", c.grace_bound_ms as i64])?;
         }
     }
     Ok(())
@@ -440,7 +445,7 @@ mod tests {
         drop(conn);
 
         let (store, state) = Store::open(dir.path(), |_| {}).unwrap();
-        assert_eq!(state.counters, Counters { next_job_number: 9, next_pg: 9 });
+        assert_eq!(state.counters, Counters { next_job_number: 9, next_pg: 9, grace_bound_ms: 0 });
         assert_eq!(state.jobs.len(), 1);
         let job = &state.jobs[0];
         assert_eq!((job.pg, job.driver.id().as_str()), (7, "j7"));

@@ -267,6 +267,26 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     }
 }
 
+/// The re-attach grace supervisors keep under a head with `node_timeout_ms` (0: an older
+/// head that does not say): `--reattach-grace-ms` where given, but never longer than the node
+/// timeout, since the head re-places a silent node's attempts then, and a supervisor that kept
+/// its attempt longer would run a rank beside its replacement. A longer one given comes with
+/// a warning that says so.
+pub fn effective_grace_ms(given_ms: Option<u64>, node_timeout_ms: u64) -> (u64, Option<String>) {
+    match given_ms {
+        None => (node_timeout_ms, None),
+        Some(given) if node_timeout_ms > 0 && given > node_timeout_ms => (
+            node_timeout_ms,
+            Some(format!(
+                "--reattach-grace-ms {given} is longer than the head's node timeout ({node_timeout_ms} ms): the head \
+                 re-places a silent node's attempts after that, so they would run twice; attempts wait \
+                 {node_timeout_ms} ms for a restarted agent (start the head with a longer --node-timeout-ms for more)"
+            )),
+        ),
+        Some(given) => (given, None),
+    }
+}
+
 /// The re-attach grace (DESIGN §10) as the agent knows it: given by `--reattach-grace-ms`, else
 /// the head's node timeout once a head has welcomed the agent; unknown before that.
 #[derive(Clone, Debug)]
@@ -545,6 +565,18 @@ mod tests {
         write_record(dir.path(), boot_id());
         assert_eq!(ended(dir.path()), killed);
         assert_eq!(worker.0.wait().unwrap().signal(), Some(libc::SIGKILL), "this boot's group is killed");
+    }
+
+    #[test]
+    fn a_grace_longer_than_the_heads_node_timeout_is_cut_to_it() {
+        assert_eq!(effective_grace_ms(None, 3_000), (3_000, None));
+        assert_eq!(effective_grace_ms(Some(1_000), 3_000), (1_000, None));
+        let (grace, warning) = effective_grace_ms(Some(15_000), 1_500);
+        assert_eq!(grace, 1_500);
+        assert!(warning
+            .unwrap()
+            .starts_with("--reattach-grace-ms 15000 is longer than the head's node timeout (1500 ms)"));
+        assert_eq!(effective_grace_ms(Some(15_000), 0), (15_000, None), "a head that does not say");
     }
 
     #[test]

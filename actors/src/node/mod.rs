@@ -450,11 +450,13 @@ impl Handler<FromHead> for NodeAgent {
             ToAgent::Welcome { node_timeout_ms, log_token, .. } => {
                 self.last_refusal = None;
                 self.head_token.set(log_token.clone());
-                // Supervisors, running ones included, follow the head's node timeout unless
-                // the agent was given a grace of its own.
-                if self.opts.reattach_grace_ms.is_none() {
-                    self.grace.set_ms(*node_timeout_ms);
+                // Supervisors, running ones included, follow the head's node timeout, or the
+                // agent's own grace where that is shorter.
+                let (grace_ms, warning) = attempt::effective_grace_ms(self.opts.reattach_grace_ms, *node_timeout_ms);
+                if let Some(warning) = warning {
+                    tracing::warn!("{warning}");
                 }
+                self.grace.set_ms(grace_ms);
             }
             ToAgent::Refused { reason, .. } => self.log_refusal(reason),
             ToAgent::NameInUse { reason } => {
