@@ -261,6 +261,12 @@ impl JobIdMint {
     pub fn next_number(&self) -> u64 {
         self.next
     }
+
+    /// Whether `id` was handed out (or noted) before: `j<n>` below the next number.
+    pub fn handed_out(&self, id: &JobId) -> bool {
+        let number = id.as_str().strip_prefix('j').filter(|n| !n.starts_with('0'));
+        number.and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n >= 1 && n < self.next)
+    }
 }
 
 #[cfg(test)]

@@ -629,6 +629,44 @@ fn a_log_past_the_agents_bound_keeps_its_end_and_says_what_was_dropped() {
     assert!(shown.len() < 1 << 20, "{} bytes shown", shown.len());
 }
 
+/// The output of `child`, once it exits; a panic (and the child killed) if it is still
+/// running after `wait`. Its output must fit its pipes.
+fn output_within(mut child: std::process::Child, wait: Duration) -> std::process::Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > wait {
+            let _ = child.kill();
+            panic!("still running after {wait:?}: {:?}", child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Followers of jobs that retention forgets as soon as they end (`--retain-finished 0`, or a
+/// burst of others ending) exit with the job's outcome: they hung after its end, or exited 2
+/// on the head's 404. Asked for later, the job is said to be forgotten, not unknown.
+#[test]
+fn followers_of_a_job_forgotten_as_it_ends_exit_with_its_outcome() {
+    let c = Cluster::start_with(&["n1", "n2"], &["--retain-finished", "0"]);
+    let spec = c.spec("brief", json!({"command": ["sh", "-c", "sleep 0.5"], "min_nodes": 1, "max_nodes": 1}));
+    let followers: Vec<_> = (0..4)
+        .map(|_| c.command().arg("submit").arg(&spec).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap())
+        .collect();
+    for follower in followers {
+        let out = output_within(follower, WAIT);
+        let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{said}");
+        assert!(said.contains(" SUCCEEDED"), "{said}");
+    }
+    let out = c.try_ftdrive(&["status", "j1"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("job `j1` has ended and was forgotten"), "{said}");
+    let out = c.try_ftdrive(&["status", "j99"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no job `j99`"));
+}
+
 /// `--keep-logs-hours`: an agent deletes the logs of attempts that ended longer ago than that,
 /// and never those of an attempt that runs, however long it has been silent.
 #[test]

@@ -336,12 +336,17 @@ impl Head {
     /// with its driver.
     pub(super) fn note_finished(&mut self, pg: PgId, at: Instant) {
         self.finished.insert((at, pg));
+        self.finished_now.push(pg);
     }
 
-    /// Keeps at most `retain_finished` finished jobs (none with 0).
+    /// Keeps at most `retain_finished` finished jobs (none with 0), besides those that finished
+    /// in this input: they stay until the next one, so that the runtime still finds each while
+    /// it carries out this input's effects (its followers' final snapshot is its view).
     pub(super) fn trim_finished(&mut self) {
-        while self.finished.len() > self.config.retain_finished {
-            let (_, oldest) = self.finished.pop_first().expect("not empty");
+        let fresh = std::mem::take(&mut self.finished_now);
+        while self.finished.len() > self.config.retain_finished + fresh.len() {
+            let &(at, oldest) = self.finished.iter().find(|(_, pg)| !fresh.contains(pg)).expect("more than the fresh");
+            self.finished.remove(&(at, oldest));
             self.forget(oldest);
         }
     }

@@ -160,6 +160,13 @@ pub enum Rejected {
     StaleIncarnation(NodeId),
     #[error("no job `{0}`; `ftdrive status` lists the jobs")]
     UnknownJob(JobId),
+    /// An id the head handed out once whose job it no longer keeps.
+    #[error(
+        "job `{job}` has ended and was forgotten: the head keeps the last {kept} finished jobs for \
+         {hours} hours (`ftdrive head --retain-finished`, `--retain-finished-hours`); its logs stay \
+         on its nodes for their --keep-logs-hours"
+    )]
+    ForgottenJob { job: JobId, kept: usize, hours: u64 },
     #[error("a job with id `{0}` exists already; choose another id")]
     DuplicateJob(JobId),
     #[error("{}; use 1 to 253 letters, digits, `-`, `_` or `.`", name_is_bad(.0))]
@@ -252,6 +259,8 @@ pub struct Head {
     recovery: Option<Recovery>,
     /// Finished jobs kept for `status`, oldest first.
     finished: BTreeSet<(Instant, PgId)>,
+    /// Jobs that finished in the input being handled: kept until the next one.
+    finished_now: Vec<PgId>,
     /// DEAD nodes, longest dead first (`forget.rs`).
     dead_nodes: BTreeSet<(Instant, NodeIx)>,
     /// A death was noted since retention last looked (`forget.rs`).
@@ -285,6 +294,7 @@ impl Head {
             dirty: BTreeSet::from([durable::DirtyKey::Counters]),
             recovery: None,
             finished: BTreeSet::new(),
+            finished_now: Vec::new(),
             dead_nodes: BTreeSet::new(),
             trim_due: false,
             grace_bound_ms,
@@ -495,7 +505,7 @@ impl Head {
     }
 
     fn stop(&mut self, now: Instant, job: JobId) -> Result<Reply, Rejected> {
-        let pg = self.jobs.get(&job).map(|j| j.pg).ok_or(Rejected::UnknownJob(job))?;
+        let Some(pg) = self.jobs.get(&job).map(|j| j.pg) else { return Err(self.no_job(job)) };
         self.feed(now, pg, DriverInput::Stop);
         Ok(Reply::Done)
     }
@@ -679,6 +689,15 @@ impl Head {
     }
 
     /// Jobs held: running, pending, and finished ones kept for `status`.
+    /// Why the head has no job `job`: it never had one, or it forgot it (retention).
+    pub fn no_job(&self, job: JobId) -> Rejected {
+        if !self.job_ids.handed_out(&job) {
+            return Rejected::UnknownJob(job);
+        }
+        let hours = self.config.retain_finished_ms / 3_600_000;
+        Rejected::ForgottenJob { job, kept: self.config.retain_finished, hours }
+    }
+
     pub fn job_count(&self) -> usize {
         self.jobs.len()
     }

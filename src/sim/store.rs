@@ -112,6 +112,9 @@ mod tests {
             head.handle(now, Input::Stop { job: JobId::new(job) }).expect("stopped");
             persist(&mut head, &mut store);
         }
+        assert_eq!(store.read().jobs.len(), 1, "the job that finished in the last input stays until the next");
+        head.handle_timeout(now);
+        persist(&mut head, &mut store);
         assert!(store.read().jobs.is_empty(), "retention forgot every finished job");
         let mut head = Head::restore(config, store.read(), now);
         assert_eq!(submit(&mut head, &mut store, now).as_str(), "j4");

@@ -75,9 +75,12 @@ pub async fn follow(
             }
         }
     }
-    // The final snapshot stands in if the head is gone again by now.
+    // The final snapshot stands in if the head is gone again by now, or has forgotten the job
+    // since (retention, after a burst of other jobs ended).
     let view = match client.get::<JobView>(&format!("/v1/jobs/{job}")).await {
-        Err(CliError::Unreachable(_)) => screen.view.expect("the stream ended on a final snapshot"),
+        Err(CliError::Unreachable(_) | CliError::BadInput(_)) => {
+            screen.view.expect("the stream ended on a final snapshot")
+        }
         answer => answer?,
     };
     progress.text(&render::job_summary(&view))?;

@@ -63,7 +63,7 @@ impl Handler<Stop> for HeadActor {
     fn handle(&mut self, msg: Stop, ctx: &mut Context<Self>) -> Self::Result {
         let job = msg.job.clone();
         self.durable_answer(Input::Stop { job: msg.job }, ctx, move |act, _| {
-            act.view(&job).ok_or_else(|| ApiError::NotFound(format!("no job `{job}`")))
+            act.view(&job).ok_or_else(|| act.no_job(&job))
         })
     }
 }
@@ -157,9 +157,7 @@ impl Handler<Jobs> for HeadActor {
     fn handle(&mut self, msg: Jobs, _: &mut Context<Self>) -> Self::Result {
         match msg.job {
             Some(job) => {
-                let mut view = self
-                    .view(&job)
-                    .ok_or_else(|| ApiError::NotFound(format!("no job `{job}`; `ftdrive status` lists the jobs")))?;
+                let mut view = self.view(&job).ok_or_else(|| self.no_job(&job))?;
                 view.spec = self.head.driver(&job).map(|d| d.spec().clone());
                 Ok(vec![view])
             }
@@ -243,7 +241,7 @@ impl Handler<Follow> for HeadActor {
         let (tx, rx) = tokio::sync::mpsc::channel(super::FOLLOWER_QUEUE_LINES);
         let snapshot = match &msg.job {
             Some(job) => {
-                let view = self.view(job).ok_or_else(|| ApiError::NotFound(format!("no job `{job}`")))?;
+                let view = self.view(job).ok_or_else(|| self.no_job(job))?;
                 if view.state.is_terminal() {
                     drop(tx); // nothing more will happen: the stream is the snapshot alone
                     return Ok((Some(view), rx));
@@ -281,7 +279,7 @@ pub struct LogSource {
 impl Handler<LocateLog> for HeadActor {
     type Result = Result<LogSource, ApiError>;
     fn handle(&mut self, msg: LocateLog, _: &mut Context<Self>) -> Self::Result {
-        let view = self.view(&msg.job).ok_or_else(|| ApiError::NotFound(format!("no job `{}`", msg.job)))?;
+        let view = self.view(&msg.job).ok_or_else(|| self.no_job(&msg.job))?;
         let actor = view.actors.get(msg.actor as usize).ok_or_else(|| {
             let job = &msg.job;
             let last = view.actors.len().saturating_sub(1);

@@ -61,9 +61,10 @@ pub enum ApiError {
 impl From<Rejected> for ApiError {
     fn from(r: Rejected) -> Self {
         match r {
-            Rejected::UnknownJob(_) | Rejected::UnknownNode(_) | Rejected::NoSuchNode(_) => {
-                ApiError::NotFound(r.to_string())
-            }
+            Rejected::UnknownJob(_)
+            | Rejected::ForgottenJob { .. }
+            | Rejected::UnknownNode(_)
+            | Rejected::NoSuchNode(_) => ApiError::NotFound(r.to_string()),
             Rejected::LeavingNode(_) | Rejected::NotDead(..) => ApiError::Conflict(r.to_string()),
             _ => ApiError::BadRequest(r.to_string()),
         }
@@ -516,6 +517,11 @@ impl HeadActor {
 
     fn view(&self, job: &JobId) -> Option<JobView> {
         self.head.job_view(job)
+    }
+
+    /// 404 for a job the head does not have, saying whether it ever had it.
+    fn no_job(&self, job: &JobId) -> ApiError {
+        ApiError::NotFound(self.head.no_job(job.clone()).to_string())
     }
 }
 
