@@ -357,6 +357,7 @@ impl SimAgent {
             port_space: String::new(),
             log_url: String::new(),
             identity: paths::random_token().unwrap(),
+            cluster: String::new(),
         };
         let protocol = Agent::new(identity, paths::incarnation(), Recovered::default());
         SimAgent { ix, protocol, shared, epoch, welcomed: false, new_interval_ms: None, probe: None }
@@ -381,7 +382,7 @@ impl SimAgent {
                     self.input(AgentInput::Exited { key, status: ExitStatus::signal(libc::SIGTERM, true) });
                 }
                 AgentEffect::HeartbeatEvery { interval_ms } => self.new_interval_ms = Some(interval_ms),
-                AgentEffect::Forget { .. } | AgentEffect::ShutDown => {}
+                AgentEffect::Forget { .. } | AgentEffect::JoinedCluster { .. } | AgentEffect::ShutDown => {}
             }
         }
         Ok(())

@@ -55,6 +55,8 @@ pub struct AgentIdentity {
     pub log_url: String,
     /// The secret that tells this agent from another under the same name (the runtime's).
     pub identity: String,
+    /// The cluster whose attempts it ran last (`Registration::cluster`; the runtime keeps it).
+    pub cluster: String,
 }
 
 /// How an attempt ended, as the agent reports it.
@@ -122,6 +124,13 @@ pub enum AgentEffect {
     /// The head has this attempt's end: whatever the runtime keeps of it may go.
     Forget {
         key: AttemptKey,
+    },
+    /// A head of another cluster than the last welcomed this agent (its attempts' records
+    /// are forgotten, each with `Forget`): the runtime keeps the new one, and puts what it
+    /// keeps of the old cluster's attempts (their logs) aside. `previous` is empty the first time.
+    JoinedCluster {
+        cluster: String,
+        previous: String,
     },
     /// Heartbeat at this interval from now on.
     HeartbeatEvery {
@@ -355,20 +364,39 @@ impl Agent {
             listening: self.listening.clone().unwrap_or_default(),
             log_url: id.log_url.clone(),
             identity: id.identity.clone(),
+            cluster: id.cluster.clone(),
             running: self.procs.keys().cloned().collect(),
             ended: self.unacked.keys().cloned().collect(),
         };
         self.send(ToHead::Register(Box::new(msg)));
     }
 
+    /// A head of another cluster welcomed this agent (it took the registration, so nothing
+    /// runs or is owed): the attempts it remembers ending are another cluster's, whose ids this
+    /// head hands out anew, so a start of one would be taken for a start already done.
+    fn join_cluster(&mut self, cluster: String) {
+        if cluster.is_empty() || cluster == self.identity.cluster {
+            return;
+        }
+        let previous = std::mem::replace(&mut self.identity.cluster, cluster.clone());
+        if !previous.is_empty() {
+            self.finished.clear();
+            for key in std::mem::take(&mut self.finished_order) {
+                self.effects.push(AgentEffect::Forget { key });
+            }
+        }
+        self.effects.push(AgentEffect::JoinedCluster { cluster, previous });
+    }
+
     fn on_head_message(&mut self, now: Instant, msg: ToAgent) {
         match msg {
-            ToAgent::Welcome { heartbeat_interval_ms, .. } => {
+            ToAgent::Welcome { heartbeat_interval_ms, cluster, .. } => {
                 let interval_ms = heartbeat_interval_ms.max(10);
                 if interval_ms != self.heartbeat_ms {
                     self.heartbeat_ms = interval_ms;
                     self.effects.push(AgentEffect::HeartbeatEvery { interval_ms });
                 }
+                self.join_cluster(cluster);
             }
             // After a refusal the registration may race with the reports: they follow with the
             // next heartbeat.
@@ -600,6 +628,7 @@ mod tests {
             port_space: String::new(),
             log_url: String::new(),
             identity: String::new(),
+            cluster: "c1".into(),
         };
         let mut a = Agent::new(identity, 7, recovered);
         a.handle(Instant::ZERO, AgentInput::LinkUp);
@@ -608,6 +637,28 @@ mod tests {
 
     fn effects(a: &mut Agent) -> Vec<AgentEffect> {
         std::iter::from_fn(|| a.poll_effect()).collect()
+    }
+
+    fn welcome(cluster: &str) -> AgentInput {
+        AgentInput::FromHead(ToAgent::Welcome {
+            heartbeat_interval_ms: DEFAULT_HEARTBEAT_MS,
+            node_timeout_ms: 3_000,
+            log_token: None,
+            cluster: cluster.into(),
+        })
+    }
+
+    #[test]
+    fn a_head_of_another_cluster_makes_the_agent_forget_the_old_ones_ended_attempts() {
+        let key = key(0);
+        let mut a = agent(Recovered { finished: vec![key.clone()], ..Recovered::default() });
+        a.handle(Instant::ZERO, welcome("c1"));
+        assert!(!effects(&mut a).iter().any(|e| matches!(e, AgentEffect::JoinedCluster { .. })), "its own cluster");
+        a.handle(Instant::ZERO, welcome("c2"));
+        let joined = AgentEffect::JoinedCluster { cluster: "c2".into(), previous: "c1".into() };
+        assert_eq!(effects(&mut a), [AgentEffect::Forget { key: key.clone() }, joined]);
+        a.handle(Instant::ZERO, AgentInput::FromHead(ToAgent::Start(Arc::new(spec(0)))));
+        assert!(effects(&mut a).iter().any(|e| matches!(e, AgentEffect::Spawn(_))), "c2's j1 is a job of its own");
     }
 
     fn from_head(a: &mut Agent, msg: ToAgent) -> Vec<AgentEffect> {

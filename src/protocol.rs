@@ -184,6 +184,10 @@ pub enum ToAgent {
         /// that killed its agent) would then hold. Made by the head's runtime.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         log_token: Option<String>,
+        /// The head's cluster (made with its database; the runtime's): an agent that ran
+        /// another's attempts forgets those it remembers, whose ids this head hands out anew.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        cluster: String,
     },
     /// A message was refused. `register_again`: the head does not know this agent (declared
     /// dead, or the registration was lost) and it should register again.
@@ -244,6 +248,11 @@ pub struct Registration {
     /// the name over — the same agent reconnecting, not a second machine under its name.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub identity: String,
+    /// The cluster (a head's database) whose attempts this agent ran last, as a welcome named
+    /// it; empty before any did. A head of another cluster refuses an agent that runs or owes
+    /// the end of attempts (they are not its jobs), and never stops them.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster: String,
     #[serde(default)]
     pub running: Vec<AttemptKey>,
     #[serde(default)]

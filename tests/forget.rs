@@ -135,6 +135,7 @@ fn register(node: &str) -> Input {
         ended: Vec::new(),
         log_url: String::new(),
         identity: String::new(),
+        cluster: String::new(),
     }))
 }
 

@@ -491,6 +491,7 @@ fn a_report_overtaken_by_a_later_start_loses_nothing() {
         listening: Vec::new(),
         log_url: String::new(),
         identity: String::new(),
+        cluster: String::new(),
         running: Vec::new(),
         ended: vec![first],
     };

@@ -569,3 +569,61 @@ fn dead_nodes_are_forgotten_durably_and_a_live_one_never() {
 fn node_names(c: &Cluster) -> Vec<String> {
     c.nodes_json().as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap().to_string()).collect()
 }
+
+/// A head started on another (here an empty) state dir with the cluster's tokens refuses the
+/// agents that run the first head's attempts, and leaves those attempts running: it stopped
+/// them all before, silently. Back on its own state dir, the first head re-adopts them. An
+/// agent with nothing running joins the new cluster, forgets the old one's ended attempts and
+/// puts their logs aside: the new head hands out the same job ids, and its `j1` never started
+/// (taken for a start already done) or wrote into the old `j1`'s log.
+#[test]
+fn a_head_on_another_state_dir_leaves_the_first_heads_work_alone() {
+    let mut c = Cluster::start(&["n1"]);
+    let done = c.submit_no_wait(&c.spec("before", json!({"command": ["echo", "old"], "min_nodes": 1, "max_nodes": 1})));
+    c.wait_for_job(&done, "it succeeds", |j| j["state"] == "SUCCEEDED");
+    let id = steady_job(&c, "kept", 1);
+    let running = pids(&c, None);
+    c.kill_head();
+
+    let other = c.dir.path().join("other-head");
+    std::fs::create_dir(&other).unwrap();
+    for file in ["token", "agent-token"] {
+        std::fs::copy(c.dir.path().join(file), other.join(file)).unwrap();
+    }
+    let listen = c.url.trim_start_matches("http://").to_string();
+    let log = std::fs::File::create(c.dir.path().join("other-head.log")).unwrap();
+    let stray = Ended(head_command(&other, &listen, &[]).stderr(log).spawn().unwrap());
+    c.wait_until("the other head refuses the agent", |c| {
+        std::fs::read_to_string(c.dir.path().join("other-head.log")).unwrap().contains("refused: node n1's agent")
+    });
+    assert!(c.nodes_json().as_array().unwrap().is_empty(), "n1 did not join the other cluster");
+    std::thread::sleep(Duration::from_secs(2)); // a heartbeat or ten: nothing stops them
+    assert_eq!(pids(&c, None), running, "the first head's attempts run on");
+    drop(stray);
+
+    c.start_head_again();
+    c.wait_for_job(&id, "the first head re-adopts it", |j| running_attempt_is(j, 1));
+    assert_eq!(pids(&c, None), running);
+    c.ftdrive(&["stop", &id]);
+    c.wait_for_job(&id, "it stops", |j| j["state"] == "STOPPED");
+    c.wait_until("its processes are gone", |c| c.processes(None).is_empty());
+    c.kill_head();
+
+    let fresh = c.dir.path().join("fresh-head");
+    std::fs::create_dir(&fresh).unwrap();
+    for file in ["token", "agent-token"] {
+        std::fs::copy(c.dir.path().join(file), fresh.join(file)).unwrap();
+    }
+    let _fresh_head = Ended(head_command(&fresh, &listen, &[]).spawn().unwrap());
+    let again = c.submit_no_wait(&c.spec("after", json!({"command": ["echo", "new"], "min_nodes": 1, "max_nodes": 1})));
+    assert_eq!(again, done, "an empty state dir hands out the same ids");
+    c.wait_for_job(&again, "the new j1 runs and succeeds", |j| j["state"] == "SUCCEEDED");
+    assert_eq!(c.ftdrive(&["logs", &again]), "new\n", "its log is its own");
+    let aside: Vec<_> = std::fs::read_dir(c.dir.path().join("node-n1")).unwrap().flatten().collect();
+    assert!(aside.iter().any(|e| e.file_name().to_string_lossy().starts_with("logs-")), "the old logs are kept aside");
+}
+
+/// The job's one actor runs, in its attempt `attempt`.
+fn running_attempt_is(job: &Value, attempt: u64) -> bool {
+    job["actors"][0]["state"] == "RUNNING" && job["actors"][0]["attempt"] == attempt
+}

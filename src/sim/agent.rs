@@ -92,5 +92,6 @@ fn identity(name: &NodeId, resources: &Resources, labels: &Labels, port_space: &
         port_space: port_space.to_string(),
         log_url: String::new(),
         identity: String::new(),
+        cluster: String::new(),
     }
 }

@@ -776,7 +776,10 @@ impl Simulation {
                 AgentEffect::Send(msg) => self.send_to_head(ix, msg),
                 AgentEffect::Spawn(spec) => self.spawn(ix, *spec),
                 AgentEffect::Stop { key, grace_ms } => self.signal_stop(ix, key, grace_ms),
-                AgentEffect::Forget { .. } | AgentEffect::HeartbeatEvery { .. } | AgentEffect::ShutDown => {}
+                AgentEffect::Forget { .. }
+                | AgentEffect::HeartbeatEvery { .. }
+                | AgentEffect::JoinedCluster { .. }
+                | AgentEffect::ShutDown => {}
             }
         }
     }

@@ -109,6 +109,7 @@ impl TestCluster {
             port_space: port_space.into(),
             log_url: String::new(),
             identity: String::new(),
+            cluster: String::new(),
         };
         let mut protocol = AgentProtocol::new(identity, incarnation, Recovered::default());
         if !listening.is_empty() {
@@ -403,7 +404,10 @@ impl TestCluster {
                         agent.protocol.handle(now, AgentInput::Exited { key, status: ExitStatus::signal(15, false) });
                     }
                 }
-                AgentEffect::Forget { .. } | AgentEffect::HeartbeatEvery { .. } | AgentEffect::ShutDown => {}
+                AgentEffect::Forget { .. }
+                | AgentEffect::HeartbeatEvery { .. }
+                | AgentEffect::JoinedCluster { .. }
+                | AgentEffect::ShutDown => {}
             }
         }
     }

@@ -342,6 +342,14 @@ impl Handler<FromAgent> for HeadActor {
     type Result = ();
     fn handle(&mut self, msg: FromAgent, ctx: &mut Context<Self>) {
         let node = msg.msg.node().clone();
+        if self.foreign_sessions.contains(&msg.session) {
+            return; // refused as another cluster's (below): said once, and its work left alone
+        }
+        if let Some(refusal) = self.refuse_another_clusters_work(&msg) {
+            self.foreign_sessions.insert(msg.session);
+            let _ = msg.tx.try_send(refusal);
+            return;
+        }
         if let Err(refusal) = self.admit(&msg) {
             tracing::warn!("session {} for node {node}: {refusal:?}", msg.session);
             let _ = msg.tx.try_send(refusal);
@@ -362,6 +370,7 @@ impl Handler<FromAgent> for HeadActor {
                     heartbeat_interval_ms: config.heartbeat_interval_ms,
                     node_timeout_ms: config.node_timeout_ms,
                     log_token: Some(token),
+                    cluster: self.store.cluster_id().to_string(),
                 };
                 let _ = msg.tx.try_send(welcome);
             }
@@ -375,6 +384,28 @@ impl Handler<FromAgent> for HeadActor {
 }
 
 impl HeadActor {
+    /// An agent that runs, or owes the end of, attempts of another cluster (its head ran on
+    /// another state dir; this one is new, or the wrong one) is refused, and nothing is said to
+    /// it again in that session: those attempts are not this head's to stop, and the same job
+    /// ids mean other jobs here. They run on until their own head is back.
+    fn refuse_another_clusters_work(&self, msg: &FromAgent) -> Option<ToAgent> {
+        let ToHead::Register(registration) = &msg.msg else { return None };
+        let (theirs, ours) = (registration.cluster.as_str(), self.store.cluster_id());
+        let work = registration.running.len() + registration.ended.len();
+        if theirs.is_empty() || theirs == ours || work == 0 {
+            return None;
+        }
+        let reason = format!(
+            "node {}'s agent runs or owes the ends of {work} attempt(s) of cluster {theirs}, and this head, on state \
+             dir {}, is cluster {ours}: start the head on the state dir it ran with; to move that machine to this \
+             cluster, let its attempts end (or end their processes) first",
+            registration.node,
+            self.store.path().parent().map_or_else(|| ".".into(), |d| d.display().to_string()),
+        );
+        tracing::error!("refused: {reason}");
+        Some(ToAgent::Refused { reason, register_again: false })
+    }
+
     /// Node identity (DESIGN §11): a registration binds the node name to its session unless
     /// another live session holds the name under another identity; every other message must
     /// come from the session its node is bound to.

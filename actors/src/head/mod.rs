@@ -138,6 +138,8 @@ pub struct HeadActor {
     clock_base_ms: u64,
     clock: std::time::Instant,
     sessions: BTreeMap<NodeId, Session>,
+    /// Agent sessions refused as another cluster's: not answered again.
+    foreign_sessions: BTreeSet<u64>,
     /// Each connected agent's log server, and the token its session was given for it.
     log_servers: BTreeMap<NodeId, LogServer>,
     followers: Vec<Follower>,
@@ -189,6 +191,7 @@ impl HeadActor {
             clock_base_ms,
             clock: std::time::Instant::now(),
             sessions: BTreeMap::new(),
+            foreign_sessions: BTreeSet::new(),
             log_servers: BTreeMap::new(),
             followers: Vec::new(),
             store,

@@ -86,6 +86,11 @@ pub enum StoreError {
          transaction); make the state dir writable, with room on its disk, and start again"
     )]
     Upgrade(PathBuf, i64, i64, String),
+    #[error(
+        "cannot prepare the state database {0} for use: {1}. Nothing was changed; make the state dir writable, \
+         with room on its disk, and start again"
+    )]
+    Prepare(PathBuf, String),
     #[error("cannot use the state dir {0}: {1}")]
     Io(PathBuf, std::io::Error),
 }
@@ -147,6 +152,9 @@ pub struct Store {
     batches: Sender<Batch>,
     writer: Arc<Mutex<Writer>>,
     path: PathBuf,
+    /// Made once with the database: what tells this head's cluster from one a head started on
+    /// another (or an empty) state dir would make, for its agents (`ToAgent::Welcome`).
+    cluster_id: String,
     _lock: std::fs::File,
 }
 
@@ -189,6 +197,7 @@ impl Store {
         let conn = Connection::open(&path).map_err(unreadable)?;
         prepare(&conn, &path)?;
         let state = load(&conn).map_err(|e| StoreError::Unreadable(path.clone(), e))?;
+        let cluster_id = load_cluster_id(&conn).map_err(|e| StoreError::Unreadable(path.clone(), e))?;
         let (batches, incoming) = channel::<Batch>();
         #[allow(clippy::disallowed_methods)]
         let crash_after = std::env::var(CRASH_AFTER_COMMITS).ok().and_then(|n| n.parse().ok());
@@ -198,11 +207,15 @@ impl Store {
             .name("ftdrive-store".into())
             .spawn(move || write_loop(&thread_writer, incoming, on_commit))
             .map_err(|e| StoreError::Io(path.clone(), e))?;
-        Ok((Store { batches, writer, path, _lock: lock }, state))
+        Ok((Store { batches, writer, path, cluster_id, _lock: lock }, state))
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
     }
 
     /// Queues a batch for the writer thread; its commit is reported in order.
@@ -252,10 +265,24 @@ fn prepare(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     conn.pragma_update(None, "journal_mode", "WAL").map_err(unreadable)?;
     conn.pragma_update(None, "synchronous", "FULL").map_err(unreadable)?;
     let migrate = if version == 1 { MIGRATE_FROM_1.to_string() + SCHEMA + COPY_FROM_1 } else { SCHEMA.to_string() };
-    let upgrade = format!("BEGIN; {migrate} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;");
-    conn.execute_batch(&upgrade)
-        .map_err(|e| StoreError::Upgrade(path.to_path_buf(), version, SCHEMA_VERSION, e.to_string()))?;
+    // The cluster id is made once, with the database (or its first start under this version).
+    let upgrade = format!("BEGIN; {migrate} {MAKE_CLUSTER_ID} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;");
+    conn.execute_batch(&upgrade).map_err(|e| match version {
+        SCHEMA_VERSION => StoreError::Prepare(path.to_path_buf(), e.to_string()),
+        _ => StoreError::Upgrade(path.to_path_buf(), version, SCHEMA_VERSION, e.to_string()),
+    })?;
     Ok(())
+}
+
+/// A random non-negative 63-bit number, kept for the life of the database.
+const MAKE_CLUSTER_ID: &str =
+    "INSERT OR IGNORE INTO meta (key, value) VALUES ('cluster_id', random() & 9223372036854775807);";
+
+fn load_cluster_id(conn: &Connection) -> Result<String, String> {
+    let id: i64 = conn
+        .query_row("SELECT value FROM meta WHERE key = 'cluster_id'", [], |r| r.get(0))
+        .map_err(|e| e.to_string())?;
+    Ok(format!("{id:016x}"))
 }
 
 fn load(conn: &Connection) -> Result<DurableState, String> {

@@ -15,6 +15,9 @@ mod logcap;
 pub mod logs;
 mod metrics;
 pub mod retention;
+
+/// Where an agent keeps the cluster whose attempts it ran last (`Registration::cluster`).
+const CLUSTER_FILE: &str = "cluster";
 pub mod supervisor;
 mod workers;
 
@@ -186,6 +189,7 @@ impl NodeAgent {
                     attempt::forget(&self.opts.state_dir, &key);
                 }
                 AgentEffect::HeartbeatEvery { interval_ms } => self.set_heartbeat(interval_ms, ctx),
+                AgentEffect::JoinedCluster { cluster, previous } => self.joined_cluster(&cluster, &previous),
                 AgentEffect::ShutDown => self.close_link_then_finish(ctx),
             }
         }
@@ -244,6 +248,28 @@ impl NodeAgent {
                 act.input(AgentInput::Listening(ports), ctx);
             }
         }));
+    }
+
+    /// Keeps the cluster a head welcomed this agent into; the logs of another cluster's attempts
+    /// go aside (`logs-<cluster>`), since this one hands out the same job ids anew.
+    fn joined_cluster(&mut self, cluster: &str, previous: &str) {
+        let dir = &self.opts.state_dir;
+        if let Err(e) = std::fs::write(dir.join(CLUSTER_FILE), cluster) {
+            tracing::warn!("cannot record the cluster in {}: {e}", dir.join(CLUSTER_FILE).display());
+        }
+        if previous.is_empty() {
+            return;
+        }
+        let aside = dir.join(format!("logs-{previous}"));
+        let moved = std::fs::rename(dir.join("logs"), &aside).and_then(|()| std::fs::create_dir(dir.join("logs")));
+        match moved {
+            Ok(()) => tracing::warn!(
+                "this agent now serves the head of cluster {cluster}, not {previous} (a head started on another \
+                 or an empty state dir): it forgot {previous}'s ended attempts, and their logs are in {}",
+                aside.display()
+            ),
+            Err(e) => tracing::warn!("cannot put cluster {previous}'s logs aside in {}: {e}", aside.display()),
+        }
     }
 
     /// Deletes, off this thread, the logs of attempts that ended over `keep_logs` ago; those of
@@ -555,6 +581,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
         log_url,
         // A secret kept with the node's state: what tells this agent from another under its name.
         identity: crate::paths::stored_token(&opts.state_dir.join("identity"))?,
+        cluster: std::fs::read_to_string(opts.state_dir.join(CLUSTER_FILE)).unwrap_or_default().trim().to_string(),
     };
     let (refused_tx, refused) = tokio::sync::oneshot::channel();
     let shared = Shared { reports, grace, head_token };
