@@ -104,6 +104,18 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
+/// Whether `dir` takes a write that reaches its disk: a state dir on a full or read-only disk
+/// fails here, with its path named by the caller, not later in the middle of an attempt.
+pub fn check_writable(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(".write-check");
+    let written = std::fs::File::create(&probe).and_then(|mut f| {
+        f.write_all(&[0u8; 4096])?;
+        f.sync_all()
+    });
+    let _ = std::fs::remove_file(&probe);
+    written
+}
+
 /// Creates a file only its owner can read; refuses to replace one, or to follow a link.
 pub fn create_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new()
@@ -255,6 +267,14 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dir_that_takes_no_write_is_found_out_and_a_good_one_keeps_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        check_writable(dir.path()).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the probe is gone");
+        assert!(check_writable(Path::new("/proc")).is_err(), "procfs takes no new file");
+    }
 
     #[test]
     fn a_head_token_is_made_once_and_reused() {

@@ -614,13 +614,18 @@ fn a_head_on_another_state_dir_leaves_the_first_heads_work_alone() {
     for file in ["token", "agent-token"] {
         std::fs::copy(c.dir.path().join(file), fresh.join(file)).unwrap();
     }
-    let _fresh_head = Ended(head_command(&fresh, &listen, &[]).spawn().unwrap());
+    let fresh_head = Ended(head_command(&fresh, &listen, &[]).spawn().unwrap());
     let again = c.submit_no_wait(&c.spec("after", json!({"command": ["echo", "new"], "min_nodes": 1, "max_nodes": 1})));
     assert_eq!(again, done, "an empty state dir hands out the same ids");
     c.wait_for_job(&again, "the new j1 runs and succeeds", |j| j["state"] == "SUCCEEDED");
     assert_eq!(c.ftdrive(&["logs", &again]), "new\n", "its log is its own");
     let aside: Vec<_> = std::fs::read_dir(c.dir.path().join("node-n1")).unwrap().flatten().collect();
     assert!(aside.iter().any(|e| e.file_name().to_string_lossy().starts_with("logs-")), "the old logs are kept aside");
+
+    // The first head back: n1 rejoins its cluster, and that cluster's logs come back.
+    drop(fresh_head);
+    c.start_head_again();
+    c.wait_until("n1 is back in the first cluster", |c| c.try_ftdrive(&["logs", &done]).stdout == b"old\n");
 }
 
 /// The job's one actor runs, in its attempt `attempt`.

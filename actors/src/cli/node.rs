@@ -164,6 +164,7 @@ fn lock_node_state(dir: &std::path::Path, name: &str) -> Result<std::fs::File, C
         CliError::BadInput(format!("cannot use {} as the agent's state dir (under --state-dir): {e}", dir.display()))
     };
     paths::private_dir(dir).map_err(unusable)?;
+    paths::check_writable(dir).map_err(unusable)?;
     paths::lock_exclusive(&dir.join("agent.lock")).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => CliError::BadInput(format!(
             "node name {name} is in use: another agent runs from {}; give this one another --name",

@@ -251,7 +251,9 @@ impl NodeAgent {
     }
 
     /// Keeps the cluster a head welcomed this agent into; the logs of another cluster's attempts
-    /// go aside (`logs-<cluster>`), since this one hands out the same job ids anew.
+    /// go aside (`logs-<cluster>`), since this one hands out the same job ids anew, and this
+    /// cluster's own come back if it served it before (a head briefly started on the wrong
+    /// state dir).
     fn joined_cluster(&mut self, cluster: &str, previous: &str) {
         let dir = &self.opts.state_dir;
         if let Err(e) = std::fs::write(dir.join(CLUSTER_FILE), cluster) {
@@ -260,8 +262,12 @@ impl NodeAgent {
         if previous.is_empty() {
             return;
         }
-        let aside = dir.join(format!("logs-{previous}"));
-        let moved = std::fs::rename(dir.join("logs"), &aside).and_then(|()| std::fs::create_dir(dir.join("logs")));
+        let (logs, aside, kept) =
+            (dir.join("logs"), dir.join(format!("logs-{previous}")), dir.join(format!("logs-{cluster}")));
+        let moved = std::fs::rename(&logs, &aside).and_then(|()| match kept.is_dir() {
+            true => std::fs::rename(&kept, &logs),
+            false => std::fs::create_dir(&logs),
+        });
         match moved {
             Ok(()) => tracing::warn!(
                 "this agent now serves the head of cluster {cluster}, not {previous} (a head started on another \
