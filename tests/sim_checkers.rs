@@ -101,7 +101,7 @@ fn two_nodes_of_one_machine_giving_out_the_same_port_is_caught() {
 fn a_bundle_left_on_a_port_something_else_listens_on_is_caught() {
     let found = caught("a_listener_on_a_rendezvous_port_moves_its_bundle", PolicyFault::BundlesKeepBusyPorts);
     let third = "busy_port_twice_at_most: a/0 attempt 4 is rank 0 on port 29500 of machine `m1`, which something \
-                 else listens on, for the third time";
+                 else listens on: 3 of its attempts started there";
     assert_eq!(found.first().map(String::as_str), Some(third), "{found:?}");
 }
 

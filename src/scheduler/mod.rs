@@ -301,13 +301,11 @@ impl Scheduler {
     /// Moves a placed bundle off a port something on its machine listens on (cluster.rs,
     /// PS-4): its new port, or `None` when its port is not busy or no free one is idle.
     pub fn move_off_busy_port(&mut self, id: PgId, bundle: u32) -> Option<u16> {
-        if !self.bundle_port_is_busy(id, bundle) || self.fault == PolicyFault::BundlesKeepBusyPorts {
+        let pg = self.pgs.get_mut(&id)?;
+        let BundleState::Placed { node, port, devices } = pg.bundles[bundle as usize] else { return None };
+        if !self.cluster.port_is_busy(node, port) || self.fault == PolicyFault::BundlesKeepBusyPorts {
             return None;
         }
-        let pg = self.pgs.get_mut(&id).expect("a busy bundle's group is known");
-        let BundleState::Placed { node, port, devices } = pg.bundles[bundle as usize] else {
-            unreachable!("only a placed bundle's port is busy")
-        };
         let new = self.cluster.move_port(node, port)?;
         pg.bundles[bundle as usize] = BundleState::Placed { node, port: new, devices };
         Some(new)

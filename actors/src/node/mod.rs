@@ -15,11 +15,11 @@ mod logcap;
 pub mod logs;
 mod metrics;
 pub mod retention;
+pub mod supervisor;
+mod workers;
 
 /// Where an agent keeps the cluster whose attempts it ran last (`Registration::cluster`).
 const CLUSTER_FILE: &str = "cluster";
-pub mod supervisor;
-mod workers;
 
 use crate::paths::Credential;
 use actix::prelude::*;

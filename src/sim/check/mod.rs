@@ -157,11 +157,8 @@ impl Checker {
         if *count > 2 {
             let detail = format!(
                 "{}/{} attempt {} is rank 0 on port {port} of machine `{machine}`, which something else \
-                 listens on, for the {} time",
-                key.job,
-                key.actor,
-                key.attempt,
-                ordinal(*count)
+                 listens on: {count} of its attempts started there",
+                key.job, key.actor, key.attempt
             );
             self.violation("busy_port_twice_at_most", detail);
         }
@@ -883,14 +880,4 @@ fn legal(from: ActorState, to: ActorState) -> bool {
             | (Running, TaskCompleted | Failing)
             | (Failing, Scheduling | Failed)
     ) || (to == Stopped && !terminal)
-}
-
-/// "third", "4th": how many times, in words where short.
-fn ordinal(n: u32) -> String {
-    match n {
-        1 => "first".into(),
-        2 => "second".into(),
-        3 => "third".into(),
-        n => format!("{n}th"),
-    }
 }
