@@ -20,6 +20,11 @@
 //!   and the head has acknowledged every end — waiting for an absent head until the deadline —
 //!   and on every link it names its notice before the ends it owes, so that the head charges
 //!   them to the departure (`preempted`), not to a lost node.
+//! - **AG-6 unhealthy before the failure.** A start the node itself could not make (its state
+//!   dir took no write, a fork failed: `node_fault`) makes the agent unhealthy, and the head
+//!   hears so (`ToHead::Health`, and every registration) before it hears of the failure: the
+//!   head must not place the attempt's next try back here. Only the runtime, once what failed
+//!   works again, makes it healthy (`AgentInput::Health(None)`).
 //!
 //! The heartbeat cadence is the runtime's: it feeds `AgentInput::Heartbeat` on its own
 //! periodic timer (at the interval the head's welcome names, `AgentEffect::HeartbeatEvery`).
@@ -63,7 +68,11 @@ pub struct AgentIdentity {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EndReport {
     Exited(ExitStatus),
-    SpawnFailed(String),
+    /// `node_fault`: the node could not start it, not the program (`ToHead::SpawnFailed`).
+    SpawnFailed {
+        message: String,
+        node_fault: bool,
+    },
 }
 
 /// What an earlier run of this agent left behind: attempts whose processes still run (their
@@ -90,11 +99,15 @@ pub enum AgentInput {
     Spawned {
         key: AttemptKey,
     },
-    /// The attempt's command could not be started.
+    /// The attempt's command could not be started; `node_fault`: because of the node (AG-6).
     SpawnFailed {
         key: AttemptKey,
         message: String,
+        node_fault: bool,
     },
+    /// What keeps this node from starting work, as the runtime found it, or `None` once it
+    /// works again (AG-6).
+    Health(Option<String>),
     /// The attempt's process ended (`signalled_by_agent` is the agent's to decide).
     Exited {
         key: AttemptKey,
@@ -202,6 +215,8 @@ pub struct Agent {
     finished_order: VecDeque<AttemptKey>,
     /// What listens on this machine, once the runtime has said (`ToHead::Listening`).
     listening: Option<Vec<u16>>,
+    /// What keeps this node from starting work (AG-6).
+    problem: Option<String>,
 }
 
 impl Agent {
@@ -221,6 +236,7 @@ impl Agent {
             finished_order: VecDeque::new(),
             effects: Effects::default(),
             listening: None,
+            problem: None,
         };
         for key in recovered.finished {
             agent.remember(key);
@@ -259,7 +275,8 @@ impl Agent {
                 }
             }
             AgentInput::Spawned { key } => self.spawned(key),
-            AgentInput::SpawnFailed { key, message } => self.spawn_failed(key, message),
+            AgentInput::SpawnFailed { key, message, node_fault } => self.spawn_failed(key, message, node_fault),
+            AgentInput::Health(problem) => self.set_health(problem),
             AgentInput::Exited { key, status } => self.exited(now, key, status),
             AgentInput::PreemptionNotice { deadline_ms } => self.notice(now, deadline_ms, false),
             AgentInput::Shutdown { deadline_ms } => self.notice(now, deadline_ms, true),
@@ -340,6 +357,11 @@ impl Agent {
         self.heartbeat_ms
     }
 
+    /// What keeps this node from starting work, if anything (AG-6).
+    pub fn problem(&self) -> Option<&str> {
+        self.problem.as_deref()
+    }
+
     // ---- the head --------------------------------------------------------------------------
 
     /// Messages go out only while linked; what must not be lost (end reports, the notice) is
@@ -365,6 +387,7 @@ impl Agent {
             log_url: id.log_url.clone(),
             identity: id.identity.clone(),
             cluster: id.cluster.clone(),
+            problem: self.problem.clone(),
             running: self.procs.keys().cloned().collect(),
             ended: self.unacked.keys().cloned().collect(),
         };
@@ -476,7 +499,9 @@ impl Agent {
         let (node, key) = (self.name.clone(), key.clone());
         match report {
             EndReport::Exited(status) => ToHead::Exited { node, key, status: status.clone() },
-            EndReport::SpawnFailed(message) => ToHead::SpawnFailed { node, key, message: message.clone() },
+            EndReport::SpawnFailed { message, node_fault } => {
+                ToHead::SpawnFailed { node, key, message: message.clone(), node_fault: *node_fault }
+            }
         }
     }
 
@@ -516,12 +541,25 @@ impl Agent {
         self.send(ToHead::Started { node: self.name.clone(), incarnation: self.incarnation, key });
     }
 
-    fn spawn_failed(&mut self, key: AttemptKey, message: String) {
+    fn spawn_failed(&mut self, key: AttemptKey, message: String, node_fault: bool) {
         if self.procs.remove(&key).is_none() {
             return;
         }
+        if node_fault && self.problem.is_none() {
+            self.set_health(Some(format!("cannot start attempts: {message}"))); // AG-6
+        }
         self.remember(key.clone());
-        self.report(key, EndReport::SpawnFailed(message));
+        self.report(key, EndReport::SpawnFailed { message, node_fault });
+    }
+
+    /// AG-6: the head hears of every change; a registration carries the state of the moment.
+    fn set_health(&mut self, problem: Option<String>) {
+        let problem = problem.map(|p| crate::protocol::one_line(&p, crate::protocol::MAX_SPAWN_MESSAGE_CHARS));
+        if problem == self.problem {
+            return;
+        }
+        self.problem = problem.clone();
+        self.send(ToHead::Health { node: self.name.clone(), incarnation: self.incarnation, problem });
     }
 
     fn exited(&mut self, now: Instant, key: AttemptKey, status: ExitStatus) {
@@ -664,6 +702,50 @@ mod tests {
     fn from_head(a: &mut Agent, msg: ToAgent) -> Vec<AgentEffect> {
         a.handle(Instant::ZERO, AgentInput::FromHead(msg));
         effects(a)
+    }
+
+    fn health(problem: Option<&str>) -> AgentEffect {
+        let problem = problem.map(str::to_string);
+        AgentEffect::Send(ToHead::Health { node: NodeId::new("n1"), incarnation: 7, problem })
+    }
+
+    #[test]
+    fn a_start_the_node_could_not_make_says_the_node_is_unhealthy_before_it_reports_the_failure() {
+        let mut a = agent(Recovered::default());
+        effects(&mut a);
+        from_head(&mut a, ToAgent::Start(Arc::new(spec(0))));
+        let full = "cannot create /s/attempts: No space left on device".to_string();
+        a.handle(Instant::ZERO, AgentInput::SpawnFailed { key: key(0), message: full.clone(), node_fault: true });
+        let failed =
+            ToHead::SpawnFailed { node: NodeId::new("n1"), key: key(0), message: full.clone(), node_fault: true };
+        let problem = format!("cannot start attempts: {full}");
+        assert_eq!(effects(&mut a), [health(Some(&problem)), AgentEffect::Send(failed)], "AG-6: health first");
+
+        // A second failure while unhealthy says nothing new of its health; a registration does.
+        from_head(&mut a, ToAgent::Start(Arc::new(spec(1))));
+        a.handle(Instant::ZERO, AgentInput::SpawnFailed { key: key(1), message: full, node_fault: true });
+        assert!(!effects(&mut a).contains(&health(Some(&problem))));
+        a.handle(Instant::ZERO, AgentInput::LinkUp);
+        let registered = effects(&mut a).into_iter().find_map(|e| match e {
+            AgentEffect::Send(ToHead::Register(r)) => Some(r),
+            _ => None,
+        });
+        assert_eq!(registered.expect("registered").problem.as_deref(), Some(problem.as_str()));
+
+        a.handle(Instant::ZERO, AgentInput::Health(None));
+        assert_eq!(effects(&mut a), [health(None)]);
+        assert_eq!(a.problem(), None);
+    }
+
+    #[test]
+    fn a_program_that_cannot_start_leaves_the_node_healthy() {
+        let mut a = agent(Recovered::default());
+        effects(&mut a);
+        from_head(&mut a, ToAgent::Start(Arc::new(spec(0))));
+        let missing = "cannot start worker 0 (trian): No such file or directory".to_string();
+        a.handle(Instant::ZERO, AgentInput::SpawnFailed { key: key(0), message: missing, node_fault: false });
+        assert!(!effects(&mut a).iter().any(|e| matches!(e, AgentEffect::Send(ToHead::Health { .. }))));
+        assert_eq!(a.problem(), None);
     }
 
     #[test]

@@ -54,6 +54,12 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         reconfigured: bool,
     },
+    /// A node's agent can no longer start work (`problem`: why), or can again (`None`).
+    NodeHealth {
+        node: NodeId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        problem: Option<String>,
+    },
     /// A DEAD node left the head (`ftdrive forget`, or retention): `evidence` says which.
     NodeForgotten {
         node: NodeId,
@@ -62,7 +68,8 @@ pub enum Event {
 }
 
 /// The `event` tags of [`Event`]'s own variants; every other tag is a [`JobEvent`]'s.
-const OWN_TAGS: [&str; 6] = ["job_submitted", "placed", "released", "node_state", "agent_restarted", "node_forgotten"];
+const OWN_TAGS: [&str; 7] =
+    ["job_submitted", "placed", "released", "node_state", "node_health", "agent_restarted", "node_forgotten"];
 
 impl Event {
     /// The job the event is about, if any.
@@ -72,7 +79,10 @@ impl Event {
             | Event::Job { job, .. }
             | Event::Placed { job, .. }
             | Event::Released { job, .. } => Some(job),
-            Event::NodeState { .. } | Event::AgentRestarted { .. } | Event::NodeForgotten { .. } => None,
+            Event::NodeState { .. }
+            | Event::NodeHealth { .. }
+            | Event::AgentRestarted { .. }
+            | Event::NodeForgotten { .. } => None,
         }
     }
 }

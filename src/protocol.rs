@@ -253,6 +253,10 @@ pub struct Registration {
     /// the end of attempts (they are not its jobs), and never stops them.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cluster: String,
+    /// What keeps the node from starting work, as `ToHead::Health` says of later changes: in
+    /// the registration, so that a restarted head places nothing there meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
     #[serde(default)]
     pub running: Vec<AttemptKey>,
     #[serde(default)]
@@ -287,10 +291,25 @@ pub enum ToHead {
         key: AttemptKey,
         status: ExitStatus,
     },
+    /// The attempt did not start. `node_fault`: the node could not start it (its agent's
+    /// state dir took no write, a fork failed), not the program — charged as `node_lost`, and
+    /// the agent says it is unhealthy (`Health`) before it sends this.
     SpawnFailed {
         node: NodeId,
         key: AttemptKey,
         message: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        node_fault: bool,
+    },
+    /// What keeps the node from starting work (`problem`: its state dir takes no write), or
+    /// that nothing does any more (`None`). An unhealthy node keeps what runs there and is
+    /// given nothing new (docs/semantics.md), as a Kubernetes node under
+    /// DiskPressure or a Slurm node drained for a failed launch.
+    Health {
+        node: NodeId,
+        incarnation: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        problem: Option<String>,
     },
     /// The TCP ports listening on this node's machine (its network namespace), 1024 and up,
     /// when they changed since the agent last said (its registration included). The head hands
@@ -318,6 +337,7 @@ impl ToHead {
             | ToHead::Started { node, .. }
             | ToHead::Exited { node, .. }
             | ToHead::SpawnFailed { node, .. }
+            | ToHead::Health { node, .. }
             | ToHead::Listening { node, .. }
             | ToHead::PreemptionNotice { node, .. } => node,
         }

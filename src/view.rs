@@ -126,6 +126,10 @@ pub struct NodeView {
     /// Its agent announced that the machine is going away (SIGTERM, a cloud's notice).
     #[serde(default)]
     pub leaving: bool,
+    /// What keeps its agent from starting work (its state dir takes no write): it keeps what
+    /// runs there and is given nothing new until the agent can again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
     /// Where the node's agent serves its Prometheus metrics (the runtime knows; the core does
     /// not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,6 +253,7 @@ pub fn node_view(scheduler: &Scheduler, ix: NodeIx, marks: NodeMarks) -> NodeVie
         devices_held: node.devices.without(node.free_devices()),
         cordoned,
         leaving,
+        problem: node.problem.clone(),
         metrics_url: None,
     }
 }

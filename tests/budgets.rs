@@ -291,7 +291,12 @@ fn spawn_failure_fails_the_job_and_names_the_command() {
     let (mut c, job) = one_job(&["n1"], spec("sp", 1, 1));
     let key = c.running_of(&job).next().unwrap().clone();
     c.agents.get_mut("n1").unwrap().running.clear();
-    c.input(ftdrive::head::Input::SpawnFailed { node: "n1".into(), key, message: "No such file or directory".into() });
+    c.input(ftdrive::head::Input::SpawnFailed {
+        node: "n1".into(),
+        key,
+        message: "No such file or directory".into(),
+        node_fault: false,
+    });
     let view = c.view(&job);
     assert_eq!(view.state, JobState::Failed);
     assert_eq!((view.ledger[0].cause, view.ledger[0].budget), (Cause::SpawnFailed, BudgetKind::None));

@@ -136,6 +136,7 @@ fn register(node: &str) -> Input {
         log_url: String::new(),
         identity: String::new(),
         cluster: String::new(),
+        problem: None,
     }))
 }
 

@@ -259,7 +259,8 @@ fn a_node_cannot_report_on_another_nodes_attempt() {
         ftdrive::head::Input::ProcessExited { node: other.clone(), key: key.clone(), status: ExitStatus::code(1) };
     let refusal = c.refused_input(forged);
     assert!(matches!(refusal, ftdrive::head::Rejected::NotItsAttempt(ref n, ref k) if *n == other && *k == key));
-    let forged_start = ftdrive::head::Input::SpawnFailed { node: other, key, message: "forged".into() };
+    let forged_start =
+        ftdrive::head::Input::SpawnFailed { node: other, key, message: "forged".into(), node_fault: false };
     c.refused_input(forged_start);
     assert_eq!(c.view(&job), before, "nothing changed");
 }
@@ -492,6 +493,7 @@ fn a_report_overtaken_by_a_later_start_loses_nothing() {
         log_url: String::new(),
         identity: String::new(),
         cluster: String::new(),
+        problem: None,
         running: Vec::new(),
         ended: vec![first],
     };

@@ -1189,3 +1189,57 @@ fn a_log_follower_ends_when_its_machine_is_lost_and_the_other_logs_still_show() 
     assert!(shown.contains(&format!("==> {other} attempt 1 on ")) && shown.contains("up\n"), "{shown}\n{said}");
     assert!(said.contains(&format!("could not read the log of {actor} (said above)")), "{said}");
 }
+
+/// A node whose state dir takes no write (as on a full disk: here its attempts directory is a
+/// file) fails no job: the start it could not make is charged to the system budget, nothing
+/// new goes there while `ftdrive nodes` says why, the job runs on another node, and once the
+/// dir takes writes again the node is offered again.
+#[test]
+fn a_node_that_cannot_start_work_fails_no_job_and_is_offered_again_once_it_can() {
+    let mut c = Cluster::start(&["n1"]);
+    let attempts = c.dir.path().join("node-n1").join("attempts");
+    let _ = std::fs::remove_dir_all(&attempts);
+    std::fs::write(&attempts, b"not a directory").unwrap();
+    let spec = c.spec("moves", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1, "retries": {"user": 0}}));
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "the failed start is in the ledger", |j| j["ledger"].as_array().unwrap().len() == 1);
+    assert_ne!(job["state"], "FAILED", "{job:#}");
+    assert!(job["waiting"].as_str().unwrap().contains("1 cannot start work"), "{job:#}");
+    let entry = &job["ledger"][0];
+    assert_eq!((entry["cause"].as_str(), entry["budget"].as_str()), (Some("node_lost"), Some("system")), "{job:#}");
+    assert!(entry["evidence"].as_str().unwrap().contains("node n1 could not start the attempt"), "{entry:#}");
+    let problem = |c: &Cluster| c.nodes_json()[0]["problem"].as_str().map(str::to_string);
+    let said = problem(&c).expect("n1 says why it takes no work");
+    assert!(said.contains("attempts"), "{said}");
+    let listing = c.ftdrive(&["nodes"]);
+    assert!(listing.contains("no new work"), "{listing}");
+
+    c.add_node("n2");
+    let job = c.wait_for_job(&id, "the job succeeds on n2", |j| j["state"] == "SUCCEEDED");
+    assert_eq!(job["ledger"][1]["node"], "n2", "{job:#}");
+    assert_eq!(job["remaining"]["user"], 0, "no user retry spent, none needed");
+
+    std::fs::remove_file(&attempts).unwrap();
+    c.wait_until("n1 can start work again", |c| problem(c).is_none());
+    let again = c.submit_no_wait(&c.spec("again", json!({"command": ["true"], "min_nodes": 2, "max_nodes": 2})));
+    c.wait_for_job(&again, "a two-node job runs on both", |j| j["state"] == "SUCCEEDED");
+}
+
+/// A program that succeeded on a node whose state dir takes no record of the end (here the
+/// record's path is a directory) is reported as it ended, not as a lost supervisor: the
+/// supervisor hands the end to the agent on its connection (SV-2).
+#[test]
+fn an_end_the_state_dir_takes_no_record_of_still_reaches_the_head() {
+    let c = Cluster::start(&["n1"]);
+    let spec = c.spec("unrecorded", json!({"command": ["sh", "-c", "sleep 1.5"], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let attempts = c.dir.path().join("node-n1").join("attempts");
+    let records = find_files(&attempts, "record.json");
+    assert_eq!(records.len(), 1, "{records:?}");
+    std::fs::create_dir(records[0].with_file_name("exit")).unwrap();
+    let job = c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
+    let ledger = job["ledger"].as_array().unwrap();
+    assert_eq!(ledger.len(), 1, "one attempt, not a retry after a lost supervisor: {job:#}");
+    assert_eq!((ledger[0]["cause"].as_str(), ledger[0]["exit_code"].as_i64()), (Some("completed"), Some(0)), "{job:#}");
+}

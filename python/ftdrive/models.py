@@ -270,6 +270,9 @@ class Node:
     #: Its agent announced that the machine is going away.
     leaving: bool = False
     metrics_url: Optional[str] = None
+    #: What keeps its agent from starting work (its state dir takes no write): it keeps what
+    #: runs there and is given nothing new until the agent can again.
+    problem: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -286,6 +289,7 @@ class Node:
             cordoned=bool(data.get("cordoned", False)),
             leaving=bool(data.get("leaving", False)),
             metrics_url=data.get("metrics_url"),
+            problem=data.get("problem"),
             raw=dict(data),
         )
 

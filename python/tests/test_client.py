@@ -3,6 +3,7 @@ and bad input answered with the head's own message while nothing changes."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -269,6 +270,26 @@ def test_drain_and_undrain_a_node(cluster: Cluster) -> None:
     with pytest.raises(ApiError) as unknown:
         client.undrain("no-such-node")
     assert unknown.value.status == 404 and "no-such-node" in unknown.value.message
+
+
+def test_a_node_that_cannot_start_work_says_why(cluster: Cluster) -> None:
+    client = cluster.client()
+    cluster.add_node("full", labels="disk=full")
+    try:
+        wait_for("the node registers", lambda: "full" in {n.name for n in client.nodes()})
+        attempts = Path(cluster.dir) / "node-full" / "attempts"
+        shutil.rmtree(attempts, ignore_errors=True)
+        attempts.write_text("a file where the directory goes")
+        spec = JobSpec(name="on-full", command=["true"], min_nodes=1, max_nodes=1, node_selector={"disk": "full"})
+        job_id = client.submit(spec).id
+        wait_for("the node says why it takes no work", lambda: {n.name: n for n in client.nodes()}["full"].problem)
+        problem = {n.name: n for n in client.nodes()}["full"].problem
+        assert "attempts takes no write" in problem or "cannot start attempts" in problem, problem
+        job = client.status(job_id)
+        assert [(e.cause, e.budget) for e in job.ledger] == [("node_lost", "system")], job.ledger
+        client.stop(job_id)
+    finally:
+        cluster.kill_node("full")
 
 
 def test_forget_a_dead_node_but_never_a_live_one(cluster: Cluster) -> None:

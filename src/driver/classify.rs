@@ -90,8 +90,8 @@ pub enum Ending<'a> {
     /// `reacting_to: None`; if it waited in FAILING for its peers, it is classified again with
     /// the peer loss that came first, if any.
     Exited { status: &'a ExitStatus, reacting_to: Option<PeerLoss<'a>> },
-    /// The process could not be started.
-    SpawnFailed { message: &'a str },
+    /// The process could not be started; `node_fault`: because of the node, not the program.
+    SpawnFailed { message: &'a str, node_fault: bool },
     /// Its node was lost before an exit was reported.
     NodeLost(&'a Loss),
     /// It had exited 0 and waited for its peers; the driver ended it for this reason.
@@ -135,9 +135,10 @@ pub struct JobContext<'a> {
 pub fn classify(job: &JobContext, run: &Run, ending: Ending) -> Verdict {
     let (cause, evidence) = match ending {
         Ending::Exited { status, reacting_to } => exited(job, run, status, reacting_to),
-        Ending::SpawnFailed { message } => {
+        Ending::SpawnFailed { message, node_fault: false } => {
             (Cause::SpawnFailed, format!("could not start `{}`: {message}", job.program))
         }
+        Ending::SpawnFailed { message, node_fault: true } => node_could_not_start(run, message),
         Ending::NodeLost(loss) => lost_with_node(run, loss),
         Ending::EndedAfterSuccess(reason) => stop_verdict(reason, "; it had exited 0"),
         Ending::GangSucceeded => (Cause::Completed, succeeded(job.nproc_per_node)),
@@ -253,6 +254,17 @@ fn lost_with_node(run: &Run, loss: &Loss) -> (Cause, String) {
     }
 }
 
+/// The node could not start the attempt (its agent's state dir took no write, a fork failed):
+/// the node's failure, charged as a lost node's is, since the agent that cannot start work
+/// has failed as a crashed one has; the node takes nothing new until its agent recovers
+/// (AG-6). One the driver had already asked to stop ends as that stop.
+fn node_could_not_start(run: &Run, message: &str) -> (Cause, String) {
+    match &run.stop {
+        Some(reason) => stop_verdict(reason, ""),
+        None => (Cause::NodeLost, format!("node {} could not start the attempt: {message}", run.node)),
+    }
+}
+
 /// The cause and evidence of an attempt the driver asked to stop.
 fn stop_verdict(reason: &StopReason, suffix: &str) -> (Cause, String) {
     let (cause, text) = match reason {
@@ -331,6 +343,22 @@ mod tests {
         );
         let fatal: Vec<Cause> = CAUSES.iter().filter(|r| r.fails_job).map(|r| r.cause).collect();
         assert_eq!(fatal, [Cause::NonRetryable, Cause::SpawnFailed]);
+    }
+
+    #[test]
+    fn a_start_the_node_could_not_make_is_the_nodes_failure_and_the_programs_is_the_programs() {
+        let policy = RetryPolicy::default();
+        let full = "cannot create /s/attempts/x: No space left on device";
+        let node = classify(&job(&policy, None), &run(), Ending::SpawnFailed { message: full, node_fault: true });
+        assert_eq!((node.cause, node.budget), (Cause::NodeLost, BudgetKind::System));
+        assert_eq!(node.evidence, format!("node n1 could not start the attempt: {full}"));
+        let missing = "No such file or directory";
+        let program =
+            classify(&job(&policy, None), &run(), Ending::SpawnFailed { message: missing, node_fault: false });
+        assert_eq!((program.cause, program.budget), (Cause::SpawnFailed, BudgetKind::None));
+        let stopped = Run { stop: Some(StopReason::User), ..run() };
+        let verdict = classify(&job(&policy, None), &stopped, Ending::SpawnFailed { message: full, node_fault: true });
+        assert_eq!(verdict.cause, Cause::Stopped, "a stop asked for first ends as the stop");
     }
 
     #[test]

@@ -169,9 +169,11 @@ pub enum DriverInput {
         key: AttemptKey,
         status: ExitStatus,
     },
+    /// `node_fault`: the node could not start it, not the program (`ToHead::SpawnFailed`).
     SpawnFailed {
         key: AttemptKey,
         message: String,
+        node_fault: bool,
     },
     /// The attempt's process is gone though its node lives on (its agent restarted without it).
     AttemptLost {
@@ -406,7 +408,9 @@ impl Driver {
             DriverInput::Draining { actor, deadline, by } => self.on_draining(now, actor, deadline, by),
             DriverInput::Started { key } => self.on_started(key),
             DriverInput::Exited { key, status } => self.on_exited(now, key, status),
-            DriverInput::SpawnFailed { key, message } => self.on_spawn_failed(now, key, message),
+            DriverInput::SpawnFailed { key, message, node_fault } => {
+                self.on_spawn_failed(now, key, message, node_fault)
+            }
             DriverInput::AttemptLost { key, loss } => self.on_attempt_lost(now, key, &loss),
             DriverInput::PortMoved { actor, port } => self.on_port_moved(actor, port),
             DriverInput::Feasibility(infeasible) => {

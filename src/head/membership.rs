@@ -230,6 +230,30 @@ impl Head {
         Ok(Reply::Done)
     }
 
+    /// AG-6: whether the node's agent can start work.
+    pub(super) fn health(
+        &mut self,
+        node: NodeId,
+        incarnation: u64,
+        problem: Option<String>,
+    ) -> Result<Reply, Rejected> {
+        let ix = self.alive_node(&node, incarnation)?;
+        self.note_health(ix, problem);
+        Ok(Reply::Done)
+    }
+
+    /// An unhealthy node keeps what runs there and is given nothing new until its agent says it
+    /// can start work again. Not durable: every registration says it again.
+    pub(super) fn note_health(&mut self, ix: NodeIx, problem: Option<String>) {
+        let problem = problem.map(|p| crate::protocol::one_line(&p, crate::protocol::MAX_SPAWN_MESSAGE_CHARS));
+        if self.scheduler.node(ix).problem == problem {
+            return;
+        }
+        self.scheduler.set_node_problem(ix, problem.clone());
+        let node = self.scheduler.node(ix).name.clone();
+        self.notify(Event::NodeHealth { node, problem });
+    }
+
     /// The node's index if it is registered, alive, and this is its current agent.
     fn alive_node(&self, node: &NodeId, incarnation: u64) -> Result<NodeIx, Rejected> {
         let ix = self.scheduler.node_ix(node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;

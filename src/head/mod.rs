@@ -80,10 +80,18 @@ pub enum Input {
         key: AttemptKey,
         status: ExitStatus,
     },
+    /// `node_fault`: the node could not start it, not the program (`ToHead::SpawnFailed`).
     SpawnFailed {
         node: NodeId,
         key: AttemptKey,
         message: String,
+        node_fault: bool,
+    },
+    /// What keeps the node's agent from starting work, or `None` (`ToHead::Health`).
+    Health {
+        node: NodeId,
+        incarnation: u64,
+        problem: Option<String>,
     },
     /// The node's own agent says its machine goes away within `deadline_ms` (SIGTERM, a
     /// cloud's notice): only a new registration brings it back. A notice from an agent run
@@ -133,7 +141,10 @@ impl From<ToHead> for Input {
             }
             ToHead::Started { node, incarnation, key } => Input::ProcessStarted { node, incarnation, key },
             ToHead::Exited { node, key, status } => Input::ProcessExited { node, key, status },
-            ToHead::SpawnFailed { node, key, message } => Input::SpawnFailed { node, key, message },
+            ToHead::SpawnFailed { node, key, message, node_fault } => {
+                Input::SpawnFailed { node, key, message, node_fault }
+            }
+            ToHead::Health { node, incarnation, problem } => Input::Health { node, incarnation, problem },
             ToHead::PreemptionNotice { node, incarnation, deadline_ms } => {
                 Input::PreemptionNotice { node, incarnation, deadline_ms }
             }
@@ -335,10 +346,12 @@ impl Head {
         let reply = match input {
             Input::Register(mut registration) => {
                 let (node, listening) = (registration.node.clone(), std::mem::take(&mut registration.listening));
+                let problem = registration.problem.take();
                 let reply = self.register(now, *registration)?;
-                // Before anything is placed on the node (`settle`, below): PS-3.
+                // Before anything is placed on the node (`settle`, below): PS-3, AG-6.
                 let ix = self.scheduler.node_ix(&node).expect("a node just registered is known");
                 self.note_listening(now, ix, listening);
+                self.note_health(ix, problem);
                 reply
             }
             Input::Heartbeat { node, incarnation, seq, running } => {
@@ -349,9 +362,10 @@ impl Head {
             Input::ProcessExited { node, key, status } => {
                 self.process_ended(now, node, key, |key| DriverInput::Exited { key, status })?
             }
-            Input::SpawnFailed { node, key, message } => {
-                self.process_ended(now, node, key, |key| DriverInput::SpawnFailed { key, message })?
+            Input::SpawnFailed { node, key, message, node_fault } => {
+                self.process_ended(now, node, key, |key| DriverInput::SpawnFailed { key, message, node_fault })?
             }
+            Input::Health { node, incarnation, problem } => self.health(node, incarnation, problem)?,
             Input::PreemptionNotice { node, incarnation, deadline_ms } => {
                 self.preemption_notice(now, node, incarnation, deadline_ms)?
             }

@@ -261,6 +261,9 @@ pub struct Node {
     free_devices: Devices,
     /// Dominant share allocated, in permille; the key under which the node sits in the index.
     load: u32,
+    /// What keeps its agent from starting work, as it says (`ToHead::Health`): nothing new is
+    /// placed here meanwhile (`feasibility::usable`); what runs here stays.
+    pub problem: Option<String>,
 }
 
 impl Node {
@@ -461,6 +464,7 @@ impl Cluster {
             devices,
             free_devices: devices,
             load: 0,
+            problem: None,
         };
         let ix = match self.by_name.get(&name) {
             Some(&ix) => {
@@ -625,6 +629,10 @@ impl Cluster {
     }
 
     /// DRAINING → ALIVE: offered again, with whatever it still holds counted in its load.
+    pub fn set_problem(&mut self, ix: NodeIx, problem: Option<String>) {
+        self.nodes[ix as usize].problem = problem;
+    }
+
     pub fn undrain(&mut self, ix: NodeIx) {
         let node = &mut self.nodes[ix as usize];
         if node.state == NodeState::Draining {
@@ -644,6 +652,7 @@ impl Cluster {
         node.allocated.iter_mut().for_each(|q| *q = 0);
         node.free_devices = node.devices;
         node.load = 0;
+        node.problem = None; // its agent's word went with it
         self.leave_space(ix);
         lost
     }

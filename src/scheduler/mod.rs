@@ -270,6 +270,13 @@ impl Scheduler {
         self.dirty = true;
     }
 
+    /// What keeps the node's agent from starting work, or `None`: it is offered again from the
+    /// next pass.
+    pub fn set_node_problem(&mut self, ix: NodeIx, problem: Option<String>) {
+        self.dirty |= problem.is_none();
+        self.cluster.set_problem(ix, problem);
+    }
+
     /// → DEAD. Returns the bundles that were on it; they are now unplaced and marked lost, and
     /// the owning drivers decide how to ask for them again.
     pub fn kill_node(&mut self, ix: NodeIx) -> Vec<(PgId, u32)> {

@@ -72,6 +72,8 @@ struct Room {
     draining: usize,
     /// Matching nodes left out because the head suspects them (DESIGN §3).
     suspects: Vec<NodeIx>,
+    /// Matching nodes left out because their agents cannot start work (AG-6).
+    unhealthy: usize,
     /// Bundles placeable now, in the roomiest `pack_by` domain ("" without one).
     best: u64,
     best_domain: String,
@@ -159,6 +161,10 @@ impl Scheduler {
             }
             if self.suspects.contains(&ix) {
                 room.suspects.push(ix);
+                continue;
+            }
+            if node.problem.is_some() {
+                room.unhealthy += 1;
                 continue;
             }
             let domain = domain_of(node, pg);
@@ -304,6 +310,10 @@ fn short_of_room(pg: &PlacementGroup, request: &Request, room: &Room, job: &dyn 
     }
     if !room.suspects.is_empty() {
         notes.push(format!("{} missed heartbeats and are not counted", room.suspects.len()));
+    }
+    if room.unhealthy > 0 {
+        let n = room.unhealthy;
+        notes.push(format!("{n} cannot start work and are not counted (`ftdrive nodes` says why)"));
     }
     if room.dead + room.draining > 0 {
         notes.push(format!("besides them {}", down_text(room)));

@@ -787,7 +787,9 @@ impl Simulation {
     fn spawn(&mut self, ix: u32, spec: StartSpec) {
         let key = spec.key;
         if let Some(message) = self.jobs.get(&key.job).and_then(|j| j.spawn_error.clone()) {
-            return self.agents[ix as usize].agent.handle(self.now, AgentInput::SpawnFailed { key, message });
+            return self.agents[ix as usize]
+                .agent
+                .handle(self.now, AgentInput::SpawnFailed { key, message, node_fault: false });
         }
         let rank = spec.group_rank;
         // Group rank 0 holds the rendezvous: it listens on MASTER_PORT on its machine, or

@@ -26,6 +26,9 @@ pub struct Agent {
     pub slow_to_stop: bool,
     /// Its `Started` confirmations are lost on the way (as on a link that dropped as they went).
     pub loses_started: bool,
+    /// Every start fails here because of the node (a full disk): `AgentInput::SpawnFailed`
+    /// with `node_fault`, and this message.
+    pub cannot_start: Option<String>,
 }
 
 pub struct TestCluster {
@@ -117,7 +120,14 @@ impl TestCluster {
         }
         self.agents.insert(
             name.into(),
-            Agent { protocol, heartbeating: true, running: BTreeMap::new(), slow_to_stop: false, loses_started: false },
+            Agent {
+                protocol,
+                heartbeating: true,
+                running: BTreeMap::new(),
+                slow_to_stop: false,
+                loses_started: false,
+                cannot_start: None,
+            },
         );
         self.agent_input(name, AgentInput::LinkUp);
         self.pump();
@@ -279,6 +289,18 @@ impl TestCluster {
     }
 
     /// The node stops heartbeating and its processes vanish without a word (power loss).
+    /// The node's state dir stops taking writes: every start there fails, as the node's fault.
+    pub fn break_disk(&mut self, node: &str, message: &str) {
+        self.agents.get_mut(node).expect("known agent").cannot_start = Some(message.into());
+    }
+
+    /// The node's state dir takes writes again, and its agent's probe says so.
+    pub fn repair_disk(&mut self, node: &str) {
+        self.agents.get_mut(node).expect("known agent").cannot_start = None;
+        self.agent_input(node, AgentInput::Health(None));
+        self.pump();
+    }
+
     pub fn crash(&mut self, node: &str) {
         let agent = self.agents.get_mut(node).expect("known node");
         agent.heartbeating = false;
@@ -393,6 +415,10 @@ impl TestCluster {
             match effect {
                 AgentEffect::Send(ToHead::Started { .. }) if agent.loses_started => {}
                 AgentEffect::Send(msg) => self.deliver_to_head(msg),
+                AgentEffect::Spawn(spec) if agent.cannot_start.is_some() => {
+                    let message = agent.cannot_start.clone().expect("checked");
+                    agent.protocol.handle(now, AgentInput::SpawnFailed { key: spec.key, message, node_fault: true });
+                }
                 AgentEffect::Spawn(spec) => {
                     let key = spec.key.clone();
                     agent.running.insert(key.clone(), *spec);

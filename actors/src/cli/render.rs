@@ -14,6 +14,8 @@ pub fn event_line(line: &EventLine, origin_ms: u64) -> Option<String> {
     let text = match &line.event {
         Event::Job { job, detail } => job_event_text(job, detail)?,
         Event::NodeState { node, state, evidence } => format!("node {node} {}: {evidence}", state_text(state)),
+        Event::NodeHealth { node, problem: Some(problem) } => format!("node {node} is given no new work: {problem}"),
+        Event::NodeHealth { node, problem: None } => format!("node {node} can start work again"),
         Event::AgentRestarted { node, reattached, lost, reconfigured } => {
             let offer = if *reconfigured { ", offering other resources or labels" } else { "" };
             format!("node {node}: its agent restarted{offer} and re-attached to {reattached} attempt(s), {lost} gone")
@@ -232,10 +234,11 @@ pub fn jobs_table(views: &[JobView]) -> String {
 }
 
 /// The state, and who drained the node: `leaving` its own agent, `operator` the operator (a
-/// DEAD node the operator drained comes back DRAINING).
+/// DEAD node the operator drained comes back DRAINING); `unhealthy`: its agent cannot start
+/// work (why is said below the table).
 fn node_state_text(n: &NodeView) -> String {
     let leaving = n.leaving && n.state == NodeState::Draining;
-    let by: Vec<&str> = [(leaving, "leaving"), (n.cordoned, "operator")]
+    let by: Vec<&str> = [(leaving, "leaving"), (n.cordoned, "operator"), (n.problem.is_some(), "unhealthy")]
         .into_iter()
         .filter_map(|(marked, name)| marked.then_some(name))
         .collect();
@@ -275,6 +278,11 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
             labels.join(",")
         );
     }
+    for n in nodes {
+        if let Some(problem) = &n.problem {
+            let _ = writeln!(out, "node {} is given no new work: {problem}", n.name);
+        }
+    }
     out
 }
 
@@ -303,6 +311,7 @@ mod tests {
             devices_held: Default::default(),
             cordoned,
             leaving,
+            problem: None,
             metrics_url: None,
         }
     }

@@ -149,7 +149,10 @@ impl HeadMetrics {
                 self.reattached.inc_by(u64::from(*reattached));
             }
             Event::Job { job, detail } => self.observe_job_event(job, detail, now),
-            Event::Released { .. } | Event::NodeState { .. } | Event::NodeForgotten { .. } => {}
+            Event::Released { .. }
+            | Event::NodeState { .. }
+            | Event::NodeHealth { .. }
+            | Event::NodeForgotten { .. } => {}
         }
     }
 

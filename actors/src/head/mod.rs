@@ -560,6 +560,10 @@ fn log_event(event: &Event) {
             tracing::info!("node {node}: agent restarted{offer}, re-attached to {reattached} attempt(s), {lost} gone")
         }
         Event::NodeForgotten { node, evidence } => tracing::info!("node {node} {evidence}"),
+        Event::NodeHealth { node, problem: Some(problem) } => {
+            tracing::warn!("node {node} is given no new work: {problem}")
+        }
+        Event::NodeHealth { node, problem: None } => tracing::info!("node {node} can start work again"),
         Event::Job { job, detail: JobEvent::JobState { to, message, .. } } => {
             tracing::info!("job {job} {to}{}", message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())
         }

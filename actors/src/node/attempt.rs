@@ -74,6 +74,24 @@ fn attempt_dir(state_dir: &Path, key: &AttemptKey) -> PathBuf {
 /// on the agent's own thread, instead of a thread each competing for the machine.
 static SPAWNING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
+/// Why an attempt did not start. `node_fault`: the node could not start it (its state dir took
+/// no write, a fork failed: AG-6 in `src/agent.rs`), not the program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartFailure {
+    pub message: String,
+    pub node_fault: bool,
+}
+
+impl StartFailure {
+    fn node(message: String) -> Self {
+        StartFailure { message, node_fault: true }
+    }
+
+    fn program(message: String) -> Self {
+        StartFailure { message, node_fault: false }
+    }
+}
+
 /// Launches a supervisor for `spec` and connects to it. Its reports go to `reports`; commands
 /// are read from the returned channel. An error means the supervisor itself could not start.
 pub async fn launch(
@@ -84,7 +102,7 @@ pub async fn launch(
     extra_env: &[(&str, String)],
     limits: Limits,
     (reports, grace): (UnboundedSender<(AttemptKey, Report)>, &Grace),
-) -> Result<UnboundedSender<Command>, String> {
+) -> Result<UnboundedSender<Command>, StartFailure> {
     let dir = attempt_dir(state_dir, &spec.key);
     // What may block — the synced record, the fork that waits for its child's exec — runs
     // off this thread, which also carries the agent's heartbeats: a burst of starts on a busy
@@ -101,18 +119,16 @@ pub async fn launch(
         let _turn = SPAWNING.acquire().await.expect("never closed");
         tokio::task::spawn_blocking(move || start.spawn())
             .await
-            .map_err(|e| format!("cannot start the attempt supervisor: {e}"))??
+            .map_err(|e| StartFailure::node(format!("cannot start the attempt supervisor: {e}")))??
     };
     // The supervisor outlives us if we die; while we live, we reap it.
     tokio::spawn(async move {
         let _ = child.wait().await;
     });
-    match handshake(read_end).await? {
-        Ok(()) => match attach(spec.key.clone(), &dir, reports.clone(), grace.clone()).await {
-            Err(_) if dir.join(EXIT_RECORD).exists() => Ok(already_ended(spec.key.clone(), &dir, &reports)),
-            attached => attached,
-        },
-        Err(message) => Err(message),
+    handshake(read_end).await?;
+    match attach(spec.key.clone(), &dir, reports.clone(), grace.clone()).await {
+        Err(_) if dir.join(EXIT_RECORD).exists() => Ok(already_ended(spec.key.clone(), &dir, &reports)),
+        attached => attached.map_err(StartFailure::node),
     }
 }
 
@@ -157,25 +173,28 @@ struct Start {
 impl Start {
     /// The attempt's directory and record, then its supervisor, started: the child and the
     /// read end of its status pipe.
-    fn spawn(&self) -> Result<(tokio::process::Child, OwnedFd), String> {
-        self.prepare()?;
-        let (read_end, write_end) = pipe()?;
-        let child = self.supervisor_command(&write_end)?.spawn().map_err(|e| self.spawn_error(&e))?;
+    /// Everything up to the fork is the node's part: its state dir, its logs, a pipe.
+    fn spawn(&self) -> Result<(tokio::process::Child, OwnedFd), StartFailure> {
+        self.prepare().map_err(StartFailure::node)?;
+        let (read_end, write_end) = pipe().map_err(StartFailure::node)?;
+        let mut command = self.supervisor_command(&write_end).map_err(StartFailure::node)?;
+        let child = command.spawn().map_err(|e| self.spawn_error(&e))?;
         Ok((child, read_end))
     }
 
     /// Why the supervisor did not start. It starts in the attempt's working directory, so a
-    /// missing one fails here, and the OS error alone ("No such file or directory") would
-    /// send the user looking for the program instead.
-    fn spawn_error(&self, error: &std::io::Error) -> String {
+    /// missing one fails here — the job's spec, not the node (the OS error alone, "No such file
+    /// or directory", would send the user looking for the program instead); any other error
+    /// (no process or memory left for a fork) is the node's.
+    fn spawn_error(&self, error: &std::io::Error) -> StartFailure {
         if !self.cwd.is_dir() {
-            return format!(
+            return StartFailure::program(format!(
                 "the working directory {} is not a directory on this node ({error}); create it there, or set the \
                  job spec's `cwd` (default: the agent's --work-dir) to one that exists",
                 self.cwd.display()
-            );
+            ));
         }
-        format!("cannot start the attempt supervisor: {error}")
+        StartFailure::node(format!("cannot start the attempt supervisor: {error}"))
     }
 
     /// The attempt's directory, with the record a restarted agent finds it by.
@@ -239,16 +258,19 @@ impl Start {
     }
 }
 
-/// "ok PID" once the supervisor listens and the command runs, or why not.
-async fn handshake(status: OwnedFd) -> Result<Result<(), String>, String> {
+/// "ok PID" once the supervisor listens and the command runs, or why not: "err MESSAGE" (the
+/// program could not start) or "fault MESSAGE" (the node could not start it).
+async fn handshake(status: OwnedFd) -> Result<(), StartFailure> {
     let mut line = String::new();
-    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(status).map_err(|e| e.to_string())?;
-    pipe.read_to_string(&mut line).await.map_err(|e| e.to_string())?;
-    Ok(match line.trim_end().split_once(' ') {
+    let unread = |e: std::io::Error| StartFailure::node(format!("cannot read the attempt supervisor's status: {e}"));
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(status).map_err(unread)?;
+    pipe.read_to_string(&mut line).await.map_err(unread)?;
+    match line.trim_end().split_once(' ') {
         Some(("ok", _)) => Ok(()),
-        Some(("err", message)) => Err(message.to_string()),
-        _ => Err("the attempt supervisor exited before starting the command".to_string()),
-    })
+        Some(("err", message)) => Err(StartFailure::program(message.to_string())),
+        Some(("fault", message)) => Err(StartFailure::node(message.to_string())),
+        _ => Err(StartFailure::node("the attempt supervisor exited before starting the command".to_string())),
+    }
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
@@ -332,6 +354,8 @@ async fn attach(
         let (read, mut write) = stream.into_split();
         let mut lines = BufReader::new(read).lines();
         let mut told_started = false;
+        // The end itself, from a supervisor whose state dir took no record of it (SV-2).
+        let mut told_end = None;
         let mut ping = tokio::time::interval(std::time::Duration::from_millis(super::supervisor::PING_MS));
         loop {
             tokio::select! {
@@ -349,6 +373,8 @@ async fn attach(
                             let pgids = pgids.split_whitespace().filter_map(|p| p.parse().ok()).collect();
                             let _ = reports.send((key.clone(), Report::Started { pgids }));
                             told_started = true;
+                        } else if let Some(status) = line.strip_prefix("ended ") {
+                            told_end = serde_json::from_str::<ExitStatus>(status).ok().map(|s| Report::Ended(s.bounded()));
                         }
                     }
                     _ => break,
@@ -363,7 +389,7 @@ async fn attach(
                 }
             }
         }
-        let end = ended(&dir);
+        let end = told_end.unwrap_or_else(|| ended(&dir));
         // Workers that ended before the supervisor took our connection: it went without a
         // word, but they ran (their groups are recorded), as an attached agent would have heard.
         if !told_started && matches!(end, Report::Ended(_)) {
@@ -447,7 +473,7 @@ pub async fn recover(
             }
         }
         let report = match ended(&dir) {
-            Report::SpawnFailed(message) => EndReport::SpawnFailed(message),
+            Report::SpawnFailed(message) => EndReport::SpawnFailed { message, node_fault: false },
             Report::Ended(status) => EndReport::Exited(status),
             Report::Started { .. } => unreachable!("ended() reports an end"),
         };
@@ -497,11 +523,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_missing_working_directory_is_named_as_the_reason_an_attempt_did_not_start() {
-        let state = tempfile::tempdir().unwrap();
-        let cwd = state.path().join("no-such-dir");
-        let spec = StartSpec {
+    fn true_spec() -> StartSpec {
+        StartSpec {
             key: AttemptKey { job: "j1".into(), actor: 0, attempt: 1, cycle: 1 },
             actor_name: "j1/0".into(),
             command: vec!["true".into()],
@@ -510,13 +533,36 @@ mod tests {
             stop_grace_ms: 0,
             nproc_per_node: 1,
             group_rank: 0,
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn a_state_dir_that_takes_no_attempt_is_the_nodes_fault() {
+        let state = tempfile::tempdir().unwrap();
+        std::fs::write(attempts_dir(state.path()), b"a file where the directory goes").unwrap();
+        let (reports, _) = tokio::sync::mpsc::unbounded_channel();
+        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0 };
+        let log = state.path().join("attempt-1.log");
+        let grace = Grace::new(None);
+        let error = launch(&true_spec(), state.path(), &log, state.path(), &[], limits, (reports, &grace)).await;
+        let error = error.unwrap_err();
+        assert!(error.node_fault, "{error:?}");
+        assert!(error.message.starts_with("cannot create "), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_working_directory_is_named_as_the_reason_an_attempt_did_not_start() {
+        let state = tempfile::tempdir().unwrap();
+        let cwd = state.path().join("no-such-dir");
+        let spec = true_spec();
         let log = state.path().join("attempt-1.log");
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
         let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0 };
         let error =
             launch(&spec, state.path(), &log, &cwd, &[], limits, (reports, &Grace::new(None))).await.unwrap_err();
-        assert!(error.contains(&format!("working directory {} is not a directory", cwd.display())), "{error}");
+        let said = &error.message;
+        assert!(said.contains(&format!("working directory {} is not a directory", cwd.display())), "{said}");
+        assert!(!error.node_fault, "the job's cwd, not the node");
     }
 
     /// After a reboot, an attempt that was running has no end to report: the head counts it lost

@@ -10,6 +10,7 @@
 
 mod attempt;
 pub mod detect;
+mod health;
 mod link;
 mod logcap;
 pub mod logs;
@@ -126,6 +127,8 @@ pub struct NodeAgent {
     /// Told why, when the agent must end: its name belongs to another agent.
     refused: Option<tokio::sync::oneshot::Sender<String>>,
     timer: Option<SpawnHandle>,
+    /// Probing whether the node can start work again (`health.rs`), while it cannot.
+    health_probe: Option<SpawnHandle>,
     metrics: metrics::AgentMetrics,
 }
 
@@ -159,6 +162,7 @@ impl NodeAgent {
             closing: false,
             refused: Some(refused),
             timer: None,
+            health_probe: None,
             metrics,
         }
     }
@@ -295,6 +299,30 @@ impl NodeAgent {
         }));
     }
 
+    /// AG-6: the node could not start an attempt; until a probe finds what a start needs
+    /// working again, it is unhealthy (the protocol made it so) — then it is well again.
+    fn probe_health_until_well(&mut self, ctx: &mut Context<Self>) {
+        if self.health_probe.is_some() {
+            return;
+        }
+        self.health_probe = Some(ctx.run_interval(health::PROBE_EVERY, |act, ctx| {
+            let state_dir = act.opts.state_dir.clone();
+            // Off this thread: a sick disk may take long to answer, and heartbeats go from here.
+            let probed = async { tokio::task::spawn_blocking(move || health::probe(&state_dir)).await.ok() };
+            ctx.spawn(probed.into_actor(act).map(|problem, act, ctx| match problem {
+                Some(None) if act.protocol.problem().is_some() => {
+                    tracing::info!("node can start attempts again");
+                    if let Some(handle) = act.health_probe.take() {
+                        ctx.cancel_future(handle);
+                    }
+                    act.input(AgentInput::Health(None), ctx);
+                }
+                Some(Some(problem)) => act.input(AgentInput::Health(Some(problem)), ctx),
+                _ => {}
+            }));
+        }));
+    }
+
     fn set_heartbeat(&mut self, interval_ms: u64, ctx: &mut Context<Self>) {
         if let Some(handle) = self.heartbeat.take() {
             ctx.cancel_future(handle);
@@ -322,7 +350,7 @@ impl NodeAgent {
     fn launch(&mut self, spec: StartSpec, ctx: &mut Context<Self>) {
         let key = spec.key.clone();
         let Some(log) = logs::log_path(&self.opts.state_dir, key.job.as_str(), key.actor, key.attempt) else {
-            return self.input(AgentInput::SpawnFailed { key, message: "bad job id".into() }, ctx);
+            return self.input(AgentInput::SpawnFailed { key, message: "bad job id".into(), node_fault: false }, ctx);
         };
         self.supervisors.insert(key.clone(), Supervision::Launching { pending: None, pgids: Vec::new() });
         // A relative `cwd` is under the work dir, whatever directory the agent was started in.
@@ -338,7 +366,12 @@ impl NodeAgent {
         ctx.spawn(launching.into_actor(self).map(move |result, act, ctx| act.launched(key, result, ctx)));
     }
 
-    fn launched(&mut self, key: AttemptKey, result: Result<UnboundedSender<Command>, String>, ctx: &mut Context<Self>) {
+    fn launched(
+        &mut self,
+        key: AttemptKey,
+        result: Result<UnboundedSender<Command>, attempt::StartFailure>,
+        ctx: &mut Context<Self>,
+    ) {
         match result {
             Ok(commands) => {
                 // Its end may have been reported already (a command that ends at once): then
@@ -349,10 +382,14 @@ impl NodeAgent {
                 }
                 self.supervisors.insert(key, Supervision::Attached { commands, pgids, reattached: false });
             }
-            Err(message) => {
+            Err(attempt::StartFailure { message, node_fault }) => {
                 self.supervisors.remove(&key);
                 self.metrics.spawn_failed();
-                self.input(AgentInput::SpawnFailed { key, message }, ctx);
+                if node_fault {
+                    tracing::warn!("node cannot start {key}: {message}");
+                    self.probe_health_until_well(ctx);
+                }
+                self.input(AgentInput::SpawnFailed { key, message, node_fault }, ctx);
             }
         }
     }
@@ -390,7 +427,7 @@ impl NodeAgent {
             }
             Report::SpawnFailed(message) => {
                 self.metrics.spawn_failed();
-                self.input(AgentInput::SpawnFailed { key, message }, ctx)
+                self.input(AgentInput::SpawnFailed { key, message, node_fault: false }, ctx)
             }
             Report::Ended(status) => {
                 self.supervisors.remove(&key);

@@ -16,7 +16,8 @@
 //!   replacement.
 //! - **SV-2 leaves a record.** When the group ends, the supervisor writes how (`exit`, an
 //!   `ExitStatus` in JSON) before it tells a connected agent and exits, so that an agent that
-//!   was away still learns it. A group that cannot start leaves `failed` instead. A group
+//!   was away still learns it. Where the state dir takes no record, the end goes to the agent
+//!   on its connection — held for one that connects within the re-attach grace. A group that cannot start leaves `failed` instead. A group
 //!   that failed only after an agent ordered it stopped (or after the re-attach grace ran out)
 //!   is recorded as `signalled_by_agent`: an agent that shut down while the head was away must
 //!   not have its own stop charged to the user when it reports the end later.
@@ -39,8 +40,10 @@
 //!   its last that many bytes on disk (`logcap.rs`): a job that prints without end cannot fill
 //!   its node's disk.
 //!
-//! Socket lines, supervisor → agent: `started PGID...` (one per worker), `failed MESSAGE`,
-//! `exited` (the record is written); agent → supervisor: `stop GRACE_MS`, `kill`, `ping
+//! Status pipe, supervisor → agent, once: `ok PGID`, `err MESSAGE` (the program could not
+//! start; a `failed` record is left), `fault MESSAGE` (the node could not start it: AG-6).
+//! Socket lines, supervisor → agent: `started PGID...` (one per worker), `exited` (the record
+//! is written), `ended STATUS-JSON` (the record could not be: the end itself); agent → supervisor: `stop GRACE_MS`, `kill`, `ping
 //! [REATTACH_GRACE_MS]` (the grace to keep from then on, when the agent knows it).
 
 use super::workers::{self, signal_group, Group, GroupSpec};
@@ -111,11 +114,12 @@ pub fn run(args: &[String]) -> ! {
     let mut status = unsafe { std::fs::File::from_raw_fd(STATUS_FD) };
     let listener = match bind(&args.group.dir) {
         Ok(listener) => listener,
-        Err(e) => fail(&mut status, &args.group.dir, &format!("cannot listen in {}: {e}", args.group.dir.display())),
+        Err(e) => fail_on_node(&mut status, &format!("cannot listen in {}: {e}", args.group.dir.display())),
     };
     let group = match workers::start(&args.group) {
         Ok(group) => group,
-        Err(e) => fail(&mut status, &args.group.dir, &e),
+        Err(e) if e.node_fault => fail_on_node(&mut status, &e.message),
+        Err(e) => fail(&mut status, &args.group.dir, &e.message),
     };
     let pgids: Vec<String> = group.pgids.iter().map(i32::to_string).collect();
     let _ = write_atomic(&args.group.dir.join(PID_RECORD), pgids.join("\n").as_bytes());
@@ -156,10 +160,18 @@ fn bind(dir: &Path) -> std::io::Result<UnixListener> {
     UnixListener::bind(path)
 }
 
-/// SV-2 for a group that never ran.
+/// SV-2 for a group that never ran because of its program.
 fn fail(status: &mut std::fs::File, dir: &Path, message: &str) -> ! {
     let _ = write_atomic(&dir.join(FAILED_RECORD), message.as_bytes());
     let _ = writeln!(status, "err {message}");
+    std::process::exit(127);
+}
+
+/// A group that never ran because of the node (AG-6). No record: its state dir may take none,
+/// and an agent that restarts before it hears this finds no record and reports the attempt
+/// lost with its supervisor — the node's failure either way.
+fn fail_on_node(status: &mut std::fs::File, message: &str) -> ! {
+    let _ = writeln!(status, "fault {message}");
     std::process::exit(127);
 }
 
@@ -182,6 +194,8 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
     // a connected one to ping; until it does, the grace runs.
     let mut alone_since = Some(Instant::now());
     let mut grace = Duration::from_millis(args.reattach_grace_ms);
+    // An end the state dir took no record of, held for the next agent to connect (SV-2).
+    let mut unrecorded: Option<ExitStatus> = None;
     loop {
         let deadline = [kill_at, alone_since.map(|t| t + grace)].into_iter().flatten().min();
         let wait = deadline.map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
@@ -192,12 +206,23 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
                 }
                 if progress.running == 0 {
                     group.drain_output(Duration::from_millis(DRAIN_OUTPUT_MS));
-                    finish(progress.outcome(&args.group), &args.group.dir, agent.as_mut().map(|(_, s)| s));
+                    let ended = progress.outcome(&args.group);
+                    finish(&ended, &args.group.dir, agent.as_mut().map(|(_, s)| s));
+                    // Not recorded, and no agent took it: held for the next one, a grace from now.
+                    unrecorded = Some(ended);
+                    agent = None;
+                    alone_since = Some(Instant::now());
                 }
             }
             Ok(Event::Attached(id, mut stream)) => {
                 let pgids: Vec<String> = progress.pgids.iter().map(i32::to_string).collect();
                 let _ = writeln!(stream, "started {}", pgids.join(" "));
+                if let Some(ended) = &unrecorded {
+                    if tell_end(&mut stream, ended).is_ok() {
+                        done(&args.group.dir);
+                    }
+                    continue;
+                }
                 agent = Some((id, stream));
                 alone_since = Some(Instant::now());
             }
@@ -214,6 +239,11 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
                 alone_since = Some(Instant::now());
             }
             Ok(Event::Detached(_)) => {}
+            Err(RecvTimeoutError::Timeout) if unrecorded.is_some() => {
+                // No agent came for an end it could not record: its workers are long gone
+                // (their group ids may be anyone's by now); the agent will find no record.
+                std::process::exit(1);
+            }
             Err(RecvTimeoutError::Timeout) => {
                 // A stop's grace is over, or no agent came back in time (SV-1, SV-4, SV-5).
                 if alone_since.is_some_and(|since| since.elapsed() >= grace) {
@@ -300,16 +330,34 @@ fn accept(listener: UnixListener, tx: Sender<Event>) {
     }
 }
 
-/// SV-2: the group ended; record how, tell the agent if one is there, and go.
-fn finish(ended: ExitStatus, dir: &Path, agent: Option<&mut UnixStream>) -> ! {
+/// SV-2: the group ended; record how, tell the agent if one is there, and go. Where the state
+/// dir takes no record (a full disk), the end goes to the agent on its connection instead — a
+/// program that succeeded must not be reported lost — and, with no agent to take it, this
+/// returns: the end is held for the next agent to connect within the re-attach grace.
+fn finish(ended: &ExitStatus, dir: &Path, agent: Option<&mut UnixStream>) {
     kill_leftovers();
-    let record = serde_json::to_vec(&ended).expect("statuses serialize");
-    if write_atomic(&dir.join(EXIT_RECORD), &record).is_err() {
-        std::process::exit(1);
+    let record = serde_json::to_vec(ended).expect("statuses serialize");
+    let recorded = write_atomic(&dir.join(EXIT_RECORD), &record).is_ok();
+    let told = match agent {
+        Some(stream) if recorded => {
+            let _ = writeln!(stream, "exited");
+            true
+        }
+        Some(stream) => tell_end(stream, ended).is_ok(),
+        None => recorded, // a later agent reads the record
+    };
+    if told {
+        done(dir)
     }
-    if let Some(stream) = agent {
-        let _ = writeln!(stream, "exited");
-    }
+}
+
+/// The end, on the agent's connection: `ended STATUS-JSON`.
+fn tell_end(stream: &mut UnixStream, ended: &ExitStatus) -> std::io::Result<()> {
+    let json = serde_json::to_string(ended).expect("statuses serialize");
+    writeln!(stream, "ended {json}")
+}
+
+fn done(dir: &Path) -> ! {
     let _ = std::fs::remove_file(dir.join(SOCKET));
     std::process::exit(0);
 }

@@ -87,8 +87,30 @@ pub fn worker_log(attempt_log: &Path, local_rank: u32) -> PathBuf {
     attempt_log.with_file_name(format!("{stem}.{local_rank}.log"))
 }
 
+/// Why a worker did not start. `node_fault`: the node could not start it (no process, memory
+/// or file descriptor left; its log would not open), not the program (not found, not
+/// executable: the job's to fix).
+#[derive(Debug)]
+pub struct StartError {
+    pub message: String,
+    pub node_fault: bool,
+}
+
+/// Errors of `exec` that name the program or its arguments, not the machine.
+const PROGRAM_ERRORS: [i32; 9] = [
+    libc::ENOENT,
+    libc::EACCES,
+    libc::EPERM,
+    libc::ENOEXEC,
+    libc::ENOTDIR,
+    libc::ELOOP,
+    libc::ENAMETOOLONG,
+    libc::E2BIG,
+    libc::ETXTBSY,
+];
+
 /// Starts every worker; if one cannot start, those already started are killed.
-pub fn start(spec: &GroupSpec) -> Result<Group, String> {
+pub fn start(spec: &GroupSpec) -> Result<Group, StartError> {
     let combined = Arc::new(Mutex::new(std::io::stdout()));
     let (done, relayed) = channel();
     let relays = if spec.workers > 1 { spec.workers as usize } else { 0 };
@@ -99,23 +121,27 @@ pub fn start(spec: &GroupSpec) -> Result<Group, String> {
                 group.pgids.push(child.id() as i32);
                 group.children.push(child);
             }
-            Err(e) => {
+            Err((e, exec)) => {
                 for pgid in &group.pgids {
                     signal_group(*pgid, libc::SIGKILL);
                 }
-                return Err(format!("cannot start worker {local_rank} ({}): {e}", spec.command[0]));
+                let program_error = exec && e.raw_os_error().is_some_and(|code| PROGRAM_ERRORS.contains(&code));
+                let message = format!("cannot start worker {local_rank} ({}): {e}", spec.command[0]);
+                return Err(StartError { message, node_fault: !program_error });
             }
         }
     }
     Ok(group)
 }
 
+/// A started worker, or why not — and whether the error came from its `exec` (true), or
+/// before it, from the node (its pipe, its log).
 fn start_worker(
     spec: &GroupSpec,
     local_rank: u32,
     combined: &Arc<Mutex<std::io::Stdout>>,
     done: &Sender<()>,
-) -> std::io::Result<Child> {
+) -> Result<Child, (std::io::Error, bool)> {
     let mut cmd = Command::new(&spec.command[0]);
     cmd.args(&spec.command[1..]);
     // Worker 0's variables are already in the supervisor's environment.
@@ -131,15 +157,18 @@ fn start_worker(
         });
     }
     if spec.workers == 1 {
-        return cmd.spawn();
+        return cmd.spawn().map_err(|e| (e, true));
     }
-    let (reader, writer) = std::io::pipe()?;
-    cmd.stdout(writer.try_clone()?).stderr(writer).stdin(Stdio::null());
+    let node = |e| (e, false);
+    let (reader, writer) = std::io::pipe().map_err(node)?;
+    cmd.stdout(writer.try_clone().map_err(node)?).stderr(writer).stdin(Stdio::null());
     let own_log = match &spec.log {
-        Some(log) => Some(std::fs::OpenOptions::new().create(true).append(true).open(worker_log(log, local_rank))?),
+        Some(log) => Some(
+            std::fs::OpenOptions::new().create(true).append(true).open(worker_log(log, local_rank)).map_err(node)?,
+        ),
         None => None,
     };
-    let child = cmd.spawn()?;
+    let child = cmd.spawn().map_err(|e| (e, true))?;
     drop(cmd);
     let prefix = format!("[rank{}]: ", spec.group_rank * spec.workers + local_rank);
     let (combined, done) = (combined.clone(), done.clone());

@@ -312,6 +312,7 @@ impl Checker {
                     }
                 }
                 Event::NodeForgotten { node, .. } => self.node_forgotten(node),
+                Event::NodeHealth { .. } => {}
                 Event::Placed { job, actor, node, class, devices } => {
                     let key = actor_key(actor);
                     if !self.admitted.contains(job) {

@@ -870,11 +870,13 @@ function nodesTable(nodes, actorsByNode) {
         el('td', {}, node.addr || '—'))))));
 }
 
-/** Who drained the node: its own agent (the machine is leaving) or the operator (until `ftdrive undrain`). */
+/** Who drained the node: its own agent (the machine is leaving) or the operator (until `ftdrive undrain`);
+ * and why its agent cannot start work, if it cannot (it is given nothing new meanwhile). */
 function drainNote(node) {
   const by = [];
   if (node.leaving && node.state === 'DRAINING') by.push('machine leaving');
   if (node.cordoned) by.push('drained by the operator until undrained');
+  if (node.problem) by.push(`given no new work: ${node.problem}`);
   return by.length === 0 ? null : el('span', { class: 'muted drain-note' }, ` ${by.join('; ')}`);
 }
 
