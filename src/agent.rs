@@ -454,6 +454,7 @@ impl Agent {
             incarnation: self.incarnation,
             seq: self.seq,
             running: self.procs.iter().filter(|(_, p)| p.started).map(|(k, _)| k.clone()).collect(),
+            problem: self.problem.clone(),
         };
         self.send(beat);
         self.resend_reports();
@@ -546,13 +547,14 @@ impl Agent {
             return;
         }
         if node_fault && self.problem.is_none() {
-            self.set_health(Some(format!("cannot start attempts: {message}"))); // AG-6
+            self.set_health(Some(crate::protocol::cannot_start(&message))); // AG-6
         }
         self.remember(key.clone());
         self.report(key, EndReport::SpawnFailed { message, node_fault });
     }
 
-    /// AG-6: the head hears of every change; a registration carries the state of the moment.
+    /// AG-6: the head hears of every change at once; registrations and heartbeats carry the
+    /// state of the moment.
     fn set_health(&mut self, problem: Option<String>) {
         let problem = problem.map(|p| crate::protocol::one_line(&p, crate::protocol::MAX_SPAWN_MESSAGE_CHARS));
         if problem == self.problem {

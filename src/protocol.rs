@@ -263,6 +263,11 @@ pub struct Registration {
     pub ended: Vec<AttemptKey>,
 }
 
+/// What a node that could not start an attempt says of its health (AG-6), from the failure.
+pub fn cannot_start(message: &str) -> String {
+    format!("cannot start attempts: {message}")
+}
+
 /// Most listening ports an agent reports (`ToHead::Listening`), the lowest.
 pub const MAX_LISTENING_PORTS: usize = 4_096;
 
@@ -274,11 +279,15 @@ pub const MAX_LISTENING_PORTS: usize = 4_096;
 pub enum ToHead {
     /// The agent (re)connects (boxed: rare, and large beside a heartbeat).
     Register(Box<Registration>),
+    /// `problem`: what keeps the node from starting work, while anything does (AG-6): health
+    /// is state, said again with every heartbeat, as a lost `Health` would leave it wrong.
     Heartbeat {
         node: NodeId,
         incarnation: u64,
         seq: u64,
         running: Vec<AttemptKey>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        problem: Option<String>,
     },
     /// The attempt's command runs, under this agent run (`incarnation`).
     Started {

@@ -9,7 +9,8 @@
 //! `placement_fits_spec` fires; with one that lets only replacements hold capacity,
 //! `starved_item_held` fires; with one that gives every node a port pool of its own whatever
 //! machine it shares, `rendezvous_port_once` fires; with one that leaves bundles on ports
-//! something else came to listen on, `busy_port_twice_at_most` fires. With the real policy
+//! something else came to listen on, `busy_port_twice_at_most` fires; with one that places work
+//! on nodes whose agents cannot start it, `unhealthy_node_gets_nothing` fires. With the real policy
 //! none does. Rules that no policy switch
 //! breaks without breaking everything else (`one_rank_each`, `cycle_well_formed`) are shown
 //! by feeding the checker a broken driver's events directly.
@@ -103,6 +104,13 @@ fn a_bundle_left_on_a_port_something_else_listens_on_is_caught() {
     let third = "busy_port_twice_at_most: a/0 attempt 4 is rank 0 on port 29500 of machine `m1`, which something \
                  else listens on: 3 of its attempts started there";
     assert_eq!(found.first().map(String::as_str), Some(third), "{found:?}");
+}
+
+#[test]
+fn work_placed_on_a_node_that_cannot_start_it_is_caught() {
+    let found = caught("a_full_disk_keeps_new_work_off_its_node_until_it_is_cleared", PolicyFault::PlaceOnUnhealthy);
+    let first = "unhealthy_node_gets_nothing: ";
+    assert!(found.first().is_some_and(|v| v.starts_with(first) && v.contains("was placed on n1")), "{found:?}");
 }
 
 #[test]

@@ -503,6 +503,25 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(masters("a"), [at("n1", 29_500), at("n1", 29_500), at("n1", 29_502), at("n3", 29_503)]);
         assert_eq!(masters("b"), [at("n2", 29_501), at("n3", 29_502)]);
     }),
+    // n1's disk is full from 500 ms to 20.5 s: a/0's first start there fails as the node's
+    // fault (charged to `system`, moved at once as a replacement); b's spare waits for n1 —
+    // across a head restart, whose registrations say n1 still cannot start work — and is
+    // placed there once the agent's probe finds the disk well.
+    ("a_full_disk_keeps_new_work_off_its_node_until_it_is_cleared", |r| {
+        assert_eq!((r.state("a"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
+        assert_eq!(r.ledger("a"), vec![pair("node_lost", "system"), pair("completed", "none")]);
+        assert_eq!(
+            r.placements(),
+            [
+                ("a/0", "n1", "pending_gang"),
+                ("a/0", "n2", "replacement"),
+                ("b/0", "n3", "pending_gang"),
+                ("b/1", "n1", "spare")
+            ]
+        );
+        let health: Vec<bool> = r.events("node_health").iter().map(|e| e.get("problem").is_some()).collect();
+        assert_eq!(health, [true, true, false], "unhealthy, told again after the head restart, well");
+    }),
     ("node_selector_keeps_a_job_to_its_zone", |r| {
         assert_eq!(r.placements(), [("z/0", "b1", "pending_gang"), ("z/0", "b2", "replacement")], "a1 is in zone a");
         assert_eq!(r.ledger("z"), vec![pair("node_lost", "system"), pair("completed", "none")]);

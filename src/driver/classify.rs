@@ -90,8 +90,9 @@ pub enum Ending<'a> {
     /// `reacting_to: None`; if it waited in FAILING for its peers, it is classified again with
     /// the peer loss that came first, if any.
     Exited { status: &'a ExitStatus, reacting_to: Option<PeerLoss<'a>> },
-    /// The process could not be started; `node_fault`: because of the node, not the program.
-    SpawnFailed { message: &'a str, node_fault: bool },
+    /// The process could not be started; `node_fault`: because of the node, not the program,
+    /// unhealthy since then.
+    SpawnFailed { message: &'a str, node_fault: Option<Instant> },
     /// Its node was lost before an exit was reported.
     NodeLost(&'a Loss),
     /// It had exited 0 and waited for its peers; the driver ended it for this reason.
@@ -135,10 +136,10 @@ pub struct JobContext<'a> {
 pub fn classify(job: &JobContext, run: &Run, ending: Ending) -> Verdict {
     let (cause, evidence) = match ending {
         Ending::Exited { status, reacting_to } => exited(job, run, status, reacting_to),
-        Ending::SpawnFailed { message, node_fault: false } => {
+        Ending::SpawnFailed { message, node_fault: None } => {
             (Cause::SpawnFailed, format!("could not start `{}`: {message}", job.program))
         }
-        Ending::SpawnFailed { message, node_fault: true } => node_could_not_start(run, message),
+        Ending::SpawnFailed { message, node_fault: Some(_) } => node_could_not_start(run, message),
         Ending::NodeLost(loss) => lost_with_node(run, loss),
         Ending::EndedAfterSuccess(reason) => stop_verdict(reason, "; it had exited 0"),
         Ending::GangSucceeded => (Cause::Completed, succeeded(job.nproc_per_node)),
@@ -155,6 +156,7 @@ fn fault_of(run: &Run, ending: &Ending, cause: Cause) -> Option<Fault> {
     match (&run.stop, ending) {
         (Some(StopReason::Drain { node, deadline, .. }), _) => Some(Fault { node: node.clone(), at: *deadline }),
         (_, Ending::NodeLost(loss)) => Some(Fault { node: loss.node.clone(), at: loss.silent_since }),
+        (_, Ending::SpawnFailed { node_fault: Some(since), .. }) => Some(Fault { node: run.node.clone(), at: *since }),
         _ => None,
     }
 }
@@ -349,15 +351,18 @@ mod tests {
     fn a_start_the_node_could_not_make_is_the_nodes_failure_and_the_programs_is_the_programs() {
         let policy = RetryPolicy::default();
         let full = "cannot create /s/attempts/x: No space left on device";
-        let node = classify(&job(&policy, None), &run(), Ending::SpawnFailed { message: full, node_fault: true });
+        let since = Instant::from_ms(500);
+        let node =
+            classify(&job(&policy, None), &run(), Ending::SpawnFailed { message: full, node_fault: Some(since) });
         assert_eq!((node.cause, node.budget), (Cause::NodeLost, BudgetKind::System));
         assert_eq!(node.evidence, format!("node n1 could not start the attempt: {full}"));
+        assert_eq!(node.fault, Some(Fault { node: NodeId::new("n1"), at: since }), "FC-1: one fault per episode");
         let missing = "No such file or directory";
-        let program =
-            classify(&job(&policy, None), &run(), Ending::SpawnFailed { message: missing, node_fault: false });
+        let program = classify(&job(&policy, None), &run(), Ending::SpawnFailed { message: missing, node_fault: None });
         assert_eq!((program.cause, program.budget), (Cause::SpawnFailed, BudgetKind::None));
         let stopped = Run { stop: Some(StopReason::User), ..run() };
-        let verdict = classify(&job(&policy, None), &stopped, Ending::SpawnFailed { message: full, node_fault: true });
+        let verdict =
+            classify(&job(&policy, None), &stopped, Ending::SpawnFailed { message: full, node_fault: Some(since) });
         assert_eq!(verdict.cause, Cause::Stopped, "a stop asked for first ends as the stop");
     }
 

@@ -192,7 +192,13 @@ impl Driver {
         self.end_attempt(now, key.actor, Ending::Exited { status: &status, reacting_to: None });
     }
 
-    pub(super) fn on_spawn_failed(&mut self, now: Instant, key: AttemptKey, message: String, node_fault: bool) {
+    pub(super) fn on_spawn_failed(
+        &mut self,
+        now: Instant,
+        key: AttemptKey,
+        message: String,
+        node_fault: Option<Instant>,
+    ) {
         let Some(run) = self.current_run(&key) else {
             return self.stale(key, "spawn failure");
         };
@@ -200,7 +206,7 @@ impl Driver {
         self.effects.push_back(DriverEffect::AttemptEnded { node, key: key.clone() });
         // An agent's report, from a record the job could write: one bounded, printable line.
         let message = crate::protocol::one_line(&message, crate::protocol::MAX_SPAWN_MESSAGE_CHARS);
-        if node_fault {
+        if node_fault.is_some() {
             // The node cannot start work (AG-6): the next attempt needs a bundle elsewhere, as
             // a drained one does — the bundle goes once this attempt is settled.
             if let Bundle::Placed { draining, .. } = &mut self.actors[key.actor as usize].bundle {

@@ -169,11 +169,12 @@ pub enum DriverInput {
         key: AttemptKey,
         status: ExitStatus,
     },
-    /// `node_fault`: the node could not start it, not the program (`ToHead::SpawnFailed`).
+    /// `node_fault`: the node could not start it, not the program (`ToHead::SpawnFailed`): it
+    /// has been unhealthy since then (one fault, charged once: FC-1).
     SpawnFailed {
         key: AttemptKey,
         message: String,
-        node_fault: bool,
+        node_fault: Option<Instant>,
     },
     /// The attempt's process is gone though its node lives on (its agent restarted without it).
     AttemptLost {

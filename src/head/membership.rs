@@ -199,6 +199,7 @@ impl Head {
         incarnation: u64,
         seq: u64,
         running: &[AttemptKey],
+        problem: Option<String>,
     ) -> Result<Reply, Rejected> {
         let ix = self.alive_node(&node, incarnation)?;
         let record = self.liveness.get_mut(ix).expect("alive node has a record");
@@ -207,6 +208,7 @@ impl Head {
         }
         record.last_seq = seq;
         self.heard_from(ix, now);
+        self.note_health(now, ix, problem);
         for key in self.attempts.unconfirmed_among(ix, running) {
             self.confirm_started(now, ix, key);
         }
@@ -233,25 +235,44 @@ impl Head {
     /// AG-6: whether the node's agent can start work.
     pub(super) fn health(
         &mut self,
+        now: Instant,
         node: NodeId,
         incarnation: u64,
         problem: Option<String>,
     ) -> Result<Reply, Rejected> {
         let ix = self.alive_node(&node, incarnation)?;
-        self.note_health(ix, problem);
+        self.note_health(now, ix, problem);
         Ok(Reply::Done)
     }
 
     /// An unhealthy node keeps what runs there and is given nothing new until its agent says it
-    /// can start work again. Not durable: every registration says it again.
-    pub(super) fn note_health(&mut self, ix: NodeIx, problem: Option<String>) {
+    /// can start work again. Not durable: every registration and heartbeat says it again.
+    pub(super) fn note_health(&mut self, now: Instant, ix: NodeIx, problem: Option<String>) {
         let problem = problem.map(|p| crate::protocol::one_line(&p, crate::protocol::MAX_SPAWN_MESSAGE_CHARS));
         if self.scheduler.node(ix).problem == problem {
             return;
         }
-        self.scheduler.set_node_problem(ix, problem.clone());
+        self.scheduler.set_node_problem(ix, problem.clone(), now);
         let node = self.scheduler.node(ix).name.clone();
         self.notify(Event::NodeHealth { node, problem });
+    }
+
+    /// `node` could not start `key` (AG-6): it is unhealthy — as its agent will have said, or,
+    /// where that word was lost, as this report says until the next heartbeat tells — and the
+    /// start belongs to the episode that began then (FC-1 charges a job once for it). Changes
+    /// nothing for a report the head refuses.
+    pub(super) fn node_could_not_start(
+        &mut self,
+        now: Instant,
+        node: &NodeId,
+        key: &AttemptKey,
+        message: &str,
+    ) -> Result<Instant, Rejected> {
+        let ix = self.reporting_node(node, key)?;
+        if self.scheduler.node(ix).problem.is_none() && self.scheduler.node(ix).state != NodeState::Dead {
+            self.note_health(now, ix, Some(crate::protocol::cannot_start(message)));
+        }
+        Ok(self.scheduler.node(ix).unhealthy_since.unwrap_or(now))
     }
 
     /// The node's index if it is registered, alive, and this is its current agent.

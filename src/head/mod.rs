@@ -62,6 +62,7 @@ pub enum Input {
         incarnation: u64,
         seq: u64,
         running: Vec<AttemptKey>,
+        problem: Option<String>,
     },
     /// The ports listening on the node's machine (`ToHead::Listening`).
     Listening {
@@ -136,8 +137,8 @@ impl From<ToHead> for Input {
     fn from(msg: ToHead) -> Input {
         match msg {
             ToHead::Register(registration) => Input::Register(registration),
-            ToHead::Heartbeat { node, incarnation, seq, running } => {
-                Input::Heartbeat { node, incarnation, seq, running }
+            ToHead::Heartbeat { node, incarnation, seq, running, problem } => {
+                Input::Heartbeat { node, incarnation, seq, running, problem }
             }
             ToHead::Started { node, incarnation, key } => Input::ProcessStarted { node, incarnation, key },
             ToHead::Exited { node, key, status } => Input::ProcessExited { node, key, status },
@@ -351,11 +352,11 @@ impl Head {
                 // Before anything is placed on the node (`settle`, below): PS-3, AG-6.
                 let ix = self.scheduler.node_ix(&node).expect("a node just registered is known");
                 self.note_listening(now, ix, listening);
-                self.note_health(ix, problem);
+                self.note_health(now, ix, problem);
                 reply
             }
-            Input::Heartbeat { node, incarnation, seq, running } => {
-                self.heartbeat(now, node, incarnation, seq, &running)?
+            Input::Heartbeat { node, incarnation, seq, running, problem } => {
+                self.heartbeat(now, node, incarnation, seq, &running, problem)?
             }
             Input::Listening { node, incarnation, ports } => self.listening(now, node, incarnation, ports)?,
             Input::ProcessStarted { node, incarnation, key } => self.process_started(now, node, incarnation, key)?,
@@ -363,9 +364,13 @@ impl Head {
                 self.process_ended(now, node, key, |key| DriverInput::Exited { key, status })?
             }
             Input::SpawnFailed { node, key, message, node_fault } => {
+                let node_fault = match node_fault {
+                    true => Some(self.node_could_not_start(now, &node, &key, &message)?),
+                    false => None,
+                };
                 self.process_ended(now, node, key, |key| DriverInput::SpawnFailed { key, message, node_fault })?
             }
-            Input::Health { node, incarnation, problem } => self.health(node, incarnation, problem)?,
+            Input::Health { node, incarnation, problem } => self.health(now, node, incarnation, problem)?,
             Input::PreemptionNotice { node, incarnation, deadline_ms } => {
                 self.preemption_notice(now, node, incarnation, deadline_ms)?
             }
@@ -468,10 +473,7 @@ impl Head {
         key: AttemptKey,
         input: impl FnOnce(AttemptKey) -> DriverInput,
     ) -> Result<Reply, Rejected> {
-        let ix = self.scheduler.node_ix(&node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
-        if self.attempts.runs_elsewhere(ix, &key) {
-            return Err(Rejected::NotItsAttempt(node, key));
-        }
+        let ix = self.reporting_node(&node, &key)?;
         self.effects.push_back(Effect::Send { node, msg: ToAgent::AckExit { key: key.clone() } });
         let port_in_doubt = self.attempts.port_in_doubt(ix, &key);
         self.attempts.ended(ix, &key);
@@ -483,6 +485,15 @@ impl Head {
             self.feed(now, pg, input(key));
         }
         Ok(Reply::Done)
+    }
+
+    /// The node that reports an attempt's end, if the attempt may end there.
+    fn reporting_node(&self, node: &NodeId, key: &AttemptKey) -> Result<NodeIx, Rejected> {
+        let ix = self.scheduler.node_ix(node).ok_or_else(|| Rejected::UnknownNode(node.clone()))?;
+        if self.attempts.runs_elsewhere(ix, key) {
+            return Err(Rejected::NotItsAttempt(node.clone(), key.clone()));
+        }
+        Ok(ix)
     }
 
     // ---- jobs --------------------------------------------------------------------------------

@@ -24,6 +24,7 @@
 use super::PgId;
 use crate::ids::NodeId;
 use crate::resources::{is_preemptible, Devices, Labels, Resources};
+use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -264,6 +265,9 @@ pub struct Node {
     /// What keeps its agent from starting work, as it says (`ToHead::Health`): nothing new is
     /// placed here meanwhile (`feasibility::usable`); what runs here stays.
     pub problem: Option<String>,
+    /// Since when the head has known it unhealthy: one episode, whose failed starts a job is
+    /// charged for once (FC-1).
+    pub unhealthy_since: Option<Instant>,
 }
 
 impl Node {
@@ -465,6 +469,7 @@ impl Cluster {
             free_devices: devices,
             load: 0,
             problem: None,
+            unhealthy_since: None,
         };
         let ix = match self.by_name.get(&name) {
             Some(&ix) => {
@@ -629,8 +634,15 @@ impl Cluster {
     }
 
     /// DRAINING → ALIVE: offered again, with whatever it still holds counted in its load.
-    pub fn set_problem(&mut self, ix: NodeIx, problem: Option<String>) {
-        self.nodes[ix as usize].problem = problem;
+    /// The node's agent says what keeps it from starting work (or `None`) at `now`; an episode
+    /// starts when it first says something.
+    pub fn set_problem(&mut self, ix: NodeIx, problem: Option<String>, now: Instant) {
+        let node = &mut self.nodes[ix as usize];
+        node.unhealthy_since = match (&problem, node.unhealthy_since) {
+            (None, _) => None,
+            (Some(_), since) => Some(since.unwrap_or(now)),
+        };
+        node.problem = problem;
     }
 
     pub fn undrain(&mut self, ix: NodeIx) {
@@ -653,6 +665,7 @@ impl Cluster {
         node.free_devices = node.devices;
         node.load = 0;
         node.problem = None; // its agent's word went with it
+        node.unhealthy_since = None;
         self.leave_space(ix);
         lost
     }

@@ -86,7 +86,12 @@ fn bundles_per_node(pg: &PlacementGroup) -> u64 {
 /// Does `node` pass the group's static filters, and is it ALIVE, with an agent that can start
 /// work? (An unhealthy node still counts towards what could ever hold a gang: it may recover.)
 pub fn usable(node: &Node, pg: &PlacementGroup) -> bool {
-    node.state == NodeState::Alive && node.problem.is_none() && STATIC_FILTERS.iter().all(|f| f.passes(node, pg))
+    node.problem.is_none() && usable_if_healthy(node, pg)
+}
+
+/// `usable`, whether or not the node's agent can start work.
+pub fn usable_if_healthy(node: &Node, pg: &PlacementGroup) -> bool {
+    node.state == NodeState::Alive && STATIC_FILTERS.iter().all(|f| f.passes(node, pg))
 }
 
 /// Could `pg` put one of its bundles on `node` right now? Only where it could once the node

@@ -126,6 +126,8 @@ pub enum PolicyFault {
     PortsPerNode,
     /// A bundle keeps its port when something else comes to listen on it (PS-4 broken).
     BundlesKeepBusyPorts,
+    /// New work goes to nodes whose agents cannot start it (AG-6's point lost).
+    PlaceOnUnhealthy,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over
@@ -272,9 +274,9 @@ impl Scheduler {
 
     /// What keeps the node's agent from starting work, or `None`: it is offered again from the
     /// next pass.
-    pub fn set_node_problem(&mut self, ix: NodeIx, problem: Option<String>) {
+    pub fn set_node_problem(&mut self, ix: NodeIx, problem: Option<String>, now: Instant) {
         self.dirty |= problem.is_none();
-        self.cluster.set_problem(ix, problem);
+        self.cluster.set_problem(ix, problem, now);
     }
 
     /// → DEAD. Returns the bundles that were on it; they are now unplaced and marked lost, and
@@ -628,9 +630,12 @@ impl Scheduler {
                 let suspects =
                     if self.fault == PolicyFault::IgnoreSuspects { &BTreeSet::new() } else { &self.suspects };
                 let unfiltered = self.fault == PolicyFault::IgnoreStaticFilters;
+                let ignore_health = self.fault == PolicyFault::PlaceOnUnhealthy;
                 let ok = |ix: NodeIx| {
                     let node = cluster.node(ix);
-                    (feasibility::usable(node, pg) || unfiltered && node.state == NodeState::Alive)
+                    (feasibility::usable(node, pg)
+                        || unfiltered && node.state == NodeState::Alive
+                        || ignore_health && feasibility::usable_if_healthy(node, pg))
                         && !suspects.contains(&ix)
                         && (holds.is_empty() || !holds.held(node, ix, pgs))
                 };

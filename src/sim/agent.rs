@@ -37,6 +37,8 @@ pub struct SimAgent {
     pub labels: Labels,
     /// `NodeDef::port_space`.
     pub port_space: String,
+    /// The machine's disk takes no write until then (`Fault::DiskFull`), across reboots.
+    pub disk_full_until: Option<Instant>,
 }
 
 impl SimAgent {
@@ -53,7 +55,13 @@ impl SimAgent {
             resources,
             labels,
             port_space,
+            disk_full_until: None,
         }
+    }
+
+    /// Whether the machine's disk takes no write at `now`.
+    pub fn disk_full(&self, now: Instant) -> bool {
+        self.disk_full_until.is_some_and(|until| now < until)
     }
 
     /// The ports its processes listen on, for the checker: its port space, or a machine of

@@ -468,6 +468,24 @@ impl Simulation {
                 let ix = self.agent_of[&node];
                 self.start_listener(ix, port);
             }
+            Fault::DiskFull { node, for_ms } => {
+                let ix = self.agent_of[&node];
+                let until = self.now.plus_ms(for_ms);
+                let machine = &mut self.agents[ix as usize];
+                machine.disk_full_until = Some(machine.disk_full_until.map_or(until, |u| u.max(until)));
+                if let Some(checker) = self.checker.as_mut() {
+                    checker.disk_full(&node);
+                }
+            }
+        }
+    }
+
+    /// The agent's probe (`actors/src/node/health.rs`), at its heartbeat: a disk that takes
+    /// writes again makes an unhealthy agent well.
+    fn probe_health(&mut self, ix: u32) {
+        let machine = &self.agents[ix as usize];
+        if machine.agent.problem().is_some() && !machine.disk_full(self.now) {
+            self.agent_input(ix, AgentInput::Health(None));
         }
     }
 
@@ -696,6 +714,9 @@ impl Simulation {
     fn heal(&mut self) {
         self.healed = true;
         self.network.set_spec(NetworkSpec::perfect());
+        for machine in &mut self.agents {
+            machine.disk_full_until = None; // faults stop: the next probe finds the disk well
+        }
         let down: Vec<u32> = (0..self.agents.len() as u32).filter(|ix| !self.agents[*ix as usize].up).collect();
         for ix in down {
             self.boot(ix);
@@ -755,6 +776,7 @@ impl Simulation {
         self.stats.heartbeats += 1;
         let now = self.now;
         self.read_listening(ix);
+        self.probe_health(ix);
         self.agent_input(ix, AgentInput::Heartbeat);
         let interval = self.head.config().heartbeat_interval_ms;
         self.next_seq += 1;
@@ -786,6 +808,13 @@ impl Simulation {
 
     fn spawn(&mut self, ix: u32, spec: StartSpec) {
         let key = spec.key;
+        // The agent's own part comes first: its state dir (AG-6).
+        if self.agents[ix as usize].disk_full(self.now) {
+            let name = &self.agents[ix as usize].name;
+            let message = format!("cannot create /var/lib/ftdrive/node-{name}/attempts: No space left on device");
+            let input = AgentInput::SpawnFailed { key, message, node_fault: true };
+            return self.agents[ix as usize].agent.handle(self.now, input);
+        }
         if let Some(message) = self.jobs.get(&key.job).and_then(|j| j.spawn_error.clone()) {
             return self.agents[ix as usize]
                 .agent

@@ -180,6 +180,10 @@ pub enum Fault {
     /// node's machine and never stops. It cannot bind a port a rank 0 listens on already; a
     /// rank 0 started on its port fails as torchrun does (`EADDRINUSE`, exit code 1).
     PortListener { node: NodeId, port: u16 },
+    /// The machine's disk takes no write for `for_ms` (it filled up, then was cleared): every
+    /// start there fails as the node's fault (AG-6), and its agent says so; what runs there
+    /// runs on. The agent probes at each heartbeat, and says it is well once the disk is.
+    DiskFull { node: NodeId, for_ms: u64 },
 }
 
 /// A scenario that cannot be run, and why.
@@ -323,6 +327,12 @@ impl Scenario {
                     Self::check_process_exit(&field, job, &jobs[job].spec, *rank, *exit_code, *signal, *local_rank)?;
                 }
                 Fault::StopJob { job } => known_job(job)?,
+                Fault::DiskFull { node, for_ms } => {
+                    known_node(nodes, node)?;
+                    if *for_ms > MAX_UNTIL_MS {
+                        return Err(err(field("for_ms"), "is longer than any scenario"));
+                    }
+                }
                 Fault::PortListener { node, port } => {
                     known_node(nodes, node)?;
                     if *port < crate::config::FIRST_UNPRIVILEGED_PORT {

@@ -46,6 +46,7 @@ pub fn generate(seed: u64) -> Scenario {
     let fault_ms = g.range(20_000, 180_000);
     let mut events = gen_faults(&mut g, &nodes, &jobs, fault_ms);
     events.extend(gen_listeners(seed, &nodes, fault_ms));
+    events.extend(gen_full_disks(seed, &nodes, fault_ms));
     events.sort_by_key(|e| e.at_ms);
     let healed_ms: u64 = jobs.iter().map(time_to_end_ms).sum();
     let network = NetworkSpec {
@@ -279,6 +280,21 @@ fn gen_listeners(seed: u64, nodes: &[NodeDef], fault_ms: u64) -> Vec<FaultEvent>
             let node = g.pick(nodes).name.clone();
             let port = g.range(base, base + 4) as u16;
             FaultEvent { at_ms: g.range(1_000, fault_ms), what: Fault::PortListener { node, port } }
+        })
+        .collect()
+}
+
+/// Disks that fill up for a while (AG-6), in a fifth of the cases; from a generator of their
+/// own, as `gen_listeners`.
+fn gen_full_disks(seed: u64, nodes: &[NodeDef], fault_ms: u64) -> Vec<FaultEvent> {
+    let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x4449_534b_4655));
+    if !g.chance(20) {
+        return Vec::new();
+    }
+    (0..g.range(1, 3))
+        .map(|_| {
+            let node = g.pick(nodes).name.clone();
+            FaultEvent { at_ms: g.range(1_000, fault_ms), what: Fault::DiskFull { node, for_ms: g.range(500, 30_000) } }
         })
         .collect()
 }

@@ -21,11 +21,12 @@
 //! | `released_when_terminal` | a terminal job holds no bundle |
 //! | `liveness` | once faults stop, every job ends (checked at the end of a healed phase) |
 //! | `stop_accounted` | every process the head had stopped has a ledger entry for its attempt by the time its job ends: no work is stopped unaccounted (say, by a head that forgot it after a restart) |
+//! | `unhealthy_node_gets_nothing` | nothing is placed on a node while the head knows its agent cannot start work (from the head's `node_health` events; a restarted head starts knowing nothing) (AG-6) |
 //! | `cordon_holds` | a node the operator drained is not ALIVE until the operator undrains it, whatever befalls it meanwhile (agent or head restart, death and a new registration) |
 //! | `one_charge_per_fault` | a job is charged at most once per fault of a node (a death, a drain, an agent restart), however many of its ranks the fault ends: each charge is matched to its own fault of that node among those its attempt lived through; a `node_lost` or `preempted` end goes free only when its job was charged for a fault of that node |
 //! | `forget_only_dead` | a node forgotten (by the operator, by retention, to make room) is DEAD, holds no bundle, and is not under an operator's drain the operator did not withdraw |
 //! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no attempt starts on one — not a rank restarting on its own bundle, not a spare promoted from standing by there (DESIGN §6) |
-//! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
+//! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine or one whose disk filled up, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
 //! Every checker is here or in a child module (`aging`, `placement`, `ranks`), so that all of
 //! them stay apart from the code under test and share one accounting.
@@ -105,6 +106,10 @@ pub struct Checker {
     /// The network loses nothing: every charge must have a fault behind it.
     lossless: bool,
     lost_machines: BTreeSet<NodeId>,
+    /// Machines whose disk filled up (`Fault::DiskFull`): their failed starts are charged.
+    sick_machines: BTreeSet<NodeId>,
+    /// Nodes the head has said cannot start work, since its last restart.
+    unhealthy: BTreeSet<NodeId>,
     /// Machines lost and not yet declared DEAD (or back), with when they went silent.
     silent_since: BTreeMap<NodeId, Instant>,
     /// After this much silence (plus the network's delay) the head must suspect a node.
@@ -117,7 +122,7 @@ pub struct Checker {
     /// Drained by the operator and not undrained (`cordon_holds`).
     cordoned: BTreeSet<NodeId>,
     failed_by_fault: BTreeSet<(ActorKey, u32)>,
-    /// Faults seen per node (DEAD, DRAINING, an agent restart): one charge per job each.
+    /// Faults seen per node (DEAD, DRAINING, an agent restart, unhealthy): one charge per job each.
     fault_epoch: BTreeMap<NodeId, u64>,
     /// The node's faults each job was charged for.
     charged_epochs: BTreeMap<(JobId, NodeId), BTreeSet<u64>>,
@@ -170,6 +175,11 @@ impl Checker {
         self.silent_since.insert(node.clone(), at);
     }
 
+    /// A machine's disk filled up.
+    pub fn disk_full(&mut self, node: &NodeId) {
+        self.sick_machines.insert(node.clone());
+    }
+
     /// Enables `suspect_held`: a machine silent for `bound_ms` is surely suspect to the head.
     pub fn check_suspect_holds(&mut self, bound_ms: u64) {
         self.suspect_bound_ms = Some(bound_ms);
@@ -181,6 +191,7 @@ impl Checker {
         for since in self.silent_since.values_mut() {
             *since = (*since).max(at);
         }
+        self.unhealthy.clear(); // it hears again from registrations and heartbeats
     }
 
     /// A machine received a preemption notice.
@@ -303,6 +314,9 @@ impl Checker {
                     if matches!(state, NodeState::Dead | NodeState::Draining) {
                         *self.fault_epoch.entry(node.clone()).or_default() += 1;
                     }
+                    if *state == NodeState::Dead {
+                        self.unhealthy.remove(node); // its agent's word went with it
+                    }
                     self.node_state(node, *state)
                 }
                 Event::AgentRestarted { node, reconfigured, .. } => {
@@ -312,7 +326,14 @@ impl Checker {
                     }
                 }
                 Event::NodeForgotten { node, .. } => self.node_forgotten(node),
-                Event::NodeHealth { .. } => {}
+                Event::NodeHealth { node, problem: Some(_) } => {
+                    if self.unhealthy.insert(node.clone()) {
+                        *self.fault_epoch.entry(node.clone()).or_default() += 1;
+                    }
+                }
+                Event::NodeHealth { node, problem: None } => {
+                    self.unhealthy.remove(node);
+                }
                 Event::Placed { job, actor, node, class, devices } => {
                     let key = actor_key(actor);
                     if !self.admitted.contains(job) {
@@ -322,6 +343,10 @@ impl Checker {
                         below_replacements.push((key.clone(), node.clone(), *class));
                     }
                     self.step_moves.push((node.clone(), key.clone(), true));
+                    if self.unhealthy.contains(node) {
+                        let detail = format!("{actor} was placed on {node}, whose agent cannot start work");
+                        self.violation("unhealthy_node_gets_nothing", detail);
+                    }
                     self.check_off_preemptible(job, &key, node, &"placed");
                     self.check_fits_spec(job, &key, node);
                     self.placed(key.clone(), node);
@@ -779,7 +804,7 @@ impl Checker {
         let lost = self.lost_machines.contains(&node);
         let explained = match entry.cause {
             Cause::UserError => self.failed_by_fault.contains(&(actor.clone(), entry.attempt)),
-            Cause::NodeLost => lost,
+            Cause::NodeLost => lost || self.sick_machines.contains(&node),
             Cause::Preempted => self.drained.contains(&node) || (lost && preemptible),
             _ => true,
         };
