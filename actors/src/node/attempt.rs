@@ -374,7 +374,8 @@ async fn attach(
                             let _ = reports.send((key.clone(), Report::Started { pgids }));
                             told_started = true;
                         } else if let Some(status) = line.strip_prefix("ended ") {
-                            told_end = serde_json::from_str::<ExitStatus>(status).ok().map(|s| Report::Ended(s.bounded()));
+                            let status = serde_json::from_str::<ExitStatus>(status).ok();
+                            told_end = status.map(|s| Report::Ended(s.bounded()));
                         }
                     }
                     _ => break,

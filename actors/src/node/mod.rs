@@ -288,8 +288,13 @@ impl NodeAgent {
         let Some(keep) = self.opts.keep_logs else { return };
         let owed = self.protocol.unacknowledged().map(|(key, _)| key);
         let live = self.supervisors.keys().chain(self.protocol.running()).chain(owed).map(retention::log_key).collect();
-        let dir = self.opts.state_dir.join("logs");
-        let sweep = move || retention::sweep(&dir, keep, &live, std::time::SystemTime::now());
+        let state_dir = self.opts.state_dir.clone();
+        let sweep = move || {
+            let now = std::time::SystemTime::now();
+            let mut swept = retention::sweep(&state_dir.join("logs"), keep, &live, now);
+            swept += retention::sweep_other_clusters(&state_dir, keep, now);
+            swept
+        };
         let swept = async { tokio::task::spawn_blocking(sweep).await.ok() };
         ctx.spawn(swept.into_actor(self).map(move |swept, _, _| {
             if let Some(swept) = swept.filter(|s| s.files > 0) {
@@ -310,15 +315,17 @@ impl NodeAgent {
             // Off this thread: a sick disk may take long to answer, and heartbeats go from here.
             let probed = async { tokio::task::spawn_blocking(move || health::probe(&state_dir)).await.ok() };
             ctx.spawn(probed.into_actor(act).map(|problem, act, ctx| match problem {
-                Some(None) if act.protocol.problem().is_some() => {
-                    tracing::info!("node can start attempts again");
+                Some(None) => {
                     if let Some(handle) = act.health_probe.take() {
                         ctx.cancel_future(handle);
                     }
-                    act.input(AgentInput::Health(None), ctx);
+                    if act.protocol.problem().is_some() {
+                        tracing::info!("node can start attempts again");
+                        act.input(AgentInput::Health(None), ctx);
+                    }
                 }
                 Some(Some(problem)) => act.input(AgentInput::Health(Some(problem)), ctx),
-                _ => {}
+                None => {} // the probe's thread panicked: the next one tries again
             }));
         }));
     }

@@ -28,6 +28,13 @@ pub struct Swept {
     pub bytes: u64,
 }
 
+impl std::ops::AddAssign for Swept {
+    fn add_assign(&mut self, other: Swept) {
+        self.files += other.files;
+        self.bytes += other.bytes;
+    }
+}
+
 /// Deletes, under `logs_dir`, every log of an attempt not in `live` last written before
 /// `now - keep`, and the job and actor directories it leaves empty. What it cannot read or
 /// delete it leaves, and says so.
@@ -57,6 +64,18 @@ pub fn sweep(logs_dir: &Path, keep: Duration, live: &BTreeSet<LogKey>, now: Syst
             let _ = std::fs::remove_dir(actor.path()); // only if empty
         }
         let _ = std::fs::remove_dir(job.path());
+    }
+    swept
+}
+
+/// Sweeps the logs put aside when the agent joined another cluster (`logs-<cluster id>`, whose
+/// attempts all ended: none runs or is owed here), as `sweep` does, and each such directory
+/// once empty. Left alone, a machine moved between clusters kept them for good.
+pub fn sweep_other_clusters(state_dir: &Path, keep: Duration, now: SystemTime) -> Swept {
+    let mut swept = Swept::default();
+    for dir in entries(state_dir).filter(|e| e.file_name().to_string_lossy().starts_with("logs-")) {
+        swept += sweep(&dir.path(), keep, &BTreeSet::new(), now);
+        let _ = std::fs::remove_dir(dir.path()); // only if empty
     }
     swept
 }
@@ -117,6 +136,21 @@ mod tests {
         assert!(!logs.join("j2").exists(), "an emptied job's directory goes too");
         assert!(logs.join("j3/1/attempt-4.log").exists(), "a live attempt's log stays, however old");
         assert!(logs.join("j3/1/notes.txt").exists(), "what is not an attempt's log stays");
+    }
+
+    #[test]
+    fn old_logs_of_another_cluster_go_and_their_directory_with_them() {
+        let state = tempfile::tempdir().unwrap();
+        let day = Duration::from_secs(86_400);
+        write(&state.path().join("logs-41/j1/0/attempt-1.log"), 8 * day);
+        write(&state.path().join("logs-42/j1/0/attempt-1.log"), 8 * day);
+        write(&state.path().join("logs-42/j2/0/attempt-1.log"), day);
+        write(&state.path().join("logs/j1/0/attempt-1.log"), 8 * day);
+        let swept = sweep_other_clusters(state.path(), 7 * day, SystemTime::now());
+        assert_eq!(swept.files, 2);
+        assert!(!state.path().join("logs-41").exists(), "emptied, it goes");
+        assert!(state.path().join("logs-42/j2/0/attempt-1.log").exists(), "a day old");
+        assert!(state.path().join("logs/j1/0/attempt-1.log").exists(), "this cluster's logs are `sweep`'s");
     }
 
     #[test]

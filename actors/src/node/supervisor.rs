@@ -17,10 +17,11 @@
 //! - **SV-2 leaves a record.** When the group ends, the supervisor writes how (`exit`, an
 //!   `ExitStatus` in JSON) before it tells a connected agent and exits, so that an agent that
 //!   was away still learns it. Where the state dir takes no record, the end goes to the agent
-//!   on its connection — held for one that connects within the re-attach grace. A group that cannot start leaves `failed` instead. A group
-//!   that failed only after an agent ordered it stopped (or after the re-attach grace ran out)
-//!   is recorded as `signalled_by_agent`: an agent that shut down while the head was away must
-//!   not have its own stop charged to the user when it reports the end later.
+//!   on its connection — held for one that connects within the re-attach grace. A group that
+//!   cannot start leaves `failed` instead. A group that failed only after an agent ordered it
+//!   stopped (or after the re-attach grace ran out) is recorded as `signalled_by_agent`: an
+//!   agent that shut down while the head was away must not have its own stop charged to the
+//!   user when it reports the end later.
 //! - **SV-3 takes everything down.** Each worker leads its own process group and dies with the
 //!   supervisor (parent-death signal); when a worker ends, whatever it left in its group is
 //!   killed.
@@ -43,8 +44,9 @@
 //! Status pipe, supervisor → agent, once: `ok PGID`, `err MESSAGE` (the program could not
 //! start; a `failed` record is left), `fault MESSAGE` (the node could not start it: AG-6).
 //! Socket lines, supervisor → agent: `started PGID...` (one per worker), `exited` (the record
-//! is written), `ended STATUS-JSON` (the record could not be: the end itself); agent → supervisor: `stop GRACE_MS`, `kill`, `ping
-//! [REATTACH_GRACE_MS]` (the grace to keep from then on, when the agent knows it).
+//! is written), `ended STATUS-JSON` (the record could not be: the end itself); agent →
+//! supervisor: `stop GRACE_MS`, `kill`, `ping [REATTACH_GRACE_MS]` (the grace to keep from then
+//! on, when the agent knows it).
 
 use super::workers::{self, signal_group, Group, GroupSpec};
 use ftdrive::protocol::ExitStatus;

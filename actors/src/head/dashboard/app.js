@@ -17,13 +17,13 @@ const CAUSES = {
   standby: 'hot spare, waiting',
   completed: 'exited 0',
   user_error: 'exited ≠ 0 or killed; user budget',
-  node_lost: 'node or agent lost; system budget, once per fault',
+  node_lost: 'node or agent lost, or the node could not start it; system budget, once per fault',
   preempted: 'node preempted; preemption budget, once per fault',
   collateral: 'stopped with its gang, or a reaction to a peer\'s loss; free',
   membership_change: 'stopped for a scale-up; free',
   stopped: 'stopped by the user',
   non_retryable: 'non-retryable exit code; job failed',
-  spawn_failed: 'could not start; job failed',
+  spawn_failed: 'the program could not start; job failed',
 };
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
