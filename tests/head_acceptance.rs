@@ -566,3 +566,26 @@ fn finished_jobs_are_forgotten_by_count_and_by_age_and_stay_forgotten_after_a_re
     assert_eq!(known(&c), ids(&[&long]), "c too; the running job stays, older than both");
     assert_eq!(c.view(&long).state, JobState::Running);
 }
+
+/// A listing shows the newest jobs in the states asked for, in submission order, and builds
+/// no other job's view.
+#[test]
+fn a_listing_keeps_the_newest_jobs_in_the_states_asked_for() {
+    let mut c = three_node_cluster();
+    let ids: Vec<_> = ["a", "b", "c", "d"].iter().map(|n| c.submit(spec(n, 1, 1))).collect();
+    c.finish(&ids[0]);
+    c.finish(&ids[2]);
+    let states = |views: Vec<ftdrive::view::JobView>| -> Vec<(String, JobState)> {
+        views.into_iter().map(|v| (v.name, v.state)).collect()
+    };
+    let all = c.head.job_views();
+    assert_eq!(all.len(), 4);
+    let running = c.head.job_views_where(|s| s == JobState::Running, usize::MAX);
+    assert_eq!(states(running), [("b".into(), JobState::Running), ("d".into(), JobState::Running)]);
+    let newest_done = c.head.job_views_where(JobState::is_terminal, 1);
+    assert_eq!(states(newest_done), [("c".into(), JobState::Succeeded)]);
+    let newest_two = c.head.job_views_where(|_| true, 2);
+    assert_eq!(states(newest_two), [("c".into(), JobState::Succeeded), ("d".into(), JobState::Running)]);
+    assert_eq!(JobState::parse("running"), Some(JobState::Running));
+    assert_eq!(JobState::parse("RUNNIN"), None);
+}

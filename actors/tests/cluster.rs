@@ -230,6 +230,25 @@ fn a_followed_submit_with_json_output_prints_only_the_document() {
     assert_eq!(shown["spec"]["stop_grace_ms"], 10_000, "{shown:#}");
     let listed: serde_json::Value = serde_json::from_str(&c.ftdrive(&["status", "--output", "json"])).unwrap();
     assert!(listed[0].get("spec").is_none(), "a list stays small: {listed:#}");
+
+    // A listing filters by state and keeps the newest; a state that does not exist is named.
+    let long = c.submit_no_wait(&c.spec("long", json!({"command": ["sleep", "30"], "min_nodes": 1, "max_nodes": 1})));
+    c.wait_for_job(&long, "it runs", |j| running(j, 1));
+    let ids = |args: &[&str]| -> Vec<String> {
+        let out: serde_json::Value = serde_json::from_str(&c.ftdrive(args)).unwrap();
+        out.as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(ids(&["status", "--state", "running", "--output", "json"]), [long.as_str()]);
+    assert_eq!(ids(&["status", "--state", "SUCCEEDED,FAILED", "--output", "json"]), [job["id"].as_str().unwrap()]);
+    assert_eq!(ids(&["status", "--limit", "1", "--output", "json"]), [long.as_str()], "the newest");
+    let out = c.try_ftdrive(&["status", "--state", "DONE"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("no job state is called `DONE`") && said.contains("SUCCEEDED"), "{said}");
+    let token = c.token();
+    let refused = http(&c.url, "GET", "/v1/jobs?state=DONE", Some(&token), "");
+    assert!(refused.starts_with("HTTP/1.1 400") && refused.contains("`state` names `DONE`"), "{refused}");
+    c.ftdrive(&["stop", &long]);
 }
 
 /// `--resources cpu=1` sets the CPUs and leaves the rest detected, as `ray start --num-cpus`:

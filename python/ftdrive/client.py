@@ -20,7 +20,7 @@ import socket
 import ssl
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import connection
 from .connection import PathLike
@@ -88,9 +88,17 @@ class Client:
         """One job, with its actors and attempt ledger."""
         return Job.from_json(self._json("GET", f"/v1/jobs/{_seg(job)}"))
 
-    def jobs(self) -> List[Job]:
-        """Every job the head keeps (running ones and recently finished ones)."""
-        return [Job.from_json(j) for j in self._json("GET", "/v1/jobs")]
+    def jobs(self, states: Optional[Sequence[str]] = None, limit: Optional[int] = None) -> List[Job]:
+        """The jobs the head keeps (running ones and recently finished ones), in submission
+        order: only those in ``states`` (e.g. ``["PENDING", "RUNNING"]``) when given, and only
+        the newest ``limit`` of them."""
+        query: Dict[str, str] = {}
+        if states:
+            query["state"] = ",".join(states)
+        if limit is not None:
+            query["limit"] = str(int(limit))
+        path = "/v1/jobs" + ("?" + urllib.parse.urlencode(query) if query else "")
+        return [Job.from_json(j) for j in self._json("GET", path)]
 
     def stop(self, job: str) -> Job:
         """Stops a job (its processes get SIGTERM, then SIGKILL after ``stop_grace_ms``);

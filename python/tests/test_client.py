@@ -68,6 +68,13 @@ def test_submit_a_jobspec_and_read_status_ledger_and_jobs(cluster: Cluster) -> N
         assert entry.remaining.user == 0 and entry.remaining.system == 3 and entry.remaining.preemption == -1
     assert job.placement_groups[0].state == "REMOVED"
     assert submitted.id in [j.id for j in client.jobs()]
+    assert submitted.id in [j.id for j in client.jobs(states=["SUCCEEDED"])]
+    assert submitted.id not in [j.id for j in client.jobs(states=["PENDING", "RUNNING"])]
+    newest = client.jobs(limit=1)
+    assert len(newest) == 1 and newest[0].id == client.jobs()[-1].id
+    with pytest.raises(ApiError) as unknown:
+        client.jobs(states=["DONE"])
+    assert unknown.value.status == 400 and "DONE" in unknown.value.message
 
 
 def test_submit_a_dict_spec(cluster: Cluster) -> None:

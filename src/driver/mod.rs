@@ -66,8 +66,16 @@ pub enum JobState {
 }
 
 impl JobState {
+    pub const ALL: [JobState; 5] =
+        [JobState::Pending, JobState::Running, JobState::Succeeded, JobState::Failed, JobState::Stopped];
+
     pub fn is_terminal(self) -> bool {
         matches!(self, JobState::Succeeded | JobState::Failed | JobState::Stopped)
+    }
+
+    /// A state by its name (`RUNNING`), in any case.
+    pub fn parse(name: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|s| s.to_string().eq_ignore_ascii_case(name.trim()))
     }
 }
 

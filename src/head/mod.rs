@@ -28,7 +28,7 @@ mod ports;
 pub use durable::{Counters, Durable, DurableState, JobRecord, NodeRecord, StoredJob};
 
 use crate::config::HeadConfig;
-use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, NodeRef};
+use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, JobState, NodeRef};
 use crate::event::Event;
 use crate::ids::{ActorId, JobId, JobIdMint, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, Registration, ToAgent, ToHead};
@@ -729,8 +729,18 @@ impl Head {
 
     /// Every job, in submission order.
     pub fn job_views(&self) -> Vec<JobView> {
+        self.job_views_where(|_| true, usize::MAX)
+    }
+
+    /// The newest `limit` jobs in a state `wanted` takes, in submission order: a listing builds
+    /// only the views it shows (`ftdrive status --state RUNNING --limit 20`).
+    pub fn job_views_where(&self, wanted: impl Fn(JobState) -> bool, limit: usize) -> Vec<JobView> {
         let mut memo = WaitingMemo::default();
-        self.by_pg.values().map(|id| self.job_view_sharing(id, &mut memo).expect("a job of by_pg")).collect()
+        let shown = self.by_pg.values().rev().filter(|id| wanted(self.jobs[*id].driver.state())).take(limit);
+        let mut views: Vec<JobView> =
+            shown.map(|id| self.job_view_sharing(id, &mut memo).expect("a job of by_pg")).collect();
+        views.reverse();
+        views
     }
 
     /// Every node ever seen, by name.

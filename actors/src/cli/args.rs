@@ -222,6 +222,12 @@ pub struct StatusArgs {
     /// FAILED, 3 STOPPED); Ctrl-C stops following, not the job.
     #[arg(long, requires = "job")]
     pub follow: bool,
+    /// Only jobs in these states, e.g. `--state PENDING,RUNNING` (default: any).
+    #[arg(long, value_delimiter = ',', value_parser = job_state, conflicts_with = "job")]
+    pub state: Vec<ftdrive::driver::JobState>,
+    /// Only the newest N of them (the head keeps up to `--retain-finished` finished jobs).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "job")]
+    pub limit: Option<u64>,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -322,6 +328,13 @@ pub struct SimArgs {
 
 /// A job id or node name, refused here by the head's own rule before anything is asked of it
 /// (an empty or `a/b` name would otherwise reach the head as another route).
+fn job_state(text: &str) -> Result<ftdrive::driver::JobState, String> {
+    ftdrive::driver::JobState::parse(text).ok_or_else(|| {
+        let known: Vec<String> = ftdrive::driver::JobState::ALL.iter().map(|s| s.to_string()).collect();
+        format!("no job state is called `{text}`: use {}", known.join(", "))
+    })
+}
+
 fn name(text: &str) -> Result<String, String> {
     ftdrive::head::check_name(text).map(|()| text.to_string()).map_err(|e| e.to_string())
 }

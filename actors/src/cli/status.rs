@@ -1,4 +1,5 @@
-//! `ftdrive status [JOB]`: every job, or one job with its actors and attempt ledger.
+//! `ftdrive status [JOB]`: every job (`--state`, `--limit` filter them), or one job with its
+//! actors and attempt ledger.
 
 use super::args::{Output, StatusArgs};
 use super::client::Client;
@@ -6,6 +7,7 @@ use super::error::{CliError, Outcome};
 use super::follow::{self, OnInterrupt};
 use super::out::{self, Progress};
 use super::render;
+use ftdrive::driver::JobState;
 use ftdrive::view::JobView;
 
 pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
@@ -21,7 +23,7 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
                 }
             }
             None => {
-                let views: Vec<JobView> = client.get("/v1/jobs").await?;
+                let views: Vec<JobView> = client.get(&listing_path(&args.state, args.limit)).await?;
                 match args.out.output {
                     Output::Json => out::json(&views)?,
                     Output::Text => out::text(&render::jobs_table(&views))?,
@@ -30,6 +32,22 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
         }
         Ok(Outcome::Done)
     })
+}
+
+/// `/v1/jobs`, with the filters given.
+fn listing_path(states: &[JobState], limit: Option<u64>) -> String {
+    let mut query = Vec::new();
+    if !states.is_empty() {
+        let names: Vec<String> = states.iter().map(JobState::to_string).collect();
+        query.push(format!("state={}", names.join(",")));
+    }
+    if let Some(n) = limit {
+        query.push(format!("limit={n}"));
+    }
+    match query.is_empty() {
+        true => "/v1/jobs".to_string(),
+        false => format!("/v1/jobs?{}", query.join("&")),
+    }
 }
 
 /// `--follow`: what `submit` prints while it follows, and the job's outcome as the exit code

@@ -18,8 +18,8 @@
 
 use super::store::{Store, StoreError};
 use super::{
-    agents, start_actor, ApiError, Drain, Follow, Forget, HeadActor, Health, Jobs, LocateLog, Metrics, Nodes, Stop,
-    Stopping, Submit, Undrain,
+    agents, start_actor, ApiError, Drain, Follow, Forget, HeadActor, Health, JobFilter, Jobs, LocateLog, Metrics,
+    Nodes, Stop, Stopping, Submit, Undrain,
 };
 use crate::paths::Tokens;
 use actix::prelude::*;
@@ -27,6 +27,7 @@ use actix_web::dev::{Payload, ServiceResponse};
 use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError};
 use bytes::Bytes;
+use ftdrive::driver::JobState;
 use ftdrive::event::StreamLine;
 use ftdrive::head::Rejected;
 use ftdrive::scheduler::NodeState;
@@ -423,13 +424,48 @@ async fn submit(
     Ok(HttpResponse::Ok().json(view))
 }
 
-async fn list_jobs(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
-    let views = state.head.send(Jobs { job: None }).await.map_err(mailbox)??;
+/// `GET /v1/jobs?state=RUNNING,PENDING&limit=20`: both optional.
+#[derive(Deserialize)]
+struct JobsQuery {
+    state: Option<String>,
+    limit: Option<usize>,
+}
+
+impl JobsQuery {
+    fn filter(&self) -> Result<JobFilter, ApiError> {
+        let states = self.state.as_deref().map_or(Ok(Vec::new()), |list| {
+            list.split(',').map(|name| JobState::parse(name).ok_or_else(|| unknown_state(name))).collect()
+        })?;
+        let limit = match self.limit {
+            Some(0) => return Err(ApiError::BadRequest("`limit` is 0: ask for at least one job".into())),
+            Some(n) => n,
+            None => usize::MAX,
+        };
+        Ok(JobFilter { states, limit })
+    }
+}
+
+fn unknown_state(name: &str) -> ApiError {
+    let known: Vec<String> = JobState::ALL.iter().map(JobState::to_string).collect();
+    ApiError::BadRequest(format!(
+        "`state` names `{name}`, which is no job state: use {}, comma-separated",
+        known.join(", ")
+    ))
+}
+
+async fn list_jobs(
+    _: Authorized,
+    state: web::Data<ApiState>,
+    query: web::Query<JobsQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let filter = query.filter()?;
+    let views = state.head.send(Jobs { job: None, filter }).await.map_err(mailbox)??;
     Ok(HttpResponse::Ok().json(views))
 }
 
 async fn get_job(_: Authorized, state: web::Data<ApiState>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    let mut views = state.head.send(Jobs { job: Some(JobId::from(id.into_inner())) }).await.map_err(mailbox)??;
+    let job = Some(JobId::from(id.into_inner()));
+    let mut views = state.head.send(Jobs { job, filter: JobFilter::ALL }).await.map_err(mailbox)??;
     Ok(HttpResponse::Ok().json(views.remove(0)))
 }
 

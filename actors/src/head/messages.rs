@@ -145,11 +145,23 @@ impl HeadActor {
     }
 }
 
-/// One job's view, or every job's.
+/// One job's view, or those of every job `filter` keeps.
 #[derive(Message)]
 #[rtype(result = "Result<Vec<JobView>, ApiError>")]
 pub struct Jobs {
     pub job: Option<JobId>,
+    pub filter: JobFilter,
+}
+
+/// Which jobs a listing shows: those in `states` (empty: any), the newest `limit` of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobFilter {
+    pub states: Vec<ftdrive::driver::JobState>,
+    pub limit: usize,
+}
+
+impl JobFilter {
+    pub const ALL: JobFilter = JobFilter { states: Vec::new(), limit: usize::MAX };
 }
 
 impl Handler<Jobs> for HeadActor {
@@ -161,7 +173,10 @@ impl Handler<Jobs> for HeadActor {
                 view.spec = self.head.driver(&job).map(|d| d.spec().clone());
                 Ok(vec![view])
             }
-            None => Ok(self.head.job_views()),
+            None => {
+                let JobFilter { states, limit } = msg.filter;
+                Ok(self.head.job_views_where(|s| states.is_empty() || states.contains(&s), limit))
+            }
         }
     }
 }
