@@ -1262,3 +1262,24 @@ fn an_end_the_state_dir_takes_no_record_of_still_reaches_the_head() {
     assert_eq!(ledger.len(), 1, "one attempt, not a retry after a lost supervisor: {job:#}");
     assert_eq!((ledger[0]["cause"].as_str(), ledger[0]["exit_code"].as_i64()), (Some("completed"), Some(0)), "{job:#}");
 }
+
+/// A program's prints do not fail because the disk no longer takes its log (here the log is
+/// `/dev/full`, which refuses every write with "No space left on device"): its output reaches
+/// the log through a pipe and is dropped there, as a container runtime's log driver drops it.
+#[test]
+fn a_program_prints_on_though_its_log_takes_no_write() {
+    let c = Cluster::start(&["n1"]);
+    let log = c.dir.path().join("node-n1/logs/j1/0/attempt-1.log");
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink("/dev/full", &log).unwrap();
+    let command = "echo hello && echo world";
+    let spec = c.spec(
+        "prints",
+        json!({"command": ["sh", "-c", command], "min_nodes": 1, "max_nodes": 1, "retries": {"user": 0}}),
+    );
+    let id = c.submit_no_wait(&spec);
+    assert_eq!(id, "j1");
+    let job = c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
+    assert_eq!(job["state"], "SUCCEEDED", "{job:#}");
+    assert_eq!(job["ledger"][0]["cause"], "completed", "{job:#}");
+}

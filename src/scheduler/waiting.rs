@@ -313,7 +313,7 @@ fn short_of_room(pg: &PlacementGroup, request: &Request, room: &Room, job: &dyn 
     }
     if room.unhealthy > 0 {
         let n = room.unhealthy;
-        notes.push(format!("{n} cannot start work and are not counted (`ftdrive nodes` says why)"));
+        notes.push(format!("{n} cannot start work and are not counted, as `ftdrive nodes` explains"));
     }
     if room.dead + room.draining > 0 {
         notes.push(format!("besides them {}", down_text(room)));

@@ -113,7 +113,7 @@ const PROGRAM_ERRORS: [i32; 9] = [
 pub fn start(spec: &GroupSpec) -> Result<Group, StartError> {
     let combined = Arc::new(Mutex::new(std::io::stdout()));
     let (done, relayed) = channel();
-    let relays = if spec.workers > 1 { spec.workers as usize } else { 0 };
+    let relays = spec.workers as usize;
     let mut group = Group { children: Vec::new(), pgids: Vec::new(), relayed, relays };
     for local_rank in 0..spec.workers {
         match start_worker(spec, local_rank, &combined, &done) {
@@ -156,27 +156,47 @@ fn start_worker(
             Ok(())
         });
     }
-    if spec.workers == 1 {
-        return cmd.spawn().map_err(|e| (e, true));
-    }
+    // Output goes through a pipe even for a lone worker: written to the log file itself, a
+    // program's prints would fail once the disk no longer takes the log (a full disk), and
+    // fail the program with them; relayed, the output is dropped instead, as a container
+    // runtime's log driver drops it.
     let node = |e| (e, false);
     let (reader, writer) = std::io::pipe().map_err(node)?;
     cmd.stdout(writer.try_clone().map_err(node)?).stderr(writer).stdin(Stdio::null());
-    let own_log = match &spec.log {
-        Some(log) => Some(
+    let own_log = match (&spec.log, spec.workers) {
+        (Some(log), 2..) => Some(
             std::fs::OpenOptions::new().create(true).append(true).open(worker_log(log, local_rank)).map_err(node)?,
         ),
-        None => None,
+        _ => None,
     };
     let child = cmd.spawn().map_err(|e| (e, true))?;
     drop(cmd);
-    let prefix = format!("[rank{}]: ", spec.group_rank * spec.workers + local_rank);
+    let prefix = (spec.workers > 1).then(|| format!("[rank{}]: ", spec.group_rank * spec.workers + local_rank));
     let (combined, done) = (combined.clone(), done.clone());
     std::thread::spawn(move || {
-        relay(reader, own_log, &prefix, &combined);
+        match prefix {
+            Some(prefix) => relay(reader, own_log, &prefix, &combined),
+            None => pass_through(reader, &combined),
+        }
         let _ = done.send(());
     });
     Ok(child)
+}
+
+/// Copies a lone worker's output to the attempt's log as written, whatever the log takes.
+fn pass_through(mut pipe: impl Read, combined: &Mutex<impl Write>) {
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = match pipe.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        let mut out = combined.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = out.write_all(&chunk[..n]);
+        let _ = out.flush();
+    }
 }
 
 /// Copies a worker's output, line by line, to its own log as written and, prefixed, to the
