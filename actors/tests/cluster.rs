@@ -1232,6 +1232,8 @@ fn a_node_that_cannot_start_work_fails_no_job_and_is_offered_again_once_it_can()
     assert!(said.contains("attempts"), "{said}");
     let listing = c.ftdrive(&["nodes"]);
     assert!(listing.contains("no new work"), "{listing}");
+    let metrics = http(&c.url, "GET", "/metrics", Some(&c.token()), "");
+    assert!(metrics.contains("\nftdrive_nodes_unhealthy 1\n"), "{metrics}");
 
     c.add_node("n2");
     let job = c.wait_for_job(&id, "the job succeeds on n2", |j| j["state"] == "SUCCEEDED");

@@ -82,6 +82,7 @@ fn metrics_need_the_token_and_move_as_a_job_recovers() {
 
     let idle = scrape(&metrics_url, &c.token());
     assert_eq!(value(&idle, "ftdrive_nodes", &[("state", "ALIVE")]), 3.0);
+    assert_eq!(value(&idle, "ftdrive_nodes_unhealthy", &[]), 0.0);
     assert_eq!(value(&idle, "ftdrive_job_submissions_total", &[]), 0.0);
 
     let spec = c.spec("recovers", json!({"command": ["sh", "-c", LONG_THEN_SHORT], "min_nodes": 2, "max_nodes": 2}));

@@ -49,6 +49,7 @@ pub struct HeadMetrics {
     jobs: Family<StateLabel, Gauge>,
     actors: Family<StateLabel, Gauge>,
     nodes: Family<StateLabel, Gauge>,
+    unhealthy_nodes: Gauge,
     queue_depth: Family<ClassLabel, Gauge>,
     attempts: Family<AttemptLabels, Counter>,
     submissions: Counter,
@@ -72,6 +73,7 @@ impl HeadMetrics {
             jobs: Family::default(),
             actors: Family::default(),
             nodes: Family::default(),
+            unhealthy_nodes: Gauge::default(),
             queue_depth: Family::default(),
             attempts: Family::default(),
             submissions: Counter::default(),
@@ -108,6 +110,11 @@ impl HeadMetrics {
         r.register("jobs", "Jobs the head holds, by state", self.jobs.clone());
         r.register("actors", "Command actors of held jobs, by state", self.actors.clone());
         r.register("nodes", "Nodes by state", self.nodes.clone());
+        r.register(
+            "nodes_unhealthy",
+            "Nodes whose agents cannot start work (a full disk): given no new work",
+            self.unhealthy_nodes.clone(),
+        );
         r.register("queue_depth", "Bundles waiting to be placed, by queue class", self.queue_depth.clone());
         r.register("attempts", "Ended attempts, by cause and the budget charged", self.attempts.clone());
         r.register("job_submissions", "Jobs accepted", self.submissions.clone());
@@ -221,9 +228,12 @@ impl HeadMetrics {
                 self.actors.get_or_create(&StateLabel { state: actor.state.to_string() }).inc();
             }
         }
+        let mut unhealthy = 0;
         for node in head.node_views() {
             self.nodes.get_or_create(&StateLabel { state: label(&node.state) }).inc();
+            unhealthy += i64::from(node.problem.is_some());
         }
+        self.unhealthy_nodes.set(unhealthy);
         for (class, bundles) in head.scheduler().waiting_bundles() {
             self.queue_depth.get_or_create(&ClassLabel { class: label(&class) }).inc_by(i64::from(bundles));
         }
@@ -234,8 +244,7 @@ impl HeadMetrics {
     fn zero_every_known_label(&self) {
         use ftdrive::driver::JobState;
         use ftdrive::scheduler::NodeState;
-        let jobs = [JobState::Pending, JobState::Running, JobState::Succeeded, JobState::Failed, JobState::Stopped];
-        for state in jobs {
+        for state in JobState::ALL {
             self.jobs.get_or_create(&StateLabel { state: state.to_string() }).set(0);
         }
         let actors = [
