@@ -129,6 +129,10 @@ pub struct NodeAgent {
     timer: Option<SpawnHandle>,
     /// Probing whether the node can start work again (`health.rs`), while it cannot.
     health_probe: Option<SpawnHandle>,
+    /// Unhealthy episodes in a row (no start succeeded between them), and the earliest the
+    /// current one may end (`health::cool_down`).
+    unhealthy_streak: u32,
+    well_not_before: Option<std::time::Instant>,
     metrics: metrics::AgentMetrics,
 }
 
@@ -163,6 +167,8 @@ impl NodeAgent {
             refused: Some(refused),
             timer: None,
             health_probe: None,
+            unhealthy_streak: 0,
+            well_not_before: None,
             metrics,
         }
     }
@@ -310,11 +316,14 @@ impl NodeAgent {
         if self.health_probe.is_some() {
             return;
         }
+        self.unhealthy_streak += 1;
+        self.well_not_before = Some(std::time::Instant::now() + health::cool_down(self.unhealthy_streak));
         self.health_probe = Some(ctx.run_interval(health::PROBE_EVERY, |act, ctx| {
             let state_dir = act.opts.state_dir.clone();
             // Off this thread: a sick disk may take long to answer, and heartbeats go from here.
             let probed = async { tokio::task::spawn_blocking(move || health::probe(&state_dir)).await.ok() };
             ctx.spawn(probed.into_actor(act).map(|problem, act, ctx| match problem {
+                Some(None) if act.well_not_before.is_some_and(|t| std::time::Instant::now() < t) => {}
                 Some(None) => {
                     if let Some(handle) = act.health_probe.take() {
                         ctx.cancel_future(handle);
@@ -388,6 +397,7 @@ impl NodeAgent {
                     let _ = commands.send(command);
                 }
                 self.supervisors.insert(key, Supervision::Attached { commands, pgids, reattached: false });
+                self.unhealthy_streak = 0; // it starts work: a later failure begins a new streak
             }
             Err(attempt::StartFailure { message, node_fault }) => {
                 self.supervisors.remove(&key);
