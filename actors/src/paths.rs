@@ -247,26 +247,50 @@ pub fn random_u64() -> u64 {
 
 /// Writes a file only its owner can read, replacing it atomically.
 pub fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    file.write_all(contents)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    replace(path, contents, |tmp| {
+        let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(tmp)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        Ok(file)
+    })
 }
 
 /// Writes a file atomically (temporary file, fsync, rename).
 pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    replace(path, contents, |tmp| std::fs::File::create(tmp))
+}
+
+/// Replaces `path` with `contents` through a temporary file made by `create`, synced, then
+/// renamed; one that fails leaves no half-written temporary file (a full disk left empty ones).
+fn replace(
+    path: &Path,
+    contents: &[u8],
+    create: impl FnOnce(&Path) -> std::io::Result<std::fs::File>,
+) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(contents)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    let written = create(&tmp).and_then(|mut file| {
+        file.write_all(contents)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_that_fails_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("record");
+        std::fs::create_dir(&target).unwrap(); // the rename onto it fails
+        assert!(write_atomic(&target, b"{}").is_err());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left, [std::ffi::OsString::from("record")]);
+    }
 
     #[test]
     fn a_dir_that_takes_no_write_is_found_out_and_a_good_one_keeps_nothing() {
