@@ -78,6 +78,51 @@ fn an_unhealthy_node_keeps_what_runs_there_and_takes_work_again_once_its_agent_r
 }
 
 #[test]
+fn a_spare_standing_by_on_a_node_that_falls_ill_moves_off_it() {
+    let mut c = TestCluster::new(config());
+    for n in ["n1", "n2"] {
+        c.join(n, cpu(1));
+    }
+    let mut with_spare = spec("a", 1, 1);
+    with_spare.hot_spares = 1;
+    with_spare.retries.user = ftdrive::driver::Budget::Left(3);
+    let job = c.submit(with_spare);
+    assert_eq!(c.view(&job).actors[1].node.as_deref(), Some("n2"), "the spare stands by on n2");
+    c.join("n3", cpu(1));
+    let mark = c.mark();
+    c.disk_fills("n2", FULL);
+    assert_eq!(c.placements_after(mark), [("j1/1".to_string(), "n3".to_string())], "it moved to n3");
+    // The rank fails: the spare takes over on n3, where it can start, and nothing is charged
+    // to the system.
+    c.exit_rank(&job, 0, 1);
+    c.advance(1_000);
+    let view = c.view(&job);
+    assert!(view.ledger.iter().all(|e| e.cause != Cause::NodeLost), "{:?}", view.ledger);
+    assert_eq!(c.running_of(&job).count(), 1);
+}
+
+#[test]
+fn a_rank_does_not_restart_in_place_on_a_node_that_fell_ill() {
+    let mut c = TestCluster::new(config());
+    for n in ["n1", "n2"] {
+        c.join(n, cpu(1));
+    }
+    let mut retried = spec("a", 1, 1);
+    retried.retries.user = ftdrive::driver::Budget::Left(3);
+    let job = c.submit(retried);
+    assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("n1"));
+    c.disk_fills("n1", FULL);
+    assert_eq!(c.running_of(&job).count(), 1, "what runs there runs on");
+    c.exit_rank(&job, 0, 1);
+    c.advance(1_000);
+    let view = c.view(&job);
+    let causes: Vec<Cause> = view.ledger.iter().map(|e| e.cause).collect();
+    assert_eq!(causes, [Cause::UserError], "no start tried, and failed, on n1");
+    assert_eq!(view.actors[0].node.as_deref(), Some("n2"), "{view:#?}");
+    assert_eq!(c.running_of(&job).count(), 1);
+}
+
+#[test]
 fn a_restarted_head_hears_from_the_registration_that_a_node_cannot_start_work() {
     let mut c = TestCluster::new(config());
     c.join("n1", cpu(1));

@@ -1285,3 +1285,21 @@ fn a_program_prints_on_though_its_log_takes_no_write() {
     assert_eq!(job["state"], "SUCCEEDED", "{job:#}");
     assert_eq!(job["ledger"][0]["cause"], "completed", "{job:#}");
 }
+
+/// A healthy agent probes its state dir now and then (every 10 s): a disk that fills up is
+/// found before a start fails on it, so the job that would have been placed there waits,
+/// charged nothing, instead of spending a system retry.
+#[test]
+fn a_disk_that_fills_up_is_found_before_a_start_fails_on_it() {
+    let c = Cluster::start(&["n1"]);
+    let probe = c.dir.path().join("node-n1/attempts/.write-check");
+    std::fs::create_dir_all(&probe).unwrap(); // the probe's file cannot be written: as a full disk
+    let problem = |c: &Cluster| c.nodes_json()[0]["problem"].as_str().map(str::to_string);
+    c.wait_until("the probe finds n1 unhealthy", |c| problem(c).is_some());
+    let spec = c.spec("waits", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1, "retries": {"system": 0}}));
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "it says why it waits", |j| j["waiting"].is_string());
+    assert!(job["ledger"].as_array().unwrap().is_empty(), "no start failed, nothing charged: {job:#}");
+    std::fs::remove_dir(&probe).unwrap();
+    c.wait_for_job(&id, "it runs once n1 is well", |j| j["state"] == "SUCCEEDED");
+}

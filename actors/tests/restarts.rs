@@ -181,6 +181,35 @@ fn an_agent_killed_and_started_again_keeps_its_processes_and_charges_nothing() {
     assert_eq!(done["remaining"]["system"], 3, "nothing charged");
 }
 
+/// An agent restarted on a disk that takes no write (here every file the probes write is a
+/// directory) re-attaches to what runs and starts unhealthy, instead of refusing to start and
+/// leaving its attempts to die: the job's first attempts complete, nothing is charged, and the
+/// node takes work again once the disk does.
+#[test]
+fn an_agent_restarted_on_a_full_disk_keeps_its_processes_and_takes_no_new_work() {
+    let mut c = Cluster::start(&["n1", "n2"]);
+    let id = steady_job(&c, "through-a-full-disk", 2);
+    let on_n1 = pids(&c, Some("n1"));
+    c.kill_node("n1");
+    let state = c.dir.path().join("node-n1");
+    let probes = [state.join(".write-check"), state.join("attempts/.write-check"), state.join("logs/.write-check")];
+    for probe in &probes {
+        std::fs::create_dir_all(probe).unwrap();
+    }
+    c.add_node("n1");
+    let n1 = |c: &Cluster| c.nodes_json().as_array().unwrap().iter().find(|n| n["name"] == "n1").cloned().unwrap();
+    c.wait_until("n1 is back, unhealthy", |c| n1(c)["state"] == "ALIVE" && n1(c)["problem"].is_string());
+    let said = n1(&c)["problem"].as_str().unwrap().to_string();
+    assert!(said.contains("takes no write"), "{said}");
+    assert_eq!(pids(&c, Some("n1")), on_n1, "the same processes run under the new agent");
+    let done = c.wait_for_job(&id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
+    only_first_attempts_completed(&done, 2);
+    for probe in &probes {
+        let _ = std::fs::remove_dir(probe); // the log sweep may have taken the empty one in logs/
+    }
+    c.wait_until("n1 can start work again", |c| n1(c)["state"] == "ALIVE" && n1(c).get("problem").is_none());
+}
+
 /// A head restarted with a longer node timeout lengthens the re-attach grace of supervisors
 /// already running: an agent away for longer than the old timeout, though within the new one,
 /// still finds its processes.

@@ -129,6 +129,32 @@ impl Driver {
         }
     }
 
+    /// The node of `ix`'s bundle cannot start work (AG-6). A spare standing by there, or a rank
+    /// between attempts, gives the bundle up and asks again (in the replacement's place); a
+    /// running attempt runs on, and its bundle goes once it has ended, as a drained one's does
+    /// — a rank restarting in place would fail to start there, charged.
+    pub(super) fn on_node_unhealthy(&mut self, now: Instant, ix: ActorIx) {
+        let actor = &mut self.actors[ix as usize];
+        let Bundle::Placed { draining, .. } = &mut actor.bundle else { return };
+        if *draining {
+            return;
+        }
+        *draining = true;
+        match actor.state {
+            ActorState::Standby => {
+                self.drop_bundle(ix);
+                self.actors[ix as usize].lost_at = Some(now);
+                self.transition(ix, ActorState::Scheduling);
+            }
+            ActorState::Scheduling | ActorState::Failing => {
+                self.drop_bundle(ix);
+                self.actors[ix as usize].lost_at = Some(now);
+            }
+            ActorState::Running => {}
+            other => panic!("{} held a bundle while {other}", actor.name),
+        }
+    }
+
     /// Marks one bundle draining and moves its actor off it. Whether a running attempt was stopped.
     fn drain_bundle(&mut self, now: Instant, ix: ActorIx, deadline: Instant, by: DrainSource) -> bool {
         let actor = &mut self.actors[ix as usize];

@@ -189,6 +189,10 @@ pub enum DriverInput {
         key: AttemptKey,
         loss: Loss,
     },
+    /// The node of the actor's bundle cannot start work (AG-6): the bundle is no use for a start.
+    NodeUnhealthy {
+        actor: ActorIx,
+    },
     /// The actor's bundle holds another port now: something else on its machine listens on
     /// the old one (scheduler/cluster.rs, PS-4).
     PortMoved {
@@ -421,6 +425,7 @@ impl Driver {
                 self.on_spawn_failed(now, key, message, node_fault)
             }
             DriverInput::AttemptLost { key, loss } => self.on_attempt_lost(now, key, &loss),
+            DriverInput::NodeUnhealthy { actor } => self.on_node_unhealthy(now, actor),
             DriverInput::PortMoved { actor, port } => self.on_port_moved(actor, port),
             DriverInput::Feasibility(infeasible) => {
                 self.infeasible = infeasible.clone();

@@ -252,7 +252,15 @@ impl Head {
         if self.scheduler.node(ix).problem == problem {
             return;
         }
+        let fell_ill = problem.is_some() && self.scheduler.node(ix).problem.is_none();
         self.scheduler.set_node_problem(ix, problem.clone(), now);
+        if fell_ill {
+            // Bundles there are no use for a start: their actors move off as they can.
+            let bundles: Vec<(PgId, u32)> = self.scheduler.node(ix).bundles.iter().copied().collect();
+            for (pg, actor) in bundles {
+                self.feed(now, pg, DriverInput::NodeUnhealthy { actor });
+            }
+        }
         let node = self.scheduler.node(ix).name.clone();
         self.notify(Event::NodeHealth { node, problem });
     }

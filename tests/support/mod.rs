@@ -294,6 +294,13 @@ impl TestCluster {
         self.agents.get_mut(node).expect("known agent").cannot_start = Some(message.into());
     }
 
+    /// The node's disk fills up and its agent's probe finds it before any start fails there.
+    pub fn disk_fills(&mut self, node: &str, message: &str) {
+        self.break_disk(node, message);
+        self.agent_input(node, AgentInput::Health(Some(message.into())));
+        self.pump();
+    }
+
     /// The node's state dir takes writes again, and its agent's probe says so.
     pub fn repair_disk(&mut self, node: &str) {
         self.agents.get_mut(node).expect("known agent").cannot_start = None;

@@ -17,6 +17,9 @@ pub(super) struct DrainAnswer {
     /// Present only where this drain set the deadline in force.
     #[serde(default)]
     pub deadline_ms: Option<u64>,
+    /// What keeps its agent from starting work, if anything.
+    #[serde(default)]
+    pub problem: Option<String>,
 }
 
 impl DrainAnswer {

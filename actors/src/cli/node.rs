@@ -164,7 +164,14 @@ fn lock_node_state(dir: &std::path::Path, name: &str) -> Result<std::fs::File, C
         CliError::BadInput(format!("cannot use {} as the agent's state dir (under --state-dir): {e}", dir.display()))
     };
     paths::private_dir(dir).map_err(unusable)?;
-    paths::check_writable(dir).map_err(unusable)?;
+    if let Err(e) = paths::check_writable(dir) {
+        // A state dir this agent ran from before (a restart on a disk that filled up) holds
+        // attempts to re-attach to: the agent starts unhealthy, taking no new work (AG-6).
+        if !dir.join(node::IDENTITY_FILE).exists() {
+            return Err(unusable(e));
+        }
+        tracing::warn!("{} takes no write ({e}): starting unhealthy, to re-attach to its attempts", dir.display());
+    }
     paths::lock_exclusive(&dir.join("agent.lock")).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => CliError::BadInput(format!(
             "node name {name} is in use: another agent runs from {}; give this one another --name",

@@ -24,7 +24,12 @@ pub fn run(args: NodeArg) -> Result<Outcome, CliError> {
                 "{node} is not drained; it was DEAD, and with its drain lifted `--retain-dead-nodes` forgot it: a \
                  machine registering as {node} joins as a new node"
             ),
-            NodeState::Alive => format!("{node} is ALIVE: new work may be placed there"),
+            NodeState::Alive => match &answer.problem {
+                None => format!("{node} is ALIVE: new work may be placed there"),
+                Some(problem) => {
+                    format!("{node} is ALIVE, but is given no new work until its agent can start it: {problem}")
+                }
+            },
             NodeState::Dead => {
                 // Whether it was drained before or not, it is not now.
                 format!("{node} is not drained; it is DEAD, and takes work once its agent registers")

@@ -563,6 +563,9 @@ fn drain_answer(view: &NodeView, deadline_ms: Option<u64>) -> serde_json::Value 
     if let Some(deadline_ms) = deadline_ms {
         answer["deadline_ms"] = deadline_ms.into();
     }
+    if let Some(problem) = &view.problem {
+        answer["problem"] = problem.as_str().into();
+    }
     answer
 }
 

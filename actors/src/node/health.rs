@@ -10,6 +10,9 @@ use std::time::Duration;
 
 /// How often an unhealthy agent probes: a full disk freed is taken up within this.
 pub const PROBE_EVERY: Duration = Duration::from_secs(2);
+/// How often a healthy agent probes: a disk that fills up is found within this, most often
+/// before a start fails on it.
+pub const PROBE_WHILE_WELL_EVERY: Duration = Duration::from_secs(10);
 
 /// The longest a node stays unhealthy for failures the probe cannot see.
 pub const MAX_COOL_DOWN: Duration = Duration::from_secs(300);

@@ -21,6 +21,8 @@ mod workers;
 
 /// Where an agent keeps the cluster whose attempts it ran last (`Registration::cluster`).
 const CLUSTER_FILE: &str = "cluster";
+/// The secret that tells this agent from another under its name (`Registration::identity`).
+pub const IDENTITY_FILE: &str = "identity";
 
 use crate::paths::Credential;
 use actix::prelude::*;
@@ -310,6 +312,22 @@ impl NodeAgent {
         }));
     }
 
+    /// A disk that fills up is found before a start fails on it (and charges some job).
+    fn probe_while_well(&mut self, ctx: &mut Context<Self>) {
+        if self.protocol.problem().is_some() {
+            return;
+        }
+        let state_dir = self.opts.state_dir.clone();
+        let probed = async { tokio::task::spawn_blocking(move || health::probe(&state_dir)).await.ok().flatten() };
+        ctx.spawn(probed.into_actor(self).map(|problem, act, ctx| {
+            if let Some(problem) = problem.filter(|_| act.protocol.problem().is_none()) {
+                tracing::warn!("node cannot start attempts: {problem}");
+                act.input(AgentInput::Health(Some(problem)), ctx);
+                act.probe_health_until_well(ctx);
+            }
+        }));
+    }
+
     /// AG-6: the node could not start an attempt; until a probe finds what a start needs
     /// working again, it is unhealthy (the protocol made it so) — then it is well again.
     fn probe_health_until_well(&mut self, ctx: &mut Context<Self>) {
@@ -481,6 +499,10 @@ impl Actor for NodeAgent {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.set_heartbeat(ftdrive::agent::DEFAULT_HEARTBEAT_MS, ctx);
+        if self.protocol.problem().is_some() {
+            self.probe_health_until_well(ctx);
+        }
+        ctx.run_interval(health::PROBE_WHILE_WELL_EVERY, |act, ctx| act.probe_while_well(ctx));
         if self.opts.keep_logs.is_some() {
             self.sweep_old_logs(ctx);
             ctx.run_interval(retention::SWEEP_EVERY, |act, ctx| act.sweep_old_logs(ctx));
@@ -640,12 +662,18 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
         port_space: detect::port_space(),
         log_url,
         // A secret kept with the node's state: what tells this agent from another under its name.
-        identity: crate::paths::stored_token(&opts.state_dir.join("identity"))?,
+        identity: crate::paths::stored_token(&opts.state_dir.join(IDENTITY_FILE))?,
         cluster: std::fs::read_to_string(opts.state_dir.join(CLUSTER_FILE)).unwrap_or_default().trim().to_string(),
     };
     let (refused_tx, refused) = tokio::sync::oneshot::channel();
     let shared = Shared { reports, grace, head_token };
-    let agent = NodeAgent::new(opts, identity, (recovered, attached), shared, metrics, refused_tx);
+    // Before the first registration, which says it (AG-6): a restart on a full disk.
+    let problem = health::probe(&opts.state_dir);
+    let mut agent = NodeAgent::new(opts, identity, (recovered, attached), shared, metrics, refused_tx);
+    if let Some(problem) = problem {
+        tracing::warn!("node cannot start attempts: {problem}");
+        agent.protocol.handle(agent.now(), AgentInput::Health(Some(problem)));
+    }
     let heartbeat_ms = agent.heartbeat_ms.clone();
     let agent = agent.start();
     let forward = agent.clone();
