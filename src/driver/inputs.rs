@@ -134,24 +134,30 @@ impl Driver {
     /// running attempt runs on, and its bundle goes once it has ended, as a drained one's does
     /// — a rank restarting in place would fail to start there, charged.
     pub(super) fn on_node_unhealthy(&mut self, now: Instant, ix: ActorIx) {
-        let actor = &mut self.actors[ix as usize];
-        let Bundle::Placed { draining, .. } = &mut actor.bundle else { return };
+        let Bundle::Placed { draining, .. } = &mut self.actors[ix as usize].bundle else { return };
         if *draining {
             return;
         }
         *draining = true;
-        match actor.state {
-            ActorState::Standby => {
+        self.leave_unusable_bundle(now, ix);
+    }
+
+    /// An actor whose bundle was just marked unusable (`draining`) leaves it unless it runs: a
+    /// spare standing by, or a rank between attempts, gives it up and asks again, as a lost
+    /// bundle's replacement. Whether it left.
+    fn leave_unusable_bundle(&mut self, now: Instant, ix: ActorIx) -> bool {
+        let state = self.actors[ix as usize].state;
+        match state {
+            ActorState::Standby | ActorState::Scheduling | ActorState::Failing => {
                 self.drop_bundle(ix);
                 self.actors[ix as usize].lost_at = Some(now);
-                self.transition(ix, ActorState::Scheduling);
+                if state == ActorState::Standby {
+                    self.transition(ix, ActorState::Scheduling);
+                }
+                true
             }
-            ActorState::Scheduling | ActorState::Failing => {
-                self.drop_bundle(ix);
-                self.actors[ix as usize].lost_at = Some(now);
-            }
-            ActorState::Running => {}
-            other => panic!("{} held a bundle while {other}", actor.name),
+            ActorState::Running => false,
+            other => panic!("{} held a bundle while {other}", self.actors[ix as usize].name),
         }
     }
 
@@ -166,27 +172,16 @@ impl Driver {
         }
         *draining = true;
         let node = node.name.clone();
-        match actor.state {
-            ActorState::Standby => {
-                self.drop_bundle(ix);
-                self.actors[ix as usize].lost_at = Some(now);
-                self.transition(ix, ActorState::Scheduling);
-            }
-            ActorState::Scheduling | ActorState::Failing => {
-                self.drop_bundle(ix);
-                self.actors[ix as usize].lost_at = Some(now);
-            }
-            ActorState::Running => {
-                let run = actor.run.as_mut().expect("a running actor has a run");
-                (run.draining, run.drained_by) = (true, by);
-                if run.stop.is_none() && run.exited.is_none() {
-                    let deadline_ms = deadline.ms_since(now);
-                    let grace = self.spec.stop_grace_ms.min(deadline_ms);
-                    self.stop_run(ix, StopReason::Drain { node, deadline_ms, deadline, by }, grace);
-                    return true;
-                }
-            }
-            other => panic!("{} held a bundle while {other}", actor.name),
+        if self.leave_unusable_bundle(now, ix) {
+            return false;
+        }
+        let run = self.actors[ix as usize].run.as_mut().expect("a running actor has a run");
+        (run.draining, run.drained_by) = (true, by);
+        if run.stop.is_none() && run.exited.is_none() {
+            let deadline_ms = deadline.ms_since(now);
+            let grace = self.spec.stop_grace_ms.min(deadline_ms);
+            self.stop_run(ix, StopReason::Drain { node, deadline_ms, deadline, by }, grace);
+            return true;
         }
         false
     }
