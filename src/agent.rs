@@ -22,9 +22,9 @@
 //!   them to the departure (`preempted`), not to a lost node.
 //! - **AG-6 unhealthy before the failure.** A start the node itself could not make (its state
 //!   dir took no write, a fork failed: `node_fault`) makes the agent unhealthy, and the head
-//!   hears so (`ToHead::Health`, and every registration) before it hears of the failure: the
-//!   head must not place the attempt's next try back here. Only the runtime, once what failed
-//!   works again, makes it healthy (`AgentInput::Health(None)`).
+//!   hears so (`ToHead::Health`, then in every heartbeat and registration) before it hears of
+//!   the failure: the head must not place the attempt's next try back here. Only the runtime,
+//!   once what failed works again, makes it healthy (`AgentInput::Health(None)`).
 //!
 //! The heartbeat cadence is the runtime's: it feeds `AgentInput::Heartbeat` on its own
 //! periodic timer (at the interval the head's welcome names, `AgentEffect::HeartbeatEvery`).

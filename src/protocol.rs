@@ -312,8 +312,8 @@ pub enum ToHead {
     },
     /// What keeps the node from starting work (`problem`: its state dir takes no write), or
     /// that nothing does any more (`None`). An unhealthy node keeps what runs there and is
-    /// given nothing new (docs/semantics.md), as a Kubernetes node under
-    /// DiskPressure or a Slurm node drained for a failed launch.
+    /// given nothing new (docs/semantics.md), as a Kubernetes node under DiskPressure or a
+    /// Slurm node drained for a failed launch.
     Health {
         node: NodeId,
         incarnation: u64,

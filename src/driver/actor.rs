@@ -104,8 +104,8 @@ impl Bundle {
         matches!(self, Bundle::Placed { .. })
     }
 
-    /// Placed on a node that is not draining (nor found unable to start work, which marks the
-    /// bundle `draining` too): usable for a (re)start.
+    /// Placed on a node that is not draining (nor unable to start work, which marks the bundle
+    /// `draining` too: `on_node_unhealthy`): usable for a (re)start.
     pub fn is_usable(&self) -> bool {
         matches!(self, Bundle::Placed { draining: false, .. })
     }

@@ -227,13 +227,8 @@ impl Driver {
         self.effects.push_back(DriverEffect::AttemptEnded { node, key: key.clone() });
         // An agent's report, from a record the job could write: one bounded, printable line.
         let message = crate::protocol::one_line(&message, crate::protocol::MAX_SPAWN_MESSAGE_CHARS);
-        if node_fault.is_some() {
-            // The node cannot start work (AG-6): the next attempt needs a bundle elsewhere, as
-            // a drained one does — the bundle goes once this attempt is settled.
-            if let Bundle::Placed { draining, .. } = &mut self.actors[key.actor as usize].bundle {
-                *draining = true;
-            }
-        }
+        // A node's fault: the head made the node unhealthy first, which marked this bundle
+        // unusable (`on_node_unhealthy`), so the next attempt goes elsewhere.
         self.end_attempt(now, key.actor, Ending::SpawnFailed { message: &message, node_fault });
     }
 

@@ -77,6 +77,11 @@ impl JobState {
     pub fn parse(name: &str) -> Option<JobState> {
         JobState::ALL.into_iter().find(|s| s.to_string().eq_ignore_ascii_case(name.trim()))
     }
+
+    /// Every state's name, for a message that refuses another: "PENDING, RUNNING, …".
+    pub fn names() -> String {
+        JobState::ALL.map(|s| s.to_string()).join(", ")
+    }
 }
 
 impl fmt::Display for JobState {

@@ -713,7 +713,6 @@ impl Head {
         })
     }
 
-    /// Jobs held: running, pending, and finished ones kept for `status`.
     /// Why the head has no job `job`: it never had one, or it forgot it (retention).
     pub fn no_job(&self, job: JobId) -> Rejected {
         if !self.job_ids.handed_out(&job) {
@@ -723,6 +722,7 @@ impl Head {
         Rejected::ForgottenJob { job, kept: self.config.retain_finished, hours }
     }
 
+    /// Jobs held: running, pending, and finished ones kept for `status`.
     pub fn job_count(&self) -> usize {
         self.jobs.len()
     }

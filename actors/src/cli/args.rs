@@ -326,15 +326,14 @@ pub struct SimArgs {
     pub print_scenario: bool,
 }
 
-/// A job id or node name, refused here by the head's own rule before anything is asked of it
-/// (an empty or `a/b` name would otherwise reach the head as another route).
+/// A job state for `status --state`, named as `status` prints it (in any case).
 fn job_state(text: &str) -> Result<ftdrive::driver::JobState, String> {
-    ftdrive::driver::JobState::parse(text).ok_or_else(|| {
-        let known: Vec<String> = ftdrive::driver::JobState::ALL.iter().map(|s| s.to_string()).collect();
-        format!("no job state is called `{text}`: use {}", known.join(", "))
-    })
+    use ftdrive::driver::JobState;
+    JobState::parse(text).ok_or_else(|| format!("no job state is called `{text}`: use {}", JobState::names()))
 }
 
+/// A job id or node name, refused here by the head's own rule before anything is asked of it
+/// (an empty or `a/b` name would otherwise reach the head as another route).
 fn name(text: &str) -> Result<String, String> {
     ftdrive::head::check_name(text).map(|()| text.to_string()).map_err(|e| e.to_string())
 }

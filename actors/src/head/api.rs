@@ -446,11 +446,8 @@ impl JobsQuery {
 }
 
 fn unknown_state(name: &str) -> ApiError {
-    let known: Vec<String> = JobState::ALL.iter().map(JobState::to_string).collect();
-    ApiError::BadRequest(format!(
-        "`state` names `{name}`, which is no job state: use {}, comma-separated",
-        known.join(", ")
-    ))
+    let known = JobState::names();
+    ApiError::BadRequest(format!("`state` names `{name}`, which is no job state: use {known}, comma-separated"))
 }
 
 async fn list_jobs(

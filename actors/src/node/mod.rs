@@ -312,18 +312,29 @@ impl NodeAgent {
         }));
     }
 
+    /// `health::probe`, off this thread: a sick disk may take long to answer, and heartbeats go
+    /// from here. `None`: the probe's thread panicked (the next probe tries again).
+    fn probe(&self) -> impl std::future::Future<Output = Option<Option<String>>> + 'static {
+        let state_dir = self.opts.state_dir.clone();
+        async { tokio::task::spawn_blocking(move || health::probe(&state_dir)).await.ok() }
+    }
+
+    /// The node cannot start work: the protocol tells the head (AG-6), and the probing for its
+    /// recovery starts.
+    fn fall_ill(&mut self, problem: String, ctx: &mut Context<Self>) {
+        tracing::warn!("node cannot start attempts: {problem}");
+        self.input(AgentInput::Health(Some(problem)), ctx);
+        self.probe_health_until_well(ctx);
+    }
+
     /// A disk that fills up is found before a start fails on it (and charges some job).
     fn probe_while_well(&mut self, ctx: &mut Context<Self>) {
         if self.protocol.problem().is_some() {
             return;
         }
-        let state_dir = self.opts.state_dir.clone();
-        let probed = async { tokio::task::spawn_blocking(move || health::probe(&state_dir)).await.ok().flatten() };
-        ctx.spawn(probed.into_actor(self).map(|problem, act, ctx| {
-            if let Some(problem) = problem.filter(|_| act.protocol.problem().is_none()) {
-                tracing::warn!("node cannot start attempts: {problem}");
-                act.input(AgentInput::Health(Some(problem)), ctx);
-                act.probe_health_until_well(ctx);
+        ctx.spawn(self.probe().into_actor(self).map(|problem, act, ctx| {
+            if let Some(problem) = problem.flatten().filter(|_| act.protocol.problem().is_none()) {
+                act.fall_ill(problem, ctx);
             }
         }));
     }
@@ -337,10 +348,7 @@ impl NodeAgent {
         self.unhealthy_streak += 1;
         self.well_not_before = Some(std::time::Instant::now() + health::cool_down(self.unhealthy_streak));
         self.health_probe = Some(ctx.run_interval(health::PROBE_EVERY, |act, ctx| {
-            let state_dir = act.opts.state_dir.clone();
-            // Off this thread: a sick disk may take long to answer, and heartbeats go from here.
-            let probed = async { tokio::task::spawn_blocking(move || health::probe(&state_dir)).await.ok() };
-            ctx.spawn(probed.into_actor(act).map(|problem, act, ctx| match problem {
+            ctx.spawn(act.probe().into_actor(act).map(|problem, act, ctx| match problem {
                 Some(None) if act.well_not_before.is_some_and(|t| std::time::Instant::now() < t) => {}
                 Some(None) => {
                     if let Some(handle) = act.health_probe.take() {
@@ -352,7 +360,7 @@ impl NodeAgent {
                     }
                 }
                 Some(Some(problem)) => act.input(AgentInput::Health(Some(problem)), ctx),
-                None => {} // the probe's thread panicked: the next one tries again
+                None => {}
             }));
         }));
     }
@@ -499,8 +507,9 @@ impl Actor for NodeAgent {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.set_heartbeat(ftdrive::agent::DEFAULT_HEARTBEAT_MS, ctx);
-        if self.protocol.problem().is_some() {
-            self.probe_health_until_well(ctx);
+        if let Some(problem) = health::probe(&self.opts.state_dir) {
+            // Before the link registers (the actor starts first): a restart on a full disk.
+            self.fall_ill(problem, ctx);
         }
         ctx.run_interval(health::PROBE_WHILE_WELL_EVERY, |act, ctx| act.probe_while_well(ctx));
         if self.opts.keep_logs.is_some() {
@@ -667,13 +676,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
     };
     let (refused_tx, refused) = tokio::sync::oneshot::channel();
     let shared = Shared { reports, grace, head_token };
-    // Before the first registration, which says it (AG-6): a restart on a full disk.
-    let problem = health::probe(&opts.state_dir);
-    let mut agent = NodeAgent::new(opts, identity, (recovered, attached), shared, metrics, refused_tx);
-    if let Some(problem) = problem {
-        tracing::warn!("node cannot start attempts: {problem}");
-        agent.protocol.handle(agent.now(), AgentInput::Health(Some(problem)));
-    }
+    let agent = NodeAgent::new(opts, identity, (recovered, attached), shared, metrics, refused_tx);
     let heartbeat_ms = agent.heartbeat_ms.clone();
     let agent = agent.start();
     let forward = agent.clone();
