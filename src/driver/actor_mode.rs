@@ -32,6 +32,7 @@ impl Mode for ActorMode {
     fn on_completed(&self, d: &mut Driver) {
         d.terminating = true;
         d.park_standing_by_spares();
+        d.cancel_requests_that_never_run();
     }
 
     fn ranks(&self, d: &Driver) -> (Vec<ActorId>, u32) {
@@ -110,6 +111,21 @@ impl Driver {
                 self.actors[ix as usize].parked = true;
                 self.transition(ix, ActorState::Scheduling);
                 self.release_unused(ix);
+            }
+        }
+    }
+
+    /// A terminating job starts no spare and no rank that never started, so their requests
+    /// still queued go too. Left there, each was placed and given back at once, and for that
+    /// moment it kept its room from others (swarm seed 4059402, a spare that briefly held the
+    /// only node a waiting peer of its STRICT_SPREAD job could use).
+    fn cancel_requests_that_never_run(&mut self) {
+        for ix in 0..self.actors.len() as ActorIx {
+            let actor = &self.actors[ix as usize];
+            let never_runs = actor.role == Role::Spare || actor.attempts == 0;
+            if never_runs && matches!(actor.bundle, Bundle::Requested { .. }) {
+                self.actors[ix as usize].parked = true;
+                self.drop_bundle(ix);
             }
         }
     }
