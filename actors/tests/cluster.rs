@@ -1168,6 +1168,40 @@ fn the_local_cluster_refuses_a_job_it_can_never_hold() {
     assert!(stderr.contains("Run it with --local-nodes 3"), "{stderr}");
 }
 
+/// Each embedded run keeps its state and logs for the user to read, and deletes the runs a
+/// week old: left alone, running jobs locally every day filled the disk with their logs.
+#[test]
+fn a_local_run_deletes_the_runs_of_a_week_ago_and_keeps_its_own() {
+    let state = tempfile::tempdir().unwrap();
+    let runs = state.path().join("local");
+    let old = runs.join("run-old");
+    let old_log = old.join("local-0/logs/j1/0/attempt-1.log");
+    std::fs::create_dir_all(old_log.parent().unwrap()).unwrap();
+    std::fs::write(&old_log, vec![b'x'; 3 << 20]).unwrap();
+    let week_ago = std::time::SystemTime::now() - Duration::from_secs(8 * 24 * 3600);
+    let mut dirs: Vec<PathBuf> =
+        old_log.ancestors().skip(1).take_while(|d| d.starts_with(&old)).map(PathBuf::from).collect();
+    dirs.push(old_log.clone());
+    for path in dirs {
+        std::fs::File::open(&path).unwrap().set_modified(week_ago).unwrap();
+    }
+    let spec = state.path().join("ok.json");
+    std::fs::write(&spec, r#"{"name": "ok", "command": ["true"], "min_nodes": 1, "max_nodes": 1}"#).unwrap();
+    let out = submit_locally(state.path(), state.path(), &["--local-nodes".as_ref(), "1".as_ref(), spec.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("deleted 1 old run(s)") && stderr.contains("(3 MiB)"), "{stderr}");
+    assert!(!old.exists(), "the week-old run is gone");
+    let kept: Vec<String> = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("run-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "this run's own directory stays: {kept:?}");
+    assert!(stderr.contains(&kept[0]), "the run said where it keeps its logs: {stderr}");
+}
+
 /// A follower of an attempt whose machine died ends once the head has declared the node DEAD
 /// (rather than waiting for an agent that will not come back), naming what ended it; the whole
 /// job's log goes on past that actor to the others.

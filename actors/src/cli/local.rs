@@ -6,6 +6,7 @@ use super::args::SubmitArgs;
 use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::follow::OnInterrupt;
+use super::local_runs;
 use super::submit::{follow_submitted, submit};
 use crate::head::{self, ServeOptions};
 use crate::node::{self, detect, NodeOptions};
@@ -27,6 +28,7 @@ pub async fn run(spec: JobSpec, args: &SubmitArgs) -> Result<Outcome, CliError> 
     if nodes == 0 || nodes > MAX_LOCAL_NODES {
         return Err(CliError::BadInput(format!("--local-nodes is {nodes}; use 1 to {MAX_LOCAL_NODES}")));
     }
+    sweep_old_runs();
     let dir =
         run_dir().map_err(|e| CliError::Failed(format!("cannot create a directory for the local cluster: {e}")))?;
     let job_number = next_job_number();
@@ -87,6 +89,23 @@ fn next_job_number_in(dir: &Path) -> u64 {
 }
 
 /// Where this run keeps its state and logs: `<state-dir>/local/<unique>`, kept afterwards.
+/// Deletes old runs' directories (`local_runs`), and says so when it did.
+fn sweep_old_runs() {
+    let parent = paths::default_state_dir().join("local");
+    let swept = local_runs::sweep(&parent, std::time::SystemTime::now());
+    if swept.runs > 0 {
+        eprintln!(
+            "local cluster: deleted {} old run(s) in {} ({} MiB): runs are kept {} hours after their last write, and \
+             the {} newest whatever their age",
+            swept.runs,
+            parent.display(),
+            swept.bytes >> 20,
+            local_runs::KEEP_RUN_HOURS,
+            local_runs::KEEP_RUNS
+        );
+    }
+}
+
 fn run_dir() -> std::io::Result<PathBuf> {
     let parent = paths::default_state_dir().join("local");
     std::fs::create_dir_all(&parent)?;

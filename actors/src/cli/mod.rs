@@ -9,6 +9,7 @@ mod follow;
 mod forget;
 mod head;
 mod local;
+mod local_runs;
 mod logs;
 mod node;
 mod nodes;
