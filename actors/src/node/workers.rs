@@ -1,12 +1,14 @@
 //! An attempt's local worker group, as the supervisor starts it: `nproc_per_node` copies of the
 //! command, worker `L` with its own `RANK`, `LOCAL_RANK` and `ROLE_RANK` (DESIGN §4), each
-//! leading its own process group and dying with the supervisor. One worker writes straight to
-//! the attempt's log; several have their output relayed line by line into a log of their own
-//! (`attempt-A.L.log`) and into the attempt's log with a `[rankR]: ` prefix, as torchrun's
-//! `--tee 3` with a rank prefix does. Each worker gets its own `$TORCHELASTIC_ERROR_FILE`, as
+//! leading its own process group and dying with the supervisor. A lone worker's output is
+//! copied to the attempt's log as written; several have theirs relayed line by line into a log
+//! of their own (`attempt-A.L.log`) and into the attempt's log with a `[rankR]: ` prefix, as
+//! torchrun's `--tee 3` with a rank prefix does. What the attempt's log does not take (a full
+//! disk) is dropped, and a line says how much once it takes writes again (`AttemptLog`). Each worker gets its own `$TORCHELASTIC_ERROR_FILE`, as
 //! torchrun's do, where a PyTorch program decorated with `@record` writes why it failed.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -111,7 +113,11 @@ const PROGRAM_ERRORS: [i32; 9] = [
 
 /// Starts every worker; if one cannot start, those already started are killed.
 pub fn start(spec: &GroupSpec) -> Result<Group, StartError> {
-    let combined = Arc::new(Mutex::new(std::io::stdout()));
+    let stdout = std::io::stdout().as_fd().try_clone_to_owned().map_err(|e| StartError {
+        message: format!("cannot start the workers: cannot open the attempt's log: {e}"),
+        node_fault: true,
+    })?;
+    let combined = Arc::new(Mutex::new(AttemptLog::new(std::fs::File::from(stdout))));
     let (done, relayed) = channel();
     let relays = spec.workers as usize;
     let mut group = Group { children: Vec::new(), pgids: Vec::new(), relayed, relays };
@@ -139,7 +145,7 @@ pub fn start(spec: &GroupSpec) -> Result<Group, StartError> {
 fn start_worker(
     spec: &GroupSpec,
     local_rank: u32,
-    combined: &Arc<Mutex<std::io::Stdout>>,
+    combined: &Arc<Mutex<AttemptLog<std::fs::File>>>,
     done: &Sender<()>,
 ) -> Result<Child, (std::io::Error, bool)> {
     let mut cmd = Command::new(&spec.command[0]);
@@ -183,8 +189,63 @@ fn start_worker(
     Ok(child)
 }
 
-/// Copies a lone worker's output to the attempt's log as written, whatever the log takes.
-fn pass_through(mut pipe: impl Read, combined: &Mutex<impl Write>) {
+/// The attempt's log as the workers' output reaches it, unbuffered: what the file does not take
+/// is dropped, so that a full disk fails no program's prints, and the first write it takes
+/// after that starts with a line saying how many bytes were dropped and why, so that a reader
+/// of the log sees the gap.
+struct AttemptLog<W> {
+    out: W,
+    dropped_bytes: u64,
+    why: String,
+    /// Whether the last byte the log took ended a line: a note after a cut line starts a new one.
+    at_line_start: bool,
+}
+
+impl<W: Write> AttemptLog<W> {
+    fn new(out: W) -> Self {
+        AttemptLog { out, dropped_bytes: 0, why: String::new(), at_line_start: true }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        if self.dropped_bytes > 0 {
+            let newline = if self.at_line_start { "" } else { "\n" };
+            let note = format!(
+                "{newline}[ftdrive: {} bytes of output were dropped here: the log took no write ({})]\n",
+                self.dropped_bytes, self.why
+            );
+            if self.put(note.as_bytes()) < note.len() {
+                self.dropped_bytes += bytes.len() as u64;
+                return;
+            }
+            self.dropped_bytes = 0;
+        }
+        let taken = self.put(bytes);
+        self.dropped_bytes += (bytes.len() - taken) as u64;
+    }
+
+    /// Writes what `out` takes of `bytes`; returns how much that was.
+    fn put(&mut self, bytes: &[u8]) -> usize {
+        let mut taken = 0;
+        while taken < bytes.len() {
+            match self.out.write(&bytes[taken..]) {
+                Ok(0) => break,
+                Ok(n) => taken += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.why = e.to_string();
+                    break;
+                }
+            }
+        }
+        if taken > 0 {
+            self.at_line_start = bytes[taken - 1] == b'\n';
+        }
+        taken
+    }
+}
+
+/// Copies a lone worker's output to the attempt's log as written.
+fn pass_through(mut pipe: impl Read, combined: &Mutex<AttemptLog<impl Write>>) {
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
         let n = match pipe.read(&mut chunk) {
@@ -193,15 +254,13 @@ fn pass_through(mut pipe: impl Read, combined: &Mutex<impl Write>) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        let mut out = combined.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = out.write_all(&chunk[..n]);
-        let _ = out.flush();
+        combined.lock().unwrap_or_else(|e| e.into_inner()).write(&chunk[..n]);
     }
 }
 
 /// Copies a worker's output, line by line, to its own log as written and, prefixed, to the
 /// attempt's (where every piece ends its line, so that the next one starts with its prefix).
-fn relay(pipe: impl Read, mut own_log: Option<impl Write>, prefix: &str, combined: &Mutex<impl Write>) {
+fn relay(pipe: impl Read, mut own_log: Option<impl Write>, prefix: &str, combined: &Mutex<AttemptLog<impl Write>>) {
     let mut reader = BufReader::new(pipe);
     let mut line = Vec::new();
     loop {
@@ -219,9 +278,7 @@ fn relay(pipe: impl Read, mut own_log: Option<impl Write>, prefix: &str, combine
         let mut prefixed = Vec::with_capacity(prefix.len() + line.len());
         prefixed.extend_from_slice(prefix.as_bytes());
         prefixed.extend_from_slice(&line);
-        let mut out = combined.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = out.write_all(&prefixed);
-        let _ = out.flush();
+        combined.lock().unwrap_or_else(|e| e.into_inner()).write(&prefixed);
     }
 }
 
@@ -272,9 +329,49 @@ mod tests {
     /// piece a line of its own behind the worker's prefix.
     #[test]
     fn a_worker_s_own_log_is_what_it_wrote_and_the_attempt_s_is_prefixed_lines() {
-        let (mut own, combined) = (Vec::new(), Mutex::new(Vec::new()));
+        let (mut own, combined) = (Vec::new(), Mutex::new(AttemptLog::new(Vec::new())));
         relay(&b"a\nprogress 50%"[..], Some(&mut own), "[rank1]: ", &combined);
         assert_eq!(own, b"a\nprogress 50%");
-        assert_eq!(combined.into_inner().unwrap(), b"[rank1]: a\n[rank1]: progress 50%\n");
+        assert_eq!(combined.into_inner().unwrap().out, b"[rank1]: a\n[rank1]: progress 50%\n");
+    }
+
+    /// A file that takes `room` more bytes, then fails as a full disk does, until given more.
+    struct Disk {
+        file: Vec<u8>,
+        room: usize,
+    }
+
+    impl Write for Disk {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if self.room == 0 {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            let n = bytes.len().min(self.room);
+            self.room -= n;
+            self.file.extend_from_slice(&bytes[..n]);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Output the log does not take is dropped, and once it takes writes again a line says
+    /// how much, on a line of its own, before what comes next.
+    #[test]
+    fn output_a_full_log_drops_is_noted_where_it_was_dropped() {
+        let mut log = AttemptLog::new(Disk { file: Vec::new(), room: 10 });
+        log.write(b"step 1\nstep 2\n"); // "step 2" is cut after "ste"
+        log.write(b"step 3\n");
+        log.write(b"step 4\n"); // the note does not fit: still dropped, still owed
+        assert_eq!(log.dropped_bytes, 4 + 7 + 7);
+        log.out.room = usize::MAX;
+        log.write(b"step 5\n");
+        log.write(b"step 6\n");
+        let note = "[ftdrive: 18 bytes of output were dropped here: the log took no write \
+                    (No space left on device (os error 28))]";
+        let text = String::from_utf8(log.out.file).unwrap();
+        assert_eq!(text, format!("step 1\nste\n{note}\nstep 5\nstep 6\n"), "the note starts a line of its own");
     }
 }
