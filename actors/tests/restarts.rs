@@ -333,6 +333,19 @@ fn job_ids(c: &Cluster) -> Vec<String> {
 
 #[test]
 fn every_acknowledged_submission_survives_a_head_killed_under_load() {
+    acknowledged_submissions_survive(|c| c.kill_head());
+}
+
+/// A stopping head answers what it took in, takes nothing more, and exits without waiting out
+/// its connections; nothing it answered is lost.
+#[test]
+fn every_acknowledged_submission_survives_a_head_stopped_with_sigterm_under_load() {
+    acknowledged_submissions_survive(|c| assert!(c.stop_head().success()));
+}
+
+/// Four clients submit as fast as they can while `stop` ends the head, which then starts
+/// again: each answer was a 200 or none at all, and every job answered exists, once.
+fn acknowledged_submissions_survive(stop: fn(&mut Cluster)) {
     let mut c = Cluster::start(&[]);
     let (url, token) = (c.url.clone(), c.token());
     let clients: Vec<_> = (0..4)
@@ -344,7 +357,8 @@ fn every_acknowledged_submission_survives_a_head_killed_under_load() {
                     match try_http(&url, &token, &submission(&format!("load-{client}-{n}"))) {
                         Some((200, body)) => acknowledged
                             .push(serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string()),
-                        _ => break,
+                        Some((status, body)) => panic!("a submission was answered {status}: {body}"),
+                        None => break,
                     }
                 }
                 acknowledged
@@ -352,7 +366,8 @@ fn every_acknowledged_submission_survives_a_head_killed_under_load() {
         })
         .collect();
     c.wait_until("submissions are under way", |c| job_ids(c).len() >= 20);
-    c.restart_head();
+    stop(&mut c);
+    c.start_head_again();
     let acknowledged: Vec<String> = clients.into_iter().flat_map(|t| t.join().unwrap()).collect();
     c.wait_until("the head is back", |c| c.try_ftdrive(&["status", "--output", "json"]).status.success());
     let stored = job_ids(&c);

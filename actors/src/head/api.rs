@@ -63,40 +63,78 @@ pub struct HeadServer {
     pub addr: SocketAddr,
     pub head: Addr<HeadActor>,
     pub tokens: Tokens,
-    handle: actix_web::dev::ServerHandle,
-    closing: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+    stopper: Stopper,
 }
 
 impl HeadServer {
     /// Stops the head: agent channels and event streams close at once (agents and followers
     /// then wait for the next head), other requests get up to `SHUTDOWN_TIMEOUT_S` to finish.
     pub async fn stop(&self) {
-        stop_server(&self.head, &self.closing, &self.handle).await;
+        self.stopper.stop().await;
     }
 }
 
 /// How long requests in flight get to finish when the head stops.
 const SHUTDOWN_TIMEOUT_S: u64 = 5;
+/// How long a stopping head waits for its connections to end before it leaves the rest to
+/// actix's graceful stop, which looks at them once a second.
+const DRAIN_WAIT_MS: u64 = 250;
 
-/// Long-lived connections would hold a graceful stop for its whole timeout: they end first,
-/// once the head has stopped changing things on its own (HD-1), so that closing its agents'
-/// channels does not make them look lost.
-async fn stop_server(
-    head: &Addr<HeadActor>,
-    closing: &tokio::sync::watch::Sender<bool>,
-    handle: &actix_web::dev::ServerHandle,
-) {
-    let _ = head.send(Stopping).await;
-    closing.send_replace(true);
-    handle.stop(true).await;
-}
-
-/// The daemon's stop: SIGTERM or SIGINT.
-async fn stop_on_signal(
+/// What stops the head, from a signal or from `HeadServer::stop`.
+#[derive(Clone)]
+struct Stopper {
     head: Addr<HeadActor>,
     closing: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
     handle: actix_web::dev::ServerHandle,
-) {
+    connections: Connections,
+}
+
+impl Stopper {
+    /// Long-lived connections would hold a graceful stop for its whole timeout: they end
+    /// first, once the head has stopped changing things on its own (HD-1), so that closing its
+    /// agents' channels does not make them look lost. No connection is taken meanwhile (an
+    /// agent reconnecting at once would be one more to wait for). Actix's graceful stop looks
+    /// at the connections left once a second, so a head stopped with any open (every agent's)
+    /// took a second to exit; it waits for them itself, a bounded time, and stops at once
+    /// when none is left.
+    async fn stop(&self) {
+        let _ = self.head.send(Stopping).await;
+        self.handle.pause().await;
+        self.closing.send_replace(true);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(DRAIN_WAIT_MS);
+        while self.connections.open() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        self.handle.stop(true).await;
+    }
+}
+
+/// Counts the head's open connections: each holds a `ConnectionGuard` in its extensions,
+/// dropped with the connection.
+#[derive(Clone, Default)]
+struct Connections(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Connections {
+    fn open(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn guard(&self) -> ConnectionGuard {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        ConnectionGuard(self.clone())
+    }
+}
+
+struct ConnectionGuard(Connections);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// The daemon's stop: SIGTERM or SIGINT.
+async fn stop_on_signal(stopper: Stopper) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         tracing::error!("cannot watch for SIGTERM and SIGINT; stop the head with SIGKILL");
@@ -106,7 +144,7 @@ async fn stop_on_signal(
         _ = term.recv() => tracing::info!("SIGTERM: stopping"),
         _ = int.recv() => tracing::info!("SIGINT: stopping"),
     }
-    stop_server(&head, &closing, &handle).await;
+    stopper.stop().await;
 }
 
 /// Why a head did not start. It changed no file before the listener was bound.
@@ -197,8 +235,13 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
     let (closing, closing_rx) = tokio::sync::watch::channel(false);
     let closing = std::sync::Arc::new(closing);
     let state = web::Data::new(ApiState::new(head.clone(), tokens.clone(), http, options.agent_ca.clone(), closing_rx));
+    let connections = Connections::default();
+    let counted = connections.clone();
     let server = HttpServer::new(move || {
         App::new().app_data(state.clone()).configure(input_limits).wrap(json_errors()).configure(routes)
+    })
+    .on_connect(move |_, extensions| {
+        extensions.insert(counted.guard());
     })
     .workers(2)
     // Without it (actix's default) a small write that follows another waits until the peer
@@ -215,10 +258,11 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
     .map_err(listen)?;
     let running = server.run();
     let handle = running.handle();
+    let stopper = Stopper { head: head.clone(), closing, handle, connections };
     if options.handle_signals {
-        actix_web::rt::spawn(stop_on_signal(head.clone(), closing.clone(), handle.clone()));
+        actix_web::rt::spawn(stop_on_signal(stopper.clone()));
     }
-    Ok((HeadServer { addr, head, tokens, handle, closing }, running))
+    Ok((HeadServer { addr, head, tokens, stopper }, running))
 }
 
 /// One resource per path, so that a method a path does not take is a 405, not a 404.
@@ -498,7 +542,9 @@ async fn events(state: web::Data<ApiState>, job: Option<JobId>) -> Result<HttpRe
             _ = stopping(closing.clone()) => None,
         }
     });
-    Ok(HttpResponse::Ok().content_type("application/x-ndjson").streaming(stream))
+    // The connection closes with the stream: kept alive in the follower's pool, it would be
+    // one more a stopping head waits for (`Stopper::stop`).
+    Ok(HttpResponse::Ok().content_type("application/x-ndjson").force_close().streaming(stream))
 }
 
 async fn health(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
