@@ -299,7 +299,7 @@ fn stop_ends_the_job_and_every_process_and_submit_exits_3() {
     assert!(job["ledger"].as_array().unwrap().iter().all(|e| e["cause"] == "stopped"));
     c.wait_until("no process of the job remains", |c| c.processes(None).is_empty());
     let again = c.ftdrive(&["stop", "j1"]);
-    assert_eq!(again.trim(), "j1 (stopped) is STOPPED");
+    assert_eq!(again.trim(), "j1 (stopped) had already ended: STOPPED; nothing to stop");
     let answer: serde_json::Value = serde_json::from_str(&c.ftdrive(&["stop", "j1", "--output", "json"])).unwrap();
     assert_eq!(answer["state"], "STOPPED", "{answer}");
 }
@@ -312,6 +312,10 @@ fn stopping_a_job_that_already_ended_says_so_and_changes_nothing() {
     let said = c.ftdrive(&["stop", &id]);
     assert_eq!(said, format!("{id} (done) had already ended: SUCCEEDED; nothing to stop\n"));
     assert_eq!(c.job(&id)["state"], "SUCCEEDED");
+    // A pending job holds nothing, so the stop ends it at once; stopped again, it had ended.
+    let wide = c.submit_no_wait(&c.spec("wide", json!({"command": ["true"], "min_nodes": 2, "max_nodes": 2})));
+    assert_eq!(c.ftdrive(&["stop", &wide]), format!("{wide} (wide) is STOPPED\n"));
+    assert_eq!(c.ftdrive(&["stop", &wide]), format!("{wide} (wide) had already ended: STOPPED; nothing to stop\n"));
 }
 
 #[test]
