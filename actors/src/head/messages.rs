@@ -468,6 +468,8 @@ pub struct AgentGone {
 impl Handler<AgentGone> for HeadActor {
     type Result = ();
     fn handle(&mut self, msg: AgentGone, ctx: &mut Context<Self>) {
+        // Kept, the ids of a foreign agent that reconnects every second grew without end.
+        self.foreign_sessions.remove(&msg.session);
         let Some(node) = msg.node else { return };
         if self.sessions.get(&node).is_some_and(|s| s.id == msg.session) {
             self.sessions.remove(&node);

@@ -138,7 +138,7 @@ pub struct HeadActor {
     clock_base_ms: u64,
     clock: std::time::Instant,
     sessions: BTreeMap<NodeId, Session>,
-    /// Agent sessions refused as another cluster's: not answered again.
+    /// Agent sessions refused as another cluster's, while they last: not answered again.
     foreign_sessions: BTreeSet<u64>,
     /// Each connected agent's log server, and the token its session was given for it.
     log_servers: BTreeMap<NodeId, LogServer>,
