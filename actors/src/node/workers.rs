@@ -4,8 +4,9 @@
 //! copied to the attempt's log as written; several have theirs relayed line by line into a log
 //! of their own (`attempt-A.L.log`) and into the attempt's log with a `[rankR]: ` prefix, as
 //! torchrun's `--tee 3` with a rank prefix does. What the attempt's log does not take (a full
-//! disk) is dropped, and a line says how much once it takes writes again (`AttemptLog`). Each worker gets its own `$TORCHELASTIC_ERROR_FILE`, as
-//! torchrun's do, where a PyTorch program decorated with `@record` writes why it failed.
+//! disk) is dropped, and a line says how much once it takes writes again (`AttemptLog`), as
+//! in a worker's own log. Each worker gets its own `$TORCHELASTIC_ERROR_FILE`, as torchrun's
+//! do, where a PyTorch program decorated with `@record` writes why it failed.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
@@ -171,7 +172,12 @@ fn start_worker(
     cmd.stdout(writer.try_clone().map_err(node)?).stderr(writer).stdin(Stdio::null());
     let own_log = match (&spec.log, spec.workers) {
         (Some(log), 2..) => Some(
-            std::fs::OpenOptions::new().create(true).append(true).open(worker_log(log, local_rank)).map_err(node)?,
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(worker_log(log, local_rank))
+                .map(AttemptLog::new)
+                .map_err(node)?,
         ),
         _ => None,
     };
@@ -189,10 +195,10 @@ fn start_worker(
     Ok(child)
 }
 
-/// The attempt's log as the workers' output reaches it, unbuffered: what the file does not take
-/// is dropped, so that a full disk fails no program's prints, and the first write it takes
-/// after that starts with a line saying how many bytes were dropped and why, so that a reader
-/// of the log sees the gap.
+/// An attempt's log (or a worker's own) as the workers' output reaches it, unbuffered: what
+/// the file does not take is dropped, so that a full disk fails no program's prints, and the
+/// first write it takes after that starts with a line saying how many bytes were dropped and
+/// why, so that a reader of the log sees the gap.
 struct AttemptLog<W> {
     out: W,
     dropped_bytes: u64,
@@ -260,7 +266,12 @@ fn pass_through(mut pipe: impl Read, combined: &Mutex<AttemptLog<impl Write>>) {
 
 /// Copies a worker's output, line by line, to its own log as written and, prefixed, to the
 /// attempt's (where every piece ends its line, so that the next one starts with its prefix).
-fn relay(pipe: impl Read, mut own_log: Option<impl Write>, prefix: &str, combined: &Mutex<AttemptLog<impl Write>>) {
+fn relay(
+    pipe: impl Read,
+    mut own_log: Option<AttemptLog<impl Write>>,
+    prefix: &str,
+    combined: &Mutex<AttemptLog<impl Write>>,
+) {
     let mut reader = BufReader::new(pipe);
     let mut line = Vec::new();
     loop {
@@ -270,7 +281,7 @@ fn relay(pipe: impl Read, mut own_log: Option<impl Write>, prefix: &str, combine
             Ok(_) => {}
         }
         if let Some(log) = own_log.as_mut() {
-            let _ = log.write_all(&line);
+            log.write(&line);
         }
         if !line.ends_with(b"\n") {
             line.push(b'\n');
@@ -330,7 +341,7 @@ mod tests {
     #[test]
     fn a_worker_s_own_log_is_what_it_wrote_and_the_attempt_s_is_prefixed_lines() {
         let (mut own, combined) = (Vec::new(), Mutex::new(AttemptLog::new(Vec::new())));
-        relay(&b"a\nprogress 50%"[..], Some(&mut own), "[rank1]: ", &combined);
+        relay(&b"a\nprogress 50%"[..], Some(AttemptLog::new(&mut own)), "[rank1]: ", &combined);
         assert_eq!(own, b"a\nprogress 50%");
         assert_eq!(combined.into_inner().unwrap().out, b"[rank1]: a\n[rank1]: progress 50%\n");
     }
