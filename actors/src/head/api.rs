@@ -133,6 +133,19 @@ impl Drop for ConnectionGuard {
     }
 }
 
+/// A stopping head closes each connection once it has answered on it: a client that keeps
+/// its connection busy (a log follower polling, a script submitting in a loop) would
+/// otherwise hold the stop until `DRAIN_WAIT_MS` ran out.
+fn close_when_stopping<B>(
+    mut answer: ServiceResponse<B>,
+    closing: &tokio::sync::watch::Receiver<bool>,
+) -> ServiceResponse<B> {
+    if *closing.borrow() {
+        answer.response_mut().head_mut().set_connection_type(actix_web::http::ConnectionType::Close);
+    }
+    answer
+}
+
 /// The daemon's stop: SIGTERM or SIGINT.
 async fn stop_on_signal(stopper: Stopper) {
     use tokio::signal::unix::{signal, SignalKind};
@@ -238,7 +251,17 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
     let connections = Connections::default();
     let counted = connections.clone();
     let server = HttpServer::new(move || {
-        App::new().app_data(state.clone()).configure(input_limits).wrap(json_errors()).configure(routes)
+        let closing = state.closing.clone();
+        App::new()
+            .app_data(state.clone())
+            .configure(input_limits)
+            .wrap(json_errors())
+            .wrap_fn(move |req, service| {
+                let answered = actix_web::dev::Service::call(service, req);
+                let closing = closing.clone();
+                async move { answered.await.map(|answer| close_when_stopping(answer, &closing)) }
+            })
+            .configure(routes)
     })
     .on_connect(move |_, extensions| {
         extensions.insert(counted.guard());
