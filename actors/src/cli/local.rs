@@ -93,6 +93,9 @@ fn next_job_number_in(dir: &Path) -> u64 {
 fn sweep_old_runs() {
     let parent = paths::default_state_dir().join("local");
     let swept = local_runs::sweep(&parent, std::time::SystemTime::now());
+    for problem in &swept.problems {
+        eprintln!("local cluster: {problem}");
+    }
     if swept.runs > 0 {
         eprintln!(
             "local cluster: deleted {} old run(s) in {} ({} MiB): runs are kept {} hours after their last write, and \

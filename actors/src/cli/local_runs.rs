@@ -20,11 +20,13 @@ const MIN_AGE: Duration = Duration::from_secs(3600);
 /// database, a few records and the logs of its attempts.
 const MAX_FILES_SEEN: usize = 100_000;
 
-/// What `sweep` deleted.
+/// What `sweep` deleted, and what it could not.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Swept {
     pub runs: usize,
     pub bytes: u64,
+    /// One line for each run it left for a reason the user should hear (`submit` has no log).
+    pub problems: Vec<String>,
 }
 
 /// Deletes the old runs under `parent` (see the module doc), at `now`. What it cannot read or
@@ -34,7 +36,8 @@ pub fn sweep(parent: &Path, now: SystemTime) -> Swept {
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("run-") && e.path().is_dir())
+        // Directories only, not what a link named like one points to: that is not a run's.
+        .filter(|e| e.file_name().to_string_lossy().starts_with("run-") && e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| (last_write(&e.path()), e.path()))
         .collect();
     runs.sort_by(|a, b| b.cmp(a)); // newest first
@@ -44,9 +47,13 @@ pub fn sweep(parent: &Path, now: SystemTime) -> Swept {
     for (n, (written, dir)) in runs.into_iter().enumerate() {
         let expired = too_old.is_some_and(|t| written < t) || n >= KEEP_RUNS;
         if expired && recent.is_some_and(|t| written < t) {
-            if let Some(bytes) = delete_unless_in_use(&dir) {
-                swept.runs += 1;
-                swept.bytes += bytes;
+            match delete_unless_in_use(&dir) {
+                Ok(Some(bytes)) => {
+                    swept.runs += 1;
+                    swept.bytes += bytes;
+                }
+                Ok(None) => {} // in use
+                Err(problem) => swept.problems.push(problem),
             }
         }
     }
@@ -54,27 +61,23 @@ pub fn sweep(parent: &Path, now: SystemTime) -> Swept {
 }
 
 /// Deletes `dir` unless a run's head holds the lock on its database (a run still going,
-/// however quiet); returns the bytes its files held, if it deleted it.
-fn delete_unless_in_use(dir: &Path) -> Option<u64> {
+/// however quiet); returns the bytes its files held if it deleted it, and what went wrong if
+/// it could not.
+fn delete_unless_in_use(dir: &Path) -> Result<Option<u64>, String> {
     let database = dir.join("head").join(crate::head::DATABASE);
     // Held while deleting: a head starting on this directory now waits for the lock and then
     // finds nothing, rather than losing files under it.
     let _lock = match database.exists().then(|| crate::paths::lock_exclusive(&database)) {
-        Some(Err(e)) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
         Some(Err(e)) => {
-            tracing::warn!("cannot tell whether the local run in {} is in use: {e}; keeping it", dir.display());
-            return None;
+            return Err(format!("kept the old run {}: cannot tell whether it is in use: {e}", dir.display()))
         }
         lock => lock,
     };
     let bytes = size(dir);
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Some(bytes),
-        Err(e) => {
-            tracing::warn!("cannot delete the old local run {}: {e}", dir.display());
-            None
-        }
-    }
+    std::fs::remove_dir_all(dir).map(|()| Some(bytes)).map_err(|e| {
+        format!("cannot delete the old run {} (part of it may be gone): {e}; delete it by hand", dir.display())
+    })
 }
 
 /// The newest modification time of anything in `dir`'s tree (the directory's own when empty).
@@ -144,7 +147,7 @@ mod tests {
         let week = run(parent.path(), "run-week", Duration::from_secs(KEEP_RUN_HOURS * 3600) - HOUR, 10);
         std::fs::write(parent.path().join("next-job-number"), b"7").unwrap();
         let swept = sweep(parent.path(), SystemTime::now());
-        assert_eq!(swept, Swept { runs: 1, bytes: 10 });
+        assert_eq!(swept, Swept { runs: 1, bytes: 10, problems: Vec::new() });
         assert!(!old.exists());
         assert!(week.exists());
         assert!(parent.path().join("next-job-number").exists(), "only run directories are swept");
@@ -163,6 +166,16 @@ mod tests {
         let kept: Vec<bool> = runs.iter().map(|r| r.exists()).collect();
         let expected: Vec<bool> = (0..KEEP_RUNS + 3).map(|i| i < KEEP_RUNS - 2).collect();
         assert_eq!(kept, expected, "the newest {} with the two fresh ones", KEEP_RUNS);
+    }
+
+    /// A link named like a run is not one: neither it nor what it points to is touched.
+    #[test]
+    fn a_link_named_like_a_run_is_left_alone() {
+        let parent = tempfile::tempdir().unwrap();
+        let elsewhere = run(parent.path(), "elsewhere", Duration::from_secs(KEEP_RUN_HOURS * 3600 * 2), 5);
+        std::os::unix::fs::symlink(&elsewhere, parent.path().join("run-link")).unwrap();
+        assert_eq!(sweep(parent.path(), SystemTime::now()), Swept::default());
+        assert!(parent.path().join("run-link").exists() && elsewhere.join("local-0/logs/j1/0/attempt-1.log").exists());
     }
 
     #[test]
