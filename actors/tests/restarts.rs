@@ -322,6 +322,57 @@ fn try_http(url: &str, token: &str, body: &str) -> Option<(u16, String)> {
     Some((status, response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string()))
 }
 
+/// A client that keeps its connection open between submissions, as an HTTP library's pool
+/// does, and opens a new one only after the head closed it.
+struct KeptAlive(std::io::BufReader<std::net::TcpStream>);
+
+impl KeptAlive {
+    fn post(kept: &mut Option<KeptAlive>, url: &str, token: &str, body: &str) -> Option<(u16, String)> {
+        let host = url.trim_start_matches("http://");
+        if kept.is_none() {
+            let stream = std::net::TcpStream::connect(host).ok()?;
+            stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+            *kept = Some(KeptAlive(std::io::BufReader::new(stream)));
+        }
+        let answer = kept.as_mut()?.exchange(host, token, body);
+        if answer.as_ref().is_none_or(|(_, _, close)| *close) {
+            *kept = None;
+        }
+        answer.map(|(status, body, _)| (status, body))
+    }
+
+    /// One request and its answer: the status, the body, and whether the head closes.
+    fn exchange(&mut self, host: &str, token: &str, body: &str) -> Option<(u16, String, bool)> {
+        use std::io::BufRead;
+        let request = format!(
+            "POST /v1/jobs HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.0.get_mut().write_all(request.as_bytes()).ok()?;
+        let (mut status, mut length, mut close, mut line) = (None, 0, false, String::new());
+        loop {
+            line.clear();
+            if self.0.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            let header = line.trim_end().to_ascii_lowercase();
+            if header.is_empty() {
+                break;
+            }
+            if status.is_none() {
+                status = header.split(' ').nth(1)?.parse().ok();
+            } else if let Some(n) = header.strip_prefix("content-length:") {
+                length = n.trim().parse().ok()?;
+            } else if header == "connection: close" {
+                close = true;
+            }
+        }
+        let mut answer = vec![0; length];
+        self.0.read_exact(&mut answer).ok()?;
+        Some((status?, String::from_utf8(answer).ok()?, close))
+    }
+}
+
 fn submission(name: &str) -> String {
     json!({"spec": {"name": name, "command": ["true"], "min_nodes": 1, "max_nodes": 1}}).to_string()
 }
@@ -344,7 +395,8 @@ fn every_acknowledged_submission_survives_a_head_stopped_with_sigterm_under_load
 }
 
 /// Four clients submit as fast as they can while `stop` ends the head, which then starts
-/// again: each answer was a 200 or none at all, and every job answered exists, once.
+/// again: each answer was a 200 or none at all, and every job answered exists, once. Two
+/// open a connection for each submission; two keep one open for as long as the head does.
 fn acknowledged_submissions_survive(stop: fn(&mut Cluster)) {
     let mut c = Cluster::start(&[]);
     let (url, token) = (c.url.clone(), c.token());
@@ -353,8 +405,14 @@ fn acknowledged_submissions_survive(stop: fn(&mut Cluster)) {
             let (url, token) = (url.clone(), token.clone());
             std::thread::spawn(move || {
                 let mut acknowledged = Vec::new();
+                let mut kept: Option<KeptAlive> = None;
                 for n in 0..10_000 {
-                    match try_http(&url, &token, &submission(&format!("load-{client}-{n}"))) {
+                    let body = submission(&format!("load-{client}-{n}"));
+                    let answer = match client % 2 {
+                        0 => try_http(&url, &token, &body),
+                        _ => KeptAlive::post(&mut kept, &url, &token, &body),
+                    };
+                    match answer {
                         Some((200, body)) => acknowledged
                             .push(serde_json::from_str::<Value>(&body).unwrap()["id"].as_str().unwrap().to_string()),
                         Some((status, body)) => panic!("a submission was answered {status}: {body}"),
@@ -368,7 +426,10 @@ fn acknowledged_submissions_survive(stop: fn(&mut Cluster)) {
     c.wait_until("submissions are under way", |c| job_ids(c).len() >= 20);
     stop(&mut c);
     c.start_head_again();
-    let acknowledged: Vec<String> = clients.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let per_client: Vec<Vec<String>> = clients.into_iter().map(|t| t.join().unwrap()).collect();
+    let counts: Vec<usize> = per_client.iter().map(Vec::len).collect();
+    assert!(counts.iter().all(|n| *n > 0), "every client had submissions answered: {counts:?}");
+    let acknowledged: Vec<String> = per_client.into_iter().flatten().collect();
     c.wait_until("the head is back", |c| c.try_ftdrive(&["status", "--output", "json"]).status.success());
     let stored = job_ids(&c);
     let distinct: BTreeSet<&String> = stored.iter().collect();
