@@ -223,7 +223,7 @@ pub struct Actor {
     pub run: Option<Run>,
     /// When it last lost its bundle (orders replacements, FIFO).
     pub lost_at: Option<Instant>,
-    /// Never to start: placed while the job was terminating, so released.
+    /// Never to start: its job is terminating and it never would (`never_runs_once_terminating`).
     pub parked: bool,
     /// Actor mode: the rank this actor holds.
     pub slot: Option<u32>,
@@ -245,6 +245,12 @@ impl Actor {
             slot,
             rank: None,
         }
+    }
+
+    /// Once an actor-mode job is terminating (a rank completed), a spare or a rank that never
+    /// started will not start: the one rule `requests`, `inputs` and `actor_mode` apply.
+    pub fn never_runs_once_terminating(&self) -> bool {
+        self.role == Role::Spare || self.attempts == 0
     }
 }
 

@@ -31,8 +31,7 @@ impl Mode for ActorMode {
 
     fn on_completed(&self, d: &mut Driver) {
         d.terminating = true;
-        d.park_standing_by_spares();
-        d.cancel_requests_that_never_run();
+        d.park_what_never_runs();
     }
 
     fn ranks(&self, d: &Driver) -> (Vec<ActorId>, u32) {
@@ -101,29 +100,25 @@ impl Driver {
         self.actors[rank0].rank = None;
     }
 
-    /// A terminating job starts no spare, so a spare standing by gives its bundle back, as one
-    /// placed from now on does at once. Held, it could keep the only node that the retry of a
-    /// started rank can use, and that rank waited for ever (swarm seed 5947530).
-    fn park_standing_by_spares(&mut self) {
+    /// A terminating job starts no spare and no rank that never started. A spare standing by
+    /// gives its bundle back, as one placed from now on does at once: held, it could keep the
+    /// only node that the retry of a started rank can use, and that rank waited for ever (swarm
+    /// seed 5947530). A request still queued is withdrawn: left there, it was placed and given
+    /// back at once, and for that moment it kept its room from others (swarm seed 4059402, a
+    /// spare that briefly held the only node a waiting peer of its STRICT_SPREAD job could use).
+    fn park_what_never_runs(&mut self) {
         for ix in 0..self.actors.len() as ActorIx {
             let actor = &self.actors[ix as usize];
-            if actor.role == Role::Spare && actor.state == ActorState::Standby {
+            if !actor.never_runs_once_terminating() {
+                continue;
+            }
+            let standing_by = actor.state == ActorState::Standby;
+            let requested = matches!(actor.bundle, Bundle::Requested { .. });
+            if standing_by {
                 self.actors[ix as usize].parked = true;
                 self.transition(ix, ActorState::Scheduling);
                 self.release_unused(ix);
-            }
-        }
-    }
-
-    /// A terminating job starts no spare and no rank that never started, so their requests
-    /// still queued go too. Left there, each was placed and given back at once, and for that
-    /// moment it kept its room from others (swarm seed 4059402, a spare that briefly held the
-    /// only node a waiting peer of its STRICT_SPREAD job could use).
-    fn cancel_requests_that_never_run(&mut self) {
-        for ix in 0..self.actors.len() as ActorIx {
-            let actor = &self.actors[ix as usize];
-            let never_runs = actor.role == Role::Spare || actor.attempts == 0;
-            if never_runs && matches!(actor.bundle, Bundle::Requested { .. }) {
+            } else if requested {
                 self.actors[ix as usize].parked = true;
                 self.drop_bundle(ix);
             }

@@ -20,7 +20,7 @@ impl Driver {
             self.release_unused(ix);
             return;
         }
-        if self.terminating && (actor.role == Role::Spare || actor.attempts == 0) {
+        if self.terminating && actor.never_runs_once_terminating() {
             self.actors[ix as usize].parked = true;
             self.release_unused(ix);
             return;

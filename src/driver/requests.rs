@@ -71,7 +71,7 @@ impl Driver {
     pub(super) fn waiting_for_bundle(&self, role: Role) -> impl Iterator<Item = ActorIx> + '_ {
         (0..self.actors.len() as ActorIx).filter(move |ix| {
             let a = &self.actors[*ix as usize];
-            let never_runs = self.terminating && (a.attempts == 0 || a.role == Role::Spare);
+            let never_runs = self.terminating && a.never_runs_once_terminating();
             a.role == role && a.state == ActorState::Scheduling && !a.bundle.is_placed() && !a.parked && !never_runs
         })
     }

@@ -70,7 +70,7 @@ async fn refuse_what_never_fits(client: &Client, view: &JobView, nodes: u32) -> 
 /// Each local run gets the next job number (`j1`, `j2`, …), so that job ids — and whatever a
 /// program keys on them, such as checkpoint directories — do not repeat across runs.
 fn next_job_number() -> u64 {
-    next_job_number_in(&paths::default_state_dir().join("local"))
+    next_job_number_in(&runs_dir())
 }
 
 /// The counter in `dir`, read and advanced by one run at a time: runs started together (a CI
@@ -89,9 +89,14 @@ fn next_job_number_in(dir: &Path) -> u64 {
 }
 
 /// Where this run keeps its state and logs: `<state-dir>/local/<unique>`, kept afterwards.
+/// Where embedded runs keep their directories and their job counter.
+fn runs_dir() -> PathBuf {
+    paths::default_state_dir().join("local")
+}
+
 /// Deletes old runs' directories (`local_runs`), and says so when it did.
 fn sweep_old_runs() {
-    let parent = paths::default_state_dir().join("local");
+    let parent = runs_dir();
     let swept = local_runs::sweep(&parent, std::time::SystemTime::now());
     for problem in &swept.problems {
         eprintln!("local cluster: {problem}");
@@ -110,7 +115,7 @@ fn sweep_old_runs() {
 }
 
 fn run_dir() -> std::io::Result<PathBuf> {
-    let parent = paths::default_state_dir().join("local");
+    let parent = runs_dir();
     std::fs::create_dir_all(&parent)?;
     let dir = tempfile::Builder::new().prefix("run-").tempdir_in(&parent)?;
     Ok(dir.keep())

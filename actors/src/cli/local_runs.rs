@@ -70,7 +70,11 @@ fn delete_unless_in_use(dir: &Path) -> Result<Option<u64>, String> {
     let _lock = match database.exists().then(|| crate::paths::lock_exclusive(&database)) {
         Some(Err(e)) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
         Some(Err(e)) => {
-            return Err(format!("kept the old run {}: cannot tell whether it is in use: {e}", dir.display()))
+            return Err(format!(
+                "kept the old run {}: cannot tell whether it is in use: {e}; delete it by hand once no `ftdrive \
+                 submit` runs there",
+                dir.display()
+            ))
         }
         lock => lock,
     };
