@@ -151,17 +151,24 @@ class Client:
         :class:`HeadUnreachableError`: call ``events`` again once it is back."""
         path = f"/v1/jobs/{_seg(job)}/events" if job else "/v1/events"
         idle = PAUSE_S if not follow and idle_timeout is None else idle_timeout
-        conn, response = self._open("GET", path)
-        return self._event_lines(conn, response, path, idle)
+        conn, response, sock = self._open("GET", path)
+        return self._event_lines(conn, response, sock, path, idle)
 
     def _event_lines(
-        self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse, path: str, idle: Optional[float]
+        self,
+        conn: http.client.HTTPConnection,
+        response: http.client.HTTPResponse,
+        sock: Optional[socket.socket],
+        path: str,
+        idle: Optional[float],
     ) -> Generator[Event, None, None]:
         # A job's stream ends on its final snapshot; any other end is the head's going away.
         finished = False
         try:
-            if conn.sock is not None:
-                conn.sock.settimeout(idle)
+            # The response's own socket: the connection lets go of it when the head says it
+            # closes the connection after the stream, as it does.
+            if sock is not None:
+                sock.settimeout(idle)
             while True:
                 try:
                     line = response.readline()
@@ -203,7 +210,7 @@ class Client:
             query["local_rank"] = local_rank
         path = f"/v1/jobs/{_seg(job)}/logs?{urllib.parse.urlencode(query)}"
         try:
-            conn, response = self._open("GET", path)
+            conn, response, _ = self._open("GET", path)
         except ApiError as e:
             if e.status == 404 and attempt is None:
                 self._raise_if_not_started(job, index, e)
@@ -343,7 +350,7 @@ class Client:
     # ---- HTTP ---------------------------------------------------------------------------
 
     def _json(self, method: str, path: str, body: Any = None) -> Any:
-        conn, response = self._open(method, path, body)
+        conn, response, _ = self._open(method, path, body)
         try:
             data = response.read()
         except (OSError, http.client.HTTPException) as e:
@@ -361,8 +368,9 @@ class Client:
 
     def _open(
         self, method: str, path: str, body: Any = None
-    ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """Sends a request; answers the open connection and a 2xx response, or raises."""
+    ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, Optional[socket.socket]]:
+        """Sends a request; answers the open connection, a 2xx response and the socket it is
+        read from, or raises."""
         headers = {"Authorization": f"Bearer {self._conn.token}", "Accept": "application/json"}
         data = None
         if body is not None:
@@ -371,6 +379,7 @@ class Client:
         conn = self._connection()
         try:
             conn.request(method, self._prefix + path, body=data, headers=headers)
+            sock = conn.sock
             response = conn.getresponse()
         except (OSError, http.client.HTTPException) as e:
             conn.close()
@@ -385,7 +394,7 @@ class Client:
                 "pass head= or set $FTDRIVE_HEAD"
             ) from e
         if 200 <= response.status < 300:
-            return conn, response
+            return conn, response, sock
         try:
             text = response.read().decode("utf-8", errors="replace")
         except (OSError, http.client.HTTPException):

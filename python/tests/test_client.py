@@ -147,6 +147,32 @@ def test_events_of_a_job_start_with_a_snapshot_and_end_with_it(cluster: Cluster,
     assert [e.event for e in client.events(job_id, follow=False)] == ["snapshot"]
 
 
+def test_a_quiet_job_is_followed_past_the_request_timeout_and_idle_timeout_is_kept(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # The head closes the connection after an event stream, and the client must time the
+    # stream on the response's own socket: it ended after the request timeout, as if the job
+    # had, and an idle_timeout shorter than the request timeout was not kept.
+    gate = tmp_path / "gate"
+    command = [sys.executable, "-u", str(cluster.work / "gated.py"), str(gate)]
+    quick = cluster.client(timeout=1.0)
+    job_id = quick.submit(JobSpec(name="quiet", command=command, min_nodes=1, max_nodes=1)).id
+    wait_for("the job runs", lambda: quick.status(job_id).state == "RUNNING" or None)
+    # From here it is quiet until the gate opens, after both timeouts.
+    opener = threading.Timer(3.0, gate.touch)
+    opener.start()
+    try:
+        early = [e.event for e in cluster.client().events(job_id, idle_timeout=0.5)]
+        assert early == ["snapshot"], f"the idle timeout was not kept: {early}"
+        events = list(quick.events(job_id))
+    finally:
+        opener.cancel()
+    last = events[-1]
+    assert last.event == "snapshot" and last.job is not None and last.job.state == "SUCCEEDED", [
+        e.event for e in events
+    ]
+
+
 def test_events_of_the_cluster(cluster: Cluster) -> None:
     client = cluster.client()
     # Open before the submission: the cluster's stream has no backlog.
