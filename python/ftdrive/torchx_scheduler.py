@@ -77,7 +77,7 @@ from torchx.specs import (
 from . import torchrun
 from .client import HEAD_RETURN_TIMEOUT_S, Client, HeadAway
 from .errors import ApiError, ArgumentError, ConfigError, FtdriveError, HeadUnreachableError, SpecError
-from .models import Job, LedgerEntry
+from .models import Actor, Job, LedgerEntry
 from .spec import STRATEGIES, JobSpec, Retries
 
 logger: logging.Logger = logging.getLogger(__name__)
@@ -282,6 +282,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
                 structured_error_msg=_replica_error(job, actor.index, actor.state),
             )
             for actor in job.actors
+            if _is_replica(job, actor)
         ]
         return DescribeAppResponse(
             app_id=app_id,
@@ -647,6 +648,13 @@ def _status_or_none(client: Client, app_id: str) -> Optional[Job]:
         if e.status == 404:
             return None
         raise
+
+
+def _is_replica(job: Job, actor: Actor) -> bool:
+    """Whether torchx should see ``actor`` as a replica: not once the app succeeded or failed
+    if it never ran (an elastic app's ranks beyond the nodes it got, its spares never needed),
+    which the head ends STOPPED and torchx would show as cancelled."""
+    return actor.attempt > 0 or job.state not in ("SUCCEEDED", "FAILED")
 
 
 def _replica_error(job: Job, index: int, state: str) -> str:

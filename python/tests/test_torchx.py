@@ -358,6 +358,21 @@ def test_an_elastic_job_growing_is_no_restart(cluster: Cluster) -> None:
         client.stop(holder.id)
 
 
+def test_a_succeeded_elastic_app_shows_only_the_replicas_that_ran(cluster: Cluster) -> None:
+    """Ranks beyond the nodes an elastic app got never ran; the head ends them STOPPED, which
+    torchx would show as cancelled replicas of an app that succeeded."""
+    client = cluster.client()
+    nodes = len(cluster.nodes)
+    job = client.submit(JobSpec(name="fewer", command=["true"], min_nodes=1, max_nodes=nodes + 1))
+    ended = cluster.wait_job(job.id, "it succeeds", lambda j: j.state == "SUCCEEDED")
+    assert any(a.attempt == 0 for a in ended.actors), "one rank found no node"
+    described = create_scheduler("torchx", client=client).describe(job.id)
+    assert described is not None and described.state == AppState.SUCCEEDED, described
+    replicas = described.roles_statuses[0].replicas
+    assert replicas and {r.state for r in replicas} == {AppState.SUCCEEDED}, replicas
+    assert len(replicas) == sum(1 for a in ended.actors if a.attempt > 0), replicas
+
+
 def test_describe_fills_the_role_from_the_job(cluster: Cluster, torchx_cli: List[str]) -> None:
     """``torchx describe`` in another process: replicas, resources and the retries the app was
     given (one of them used) from the head."""
