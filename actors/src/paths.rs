@@ -132,11 +132,12 @@ pub fn create_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A secret: given (in the environment), or read from a file at every use, so that a file
-/// re-created meanwhile is picked up.
+/// A secret: given (in the environment), read from standard input at start, or read from a
+/// file at every use, so that a file re-created meanwhile is picked up.
 #[derive(Clone, Debug)]
 pub enum Credential {
     Given(String),
+    Stdin(String),
     File(PathBuf),
 }
 
@@ -153,21 +154,52 @@ impl Credential {
     pub fn source(&self, var: &str) -> String {
         match self {
             Credential::Given(_) => format!("${var}"),
+            Credential::Stdin(_) => "standard input".to_string(),
             Credential::File(file) => file.display().to_string(),
         }
     }
 
     pub fn read(&self) -> Result<String, String> {
         match self {
-            Credential::Given(token) => Ok(token.clone()),
+            Credential::Given(token) | Credential::Stdin(token) => Ok(token.clone()),
             Credential::File(file) => std::fs::read_to_string(file).map(|t| t.trim().to_string()).map_err(|e| {
                 format!(
-                    "cannot read the credential file {} ({e}); the head creates it at its first start",
+                    "cannot read the credential file {} ({e}); the head creates it in its state dir at its first \
+                     start: give this process the head's --state-dir, or the file's contents in \
+                     $FTDRIVE_AGENT_TOKEN",
                     file.display()
                 )
             }),
         }
     }
+}
+
+/// The longest token read from standard input (the head's are 64 characters).
+const MAX_TOKEN_BYTES: u64 = 4096;
+
+/// A token given on standard input (`ftdrive node --agent-token-stdin`): a file its user cannot
+/// read, opened by whoever started the process (systemd's `StandardInput=file:`), so that the
+/// secret is nowhere a job of that user can look, not even while the process starts. Standard
+/// input is then `/dev/null`.
+pub fn token_from_stdin() -> Result<Credential, String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::io::stdin()
+        .take(MAX_TOKEN_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read the agent token from standard input: {e}"))?;
+    let token = text.trim();
+    if token.is_empty() || token.len() as u64 >= MAX_TOKEN_BYTES || token.contains(char::is_whitespace) {
+        return Err("standard input holds no agent token: give it the `agent-token` file of the head's \
+                    state dir (e.g. `ftdrive node --agent-token-stdin < agent-token`)"
+            .to_string());
+    }
+    let null = std::fs::File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?;
+    // SAFETY: dup2 onto descriptor 0, which this process owns; `null` stays valid throughout.
+    if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0) } < 0 {
+        return Err(format!("cannot close standard input: {}", std::io::Error::last_os_error()));
+    }
+    Ok(Credential::Stdin(token.to_string()))
 }
 
 /// The credential an agent presents: `$FTDRIVE_AGENT_TOKEN`, or the head's agent token file.
@@ -217,6 +249,15 @@ fn lock(path: &Path, operation: libc::c_int) -> std::io::Result<std::fs::File> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(file)
+}
+
+/// The token of a request's `Authorization: Bearer TOKEN` header. The scheme's name is
+/// case-insensitive (RFC 9110 §11.1), as clients such as curl's `--oauth2-bearer` and
+/// Python's libraries may spell it.
+pub fn bearer_token(headers: &actix_web::http::header::HeaderMap) -> Option<&str> {
+    let value = headers.get(actix_web::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim_start_matches(' '))
 }
 
 /// Compares secrets in time that does not depend on where they differ.
@@ -281,6 +322,21 @@ fn replace(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bearer_token_is_read_whatever_the_case_of_its_scheme() {
+        let token_of = |value: &str| {
+            let mut headers = actix_web::http::header::HeaderMap::new();
+            headers.insert(actix_web::http::header::AUTHORIZATION, value.parse().unwrap());
+            bearer_token(&headers).map(str::to_string)
+        };
+        assert_eq!(token_of("Bearer abc").as_deref(), Some("abc"));
+        assert_eq!(token_of("bearer abc").as_deref(), Some("abc"));
+        assert_eq!(token_of("BEARER  abc").as_deref(), Some("abc"));
+        assert_eq!(token_of("Basic abc"), None);
+        assert_eq!(token_of("Bearerabc"), None);
+        assert_eq!(bearer_token(&actix_web::http::header::HeaderMap::new()), None);
+    }
 
     #[test]
     fn a_write_that_fails_leaves_no_temporary_file() {

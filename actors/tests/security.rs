@@ -108,7 +108,7 @@ fn a_job_sees_no_credential() {
 fn a_job_cannot_read_its_agents_environment() {
     let mut c = Cluster::start(&[]);
     let own = tempfile::tempdir().unwrap();
-    let agent = unprivileged_agent(&c, own.path(), "n1");
+    let agent = unprivileged_agent(&c, own.path(), "n1", TokenVia::Environment);
     let agent_pid = agent.id();
     c.nodes.insert("n1".into(), agent);
     c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
@@ -128,9 +128,61 @@ fn a_job_cannot_read_its_agents_environment() {
     );
 }
 
-/// `ftdrive node` given its token in the environment, as a user who is not root: `setpriv` to
+/// A job that can have its agent started again (by killing it under a service manager that
+/// restarts it) may read the new agent's environment in its first milliseconds, before the
+/// agent closes itself. Given on standard input instead, from a file only root can read, the
+/// token is never where a process of the agent's user can look: the agent registers with it,
+/// and its job finds it neither in the agent's environment or descriptors nor in the file.
+#[test]
+fn an_agent_given_its_token_on_stdin_keeps_it_from_its_jobs() {
+    let mut c = Cluster::start(&[]);
+    let own = tempfile::tempdir().unwrap();
+    let secret = own.path().join("agent-token");
+    std::fs::write(&secret, format!("{}\n", c.agent_token())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let stdin = std::fs::File::open(&secret).unwrap();
+    let agent = unprivileged_agent(&c, own.path(), "n1", TokenVia::Stdin(stdin));
+    c.nodes.insert("n1".into(), agent);
+    c.wait_until("n1 registered with the token read from stdin", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    let snoop = format!(
+        r#"supervisor=$PPID; agent=$(cut -d' ' -f4 /proc/$supervisor/stat); echo "agent $agent"
+        tr '\0' '\n' < /proc/$agent/environ; cat /proc/$agent/fd/0; cat {}; true"#,
+        secret.display()
+    );
+    let spec = c.spec("snoop", json!({"command": ["sh", "-c", snoop], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it ends", |j| j["state"] == "SUCCEEDED");
+    let said = c.ftdrive(&["logs", &id, "--actor", "0"]);
+    assert!(said.contains("agent "), "{said}");
+    // The file is kept from the agent's user only when the tests run as root (the agent as nobody).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(!said.contains(&c.agent_token()), "the agent's token reached the job:\n{said}");
+    }
+}
+
+/// Standard input with no token is the operator's to fix: exit 2, saying what to give.
+#[test]
+fn an_agent_told_to_read_its_token_from_an_empty_stdin_exits_2() {
+    let c = Cluster::start(&[]);
+    let out = c.node_command("n1").arg("--agent-token-stdin").stdin(Stdio::null()).stderr(Stdio::piped()).output();
+    let out = out.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--agent-token-stdin: standard input holds no agent token"), "{stderr}");
+}
+
+/// How an agent is given its token.
+enum TokenVia {
+    Environment,
+    /// Standard input, opened here (as a service manager would, before the agent runs).
+    Stdin(std::fs::File),
+}
+
+/// `ftdrive node` given its token as `via` says, as a user who is not root: `setpriv` to
 /// nobody when the tests run as root, with a copy of the binary and dirs that user may use.
-fn unprivileged_agent(c: &Cluster, own: &std::path::Path, name: &str) -> std::process::Child {
+fn unprivileged_agent(c: &Cluster, own: &std::path::Path, name: &str, via: TokenVia) -> std::process::Child {
     let (state, work, bin) = (own.join("state"), own.join("work"), own.join("ftdrive"));
     std::fs::copy(env!("CARGO_BIN_EXE_ftdrive"), &bin).unwrap();
     for dir in [&state, &work] {
@@ -159,17 +211,21 @@ fn unprivileged_agent(c: &Cluster, own: &std::path::Path, name: &str) -> std::pr
         .arg(&work)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("FTDRIVE_AGENT_TOKEN", c.agent_token())
         .env("FTDRIVE_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("setpriv (util-linux) runs the agent as nobody")
+        .stdout(Stdio::null());
+    match via {
+        TokenVia::Environment => agent.env("FTDRIVE_AGENT_TOKEN", c.agent_token()),
+        TokenVia::Stdin(file) => agent.arg("--agent-token-stdin").stdin(file),
+    };
+    agent.spawn().expect("setpriv (util-linux) runs the agent as nobody")
 }
 
 /// A job can kill its agent (it runs as the agent's user) and take over the agent's log port,
 /// then ask for its own logs: whatever the head presents there must not open anything else. It
 /// presented the agent token, with which a rogue agent could register and be sent other
-/// users' jobs; now a token of that agent's session, which opens only that log server.
+/// users' jobs; now a token of that agent's session, which opens only that log server. Nor may
+/// the port's new owner send the head on elsewhere: its redirect to a server only the head's
+/// side reaches is not followed, and nothing from there is shown as the log.
 #[test]
 fn the_head_gives_a_log_port_taken_over_no_credential() {
     let mut c = Cluster::start_with(&["n1"], &["--node-timeout-ms", "20000"]);
@@ -187,6 +243,9 @@ fn the_head_gives_a_log_port_taken_over_no_credential() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // A server only the head's side should reach (a cloud's metadata service, say).
+    let inner_server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let inner = inner_server.try_clone().unwrap();
     let heard = std::thread::spawn(move || {
         let (mut conn, _) = squatter.accept().unwrap();
         conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -197,10 +256,18 @@ fn the_head_gives_a_log_port_taken_over_no_credential() {
             assert!(n > 0, "the request ended early");
             request.extend_from_slice(&buf[..n]);
         }
-        let _ = conn.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n");
+        let redirect = format!(
+            "HTTP/1.1 302 Found\r\nlocation: http://{}/secret\r\ncontent-length: 0\r\n\r\n",
+            inner.local_addr().unwrap()
+        );
+        let _ = conn.write_all(redirect.as_bytes());
         String::from_utf8_lossy(&request).to_lowercase()
     });
-    let _ = c.try_ftdrive(&["logs", &id]);
+    let logs = c.try_ftdrive(&["logs", &id]);
+    let said = format!("{}{}", String::from_utf8_lossy(&logs.stdout), String::from_utf8_lossy(&logs.stderr));
+    assert!(!logs.status.success() && said.contains("answered 302"), "{said}");
+    inner_server.set_nonblocking(true).unwrap();
+    assert!(inner_server.accept().is_err(), "the head went where the redirect said");
     let request = heard.join().expect("the head asked the port for the log");
     assert!(request.contains("authorization: bearer "), "{request}");
     for (name, token) in [("agent", c.agent_token()), ("client", c.token())] {
@@ -297,6 +364,7 @@ fn a_head_whose_two_tokens_are_the_same_refuses_to_start_with_exit_2() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("the client token and the agent token are the same"), "{stderr}");
+    assert!(!stderr.contains("--state-dir"), "the state dir is not what to fix: {stderr}");
     let made: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(made.is_empty(), "a refused head made {made:?}");
 }

@@ -152,6 +152,11 @@ pub struct NodeArgs {
     /// Logs and the token file (default: $FTDRIVE_STATE_DIR or ~/.ftdrive).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// Read the agent token from standard input, opened by whoever starts the agent on a file
+    /// its user cannot read (systemd's `StandardInput=file:PATH`): its jobs, which run as its
+    /// user, then find it nowhere (docs/security.md).
+    #[arg(long)]
+    pub agent_token_stdin: bool,
     /// Working directory of attempts whose spec sets no `cwd` (default: the current one).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,

@@ -169,11 +169,20 @@ pub enum ServeError {
     Listen(String, std::io::Error),
     #[error("{0}")]
     State(#[from] StoreError),
-    #[error("cannot make or read the API tokens in {0}: {1}; --state-dir must be a directory this user can write")]
+    #[error("cannot make or read the API tokens in {0}: {1}{hint}", hint = token_hint(.1))]
     Token(PathBuf, std::io::Error),
     /// Plain HTTP off loopback without `insecure_http`.
     #[error("{0}")]
     Insecure(String),
+}
+
+/// What to do about a token error: tokens given wrong (InvalidInput) are fixed where they are
+/// given, anything else is the state dir's.
+fn token_hint(error: &std::io::Error) -> &'static str {
+    match error.kind() {
+        std::io::ErrorKind::InvalidInput => "",
+        _ => "; --state-dir must be a directory this user can write",
+    }
 }
 
 /// How long the head waits for an agent's log server (a stuck agent must not hold a request).
@@ -182,6 +191,10 @@ const AGENT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 /// The head's client for agents' log servers.
 fn agent_client(ca: Option<&std::path::Path>) -> Result<reqwest::Client, ServeError> {
     let builder = crate::tls::http_client(ca).map_err(|e| ServeError::Config(format!("--ca-cert: {e}")))?;
+    // A redirect is not an agent's answer: whatever took over a log server's port (a job that
+    // killed its agent may) could otherwise send the head's request anywhere it reaches and
+    // have the answer shown as a log.
+    let builder = builder.redirect(reqwest::redirect::Policy::none());
     builder.timeout(AGENT_REQUEST_TIMEOUT).build().map_err(|e| ServeError::Config(format!("cannot set up HTTPS: {e}")))
 }
 
@@ -415,8 +428,7 @@ impl Credential {
     fn check(self, req: &HttpRequest) -> Result<(), actix_web::Error> {
         let state = req.app_data::<web::Data<ApiState>>().expect("API state is registered");
         let (expected, other) = self.expected(&state.tokens);
-        let given =
-            req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let given = crate::paths::bearer_token(req.headers());
         let eq = |a: &str, b: &str| crate::paths::constant_time_eq(a.as_bytes(), b.as_bytes());
         match given {
             Some(token) if eq(token, expected) => Ok(()),

@@ -75,6 +75,10 @@ fn refusal(credential: &Credential, status: tokio_tungstenite::tungstenite::http
             "set $FTDRIVE_AGENT_TOKEN to the contents of the `agent-token` file in the head's state dir, or \
              unset it to read that file from --state-dir"
         }
+        Credential::Stdin(_) => {
+            "give the agent standard input from the `agent-token` file in the head's state dir, or drop \
+             --agent-token-stdin to read that file from --state-dir"
+        }
         Credential::File(_) => {
             "that file is another head's: point --state-dir at this head's, or set $FTDRIVE_AGENT_TOKEN to \
              the contents of its `agent-token` file"

@@ -122,8 +122,7 @@ pub fn serve(
 /// Whether the request carries the head's token of this session, or the agent's own
 /// credential (an operator's scraper).
 fn authorized(req: &HttpRequest, state: &LogState) -> bool {
-    let given =
-        req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let given = crate::paths::bearer_token(req.headers());
     let Some(given) = given else { return false };
     state.head.matches(given)
         || state.credential.read().is_ok_and(|token| crate::paths::constant_time_eq(given.as_bytes(), token.as_bytes()))
