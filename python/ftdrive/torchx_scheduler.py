@@ -78,7 +78,7 @@ from . import torchrun
 from .client import HEAD_RETURN_TIMEOUT_S, Client, HeadAway
 from .errors import ApiError, ArgumentError, ConfigError, FtdriveError, HeadUnreachableError, SpecError
 from .models import Actor, Job, LedgerEntry
-from .spec import STRATEGIES, JobSpec, Retries
+from .spec import RESTART_MODES, STRATEGIES, JobSpec, Retries
 
 logger: logging.Logger = logging.getLogger(__name__)
 
@@ -401,8 +401,23 @@ def create_scheduler(
 # ---- AppDef → job spec ------------------------------------------------------------------
 
 
+def _check_run_options(cfg: Mapping[str, Any]) -> None:
+    """Run options the head would refuse, refused here naming the option (a dry run included),
+    rather than as a field of the spec they became."""
+    choices = {"restart": RESTART_MODES, "strategy": STRATEGIES}
+    for name, allowed in choices.items():
+        if cfg.get(name) is not None and cfg[name] not in allowed:
+            raise ArgumentError(f"-cfg {name}={cfg[name]}: must be one of {', '.join(allowed)}")
+    lowest = {"hot_spares": 0, "system_retries": -1, "preemption_retries": -1}
+    for name, low in lowest.items():
+        if cfg.get(name) is not None and int(cfg[name]) < low:
+            meaning = "" if low == 0 else f" ({low}: no limit)"
+            raise ArgumentError(f"-cfg {name}={cfg[name]}: must be {low} or more{meaning}")
+
+
 def to_request(app: AppDef, cfg: Mapping[str, Any]) -> FtdriveRequest:
     """The job spec an app becomes under ``cfg`` (the scheduler's run options)."""
+    _check_run_options(cfg)
     cwd = cfg.get("cwd") or os.getcwd()
     values = macros.Values(img_root=cwd, app_id=_JOB_ID, replica_id=_REPLICA_ID, rank0_env="TORCHX_RANK0_HOST")
     role = values.apply(app.roles[0])

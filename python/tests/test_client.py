@@ -369,6 +369,15 @@ def test_bad_input_is_refused_with_the_heads_message_and_changes_nothing(
     assert [j.id for j in client.jobs()] == before
 
 
+def test_a_negative_number_in_a_query_is_refused_saying_what_numbers_may_be(cluster: Cluster) -> None:
+    client = cluster.client()
+    for call in (lambda: list(client.logs("j1", -1)), lambda: client.jobs(limit=-1)):
+        with pytest.raises(ApiError) as refused:
+            call()
+        assert refused.value.status == 400
+        assert "are whole numbers, 0 or more" in refused.value.message, refused.value.message
+
+
 def test_unknown_jobs_are_404(cluster: Cluster) -> None:
     client = cluster.client()
     for call in (client.status, client.stop):

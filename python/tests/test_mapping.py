@@ -13,7 +13,7 @@ from torchx.components.dist import ddp
 from torchx.components.utils import python as utils_python
 from torchx.specs import AppDef, Resource, RetryPolicy, Role
 
-from ftdrive import Client, ConfigError, FtdriveError, SpecError
+from ftdrive import ArgumentError, Client, ConfigError, FtdriveError, SpecError
 from ftdrive.spec import JobSpec
 from ftdrive.torchrun import translate
 from ftdrive.torchx_scheduler import create_scheduler, to_request
@@ -120,6 +120,21 @@ def test_dryrun_is_the_spec_json_and_round_trips() -> None:
         JobSpec.from_dict({"name": "x", "command": ["y"], "min_nodes": 1, "max_nodes": 1, "retries": {"colour": 1}})
     with pytest.raises(FtdriveError, match="`prority`: unknown field; did you mean `priority`"):
         JobSpec.from_dict({"name": "x", "command": ["y"], "min_nodes": 1, "max_nodes": 1, "prority": 1})
+
+
+@pytest.mark.parametrize(
+    "cfg, said",
+    [
+        ({"restart": "bogus"}, "-cfg restart=bogus: must be one of gang, actor"),
+        ({"strategy": "spread"}, "-cfg strategy=spread: must be one of STRICT_SPREAD, SPREAD, PACK, STRICT_PACK"),
+        ({"hot_spares": -1}, "-cfg hot_spares=-1: must be 0 or more"),
+        ({"system_retries": -2}, r"-cfg system_retries=-2: must be -1 or more \(-1: no limit\)"),
+    ],
+)
+def test_run_options_the_head_would_refuse_are_refused_naming_the_option(cfg: Dict[str, Any], said: str) -> None:
+    # A dry run too: it showed such a spec, and the real run ended in the head's 400 for a field.
+    with pytest.raises(ArgumentError, match=said):
+        create_scheduler("test").submit_dryrun(ddp(script="train.py", j="2x1"), {"head": "h:1", **cfg})
 
 
 def test_what_the_client_refuses_before_asking_is_an_ftdrive_error(

@@ -337,9 +337,16 @@ fn input_limits(cfg: &mut web::ServiceConfig) {
         .app_data(
             web::PathConfig::default().error_handler(|e, _| ApiError::BadRequest(format!("bad path: {e}")).into()),
         )
-        .app_data(
-            web::QueryConfig::default().error_handler(|e, _| ApiError::BadRequest(format!("bad query: {e}")).into()),
-        );
+        .app_data(web::QueryConfig::default().error_handler(|e, req| query_error(e, req.query_string()).into()));
+}
+
+/// The decoder's errors name no parameter ("invalid digit found in string"): the query is
+/// quoted, and what its numbers may be is said.
+fn query_error(e: actix_web::error::QueryPayloadError, query: &str) -> ApiError {
+    let query: String = query.chars().take(200).collect();
+    ApiError::BadRequest(format!(
+        "bad query `{query}`: {e}; its numbers (actor, attempt, local_rank, offset, limit) are whole numbers, 0 or more"
+    ))
 }
 
 fn body_error(e: actix_web::error::JsonPayloadError) -> ApiError {
