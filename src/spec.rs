@@ -52,9 +52,10 @@ pub enum RestartMode {
     Actor,
 }
 
-/// Exponential backoff between retries, in milliseconds.
+/// Exponential backoff between retries, in milliseconds. A field left out takes its default,
+/// as the Python client's `Backoff` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Backoff {
     pub initial: u64,
     pub max: u64,
@@ -703,6 +704,15 @@ mod tests {
         assert_eq!(spec.retries, RetryPolicy::default());
         assert_eq!((spec.scale_up_delay_ms, spec.stop_grace_ms, spec.schedule_timeout_ms), (5_000, 10_000, None));
         assert_eq!(spec.actor_count(), 2);
+    }
+
+    #[test]
+    fn a_backoff_given_in_part_takes_the_default_for_the_rest() {
+        let base = r#""name": "t", "command": ["true"], "min_nodes": 1, "max_nodes": 1"#;
+        let spec = parse(&format!(r#"{{{base}, "retries": {{"backoff_ms": {{"initial": 1}}}}}}"#)).unwrap();
+        assert_eq!(spec.retries.backoff_ms, Backoff { initial: 1, max: Backoff::default().max });
+        let spec = parse(&format!(r#"{{{base}, "retries": {{"backoff_ms": {{"max": 5000}}}}}}"#)).unwrap();
+        assert_eq!(spec.retries.backoff_ms, Backoff { initial: Backoff::default().initial, max: 5000 });
     }
 
     #[test]
