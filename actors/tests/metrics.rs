@@ -212,3 +212,52 @@ fn an_agent_counts_each_start_once_and_a_re_attached_one_apart() {
     c.ftdrive(&["stop", &long]);
     c.wait_for_job(&long, "it stops", |j| j["state"] == "STOPPED");
 }
+
+/// Prometheus finds the agents' metrics through the head (`http_sd_configs` on
+/// `/v1/metrics/targets`): each target, put together as Prometheus does from its address and
+/// labels, answers the scrape. An agent given `--log-port` serves there, so that a static
+/// target or a firewall rule can name it, and a second agent given the same port exits 2
+/// saying which flag to change.
+#[test]
+fn agents_are_discovered_through_the_head_and_keep_the_port_they_are_given() {
+    let mut c = Cluster::start(&[]);
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let fixed = c.node_command("fixed").args(["--log-port", &port.to_string()]).spawn().unwrap();
+    c.nodes.insert("fixed".into(), fixed);
+    c.add_node("any");
+    c.wait_until("both registered", |c| c.nodes_json().as_array().unwrap().len() == 2);
+    let (status, _) = get(&format!("{}/v1/metrics/targets", c.url), None);
+    assert_eq!(status, 401, "discovery takes the client token like every route");
+    let (status, body) = get(&format!("{}/v1/metrics/targets", c.url), Some(&c.token()));
+    assert_eq!(status, 200, "{body}");
+    let groups: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    let mut nodes = Vec::new();
+    for group in &groups {
+        let labels = &group["labels"];
+        let target = group["targets"][0].as_str().expect("one address per node");
+        let url = format!(
+            "{}://{target}{}",
+            labels["__scheme__"].as_str().unwrap(),
+            labels["__metrics_path__"].as_str().unwrap()
+        );
+        let scraped = scrape(&url, &c.agent_token());
+        assert!(find(&scraped, "ftdrive_agent_attempts", &[]).is_some(), "{url} is an agent's metrics");
+        assert_eq!(labels["node_state"], "ALIVE");
+        let node = labels["node"].as_str().unwrap().to_string();
+        if node == "fixed" {
+            assert_eq!(target, format!("127.0.0.1:{port}"), "the agent serves on the port it was given");
+        }
+        nodes.push(node);
+    }
+    nodes.sort();
+    assert_eq!(nodes, ["any", "fixed"]);
+
+    let mut taken = c.node_command("second");
+    let out = taken.args(["--log-port", &port.to_string()]).stderr(std::process::Stdio::piped()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("give another --log-port"), "{stderr}");
+}

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, stream::MaybeTlsStream, Message, WebSocket};
 
 /// Every client route, with a body where it takes one.
-const CLIENT_ROUTES: [(&str, &str, &str); 14] = [
+const CLIENT_ROUTES: [(&str, &str, &str); 15] = [
     ("GET", "/v1/jobs", ""),
     ("POST", "/v1/jobs", r#"{"spec": {"name": "x", "command": ["true"], "min_nodes": 1, "max_nodes": 1}}"#),
     ("GET", "/v1/jobs/j1", ""),
@@ -29,6 +29,7 @@ const CLIENT_ROUTES: [(&str, &str, &str); 14] = [
     ("DELETE", "/v1/nodes/n1", ""),
     ("GET", "/v1/health", ""),
     ("GET", "/metrics", ""),
+    ("GET", "/v1/metrics/targets", ""),
 ];
 
 fn status_and_json(response: &str) -> (u16, Value) {

@@ -152,6 +152,11 @@ pub struct NodeArgs {
     /// Logs and the token file (default: $FTDRIVE_STATE_DIR or ~/.ftdrive).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// The port of this agent's log and metrics server, on --addr (default: one the system
+    /// picks at every start; the head learns it when the agent registers). A fixed port is what
+    /// a firewall rule or a Prometheus static target needs.
+    #[arg(long, default_value_t = 0)]
+    pub log_port: u16,
     /// Read the agent token from standard input, opened by whoever starts the agent on a file
     /// its user cannot read (systemd's `StandardInput=file:PATH`): its jobs, which run as its
     /// user, then find it nowhere (docs/security.md).

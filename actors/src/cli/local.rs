@@ -171,6 +171,7 @@ impl LocalCluster {
                 keep_logs: None,
                 head_tls: None,
                 log_tls: None,
+                log_port: 0,
             };
             nodes.push(node::start(options).await?);
         }

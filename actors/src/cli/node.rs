@@ -57,14 +57,14 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         keep_logs: (args.keep_logs_hours > 0).then(|| Duration::from_secs(args.keep_logs_hours.saturating_mul(3_600))),
         head_tls,
         log_tls,
+        log_port: args.log_port,
     };
     refuse_plain_logs_off_loopback(&options, args.tls.insecure_http)?;
     let _lock = lock_node_state(&options.state_dir, &name)?;
     super::block_on(async move {
         let watch = |kind| signal(kind).map_err(|e| CliError::Failed(format!("cannot watch for signals: {e}")));
         let (mut term, mut detach) = (watch(SignalKind::terminate())?, watch(SignalKind::user_defined2())?);
-        let mut handle =
-            node::start(options.clone()).await.map_err(|e| CliError::Failed(format!("cannot start the agent: {e}")))?;
+        let mut handle = node::start(options.clone()).await.map_err(start_error)?;
         tracing::info!("node {} ({}) reporting to {}", options.name, options.resources, options.head_url);
         tokio::select! {
             _ = term.recv() => {
@@ -154,6 +154,16 @@ fn work_dir(given: Option<std::path::PathBuf>) -> Result<std::path::PathBuf, Cli
         )));
     }
     absolute(dir, "--work-dir")
+}
+
+/// A port taken or an address or directory refused is the operator's to fix (exit 2).
+fn start_error(e: std::io::Error) -> CliError {
+    use std::io::ErrorKind::{AddrInUse, AddrNotAvailable, PermissionDenied};
+    let message = format!("cannot start the agent: {e}");
+    match e.kind() {
+        AddrInUse | AddrNotAvailable | PermissionDenied => CliError::BadInput(message),
+        _ => CliError::Failed(message),
+    }
 }
 
 fn absolute(dir: std::path::PathBuf, flag: &str) -> Result<std::path::PathBuf, CliError> {

@@ -316,6 +316,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/v1/agent").route(web::get().to(agents::channel)))
         .service(web::resource("/v1/health").route(web::get().to(health)))
         .service(web::resource("/metrics").route(web::get().to(metrics)))
+        .service(web::resource("/v1/metrics/targets").route(web::get().to(metrics_targets)))
         .configure(super::dashboard::routes)
         .default_service(web::to(|_: Authorized| async {
             ApiError::NotFound("no such route; see `ftdrive --help`".into()).error_response()
@@ -597,6 +598,31 @@ async fn health(_: Authorized, state: web::Data<ApiState>) -> Result<HttpRespons
 async fn metrics(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
     let text = state.head.send(Metrics).await.map_err(mailbox)?;
     Ok(HttpResponse::Ok().content_type("application/openmetrics-text; version=1.0.0; charset=utf-8").body(text))
+}
+
+/// Every agent's metrics server as a target of Prometheus's HTTP service discovery
+/// (`http_sd_configs`): its agent picks its port at start unless given `--log-port`, so a
+/// static list would not do. A node the head still knows (DEAD included, so that `up` says it
+/// is down) is listed under the address its agent last registered, with its name and state
+/// as labels.
+async fn metrics_targets(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    let nodes = state.head.send(Nodes { node: None }).await.map_err(mailbox)?;
+    let targets: Vec<serde_json::Value> = nodes.iter().filter_map(sd_target).collect();
+    Ok(HttpResponse::Ok().json(targets))
+}
+
+fn sd_target(node: &ftdrive::view::NodeView) -> Option<serde_json::Value> {
+    let url = reqwest::Url::parse(node.metrics_url.as_deref()?).ok()?;
+    let target = format!("{}:{}", url.host_str()?, url.port_or_known_default()?);
+    Some(serde_json::json!({
+        "targets": [target],
+        "labels": {
+            "__scheme__": url.scheme(),
+            "__metrics_path__": url.path(),
+            "node": node.name,
+            "node_state": node.state,
+        },
+    }))
 }
 
 async fn list_nodes(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {

@@ -90,10 +90,10 @@ pub fn bind_ip(addr: &str) -> std::io::Result<IpAddr> {
     Ok(first.ip())
 }
 
-/// Starts the log server on `ip:0`, HTTPS when `tls` is given; returns its base URL and the
-/// server to run.
+/// Starts the log server on `bind` (port 0: one the system picks), HTTPS when `tls` is given;
+/// returns its base URL and the server to run.
 pub fn serve(
-    ip: IpAddr,
+    bind: (IpAddr, u16),
     state_dir: PathBuf,
     (credential, head): (Credential, HeadToken),
     metrics: super::metrics::AgentMetrics,
@@ -111,9 +111,19 @@ pub fn serve(
     .tcp_nodelay(true)
     .disable_signals()
     .shutdown_timeout(1);
+    let cannot_listen = |e: std::io::Error| {
+        let fix = match bind.1 {
+            0 => "check --addr".to_string(),
+            port => format!("stop what holds port {port}, or give another --log-port (0: any)"),
+        };
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot listen on {}:{} for logs and metrics: {e}; {fix}", bind.0, bind.1),
+        )
+    };
     let (server, scheme) = match tls {
-        Some(tls) => (server.bind_rustls_0_23((ip, 0), (*tls).clone())?, "https"),
-        None => (server.bind((ip, 0))?, "http"),
+        Some(tls) => (server.bind_rustls_0_23(bind, (*tls).clone()).map_err(cannot_listen)?, "https"),
+        None => (server.bind(bind).map_err(cannot_listen)?, "http"),
     };
     let bound = *server.addrs().first().ok_or_else(|| std::io::Error::other("no address bound"))?;
     Ok((format!("{scheme}://{bound}"), server.run()))

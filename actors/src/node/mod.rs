@@ -73,6 +73,8 @@ pub struct NodeOptions {
     pub head_tls: Option<Arc<rustls::ClientConfig>>,
     /// The log server serves HTTPS with this; `None`: plain HTTP.
     pub log_tls: Option<Arc<rustls::ServerConfig>>,
+    /// The log (and metrics) server's port; 0: one the system picks at every start.
+    pub log_port: u16,
 }
 
 /// How the agent reaches one attempt's supervisor.
@@ -642,7 +644,7 @@ pub struct NodeHandle {
 pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
     std::fs::create_dir_all(opts.state_dir.join("logs"))?;
     std::fs::create_dir_all(attempt::attempts_dir(&opts.state_dir))?;
-    let bind = logs::bind_ip(&opts.addr)?;
+    let bind = (logs::bind_ip(&opts.addr)?, opts.log_port);
     let metrics = metrics::AgentMetrics::new();
     let head_token = logs::HeadToken::default();
     let credentials = (opts.credential.clone(), head_token.clone());

@@ -32,7 +32,7 @@ impl Rng {
     }
 }
 
-const ROUTES: [(&str, &str); 14] = [
+const ROUTES: [(&str, &str); 15] = [
     ("POST", "/v1/jobs"),
     ("GET", "/v1/jobs"),
     ("GET", "/v1/jobs/{id}"),
@@ -46,6 +46,7 @@ const ROUTES: [(&str, &str); 14] = [
     ("GET", "/v1/agent"),
     ("GET", "/v1/health"),
     ("GET", "/metrics"),
+    ("GET", "/v1/metrics/targets"),
     ("GET", "/nowhere/{id}"),
 ];
 
