@@ -327,6 +327,8 @@ class Client:
         """Drains a node: its work moves (charged to the ``preemption`` budget), and it takes no
         new work until :meth:`undrain` — across agent and head restarts, and after the node was
         DEAD and came back. A DEAD node may be drained too."""
+        if int(deadline_ms) < 0:
+            raise ArgumentError(f"deadline_ms is {deadline_ms}: the milliseconds the work gets to move, 0 or more")
         return Drain.from_json(self._json("POST", f"/v1/nodes/{_seg(node)}/drain", {"deadline_ms": deadline_ms}))
 
     def undrain(self, node: str) -> Drain:

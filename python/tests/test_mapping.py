@@ -146,6 +146,8 @@ def test_what_the_client_refuses_before_asking_is_an_ftdrive_error(
     with pytest.raises(FtdriveError, match="cannot be empty") as empty:
         client.status("")
     assert isinstance(empty.value, ValueError)  # an ArgumentError
+    with pytest.raises(ArgumentError, match="deadline_ms is -5: .* 0 or more"):
+        client.drain("n1", deadline_ms=-5)
 
     # Under torchx, the head is given as torchx users give it, not as a Python argument.
     monkeypatch.delenv("FTDRIVE_HEAD", raising=False)
