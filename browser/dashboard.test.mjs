@@ -86,6 +86,7 @@ function watchForErrors(page) {
     // The wrong-token step gets its 401 on purpose; Chromium logs every non-2xx fetch.
     const wrongToken = /status of 401/.test(message.text()) && message.location().url.endsWith('/v1/health');
     if (wrongToken && problems.expect401) return;
+    if (/status of 404/.test(message.text()) && problems.expect404) return;
     problems.push(`console: ${message.text()} (${message.location().url})`);
   });
   return problems;
@@ -123,6 +124,19 @@ async function checkWaitingJob(page, s) {
   await textContains(callout, 'waiting for capacity', 'the waiting callout');
   ok(`the jobs list and ${s.waitingJob}'s page say it waits for capacity held by ${s.job}, at priority 3`);
   await page.goBack();
+  await visible(page.getByRole('heading', { level: 1, name: 'Jobs' }), 'the jobs page again');
+}
+
+/** A link with a malformed escape (typed, or cut short when pasted) opens a page that says the
+ * job is unknown; decoding it threw, and the page before stayed on screen under the new URL. */
+async function checkMalformedLink(page, problems) {
+  problems.expect404 = true;
+  await page.evaluate(() => { location.hash = '#/jobs/%E0%A4%A'; });
+  await visible(page.getByRole('heading', { level: 1, name: 'Job %E0%A4%A' }), 'the page of a malformed link');
+  await textContains(page.locator('#view'), 'Could not load this page', 'the page of a malformed link');
+  problems.expect404 = false;
+  ok('a link with a malformed escape opens a page saying it could not be loaded, with no uncaught error');
+  await page.evaluate(() => { location.hash = '#/jobs'; });
   await visible(page.getByRole('heading', { level: 1, name: 'Jobs' }), 'the jobs page again');
 }
 
@@ -224,6 +238,7 @@ async function run(s) {
     const problems = watchForErrors(page);
     await signIn(page, s, problems);
     if (s.waitingJob) await checkWaitingJob(page, s);
+    await checkMalformedLink(page, problems);
     await openJob(page, s);
     const { actor, node } = await checkLedger(page);
     await checkTimeline(page, actor);

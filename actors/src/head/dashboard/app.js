@@ -251,10 +251,19 @@ function enterDashboard() {
 // Routing: #/jobs, #/jobs/{id}, #/nodes
 
 function parseRoute(hash) {
-  const parts = hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
+  const parts = hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeSegment);
   if (parts[0] === 'jobs' && parts[1]) return { page: 'job', id: parts[1] };
   if (parts[0] === 'nodes') return { page: 'nodes' };
   return { page: 'jobs' };
+}
+
+/** A segment of a link as typed or pasted: malformed escapes are kept as they are, not thrown. */
+function decodeSegment(segment) {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
 }
 
 function jobHref(id) {
@@ -344,12 +353,12 @@ async function loadCurrentPage() {
       tokenRefused();
       return;
     }
-    if (route !== app.route) return;
+    if (route !== app.route || !app.token) return;
     app.error = error.message;
     render({ moveFocus: false });
     return;
   }
-  if (route !== app.route) return; // the user went elsewhere meanwhile
+  if (route !== app.route || !app.token) return; // the user went elsewhere, or forgot the token, meanwhile
   const key = JSON.stringify(data);
   const hadError = app.error !== null;
   app.error = null;
@@ -380,10 +389,11 @@ function render({ moveFocus }) {
     ? page.render(app.data)
     : pagePlaceholder(page.title(app.route));
   view.replaceChildren(...(app.error && app.data ? [errorBanner(app.error)] : []), content);
+  // A reload keeps focus where it was without scrolling to it: the reader may have scrolled away.
   if (moveFocus) {
     view.querySelector('h1')?.focus();
   } else if (focusKey) {
-    view.querySelector(`[data-focus-key="${CSS.escape(focusKey)}"]`)?.focus();
+    view.querySelector(`[data-focus-key="${CSS.escape(focusKey)}"]`)?.focus({ preventScroll: true });
   }
   if (app.route.page === 'job') drawTimeline();
 }
@@ -440,6 +450,8 @@ function jobsTable(jobs) {
 
 function jobRow(job) {
   const running = job.actors.filter((a) => a.state === 'RUNNING').length;
+  const spares = job.actors.filter((a) => a.role === 'spare').length;
+  const world = job.actors.length - spares;
   return el('tr', { dataset: { job: job.id } },
     el('th', { scope: 'row' },
       el('a', { href: jobHref(job.id), dataset: { focusKey: `job-${job.id}` } }, job.id)),
@@ -447,7 +459,7 @@ function jobRow(job) {
     el('td', {}, stateBadge(job.state)),
     el('td', { class: 'num' }, job.priority ?? 0),
     el('td', { class: 'num' }, job.cycles),
-    el('td', { class: 'num' }, `${running} of ${job.actors.length}`),
+    el('td', { class: 'num' }, `${running} of ${world}${spares ? ` + ${spares} spare${spares === 1 ? '' : 's'}` : ''}`),
     el('td', {}, formatTime(job.submit_ms)),
     el('td', { class: 'message' }, jobMessage(job) || job.infeasible || job.waiting || ''));
 }
@@ -485,7 +497,7 @@ function jobHeader(job) {
       stateBadge(job.state, { class: `badge badge-large state-${job.state}`, 'data-job-state': job.state }),
       TERMINAL_JOB_STATES.has(job.state) ? null : stopButton(job)),
     job.message ? el('p', { class: `callout ${job.state === 'FAILED' ? 'callout-error' : 'callout-info'}` }, jobMessage(job)) : null,
-    job.infeasible ? el('p', { class: 'callout callout-warn' }, `Cannot be placed: ${job.infeasible}`) : null,
+    job.infeasible ? el('p', { class: 'callout callout-warn' }, job.infeasible) : null,
     job.waiting && !TERMINAL_JOB_STATES.has(job.state)
       ? el('p', { class: 'callout callout-info', dataset: { waiting: '' } }, job.waiting) : null,
     el('dl', { class: 'facts' },
@@ -518,8 +530,14 @@ async function stopJob(job) {
     await api(`/v1/jobs/${encodeURIComponent(job.id)}/stop`, { method: 'POST' });
     announce(`Stopping job ${job.id}.`);
   } catch (error) {
-    if (error instanceof Unauthorized) tokenRefused();
-    else announce(`Could not stop job ${job.id}: ${error.message}`);
+    if (error instanceof Unauthorized) {
+      tokenRefused();
+      return;
+    }
+    // Shown, not only announced: the job runs on, and the page must not look as if it stopped.
+    const message = `Could not stop job ${job.id}: ${error.message}`;
+    announce(message);
+    window.alert(message);
   }
   scheduleRefresh(0);
 }
@@ -969,8 +987,10 @@ function onEventLine(line) {
   } catch {
     return; // a torn or foreign line: the next event reloads anyway
   }
-  // A job's page only cares about its own job (and nodes, which its actors run on).
-  if (app.route.page === 'job' && event.job && event.job !== app.route.id) return;
+  // A job's page only cares about its own job (and nodes, which its actors run on) — unless it
+  // waits: why it waits names the other jobs that hold its nodes, which their events change.
+  const waits = Boolean(app.data?.job?.waiting || app.data?.job?.infeasible);
+  if (app.route.page === 'job' && event.job && event.job !== app.route.id && !waits) return;
   scheduleRefresh();
 }
 
