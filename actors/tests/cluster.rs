@@ -606,6 +606,55 @@ fn logs_follow_a_running_attempt_and_show_a_finished_one() {
     assert!(no_actor.contains(&format!("has actors {id}/0 to {id}/0; there is no actor 7")), "{no_actor}");
 }
 
+/// A job's logs followed without `--actor` follow every actor at once: a rank that speaks
+/// while rank 0 is quiet is heard then, not once rank 0's attempt has ended (one actor was
+/// followed after the other, so a failing node stayed out of sight behind rank 0's). Lines of
+/// different actors never mix, and each run of lines is under its actor's header.
+#[test]
+fn logs_follow_every_actor_at_once_in_whole_lines() {
+    let c = Cluster::start(&["n1", "n2"]);
+    let gate = c.dir.path().join("gate");
+    let script = format!(
+        r#"if [ "$RANK" = 1 ]; then echo early; printf 'no newline'; else echo first; while [ ! -e {} ]; do sleep 0.1; done; echo last; fi"#,
+        gate.display()
+    );
+    let spec = c.spec("two", json!({"command": ["sh", "-c", script], "min_nodes": 2, "max_nodes": 2}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "both ranks ran", |j| j["actors"].as_array().unwrap().iter().all(|a| a["attempt"] == 1));
+    let mut follower =
+        c.command().args(["logs", &id, "--follow"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let stdout = follower.stdout.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { break };
+            let _ = lines_tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l: &String| l == "early") {
+        let Ok(line) = lines.recv_timeout(WAIT) else {
+            follower.kill().unwrap();
+            std::fs::write(&gate, "").unwrap();
+            panic!("no line of rank 1 while rank 0 still runs: {seen:?}");
+        };
+        seen.push(line);
+    }
+    std::fs::write(&gate, "").unwrap();
+    let status = follower.wait().unwrap();
+    seen.extend(lines.iter());
+    assert_eq!(status.code(), Some(0), "{seen:?}");
+    let header = |rank_line: &str| {
+        let at = seen.iter().position(|l| l == rank_line).unwrap_or_else(|| panic!("no {rank_line}: {seen:?}"));
+        seen[..at].iter().rev().find(|l| l.starts_with("==> ")).cloned().unwrap_or_default()
+    };
+    let (rank0, rank1) = (header("first"), header("early"));
+    assert!(rank0.starts_with(&format!("==> {id}/")) && rank1.starts_with(&format!("==> {id}/")), "{seen:?}");
+    assert_ne!(rank0, rank1, "each rank's lines under its own header: {seen:?}");
+    assert_eq!(header("last"), rank0, "{seen:?}");
+    assert_eq!(header("no newline"), rank1, "an unfinished last line ends with its log: {seen:?}");
+}
+
 /// A follower that began on attempt 1 stays on it: the retry that starts while it is polling
 /// is a different file, and reading it at attempt 1's byte offset would print the middle of
 /// someone else's output. `--follow` ends with its attempt, as `kubectl logs -f` does, and

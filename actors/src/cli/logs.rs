@@ -26,18 +26,38 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
         let actors = started(&view, wanted).map_err(|why| CliError::Failed(why.to_string()))?;
         let actors = reached(&view, actors, args.attempt)?;
         let headers = actors.len() > 1;
-        let (mut unread, mut followed) = (Vec::new(), Vec::new());
-        for actor in actors {
+        let printer = Printer::new(headers);
+        let read_one = |actor: u32| {
             // A follower keeps to the attempt that is the latest now (`Cursor`), even if its
             // first read fails and a retry starts meanwhile.
             let latest = args.follow.then(|| view.actors[actor as usize].attempt);
             let which = Which { actor, attempt: args.attempt.or(latest), local_rank: args.local_rank };
-            // Every name was checked against the job: what the head still cannot give (a log
-            // left on a lost machine) is not the input's fault.
-            let read = print_attempt(&client, &view.id, which, args.follow, headers).await.map_err(|e| match e {
-                CliError::BadInput(why) => CliError::Failed(why),
-                other => other,
-            });
+            let (client, job, printer) = (&client, &view.id, &printer);
+            async move {
+                // Every name was checked against the job: what the head still cannot give (a
+                // log left on a lost machine) is not the input's fault.
+                let read = print_attempt(client, job, which, args.follow, printer).await.map_err(|e| match e {
+                    CliError::BadInput(why) => CliError::Failed(why),
+                    other => other,
+                });
+                (actor, read)
+            }
+        };
+        // Followed, every actor at once (one that fails may be on a node other than the first's),
+        // their lines under a header whenever the actor changes, as `tail -f` does with files;
+        // else one log after the other.
+        let reads = if args.follow {
+            futures_util::future::join_all(actors.into_iter().map(read_one)).await
+        } else {
+            let mut reads = Vec::new();
+            for actor in actors {
+                reads.push(read_one(actor).await);
+            }
+            reads
+        };
+        printer.finish()?;
+        let (mut unread, mut followed) = (Vec::new(), Vec::new());
+        for (actor, read) in reads {
             match read {
                 Ok(attempt) => followed.push((actor, attempt)),
                 // Of several actors, one whose machine is gone does not hide the others'.
@@ -202,12 +222,85 @@ impl Cursor {
     }
 }
 
+/// Where the logs of several actors go: each under a `==> j1/0 attempt 1 on n1 <==` header,
+/// repeated whenever the output moves to another actor, and only in whole lines, so that
+/// actors followed at once never mix within a line. One actor's log goes out as it comes.
+struct Printer {
+    headers: bool,
+    state: std::cell::RefCell<Printed>,
+}
+
+#[derive(Default)]
+struct Printed {
+    /// The header of the actor whose lines came last.
+    last: Option<String>,
+    /// Each actor's unfinished last line, with its header.
+    partial: std::collections::BTreeMap<u32, (String, Vec<u8>)>,
+    /// The actors whose header went out at least once.
+    shown: std::collections::BTreeSet<u32>,
+}
+
+impl Printer {
+    fn new(headers: bool) -> Printer {
+        Printer { headers, state: Default::default() }
+    }
+
+    fn print(&self, actor: u32, header: String, bytes: &[u8]) -> Result<(), CliError> {
+        if !self.headers {
+            return out::bytes(bytes);
+        }
+        let mut state = self.state.borrow_mut();
+        let (_, pending) = state.partial.entry(actor).or_insert_with(|| (header.clone(), Vec::new()));
+        pending.extend_from_slice(bytes);
+        let whole = pending.iter().rposition(|b| *b == b'\n').map_or(0, |at| at + 1);
+        let lines: Vec<u8> = pending.drain(..whole).collect();
+        if lines.is_empty() {
+            return Ok(());
+        }
+        Self::print_under(&mut state, actor, header, &lines)
+    }
+
+    /// An actor's log ended: its unfinished last line goes out, ended (and its header, for a
+    /// log with nothing in it).
+    fn end(&self, actor: u32) -> Result<(), CliError> {
+        let mut state = self.state.borrow_mut();
+        let Some((header, mut rest)) = state.partial.remove(&actor) else { return Ok(()) };
+        if !rest.is_empty() {
+            rest.push(b'\n');
+        } else if state.shown.contains(&actor) {
+            return Ok(());
+        }
+        Self::print_under(&mut state, actor, header, &rest)
+    }
+
+    fn print_under(state: &mut Printed, actor: u32, header: String, bytes: &[u8]) -> Result<(), CliError> {
+        if state.last.as_ref() != Some(&header) {
+            out::line(&header)?;
+            state.last = Some(header);
+            state.shown.insert(actor);
+        }
+        out::bytes(bytes)
+    }
+
+    /// What no actor ended with a newline (a read that failed midway).
+    fn finish(&self) -> Result<(), CliError> {
+        let actors: Vec<u32> = self.state.borrow().partial.keys().copied().collect();
+        actors.into_iter().try_for_each(|actor| self.end(actor))
+    }
+}
+
 /// Prints the attempt's output (following it to its end under `--follow`); returns which
 /// attempt it was.
-async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, header: bool) -> Result<u32, CliError> {
+async fn print_attempt(
+    client: &Client,
+    job: &str,
+    which: Which,
+    follow: bool,
+    printer: &Printer,
+) -> Result<u32, CliError> {
     let Which { actor, attempt, local_rank } = which;
     let mut at = Cursor { attempt, offset: 0 };
-    let mut printed_header = false;
+    let mut header = None;
     loop {
         let Cursor { attempt, offset } = at;
         let chunk = match client.log_chunk(job, actor, attempt, local_rank, offset).await {
@@ -216,17 +309,16 @@ async fn print_attempt(client: &Client, job: &str, which: Which, follow: bool, h
             }
             answer => answer?,
         };
-        if header && !printed_header {
-            out::line(&format!("==> {job}/{actor} attempt {} on {} <==", chunk.attempt, chunk.node))?;
-            printed_header = true;
-        }
-        out::bytes(&chunk.bytes)?;
+        let header =
+            header.get_or_insert_with(|| format!("==> {job}/{actor} attempt {} on {} <==", chunk.attempt, chunk.node));
+        printer.print(actor, header.clone(), &chunk.bytes)?;
         let more = !chunk.bytes.is_empty();
         at.advance(chunk.attempt, chunk.next_offset);
         if more {
             continue;
         }
         if !follow || !chunk.running {
+            printer.end(actor)?;
             return Ok(chunk.attempt);
         }
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
