@@ -831,6 +831,16 @@ fn logs_of_a_pending_job_say_why_and_follow_waits_for_the_start() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("hello from {id}/1\n"));
     c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
+
+    // A job stopped before anything of it started: its follower exits with its outcome.
+    let never = c.submit_no_wait(&c.spec("never", json!({"command": ["true"], "min_nodes": 3, "max_nodes": 3})));
+    let follower = c.command().args(["logs", &never, "--follow"]).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(600)); // polling a PENDING job
+    c.ftdrive(&["stop", &never]);
+    let out = follower.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "STOPPED, as any follower of a stopped job: {said}");
+    assert!(said.contains(&format!("no actor of {never} has started, and the job ended STOPPED")), "{said}");
 }
 
 /// `ftdrive logs j1 --follow | head -1`: once the reader has gone, the follower ends as
@@ -1095,7 +1105,7 @@ fn ctrl_c_detaches_and_says_how_to_follow_or_stop() {
     unsafe { libc::kill(follower.id() as i32, libc::SIGINT) };
     let out = follower.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(out.status.code(), Some(130), "not 0, which says the job succeeded: {stderr}");
     assert!(
         stderr.contains("detached from j1")
             && stderr.contains("ftdrive stop j1")

@@ -29,6 +29,8 @@ pub enum Outcome {
     Stopped,
     /// Nothing to report beyond success of the command itself.
     Done,
+    /// A follower let go of a job that runs on (Ctrl-C): its outcome is not known here.
+    Detached,
 }
 
 pub fn exit_code(result: &Result<Outcome, CliError>) -> i32 {
@@ -36,6 +38,8 @@ pub fn exit_code(result: &Result<Outcome, CliError>) -> i32 {
         Ok(Outcome::Succeeded | Outcome::Done) => 0,
         Ok(Outcome::Failed) => 1,
         Ok(Outcome::Stopped) => 3,
+        // As a shell reports a command ended by Ctrl-C: not 0, which says the job SUCCEEDED.
+        Ok(Outcome::Detached) => 128 + libc::SIGINT,
         Err(CliError::BadInput(_)) => 2,
         Err(CliError::Unreachable(_)) => 4,
         Err(CliError::Unavailable(_) | CliError::Failed(_)) => 1,

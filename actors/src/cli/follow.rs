@@ -177,7 +177,7 @@ fn detached(job: &str) -> Outcome {
     eprintln!(
         "\ndetached from {job}; it keeps running.\n  follow: ftdrive status {job} --follow\n  stop:   ftdrive stop {job}"
     );
-    Outcome::Done
+    Outcome::Detached
 }
 
 pub fn outcome(state: JobState) -> Outcome {

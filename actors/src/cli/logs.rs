@@ -23,7 +23,16 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
         }
         let wanted = args.actor.as_deref().map(|actor| actor_index(actor, &view.id, view.actors.len())).transpose()?;
         let view = if args.follow { until_started(&client, view, wanted).await? } else { view };
-        let actors = started(&view, wanted).map_err(|why| CliError::Failed(why.to_string()))?;
+        let actors = match started(&view, wanted) {
+            Ok(actors) => actors,
+            // Followed to the job's end, which came before any start: its outcome, as any
+            // follower's (a job stopped while PENDING is 3, not 1).
+            Err(why) if args.follow && view.state.is_terminal() => {
+                eprintln!("ftdrive: {why}");
+                return Ok(super::follow::outcome(view.state));
+            }
+            Err(why) => return Err(CliError::Failed(why.to_string())),
+        };
         let actors = reached(&view, actors, args.attempt)?;
         let headers = actors.len() > 1;
         let printer = Printer::new(headers);
@@ -164,9 +173,14 @@ fn reached(view: &JobView, actors: Vec<u32>, attempt: Option<u32>) -> Result<Vec
         [one] => format!("{}/{one} has", view.id),
         _ => format!("the actors of {} have", view.id),
     };
-    let reached: Vec<u32> = actors.into_iter().filter(|a| attempt >= 1 && latest(a) >= attempt).collect();
+    let (reached, short): (Vec<u32>, Vec<u32>) = actors.into_iter().partition(|a| attempt >= 1 && latest(a) >= attempt);
     if reached.is_empty() {
         return Err(CliError::BadInput(format!("--attempt {attempt}: {whose} attempts 1 to {most}")));
+    }
+    if !short.is_empty() {
+        // Attempts are numbered per actor: say who is left out rather than leave it unsaid.
+        let names: Vec<String> = short.iter().map(|a| format!("{}/{a} ({})", view.id, latest(a))).collect();
+        eprintln!("ftdrive: no attempt {attempt} of {} (latest attempt in brackets)", names.join(", "));
     }
     Ok(reached)
 }
