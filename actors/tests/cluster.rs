@@ -556,6 +556,12 @@ fn exit_codes_tell_a_command_to_fix_from_a_head_not_there() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{said}");
     assert!(said.contains("answered 404 Not Found without an ftdrive error: is it an ftdrive head?"), "{said}");
+    // An agent's log server answers in JSON as the head does, and says it is an agent's.
+    let agent = c.nodes_json()[0]["metrics_url"].as_str().unwrap().trim_end_matches("/metrics").to_string();
+    let out = c.command().args(["status", "--head", &agent]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{said}");
+    assert!(said.contains("is an ftdrive agent's log server, not the head"), "{said}");
 
     // Daemons refused at start: a port in use, a work dir that is not there.
     let listen = c.url.trim_start_matches("http://");

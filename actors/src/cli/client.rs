@@ -70,6 +70,17 @@ impl Client {
             return Ok(response);
         }
         let status = response.status();
+        let from_agent = response
+            .headers()
+            .get(crate::node::logs::SERVER_HEADER)
+            .is_some_and(|v| v.as_bytes() == crate::node::logs::AGENT_SERVER.as_bytes());
+        if from_agent {
+            return Err(CliError::Unreachable(format!(
+                "{} is an ftdrive agent's log server, not the head (it answered {status}): pass the head's address \
+                 with --head URL or $FTDRIVE_HEAD (`ftdrive head` prints it, and writes it to head.url in its state dir)",
+                self.base
+            )));
+        }
         let body: Value = response.json().await.unwrap_or(Value::Null);
         let Some(message) = body["error"].as_str().map(str::to_string) else {
             // Every answer of an ftdrive head names its error: something else answered.

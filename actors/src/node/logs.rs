@@ -90,6 +90,11 @@ pub fn bind_ip(addr: &str) -> std::io::Result<IpAddr> {
     Ok(first.ip())
 }
 
+/// Marks every answer of an agent's log server, so that a client pointed at one by mistake
+/// can say it is an agent's and not the head.
+pub const SERVER_HEADER: &str = "x-ftdrive-server";
+pub const AGENT_SERVER: &str = "agent";
+
 /// Starts the log server on `bind` (port 0: one the system picks), HTTPS when `tls` is given;
 /// returns its base URL and the server to run.
 pub fn serve(
@@ -102,6 +107,7 @@ pub fn serve(
     let state = web::Data::new(LogState { dir: state_dir, credential, head, metrics });
     let server = HttpServer::new(move || {
         App::new()
+            .wrap(actix_web::middleware::DefaultHeaders::new().add((SERVER_HEADER, AGENT_SERVER)))
             .app_data(state.clone())
             .route("/v1/logs/{job}/{actor}/{attempt}", web::get().to(read_log))
             .route("/metrics", web::get().to(metrics_text))
