@@ -236,6 +236,9 @@ impl Cursor {
     }
 }
 
+/// The most of one actor's unfinished line a follower of several holds back.
+const MAX_HELD_LINE_BYTES: usize = 64 * 1024;
+
 /// Where the logs of several actors go: each under a `==> j1/0 attempt 1 on n1 <==` header,
 /// repeated whenever the output moves to another actor, and only in whole lines, so that
 /// actors followed at once never mix within a line. One actor's log goes out as it comes.
@@ -266,7 +269,10 @@ impl Printer {
         let mut state = self.state.borrow_mut();
         let (_, pending) = state.partial.entry(actor).or_insert_with(|| (header.clone(), Vec::new()));
         pending.extend_from_slice(bytes);
-        let whole = pending.iter().rposition(|b| *b == b'\n').map_or(0, |at| at + 1);
+        // A progress bar redraws its line with `\r` and may never end it: that ends a line too,
+        // and a line longer than a bound goes out unfinished rather than wait.
+        let ended = pending.iter().rposition(|b| *b == b'\n' || *b == b'\r').map_or(0, |at| at + 1);
+        let whole = if pending.len() > MAX_HELD_LINE_BYTES { pending.len() } else { ended };
         let lines: Vec<u8> = pending.drain(..whole).collect();
         if lines.is_empty() {
             return Ok(());
