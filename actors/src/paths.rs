@@ -189,10 +189,18 @@ pub fn token_from_stdin() -> Result<Credential, String> {
         .read_to_string(&mut text)
         .map_err(|e| format!("cannot read the agent token from standard input: {e}"))?;
     let token = text.trim();
-    if token.is_empty() || token.len() as u64 >= MAX_TOKEN_BYTES || token.contains(char::is_whitespace) {
-        return Err("standard input holds no agent token: give it the `agent-token` file of the head's \
-                    state dir (e.g. `ftdrive node --agent-token-stdin < agent-token`)"
-            .to_string());
+    let what = if token.is_empty() {
+        "nothing"
+    } else if token.len() as u64 >= MAX_TOKEN_BYTES || token.contains(char::is_whitespace) {
+        "more than one token (a token is one word, of fewer than 4096 bytes)"
+    } else {
+        ""
+    };
+    if !what.is_empty() {
+        return Err(format!(
+            "standard input holds {what}, not an agent token: give it the `agent-token` file of the head's \
+             state dir (e.g. `ftdrive node --agent-token-stdin < agent-token`)"
+        ));
     }
     let null = std::fs::File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?;
     // SAFETY: dup2 onto descriptor 0, which this process owns; `null` stays valid throughout.

@@ -171,7 +171,7 @@ fn an_agent_told_to_read_its_token_from_an_empty_stdin_exits_2() {
     let out = out.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--agent-token-stdin: standard input holds no agent token"), "{stderr}");
+    assert!(stderr.contains("--agent-token-stdin: standard input holds nothing, not an agent token"), "{stderr}");
 }
 
 /// How an agent is given its token.

@@ -20,9 +20,10 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     // records by this path.
     let state_dir = absolute(args.state_dir.clone().unwrap_or_else(paths::default_state_dir), "--state-dir")?;
     // A file's is read at every connection: an agent started before its head waits for it.
-    let credential = match args.agent_token_stdin {
-        true => paths::token_from_stdin().map_err(|e| CliError::BadInput(format!("--agent-token-stdin: {e}")))?,
-        false => paths::agent_credential(&state_dir),
+    let credential = if args.agent_token_stdin {
+        paths::token_from_stdin().map_err(|e| CliError::BadInput(format!("--agent-token-stdin: {e}")))?
+    } else {
+        paths::agent_credential(&state_dir)
     };
     let resources = offered_resources(args.resources.as_deref())?;
     let mut labels = parse_labels(args.labels.as_deref().unwrap_or_default())
