@@ -238,25 +238,33 @@ fn bundles_when_empty(node: &Node, pg: &PlacementGroup) -> u64 {
     }
 }
 
-/// Names the first resource no single node has enough of for `what` (a bundle, or a whole
-/// STRICT_PACK gang), with the largest node's amount.
+/// Names every resource no single node has enough of for `what` (a bundle, or a whole
+/// STRICT_PACK gang), each with the largest node's amount: naming only the first made a user
+/// asking for too many CPUs and GPUs fix one, submit again, and only then hear of the other.
 fn shortfall(matching: &[&Node], need: &Resources, what: &str) -> String {
-    for (name, want) in need.iter().filter(|(_, q)| *q > 0) {
-        let largest = matching
-            .iter()
-            .map(|n| (n.resources.milli(name), &n.name))
-            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
-        let (have, node) = largest.expect("matching is not empty");
-        if have < want {
-            return format!(
-                "infeasible: {what} needs {name}={}, largest node has {name}={} ({node}){}",
-                format_milli(want),
-                format_milli(have),
-                misspelt_hint(matching, name)
-            );
-        }
+    let short: Vec<String> = need
+        .iter()
+        .filter(|(_, q)| *q > 0)
+        .filter_map(|(name, want)| {
+            let largest = matching
+                .iter()
+                .map(|n| (n.resources.milli(name), &n.name))
+                .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
+            let (have, node) = largest.expect("matching is not empty");
+            (have < want).then(|| {
+                format!(
+                    "{name}={}, largest node has {name}={} ({node}){}",
+                    format_milli(want),
+                    format_milli(have),
+                    misspelt_hint(matching, name)
+                )
+            })
+        })
+        .collect();
+    if short.is_empty() {
+        return format!("infeasible: no single node has {need} together");
     }
-    format!("infeasible: no single node has {need} together")
+    format!("infeasible: {what} needs {}", short.join("; and "))
 }
 
 /// A resource no node has by that name at all is likely misspelt (`cpus` for `cpu`): the

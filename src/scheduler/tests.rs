@@ -173,6 +173,18 @@ fn a_resource_no_node_offers_by_that_name_is_told_the_nearest_one() {
 }
 
 #[test]
+fn every_resource_no_node_has_enough_of_is_named_at_once() {
+    let mut s = sched();
+    join(&mut s, "a", 2, &[]);
+    let bundle = Resources::units(&[("cpu", 4), ("gpu", 2)]);
+    s.create_pg(1, PgSpec { bundle, ..pg(1, 1, Strategy::Spread, 0) });
+    assert_eq!(
+        s.pg(1).unwrap().infeasible.as_deref(),
+        Some("infeasible: bundle needs cpu=4, largest node has cpu=2 (a); and gpu=2, largest node has gpu=0 (a)")
+    );
+}
+
+#[test]
 fn a_group_submitted_to_an_empty_cluster_is_told_why_once_a_node_it_cannot_use_joins() {
     let mut s = sched();
     s.create_pg(1, PgSpec { bundle: Resources::units(&[("cpu", 2)]), ..pg(1, 1, Strategy::Spread, 0) });
