@@ -120,6 +120,12 @@ pub struct HeadArgs {
     /// machine.
     #[arg(long, default_value_t = 29_500)]
     pub master_port_base: u16,
+    /// An event stream with nothing to say gets a blank line this often, so that a proxy's idle
+    /// timeout keeps it open and a follower can tell a quiet head from a vanished one (it gives
+    /// up after three intervals of silence). 100 to 3,600,000.
+    #[arg(long, default_value_t = crate::head::EVENTS_KEEPALIVE_MS,
+          value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub events_keepalive_ms: u64,
     #[command(flatten)]
     pub tls: ServeTls,
     /// The CA certificate (PEM) that agents' https:// log servers are verified with (default:

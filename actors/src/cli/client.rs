@@ -6,8 +6,21 @@ use crate::paths;
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use std::time::Duration;
 
-/// An NDJSON stream's lines, as they arrive.
+/// How long connecting to the head may take: a head's machine that is gone answers no SYN,
+/// and the kernel's own limit is minutes.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a request may wait for its whole answer (an event stream, for its first line):
+/// a stopped head accepts the connection in the kernel and never answers.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Silent keep-alive intervals after which an event stream is taken as lost: a head sends a
+/// blank line whenever it was quiet for the interval it names (`x-ftdrive-keepalive-ms`).
+const KEEPALIVES_MISSED: u32 = 3;
+
+/// An NDJSON stream's lines, as they arrive (keep-alive lines left out).
 pub type Lines = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<String, CliError>> + Send>>;
 
 pub struct Client {
@@ -32,7 +45,8 @@ pub struct LogChunk {
 impl Client {
     /// For a head at `base`, a URL with scheme and no trailing slash (`head_base_url`'s).
     pub fn new(base: &str, token: String, token_from: String) -> Client {
-        Client { base: base.to_string(), token, token_from, ca_cert: None, http: reqwest::Client::new() }
+        let http = bounded(reqwest::Client::builder()).build().expect("a client without TLS settings builds");
+        Client { base: base.to_string(), token, token_from, ca_cert: None, http }
     }
 
     /// For `--head URL` (or `$FTDRIVE_HEAD`), with the token from `$FTDRIVE_TOKEN` or the
@@ -44,7 +58,7 @@ impl Client {
         let https = if url.starts_with("https://") {
             let bad_ca = |e: crate::tls::TlsError| CliError::BadInput(format!("--ca-cert: {e}"));
             let builder = crate::tls::http_client(head.ca_cert.as_deref()).map_err(bad_ca)?;
-            Some(builder.build().map_err(|e| CliError::Failed(format!("cannot set up HTTPS: {e}")))?)
+            Some(bounded(builder).build().map_err(|e| CliError::Failed(format!("cannot set up HTTPS: {e}")))?)
         } else {
             None
         };
@@ -127,6 +141,9 @@ impl Client {
     /// certificate not trusted), else the error and where to look.
     async fn unreachable(&self, e: reqwest::Error) -> CliError {
         let trust = crate::tls::Trust { flag: crate::tls::Trust::OWN_FLAG, given: self.ca_cert.as_deref() };
+        if e.is_timeout() {
+            return self.silent(if e.is_connect() { CONNECT_TIMEOUT } else { REQUEST_TIMEOUT });
+        }
         let message = match crate::tls::diagnose("the head", &self.base, &e, &trust).await {
             Some(why) => format!("cannot reach the head: {why}"),
             None => format!(
@@ -139,43 +156,77 @@ impl Client {
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
-        let response = self.send(self.http.get(format!("{}{path}", self.base))).await?;
+        let response = self.send(self.http.get(format!("{}{path}", self.base)).timeout(REQUEST_TIMEOUT)).await?;
         response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
     }
 
     pub async fn post<T: DeserializeOwned>(&self, path: &str, body: Value) -> Result<T, CliError> {
-        let response = self.send(self.http.post(format!("{}{path}", self.base)).json(&body)).await?;
+        let response =
+            self.send(self.http.post(format!("{}{path}", self.base)).json(&body).timeout(REQUEST_TIMEOUT)).await?;
         response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
     }
 
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
-        let response = self.send(self.http.delete(format!("{}{path}", self.base))).await?;
+        let response = self.send(self.http.delete(format!("{}{path}", self.base)).timeout(REQUEST_TIMEOUT)).await?;
         response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
     }
 
-    /// An NDJSON stream, line by line.
+    /// An NDJSON stream, line by line. A stream silent for `KEEPALIVES_MISSED` of the
+    /// keep-alive intervals its head names ends with `Unreachable`, as one cut off does.
     pub async fn lines(&self, path: &str) -> Result<Lines, CliError> {
-        let response = self.send(self.http.get(format!("{}{path}", self.base))).await?;
+        let request = self.send(self.http.get(format!("{}{path}", self.base)));
+        let response = match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+            Ok(response) => response?,
+            Err(_) => return Err(self.silent(REQUEST_TIMEOUT)),
+        };
+        let keepalive_ms = response
+            .headers()
+            .get(crate::head::KEEPALIVE_HEADER)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .filter(|ms| *ms > 0);
+        // A head that names no interval sends no keep-alive: its silence tells nothing.
+        let silence_limit = keepalive_ms.map(|ms| Duration::from_millis(ms) * KEEPALIVES_MISSED);
         let bytes = response.bytes_stream();
-        let lines = futures_util::stream::unfold((bytes, Vec::<u8>::new()), |(mut bytes, mut buffer)| async move {
-            loop {
-                if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = buffer.drain(..=end).collect();
-                    return Some((Ok(String::from_utf8_lossy(&line).trim_end().to_string()), (bytes, buffer)));
-                }
-                match bytes.next().await {
-                    Some(Ok(chunk)) => buffer.extend_from_slice(&chunk),
-                    Some(Err(e)) => {
-                        return Some((
-                            Err(CliError::Unreachable(format!("its answer broke off: {}", root_cause(&e)))),
-                            (bytes, buffer),
-                        ))
+        let base = self.base.clone();
+        let lines = futures_util::stream::unfold((bytes, Vec::<u8>::new()), move |(mut bytes, mut buffer)| {
+            let base = base.clone();
+            async move {
+                loop {
+                    if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                        let line: Vec<u8> = buffer.drain(..=end).collect();
+                        let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                        if text.is_empty() {
+                            continue; // a keep-alive
+                        }
+                        return Some((Ok(text), (bytes, buffer)));
                     }
-                    None => return None,
+                    let next = match silence_limit {
+                        Some(limit) => match tokio::time::timeout(limit, bytes.next()).await {
+                            Ok(next) => next,
+                            Err(_) => return Some((Err(silent_stream(&base, limit)), (bytes, buffer))),
+                        },
+                        None => bytes.next().await,
+                    };
+                    match next {
+                        Some(Ok(chunk)) => buffer.extend_from_slice(&chunk),
+                        Some(Err(e)) => {
+                            let broke = format!("its answer broke off: {}", root_cause(&e));
+                            return Some((Err(CliError::Unreachable(broke)), (bytes, buffer)));
+                        }
+                        None => return None,
+                    }
                 }
             }
         });
         Ok(Box::pin(lines))
+    }
+
+    fn silent(&self, waited: Duration) -> CliError {
+        CliError::Unreachable(format!(
+            "the head at {} did not answer within {} s: is it stopped, overloaded or cut off?",
+            self.base,
+            waited.as_secs()
+        ))
     }
 
     pub async fn log_chunk(
@@ -193,7 +244,7 @@ impl Client {
         if let Some(local_rank) = local_rank {
             url.push_str(&format!("&local_rank={local_rank}"));
         }
-        let response = self.send(self.http.get(url)).await?;
+        let response = self.send(self.http.get(url).timeout(REQUEST_TIMEOUT)).await?;
         let header =
             |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
         let (attempt, node, running, next) = (
@@ -214,6 +265,20 @@ impl Client {
             bytes,
         })
     }
+}
+
+/// Connect and keep-alive limits for a client of the head (timeouts per request are set on
+/// each, as an event stream must have none).
+fn bounded(builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
+    builder.connect_timeout(CONNECT_TIMEOUT).tcp_keepalive(Duration::from_secs(30))
+}
+
+fn silent_stream(base: &str, waited: Duration) -> CliError {
+    CliError::Unreachable(format!(
+        "the head at {base} sent nothing for {:.1} s, not even the keep-alive it sends when quiet: is it stopped, \
+         or cut off?",
+        waited.as_secs_f64()
+    ))
 }
 
 /// What actually went wrong, from the bottom of an error's chain: reqwest's own message

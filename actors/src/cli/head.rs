@@ -38,6 +38,7 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
             tls,
             insecure_http: args.tls.insecure_http,
             agent_ca: args.ca_cert.clone(),
+            events_keepalive_ms: args.events_keepalive_ms,
         };
         // Every refusal to start is the command's setup to fix (a port taken, a state dir that
         // cannot be one): exit 2, as the lock held by another head is.

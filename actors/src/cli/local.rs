@@ -143,6 +143,7 @@ impl LocalCluster {
             tls: None,
             insecure_http: false,
             agent_ca: None,
+            events_keepalive_ms: head::EVENTS_KEEPALIVE_MS,
         };
         let (head, server) = head::serve(options).map_err(std::io::Error::other)?;
         actix::spawn(server);

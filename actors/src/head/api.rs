@@ -38,6 +38,7 @@ use serde::Deserialize;
 use std::future::{ready, Ready};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub struct ServeOptions {
     pub listen: String,
@@ -56,7 +57,18 @@ pub struct ServeOptions {
     pub insecure_http: bool,
     /// The CA that agents' https:// log servers are verified with (default: the public roots).
     pub agent_ca: Option<PathBuf>,
+    /// A quiet event stream gets a blank line this often (`EVENTS_KEEPALIVE_MS` by default).
+    pub events_keepalive_ms: u64,
 }
+
+/// How often a quiet event stream gets a blank line: under the idle timeouts of common
+/// proxies and load balancers (30–60 s), and often enough that a follower hearing nothing for
+/// three of them can take the head as gone (a stopped process or a lost machine sends no FIN).
+pub const EVENTS_KEEPALIVE_MS: u64 = 15_000;
+
+/// The response header of an event stream that names its keep-alive interval, so that clients
+/// know how long a silence means a lost head.
+pub const KEEPALIVE_HEADER: &str = "x-ftdrive-keepalive-ms";
 
 /// A running head: where it listens, its actor, its credentials, and how to stop it.
 pub struct HeadServer {
@@ -186,7 +198,7 @@ fn token_hint(error: &std::io::Error) -> &'static str {
 }
 
 /// How long the head waits for an agent's log server (a stuck agent must not hold a request).
-const AGENT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const AGENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The head's client for agents' log servers.
 fn agent_client(ca: Option<&std::path::Path>) -> Result<reqwest::Client, ServeError> {
@@ -207,6 +219,7 @@ pub(super) struct ApiState {
     pub agent_ca: Option<PathBuf>,
     /// Turns true when the head stops: agent channels and event streams end on it.
     pub closing: tokio::sync::watch::Receiver<bool>,
+    pub events_keepalive: Duration,
 }
 
 impl ApiState {
@@ -216,9 +229,10 @@ impl ApiState {
         http: reqwest::Client,
         agent_ca: Option<PathBuf>,
         closing: tokio::sync::watch::Receiver<bool>,
+        events_keepalive: Duration,
     ) -> ApiState {
         let agent_backlog = super::agents::AgentBacklog::new(super::agents::MAX_AGENT_MESSAGES_QUEUED);
-        ApiState { head, agent_backlog, tokens, http, agent_ca, closing }
+        ApiState { head, agent_backlog, tokens, http, agent_ca, closing, events_keepalive }
     }
 }
 
@@ -260,7 +274,15 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
     let head = start_actor(options.config, store, restored, options.first_job_number, commits);
     let (closing, closing_rx) = tokio::sync::watch::channel(false);
     let closing = std::sync::Arc::new(closing);
-    let state = web::Data::new(ApiState::new(head.clone(), tokens.clone(), http, options.agent_ca.clone(), closing_rx));
+    let keepalive = Duration::from_millis(options.events_keepalive_ms);
+    let state = web::Data::new(ApiState::new(
+        head.clone(),
+        tokens.clone(),
+        http,
+        options.agent_ca.clone(),
+        closing_rx,
+        keepalive,
+    ));
     let connections = Connections::default();
     let counted = connections.clone();
     let server = HttpServer::new(move || {
@@ -570,24 +592,30 @@ async fn all_events(_: Authorized, state: web::Data<ApiState>) -> Result<HttpRes
     events(state, None).await
 }
 
-/// NDJSON: a job's snapshot first (for one job), then one line per event.
+/// NDJSON: a job's snapshot first (for one job), then one line per event, and a blank line
+/// whenever the stream was quiet for `events_keepalive`.
 async fn events(state: web::Data<ApiState>, job: Option<JobId>) -> Result<HttpResponse, ApiError> {
     let (snapshot, rx) = state.head.send(Follow { job }).await.map_err(mailbox)??;
     let first = snapshot.map(|view| Bytes::from(StreamLine::Snapshot(Box::new(view)).to_json() + "\n"));
-    let closing = state.closing.clone();
-    let stream = futures_util::stream::unfold((first, rx, closing), |(first, mut rx, closing)| async move {
+    let (closing, keepalive) = (state.closing.clone(), state.events_keepalive);
+    let stream = futures_util::stream::unfold((first, rx, closing), move |(first, mut rx, closing)| async move {
         if let Some(line) = first {
             return Some((Ok::<Bytes, actix_web::Error>(line), (None, rx, closing)));
         }
         // A stopping head ends the stream cleanly; followers then wait for the next head.
         tokio::select! {
             line = rx.recv() => line.map(|line| (Ok(line), (None, rx, closing))),
+            _ = tokio::time::sleep(keepalive) => Some((Ok(Bytes::from_static(b"\n")), (None, rx, closing))),
             _ = stopping(closing.clone()) => None,
         }
     });
     // The connection closes with the stream: kept alive in the follower's pool, it would be
     // one more a stopping head waits for (`Stopper::stop`).
-    Ok(HttpResponse::Ok().content_type("application/x-ndjson").force_close().streaming(stream))
+    Ok(HttpResponse::Ok()
+        .content_type("application/x-ndjson")
+        .insert_header((KEEPALIVE_HEADER, keepalive.as_millis().to_string()))
+        .force_close()
+        .streaming(stream))
 }
 
 async fn health(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
@@ -812,3 +840,5 @@ async fn job_logs(
 
 #[cfg(test)]
 mod fuzz;
+#[cfg(test)]
+mod tests;

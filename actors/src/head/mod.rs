@@ -20,7 +20,7 @@ mod messages;
 mod metrics;
 mod store;
 
-pub use api::{serve, HeadServer, ServeError, ServeOptions};
+pub use api::{serve, HeadServer, ServeError, ServeOptions, EVENTS_KEEPALIVE_MS, KEEPALIVE_HEADER};
 pub use messages::*;
 pub use store::{StoreError, DATABASE};
 

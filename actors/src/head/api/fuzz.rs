@@ -4,14 +4,14 @@
 //! store) in process. None may panic, none may answer 5xx, and every error is a JSON object
 //! with an `error` string.
 
-use super::{input_limits, json_errors, routes, ApiState};
-use crate::head::store::Store;
+use super::tests::InProcess;
 use crate::paths::Tokens;
-use actix_web::{test, web, App};
+use actix_web::test;
 use ftdrive::HeadConfig;
 use rand_chacha::rand_core::{Rng as _, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
+use std::time::Duration;
 
 const CASES: u32 = 100_000;
 
@@ -166,24 +166,12 @@ fn request(rng: &mut Rng, tokens: &Tokens) -> test::TestRequest {
 
 #[actix_web::test]
 async fn no_request_panics_or_answers_anything_but_json_errors() {
-    // tmpfs where there is one: the few valid submissions are fsynced like any other.
-    let base = ["/dev/shm", "/tmp"].into_iter().find(|d| std::path::Path::new(d).is_dir()).expect("a temp dir");
-    let dir = tempfile::tempdir_in(base).unwrap();
-    let (commits_tx, commits) = tokio::sync::mpsc::unbounded_channel();
-    let (store, restored) = Store::open(dir.path(), move |commit| {
-        let _ = commits_tx.send(commit);
-    })
-    .unwrap();
-    let tokens = Tokens::random().unwrap();
     // Few jobs, so that listing them stays cheap; submissions past the bound are refused,
     // which is one more error path under test.
     let config = HeadConfig { max_jobs: 100, ..HeadConfig::default() };
-    let head = crate::head::start_actor(config, store, restored, 1, commits);
-    let (_closing, closing_rx) = tokio::sync::watch::channel(false);
-    let state = web::Data::new(ApiState::new(head, tokens.clone(), reqwest::Client::new(), None, closing_rx));
-    let app =
-        test::init_service(App::new().app_data(state).configure(input_limits).wrap(json_errors()).configure(routes))
-            .await;
+    let head = InProcess::start(config, Duration::from_millis(super::EVENTS_KEEPALIVE_MS));
+    let tokens = head.tokens.clone();
+    let app = test::init_service(head.app()).await;
     let mut rng = Rng(ChaCha8Rng::seed_from_u64(0x5EED));
     let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
     for case in 0..CASES {

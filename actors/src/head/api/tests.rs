@@ -1,0 +1,77 @@
+//! In-process tests of the API (the real routes, limits and error handlers over a real head
+//! actor and store, without the TCP server), and the setup they share with `fuzz.rs`.
+
+use super::{input_limits, json_errors, routes, ApiState, KEEPALIVE_HEADER};
+use crate::head::store::Store;
+use crate::paths::Tokens;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::{test, web, App};
+use ftdrive::HeadConfig;
+use std::time::Duration;
+
+/// A head actor and its store in a temp dir, and the state its routes are served with.
+pub(super) struct InProcess {
+    pub tokens: Tokens,
+    pub state: web::Data<ApiState>,
+    _dir: tempfile::TempDir,
+    /// Kept: once it is dropped the head counts as stopping, and event streams end.
+    _closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl InProcess {
+    pub fn start(config: HeadConfig, events_keepalive: Duration) -> InProcess {
+        // tmpfs where there is one: submissions are fsynced like any other.
+        let base = ["/dev/shm", "/tmp"].into_iter().find(|d| std::path::Path::new(d).is_dir()).expect("a temp dir");
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let (commits_tx, commits) = tokio::sync::mpsc::unbounded_channel();
+        let (store, restored) = Store::open(dir.path(), move |commit| {
+            let _ = commits_tx.send(commit);
+        })
+        .unwrap();
+        let tokens = Tokens::random().unwrap();
+        let head = crate::head::start_actor(config, store, restored, 1, commits);
+        let (closing, closing_rx) = tokio::sync::watch::channel(false);
+        let http = reqwest::Client::new();
+        let state = web::Data::new(ApiState::new(head, tokens.clone(), http, None, closing_rx, events_keepalive));
+        InProcess { tokens, state, _dir: dir, _closing: closing }
+    }
+
+    /// The application as the head serves it.
+    pub fn app(
+        &self,
+    ) -> App<
+        impl ServiceFactory<
+            ServiceRequest,
+            Config = (),
+            Response = ServiceResponse<impl MessageBody>,
+            Error = actix_web::Error,
+            InitError = (),
+        >,
+    > {
+        App::new().app_data(self.state.clone()).configure(input_limits).wrap(json_errors()).configure(routes)
+    }
+
+    pub fn get(&self, uri: &str) -> test::TestRequest {
+        let bearer = format!("Bearer {}", self.tokens.client);
+        test::TestRequest::get().uri(uri).insert_header(("authorization", bearer))
+    }
+}
+
+/// Without it a proxy's idle timeout cuts a quiet stream, and a follower of a head that
+/// stopped answering (SIGSTOP, a lost machine: no FIN ever comes) waits forever.
+#[actix_web::test]
+async fn a_quiet_event_stream_gets_a_blank_line_every_keepalive_interval() {
+    let head = InProcess::start(HeadConfig::default(), Duration::from_millis(50));
+    let app = test::init_service(head.app()).await;
+    let response = test::call_service(&app, head.get("/v1/events").to_request()).await;
+    assert!(response.status().is_success());
+    assert_eq!(response.headers().get(KEEPALIVE_HEADER).unwrap(), "50", "clients learn the interval");
+    let mut body = std::pin::pin!(response.into_body());
+    for _ in 0..3 {
+        let next = futures_util::future::poll_fn(|cx| body.as_mut().poll_next(cx));
+        let chunk = tokio::time::timeout(Duration::from_secs(10), next).await.expect("a keep-alive within 10 s");
+        let chunk = chunk.expect("the stream goes on").unwrap_or_else(|_| panic!("a readable chunk"));
+        assert_eq!(&chunk[..], b"\n");
+    }
+}
