@@ -161,6 +161,10 @@ pub struct HeadActor {
     /// After a stall of this process, timeouts wait until then, so that the heartbeats queued
     /// meanwhile are read before any node is declared DEAD.
     stalled_until: Option<Instant>,
+    /// When this process last noted that it runs (`note_awake`), and when it last deferred
+    /// timeouts for a stall.
+    last_awake: Instant,
+    last_deferral: Option<Instant>,
     /// A restarted head waits for its agents (DU-3); when that ends, followers of jobs still
     /// going get a fresh snapshot, since a reason they were shown may be stale.
     recovering: bool,
@@ -205,6 +209,8 @@ impl HeadActor {
             stopping: false,
             timer: None,
             stalled_until: None,
+            last_awake: Instant::from_ms(clock_base_ms),
+            last_deferral: None,
             recovering: restored,
         }
     }
@@ -491,31 +497,47 @@ impl HeadActor {
         }
         if let Some(at) = wanted {
             let delay = Duration::from_millis(at.ms_since(self.now()));
-            let handle = ctx.run_later(delay, move |act, ctx| act.timer_fired(at, ctx));
+            let handle = ctx.run_later(delay, |act, ctx| act.timer_fired(ctx));
             self.timer = Some((at, handle));
         }
     }
 
-    /// A timer due at `due` fired. Far later than due means this process was stalled
-    /// (stopped, starved, swapped): every agent's heartbeats from meanwhile sit unread in
-    /// their sockets, and expiring nodes now would declare a live fleet DEAD. So timeouts wait
-    /// one heartbeat interval while those are read; only nodes still silent then expire.
-    fn timer_fired(&mut self, due: Instant, ctx: &mut Context<Self>) {
+    /// The timer fired: unless this process was just stalled, timeouts are due.
+    fn timer_fired(&mut self, ctx: &mut Context<Self>) {
         self.timer = None;
+        self.note_awake(ctx);
         let now = self.now();
-        let interval_ms = self.head.config().heartbeat_interval_ms;
-        if self.stalled_until.is_none() && now.ms_since(due) > interval_ms {
-            tracing::warn!(
-                "the head was stalled for {} ms; reading agents' reports before any timeout",
-                now.ms_since(due)
-            );
-            self.stalled_until = Some(now.plus_ms(interval_ms));
+        if self.stalled_until.is_some_and(|until| now < until) {
             self.arm_timer(ctx);
             return;
         }
         self.stalled_until = None;
         self.head.handle_timeout(now);
         self.carry_out(ctx);
+    }
+
+    /// Run every quarter heartbeat interval, and when a timer fires. A gap since the last run
+    /// of over a heartbeat interval means this process was stalled (stopped, starved, swapped):
+    /// every agent's heartbeats from meanwhile sit unread in their sockets, and expiring nodes
+    /// now would declare a live fleet DEAD. So timeouts wait one heartbeat interval while those
+    /// are read; only nodes still silent then expire. A timer's own lateness is no measure: a
+    /// stall that began just after a heartbeat and lasted the node timeout ends when the nodes
+    /// fall due. At most one deferral per node timeout, so that a head stalling over and over
+    /// still declares a dead node DEAD.
+    fn note_awake(&mut self, ctx: &mut Context<Self>) {
+        let now = self.now();
+        let gap_ms = now.ms_since(self.last_awake);
+        self.last_awake = now;
+        let config = self.head.config();
+        let (interval_ms, timeout_ms) = (config.heartbeat_interval_ms, config.node_timeout_ms);
+        let deferred_lately = self.last_deferral.is_some_and(|at| now.ms_since(at) < timeout_ms);
+        if gap_ms <= interval_ms || deferred_lately {
+            return;
+        }
+        tracing::warn!("the head was stalled for {gap_ms} ms; reading agents' reports before any timeout");
+        self.stalled_until = Some(now.plus_ms(interval_ms));
+        self.last_deferral = Some(now);
+        self.arm_timer(ctx);
     }
 
     fn view(&self, job: &JobId) -> Option<JobView> {
@@ -532,6 +554,9 @@ impl Actor for HeadActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        self.last_awake = self.now();
+        let tick = Duration::from_millis(self.head.config().heartbeat_interval_ms / 4).max(Duration::from_millis(1));
+        ctx.run_interval(tick, |act, ctx| act.note_awake(ctx));
         self.carry_out(ctx);
     }
 }
