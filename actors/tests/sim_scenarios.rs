@@ -207,7 +207,7 @@ const EXPECTED: &[(&str, Expectation)] = &[
     }),
     // a loses both its nodes and waits for two: n5, which it holds, and n3, where b's survivor
     // runs. b loses n4, and its replacement can only go to n5. The hold does not bind b
-    // (HD-1): b returns on n5 and ends, then a takes n3 and n5. Bound, both wait for ever.
+    // (HO-1): b returns on n5 and ends, then a takes n3 and n5. Bound, both wait for ever.
     ("a_held_restoration_lets_the_job_it_waits_for_back", |r| {
         let replaced = r.replacements();
         assert_eq!(replaced, [("b/1", "n5"), ("a/0", "n3"), ("a/1", "n5")]);
@@ -660,4 +660,19 @@ fn a_swarm_reports_as_json_and_its_flags_are_refused_without_it() {
         assert!(stderr.contains(&format!("{} is for --swarm", flag[0])), "{stderr}");
     }
     assert_eq!(sim(&["--swarm", "--seeds", "0"]).status.code(), Some(2), "a swarm of no seed checks nothing");
+}
+
+/// `--print-scenario`'s standard output is the scenario file itself, as the README says to use
+/// it (`> case.json`, then `ftdrive sim case.json`); its summary goes to standard error.
+#[test]
+fn a_printed_swarm_case_saved_as_a_file_runs() {
+    let sim = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_ftdrive")).arg("sim").args(args).output().unwrap();
+    let printed = sim(&["--swarm", "--seeds", "1", "--start-seed", "5", "--print-scenario"]);
+    assert!(printed.status.success(), "{}", String::from_utf8_lossy(&printed.stderr));
+    assert!(String::from_utf8_lossy(&printed.stderr).contains("swarm: 1 seeds from 5, 0 failed"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("case.json");
+    std::fs::write(&file, &printed.stdout).unwrap();
+    let replayed = sim(&[file.to_str().unwrap()]);
+    assert!(replayed.status.success(), "{}", String::from_utf8_lossy(&replayed.stderr));
 }

@@ -21,7 +21,7 @@
 //! Backfill with aging: an item that cannot be placed does not stop lower items, unless it is
 //! *protected* — a replacement (always), or anything that has waited `starvation_ms`. A
 //! protected item holds every node it could use now; lower items may not take those, except a
-//! restoration of a job whose reservation it waits for (HD-1, in `policy`).
+//! restoration of a job whose reservation it waits for (HO-1, in `policy`).
 //! An item that fails keeps its key, hence its place. Infeasible groups (no node ever seen
 //! could hold a bundle) are reported at once and re-checked when a node joins. Why a feasible
 //! item still waits is worked out when a view asks (`waiting.rs`), never by a pass.

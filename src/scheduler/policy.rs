@@ -12,7 +12,7 @@
 //! that cannot be placed lets lower items use capacity unless it is *protected* — a replacement
 //! always, anything else once it has waited `starvation_ms` ([`is_protected`]); a protected
 //! item holds every node it could use now ([`Holds`]), but never from the restoration of a job
-//! whose reservation it waits for (HD-1).
+//! whose reservation it waits for (HO-1).
 //!
 //! A new queue rule belongs here; the recipe is in `docs/structure.md`.
 
@@ -90,7 +90,7 @@ pub fn is_protected(key: &QueueKey, now: Instant, starvation_ms: u64) -> bool {
 /// Capacity lower items must not take: every node a blocked, protected group could use, and
 /// single nodes set aside for the bundles of suspect nodes.
 ///
-/// HD-1: a hold never binds the restoration of a job that holds a reservation the held group
+/// HO-1: a hold never binds the restoration of a job that holds a reservation the held group
 /// could use once freed ([`Holds::binding`]). That job runs again, and so ends and frees what
 /// it holds, only once restored: holding its restoration back for a group that waits for its
 /// reservation would wait for ever (swarm seed 1997055).
@@ -137,7 +137,7 @@ impl Holds {
     }
 
     /// The holds that bind an item of `class` of the group `asker`: every one, except, for a
-    /// restoration, those of groups that wait for a reservation of the asker's (HD-1).
+    /// restoration, those of groups that wait for a reservation of the asker's (HO-1).
     pub fn binding<'a>(
         &'a self,
         asker: &PlacementGroup,
@@ -150,7 +150,7 @@ impl Holds {
     }
 }
 
-/// HD-1: is an item of `class` of the group `asker` free of the hold of the group `held`? Only
+/// HO-1: is an item of `class` of the group `asker` free of the hold of the group `held`? Only
 /// a restoration is, and only of a group that could use, once freed, a node where the asker has
 /// a reservation.
 pub fn hold_lifted(asker: &PlacementGroup, class: QueueClass, held: &PlacementGroup, cluster: &Cluster) -> bool {

@@ -513,7 +513,7 @@ fn a_strict_pack_group_s_node_is_not_shared_out_between_its_own_replacements() {
 fn a_held_restoration_does_not_hold_back_the_restoration_of_a_job_it_waits_for() {
     // Swarm seed 1997055, in its general form: a job waiting to be restored held the only free
     // node, while what it waited for was the reservation of a job whose own restoration wanted
-    // that node. Neither could move (HD-1).
+    // that node. Neither could move (HO-1).
     let mut s = sched();
     let pool = [("pool", "p")];
     let lost: Vec<NodeIx> = ["a1", "a2"].iter().map(|n| join(&mut s, n, 1, &pool)).collect();

@@ -2,7 +2,7 @@
 
 use super::args::{Output, SimArgs};
 use super::error::{CliError, Outcome};
-use super::out;
+use super::out::{self, Progress};
 use ftdrive::sim::swarm::{self, SeedResult};
 use ftdrive::sim::{summary, Scenario, SimOptions, Simulation};
 use std::fmt::Write;
@@ -67,6 +67,8 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
     let (start, seeds) = (args.start_seed.unwrap_or(0), args.seeds.unwrap_or(DEFAULT_SEEDS));
     let end = start.checked_add(seeds).ok_or_else(|| CliError::BadInput("--start-seed + --seeds overflows".into()))?;
     let json = args.output == Output::Json;
+    // With `--print-scenario` standard output is the scenario file: `> case.json` must run.
+    let report = if args.print_scenario { Progress::Stderr } else { Progress::Stdout };
     let (mut failed, mut steps, mut failures) = (0u64, 0u64, Vec::new());
     for seed in start..end {
         if args.print_scenario {
@@ -83,7 +85,7 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
             if json {
                 failures.push(serde_json::json!({"seed": seed, "violations": result.violations}));
             } else {
-                out::text(&failure_report(&result, args.check_determinism))?;
+                report.text(&failure_report(&result, args.check_determinism))?;
             }
         }
     }
@@ -91,9 +93,9 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
         let summary = serde_json::json!({
             "seeds": seeds, "start_seed": start, "failed": failed, "steps": steps, "failures": failures,
         });
-        out::json(&summary)?;
+        report.line(&serde_json::to_string_pretty(&summary).expect("a summary serializes"))?;
     } else {
-        out::line(&format!("swarm: {seeds} seeds from {start}, {failed} failed, {steps} steps in all"))?;
+        report.line(&format!("swarm: {seeds} seeds from {start}, {failed} failed, {steps} steps in all"))?;
     }
     Ok(if failed == 0 { Outcome::Done } else { Outcome::Failed })
 }
