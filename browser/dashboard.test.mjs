@@ -48,6 +48,8 @@ function settings() {
     screenshot: path.resolve(process.env.FTDRIVE_SCREENSHOT || 'dashboard.png'),
     chromium: process.env.FTDRIVE_CHROMIUM || '/usr/bin/chromium',
     endWaitMs: Number(process.env.FTDRIVE_END_WAIT_MS || 60_000),
+    // The head's process id, to stop it for a moment: the page must notice its silence.
+    headPid: Number(process.env.FTDRIVE_HEAD_PID || 0),
   };
 }
 
@@ -203,6 +205,29 @@ async function checkNodes(page, lostNode) {
   ok('the browser\'s back button returns to the job page');
 }
 
+async function liveStatus(page, status, what) {
+  await page.waitForFunction(
+    (want) => document.querySelector('#live')?.dataset.status === want,
+    status,
+    { timeout: STEP_TIMEOUT_MS, polling: 100 },
+  ).catch(() => fail(`${what}: the live indicator never said ${status}`));
+}
+
+// A stopped head keeps its connections open and sends nothing, not even its keep-alive line:
+// the page must say it is reconnecting, not Live, and follow again once the head resumes.
+async function checkSilentHead(page, s) {
+  await liveStatus(page, 'live', 'before the head stops');
+  process.kill(s.headPid, 'SIGSTOP');
+  try {
+    await liveStatus(page, 'reconnecting', 'while the head is stopped');
+  } finally {
+    process.kill(s.headPid, 'SIGCONT');
+  }
+  ok('a stopped head is noticed: the page says it is reconnecting');
+  await liveStatus(page, 'live', 'once the head resumes');
+  ok('the page follows again once the head resumes');
+}
+
 async function waitForTheEnd(page, s) {
   // A value only this page load holds: a reload would lose it.
   await page.evaluate(() => { window.ftdriveTestMarker = 'still the same page'; });
@@ -245,6 +270,7 @@ async function run(s) {
     await page.screenshot({ path: s.screenshot, fullPage: true });
     ok(`saved a full-page screenshot to ${s.screenshot}`);
     await checkNodes(page, node);
+    if (s.headPid) await checkSilentHead(page, s);
     await waitForTheEnd(page, s);
     const final = s.screenshot.replace(/(\.png)?$/i, '-succeeded.png');
     await page.screenshot({ path: final, fullPage: true });

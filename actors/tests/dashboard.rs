@@ -74,6 +74,7 @@ fn run_browser_test(root: &Path, c: &Cluster, jobs: [&str; 2], screenshot: &Path
         .env("FTDRIVE_WAITING_JOB", waiting)
         .env("FTDRIVE_SCREENSHOT", screenshot)
         .env("FTDRIVE_CHROMIUM", chromium)
+        .env("FTDRIVE_HEAD_PID", c.head.id().to_string())
         .spawn()
         .expect("node starts");
     let start = Instant::now();
@@ -98,7 +99,8 @@ fn the_dashboard_shows_a_recovered_job_and_follows_it_live_to_its_end() {
         skip_unless_required(&why);
         return;
     }
-    let mut c = Cluster::start(&["n1", "n2", "n3", "n4"]);
+    // A short keep-alive, so that the page notices a stopped head within a second.
+    let mut c = Cluster::start_with(&["n1", "n2", "n3", "n4"], &["--events-keepalive-ms", "300"]);
     let spec = c.spec("dashboard", json!({"command": ["sh", "-c", LONG_THEN_TWENTY], "min_nodes": 3, "max_nodes": 3}));
     let id = c.submit_no_wait(&spec);
     let job = c.wait_for_job(&id, "three ranks run", |j| running(j, 3));

@@ -147,6 +147,37 @@ fn a_follower_is_told_why_its_job_waits_once_the_heads_recovery_ends() {
     assert!(!reasons.last().unwrap().contains("agents to report"), "{stdout}");
 }
 
+/// A head that stops answering without closing its connections (SIGSTOP here; a machine that
+/// is gone alike) sends no keep-alive line: the follower takes three silent intervals as a lost
+/// head and rides it out as it does a restart, where it waited for ever before.
+#[test]
+fn a_follower_of_a_silent_head_takes_it_as_lost_and_follows_again_once_it_answers() {
+    let c = Cluster::start_with(&["n1"], &["--events-keepalive-ms", "300"]);
+    let id = c.submit_no_wait(&c.spec("quiet", json!({"command": ["sleep", "600"], "min_nodes": 1, "max_nodes": 1})));
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let (out, err) = (c.dir.path().join("follower.out"), c.dir.path().join("follower.err"));
+    let mut follower = c.command();
+    follower.args(["status", &id, "--follow"]);
+    follower.stdout(std::fs::File::create(&out).unwrap()).stderr(std::fs::File::create(&err).unwrap());
+    let mut follower = Ended(follower.spawn().unwrap());
+    c.wait_until("the follower has the job", |_| std::fs::read_to_string(&out).is_ok_and(|t| !t.is_empty()));
+    let head = c.head.id() as i32;
+    // SAFETY: signalling the head process this test started.
+    unsafe { libc::kill(head, libc::SIGSTOP) };
+    let noticed = std::panic::catch_unwind(|| {
+        let said = |text: &str| std::fs::read_to_string(&err).is_ok_and(|t| t.contains(text));
+        c.wait_until("the follower notices the silence", |_| said("sent nothing for 0.9 s"));
+    });
+    // SAFETY: as above.
+    unsafe { libc::kill(head, libc::SIGCONT) };
+    noticed.unwrap();
+    let said = |text: &str| std::fs::read_to_string(&err).is_ok_and(|t| t.contains(text));
+    c.wait_until("the follower follows again", |_| said("the head answered again"));
+    c.ftdrive(&["stop", &id]);
+    let (code, _, _) = output_within(&mut follower, WAIT);
+    assert_eq!(code, Some(3), "the follower saw the job stopped: {}", std::fs::read_to_string(&err).unwrap());
+}
+
 /// The child's exit code and output, once it ends (within `limit`).
 fn output_within(child: &mut Ended, limit: Duration) -> (Option<i32>, String, String) {
     let start = Instant::now();

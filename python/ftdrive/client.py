@@ -30,6 +30,10 @@ from .spec import JobSpec
 
 #: How long ``events(follow=False)`` waits for the next line before it stops.
 PAUSE_S = 0.25
+#: A head sends a blank line whenever an event stream was quiet for the interval it names in
+#: this header; this many such intervals without a byte mean it is stopped or cut off.
+KEEPALIVE_HEADER = "x-ftdrive-keepalive-ms"
+KEEPALIVES_MISSED = 3
 #: How long ``wait`` and a followed log ask again a head that cannot be reached (restarting,
 #: say) before giving up.
 HEAD_RETURN_TIMEOUT_S = 120.0
@@ -143,12 +147,13 @@ class Client:
         For one job, the first line is a ``snapshot`` of it; the stream ends when the job
         ends (with a last snapshot). Without ``job``, every event of the cluster, for as long
         as the caller reads. ``follow=False`` stops at the first pause in the stream (the lines
-        the head has ready now); ``idle_timeout`` stops once no line arrived for that long.
+        the head has ready now); ``idle_timeout`` stops once no event arrived for that long.
 
         The stream is open when this returns (an unknown job or a refused token raise here),
         so every event from then on is in it. Closing the iterator closes the connection. A
-        stream the head ends otherwise (it is stopping or restarting; the jobs run on) raises
-        :class:`HeadUnreachableError`: call ``events`` again once it is back."""
+        stream the head ends otherwise (it is stopping or restarting; the jobs run on), or one
+        silent for three of the keep-alive intervals the head names (a stopped head, a lost
+        network), raises :class:`HeadUnreachableError`: call ``events`` again once it is back."""
         path = f"/v1/jobs/{_seg(job)}/events" if job else "/v1/events"
         idle = PAUSE_S if not follow and idle_timeout is None else idle_timeout
         conn, response, sock = self._open("GET", path)
@@ -164,16 +169,27 @@ class Client:
     ) -> Generator[Event, None, None]:
         # A job's stream ends on its final snapshot; any other end is the head's going away.
         finished = False
+        silence = _silence_limit(response.getheader(KEEPALIVE_HEADER))
+        last_event = time.monotonic()
         try:
-            # The response's own socket: the connection lets go of it when the head says it
-            # closes the connection after the stream, as it does.
-            if sock is not None:
-                sock.settimeout(idle)
             while True:
+                # The response's own socket: the connection lets go of it when the head says it
+                # closes the connection after the stream, as it does.
+                idle_left = None if idle is None else last_event + idle - time.monotonic()
+                if idle_left is not None and idle_left <= 0:
+                    return  # keep-alives came, but no event for `idle`
+                waits = [w for w in (idle_left, silence) if w is not None]
+                if sock is not None:
+                    sock.settimeout(min(waits) if waits else None)
                 try:
                     line = response.readline()
                 except (socket.timeout, TimeoutError):
-                    return
+                    if idle is not None and time.monotonic() - last_event >= idle:
+                        return
+                    raise HeadUnreachableError(
+                        f"the head at {self.base_url} sent nothing for {silence:g} s, not even the keep-alive it "
+                        "sends when quiet: is it stopped, or cut off? follow again once it answers"
+                    ) from None
                 except (OSError, http.client.HTTPException) as e:
                     raise HeadUnreachableError(f"lost the head's event stream at {self.base_url}: {e}") from e
                 if not line:
@@ -184,9 +200,10 @@ class Client:
                         "and the jobs run on; follow again once it is back"
                     )
                 text = line.decode("utf-8", errors="replace").strip()
-                if text:
+                if text:  # a blank line is a keep-alive
                     event = Event.from_json(_parse(text, path))
                     finished = event.job is not None and event.job.is_terminal
+                    last_event = time.monotonic()
                     yield event
         finally:
             conn.close()
@@ -404,6 +421,16 @@ class Client:
         finally:
             conn.close()
         raise ApiError(response.status, _error_message(text, response.status), method, path.split("?")[0])
+
+
+def _silence_limit(keepalive_ms: Optional[str]) -> Optional[float]:
+    """Seconds of silence after which an event stream is taken as lost; ``None`` when the head
+    names no keep-alive interval (it then sends none, and its silence tells nothing)."""
+    try:
+        interval_ms = int(keepalive_ms or "")
+    except ValueError:
+        return None
+    return KEEPALIVES_MISSED * interval_ms / 1000 if interval_ms > 0 else None
 
 
 class HeadAway:

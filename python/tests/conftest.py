@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import pytest
 
@@ -141,9 +141,11 @@ class Cluster:
         finally:
             log.close()
 
-    def start_head(self, tls: Optional[Tuple[Path, Path, Path]] = None, listen: str = "127.0.0.1:0") -> None:
+    def start_head(
+        self, tls: Optional[Tuple[Path, Path, Path]] = None, listen: str = "127.0.0.1:0", extra: Sequence[str] = ()
+    ) -> None:
         """Starts the head; with ``tls`` (CA, certificate, key) it serves https itself."""
-        args = ["head", "--listen", listen, "--heartbeat-interval-ms", "200", "--node-timeout-ms", "1000"]
+        args = ["head", "--listen", listen, "--heartbeat-interval-ms", "200", "--node-timeout-ms", "1000", *extra]
         self.tls = tls
         if tls is not None:
             args += ["--tls-cert", str(tls[1]), "--tls-key", str(tls[2])]

@@ -4,13 +4,14 @@ and bad input answered with the head's own message while nothing changes."""
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 import threading
 from pathlib import Path
 from typing import List
 
 import pytest
-from conftest import Cluster, wait_for
+from conftest import WAIT_S, Cluster, wait_for
 
 from ftdrive import (
     ApiError,
@@ -171,6 +172,31 @@ def test_a_quiet_job_is_followed_past_the_request_timeout_and_idle_timeout_is_ke
     assert last.event == "snapshot" and last.job is not None and last.job.state == "SUCCEEDED", [
         e.event for e in events
     ]
+
+
+def test_a_silent_head_is_told_from_a_quiet_one(tmp_path: Path) -> None:
+    # A quiet head sends a keep-alive line, which is not an event: idle_timeout still ends a
+    # stream with no event. A stopped head (SIGSTOP: its connections stay open) sends nothing,
+    # and its stream raises instead of waiting for ever.
+    head = Cluster(tmp_path)
+    try:
+        head.start_head(extra=["--events-keepalive-ms", "200"])
+        assert head.head is not None
+        client = head.client()
+        found: List[List[Event]] = []
+        reader = threading.Thread(target=lambda: found.append(list(client.events(idle_timeout=1.0))), daemon=True)
+        reader.start()
+        reader.join(WAIT_S)
+        assert found == [[]], "keep-alives were taken for events: idle_timeout was not kept"
+        stream = client.events()
+        head.head.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(HeadUnreachableError, match="sent nothing for 0.6 s"):
+                next(stream)
+        finally:
+            head.head.send_signal(signal.SIGCONT)
+    finally:
+        head.stop()
 
 
 def test_events_of_the_cluster(cluster: Cluster) -> None:

@@ -953,7 +953,7 @@ async function followLoop(signal) {
       setLive('live');
       delay = 1000;
       scheduleRefresh(0); // catch up with whatever happened while disconnected
-      await readLines(response.body, onEventLine);
+      await readLines(response.body, onEventLine, silenceLimitMs(response));
     } catch (error) {
       if (signal.aborted) return;
     }
@@ -963,12 +963,21 @@ async function followLoop(signal) {
   }
 }
 
-async function readLines(body, onLine) {
+// The head sends a blank line whenever the stream was quiet for the interval it names; three
+// such intervals without a byte mean it is stopped or cut off (its connection stays open).
+const KEEPALIVES_MISSED = 3;
+
+function silenceLimitMs(response) {
+  const interval = Number(response.headers.get('x-ftdrive-keepalive-ms'));
+  return Number.isFinite(interval) && interval > 0 ? interval * KEEPALIVES_MISSED : null;
+}
+
+async function readLines(body, onLine, silenceMs) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
   let buffer = '';
   for (;;) {
-    const { value, done } = await reader.read();
+    const { value, done } = await readWithin(reader, silenceMs);
     if (done) return;
     buffer += decoder.decode(value, { stream: true });
     let newline;
@@ -978,6 +987,19 @@ async function readLines(body, onLine) {
       if (line) onLine(line);
     }
   }
+}
+
+// The next read, or an error once `ms` pass without one (the connection is then closed).
+function readWithin(reader, ms) {
+  if (ms === null) return reader.read();
+  let timer;
+  const silence = new Promise((_, reject) => {
+    timer = setTimeout(() => {
+      reader.cancel().catch(() => {});
+      reject(new Error('the head went silent'));
+    }, ms);
+  });
+  return Promise.race([reader.read(), silence]).finally(() => clearTimeout(timer));
 }
 
 function onEventLine(line) {
