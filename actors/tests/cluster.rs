@@ -511,6 +511,11 @@ fn requests_without_the_token_get_401_and_change_nothing() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("refused the token from $FTDRIVE_TOKEN: it is not its client token"), "{said}");
     assert!(said.contains("set $FTDRIVE_TOKEN to the contents of the `token` file"), "says how to fix: {said}");
+    // The agent token given for the client's is named as such.
+    let out = c.command().env("FTDRIVE_TOKEN", c.agent_token()).args(["status"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("it is its agent token, which opens only the agent channel"), "{said}");
     // A stale token file (a head started anew elsewhere) is named as such.
     let stale = tempfile::tempdir().unwrap();
     std::fs::write(stale.path().join("token"), "stale").unwrap();

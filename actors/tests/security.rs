@@ -62,15 +62,18 @@ fn each_credential_opens_only_its_own_door() {
     assert_ne!(client, agent);
     for (method, path, body) in CLIENT_ROUTES {
         let (status, error) = status_and_json(&http(&c.url, method, path, Some(&agent), body));
-        assert_eq!(status, 403, "{method} {path} with the agent token: {error}");
+        // A wrong credential, as DESIGN §11 has it: 401, naming the credential the route takes
+        // and the one presented.
+        assert_eq!(status, 401, "{method} {path} with the agent token: {error}");
         assert!(error["error"].as_str().unwrap().contains("client token"), "{error}");
+        assert_eq!(error["presented"], "agent_token", "{error}");
         let (status, error) = status_and_json(&http(&c.url, method, path, None, body));
         assert_eq!(status, 401, "{method} {path} with no token: {error}");
     }
     assert_eq!(c.ftdrive(&["status", "--output", "json"]).trim(), "[]", "the refused submission changed nothing");
     assert_eq!(c.nodes_json()[0]["state"], "ALIVE", "the refused drain changed nothing");
 
-    assert_eq!(agent_channel_status(&c.url, &client), 403, "the client token cannot open the agent channel");
+    assert_eq!(agent_channel_status(&c.url, &client), 401, "the client token cannot open the agent channel");
     assert_eq!(agent_channel_status(&c.url, "wrong"), 401);
     assert_eq!(agent_channel_status(&c.url, &agent), 101, "the agent token can");
 }
@@ -590,7 +593,7 @@ fn an_agent_with_a_wrong_token_says_which_credential_the_head_refused() {
         said[0]
     );
     assert!(
-        said[1].contains("(403 Forbidden): that is its client token; an agent presents the agent token"),
+        said[1].contains("(401 Unauthorized): that is its client token; an agent presents the agent token"),
         "{}",
         said[1]
     );

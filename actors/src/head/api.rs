@@ -417,8 +417,8 @@ fn error_text(status: StatusCode, said: &[u8]) -> String {
 
 // ---- auth -----------------------------------------------------------------------------
 
-/// Present on a request that carries the client token. Without it: 401 (403 for the agent
-/// token), and nothing else happens.
+/// Present on a request that carries the client token. Without it: 401, and nothing else
+/// happens.
 pub(super) struct Authorized;
 
 /// Present on a request that carries the agent token: the agent channel's only way in.
@@ -439,7 +439,24 @@ impl Credential {
         }
     }
 
-    /// What to tell a caller who did not present this credential.
+    /// The name a refusal gives the credential a caller presented in its place (`presented`).
+    fn name(self) -> &'static str {
+        match self {
+            Credential::Client => "client_token",
+            Credential::Agent => "agent_token",
+        }
+    }
+
+    fn other(self) -> Credential {
+        match self {
+            Credential::Client => Credential::Agent,
+            Credential::Agent => Credential::Client,
+        }
+    }
+
+    /// What to tell a caller who did not present this credential: 401, as for any wrong
+    /// credential (DESIGN §11), saying which one the route takes, and with `presented` naming
+    /// the other credential when that is what came, so that a client can say so.
     fn refusal(self, presented_the_other: bool) -> HttpResponse {
         let message = match (self, presented_the_other) {
             (Credential::Client, false) => "this route takes the client token: set $FTDRIVE_TOKEN or use the `token` file in the head's state dir",
@@ -447,12 +464,11 @@ impl Credential {
             (Credential::Agent, false) => "the agent channel takes the agent token: set $FTDRIVE_AGENT_TOKEN or use the `agent-token` file in the head's state dir",
             (Credential::Agent, true) => "the client token cannot open the agent channel; agents use the agent token ($FTDRIVE_AGENT_TOKEN or the `agent-token` file in the head's state dir)",
         };
-        let body = serde_json::json!({ "error": message });
+        let mut body = serde_json::json!({ "error": message });
         if presented_the_other {
-            HttpResponse::Forbidden().json(body)
-        } else {
-            HttpResponse::Unauthorized().json(body)
+            body["presented"] = self.other().name().into();
         }
+        HttpResponse::Unauthorized().json(body)
     }
 
     fn check(self, req: &HttpRequest) -> Result<(), actix_web::Error> {

@@ -43,9 +43,9 @@ pub async fn maintain(
                 if let Some(unreadable) = e.downcast_ref::<Unreadable>() {
                     // The head was not asked: the token is to fix here.
                     tracing::warn!("{}; retrying", unreadable.0);
-                } else if let Some(status) = refused(&*e) {
+                } else if let Some(refusal) = refused(&*e) {
                     // Reached, and refused: a credential to fix, not a network to wait for.
-                    tracing::warn!("the head at {head_url} {}; retrying", refusal(&credential, status));
+                    tracing::warn!("the head at {head_url} {}; retrying", refusal.tell(&credential));
                 } else {
                     match crate::tls::diagnose("the head", &head_url, &*e, &trust).await {
                         Some(why) => tracing::warn!("cannot reach the head: {why}; retrying"),
@@ -61,30 +61,39 @@ pub async fn maintain(
     }
 }
 
-/// What the head's 401 or 403 says about the token presented, and how to give the right one.
-fn refusal(credential: &Credential, status: tokio_tungstenite::tungstenite::http::StatusCode) -> String {
-    let from = credential.source("FTDRIVE_AGENT_TOKEN");
-    if status == tokio_tungstenite::tungstenite::http::StatusCode::FORBIDDEN {
-        return format!(
-            "refused the token from {from} ({status}): that is its client token; an agent presents the agent token \
-             (the `agent-token` file in the head's state dir)"
-        );
+/// The head's 401 to the WebSocket upgrade: its status, and whether it says the token came
+/// from the wrong drawer (`presented` names the client token).
+struct Refusal {
+    status: tokio_tungstenite::tungstenite::http::StatusCode,
+    client_token: bool,
+}
+
+impl Refusal {
+    /// What the refusal says about the token presented, and how to give the right one.
+    fn tell(&self, credential: &Credential) -> String {
+        let (status, from) = (self.status, credential.source("FTDRIVE_AGENT_TOKEN"));
+        if self.client_token {
+            return format!(
+                "refused the token from {from} ({status}): that is its client token; an agent presents the agent \
+                 token (the `agent-token` file in the head's state dir)"
+            );
+        }
+        let fix = match credential {
+            Credential::Given(_) => {
+                "set $FTDRIVE_AGENT_TOKEN to the contents of the `agent-token` file in the head's state dir, or \
+                 unset it to read that file from --state-dir"
+            }
+            Credential::Stdin(_) => {
+                "give the agent standard input from the `agent-token` file in the head's state dir, or drop \
+                 --agent-token-stdin to read that file from --state-dir"
+            }
+            Credential::File(_) => {
+                "that file is another head's: point --state-dir at this head's, or set $FTDRIVE_AGENT_TOKEN to \
+                 the contents of its `agent-token` file"
+            }
+        };
+        format!("refused the agent token from {from} ({status}): it is not its agent token; {fix}")
     }
-    let fix = match credential {
-        Credential::Given(_) => {
-            "set $FTDRIVE_AGENT_TOKEN to the contents of the `agent-token` file in the head's state dir, or \
-             unset it to read that file from --state-dir"
-        }
-        Credential::Stdin(_) => {
-            "give the agent standard input from the `agent-token` file in the head's state dir, or drop \
-             --agent-token-stdin to read that file from --state-dir"
-        }
-        Credential::File(_) => {
-            "that file is another head's: point --state-dir at this head's, or set $FTDRIVE_AGENT_TOKEN to \
-             the contents of its `agent-token` file"
-        }
-    };
-    format!("refused the agent token from {from} ({status}): it is not its agent token; {fix}")
 }
 
 /// The credential could not be read: nothing was sent.
@@ -99,11 +108,14 @@ impl std::fmt::Display for Unreadable {
 
 impl std::error::Error for Unreadable {}
 
-/// The head's 401 or 403 to the WebSocket upgrade, if that is what `e` is.
-fn refused(e: &(dyn std::error::Error + 'static)) -> Option<tokio_tungstenite::tungstenite::http::StatusCode> {
+/// The head's 401 (or, from an older head, 403) to the WebSocket upgrade, if that is what `e` is.
+fn refused(e: &(dyn std::error::Error + 'static)) -> Option<Refusal> {
     match e.downcast_ref::<tokio_tungstenite::tungstenite::Error>()? {
         tokio_tungstenite::tungstenite::Error::Http(response) if matches!(response.status().as_u16(), 401 | 403) => {
-            Some(response.status())
+            let said: serde_json::Value =
+                response.body().as_deref().and_then(|body| serde_json::from_slice(body).ok()).unwrap_or_default();
+            let client_token = said["presented"] == "client_token" || response.status().as_u16() == 403;
+            Some(Refusal { status: response.status(), client_token })
         }
         _ => None,
     }
