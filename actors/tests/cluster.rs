@@ -1411,3 +1411,38 @@ fn a_disk_that_fills_up_is_found_before_a_start_fails_on_it() {
     std::fs::remove_dir(&probe).unwrap();
     c.wait_for_job(&id, "it runs once n1 is well", |j| j["state"] == "SUCCEEDED");
 }
+
+/// A closed standard error (`ftdrive head 2>&1 | tee log` with `tee` gone; a command whose
+/// error reader went away) ends no process: writing a log line or an error to it panicked, and
+/// the head aborted on its next log line, the CLI on its error (exit 134).
+#[test]
+fn a_closed_standard_error_ends_no_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut head = head_command(dir.path(), "127.0.0.1:0", &[]);
+    head.env("FTDRIVE_LOG", "info").stderr(Stdio::piped());
+    let mut head = Ended(head.spawn().unwrap());
+    drop(head.0.stderr.take()); // the reader is gone
+    let url = wait_for_url(dir.path());
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_ftdrive"));
+    agent.args(["node", "--head", &url, "--name", "n1", "--resources", "cpu=1", "--addr", "127.0.0.1"]);
+    agent.arg("--state-dir").arg(dir.path()).env("FTDRIVE_LOG", "info").stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut agent = Ended(agent.spawn().unwrap());
+    drop(agent.0.stderr.take());
+    let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
+    let start = Instant::now();
+    // The head logs the registration, the agent its welcome: both must live through it.
+    while !http(&url, "GET", "/v1/nodes", Some(token.trim()), "").contains("\"ALIVE\"") {
+        assert!(start.elapsed() < WAIT, "the node did not register");
+        assert!(head.0.try_wait().unwrap().is_none(), "the head ended");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(head.0.try_wait().unwrap().is_none(), "the head lives on");
+    assert!(agent.0.try_wait().unwrap().is_none(), "the agent lives on");
+
+    let mut refused = Command::new(env!("CARGO_BIN_EXE_ftdrive"));
+    refused.args(["submit", "/nonexistent/job.json"]).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut refused = refused.spawn().unwrap();
+    drop(refused.stderr.take());
+    assert_eq!(refused.wait().unwrap().code(), Some(2), "a missing file is bad input, said or not");
+}

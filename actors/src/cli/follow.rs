@@ -162,19 +162,19 @@ async fn on_signal(
     match (on_interrupt, *signals) {
         (OnInterrupt::Detach, _) => Ok(Some(detached(job))),
         (OnInterrupt::StopJob, 1) => {
-            eprintln!("\nstopping {job} (the local cluster ends with this command; again to kill it now)…");
+            crate::note!("\nstopping {job} (the local cluster ends with this command; again to kill it now)…");
             let _: Value = client.post(&format!("/v1/jobs/{job}/stop"), Value::Null).await?;
             Ok(None)
         }
         (OnInterrupt::StopJob, _) => {
-            eprintln!("\nkilling what is left of {job} now");
+            crate::note!("\nkilling what is left of {job} now");
             Ok(Some(Outcome::Stopped))
         }
     }
 }
 
 fn detached(job: &str) -> Outcome {
-    eprintln!(
+    crate::note!(
         "\ndetached from {job}; it keeps running.\n  follow: ftdrive status {job} --follow\n  stop:   ftdrive stop {job}"
     );
     Outcome::Detached

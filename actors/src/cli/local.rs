@@ -35,7 +35,7 @@ pub async fn run(spec: JobSpec, args: &SubmitArgs) -> Result<Outcome, CliError> 
     let cluster = LocalCluster::start(&dir, nodes, job_number)
         .await
         .map_err(|e| CliError::Failed(format!("cannot start the local cluster: {e}")))?;
-    eprintln!(
+    crate::note!(
         "local cluster: head {} with {nodes} node(s); state and logs in {}",
         cluster.client.base(),
         dir.display()
@@ -99,10 +99,10 @@ fn sweep_old_runs() {
     let parent = runs_dir();
     let swept = local_runs::sweep(&parent, std::time::SystemTime::now());
     for problem in &swept.problems {
-        eprintln!("local cluster: {problem}");
+        crate::note!("local cluster: {problem}");
     }
     if swept.runs > 0 {
-        eprintln!(
+        crate::note!(
             "local cluster: deleted {} old run(s) in {} ({} MiB): runs are kept {} hours after their last write, and \
              the {} newest whatever their age",
             swept.runs,

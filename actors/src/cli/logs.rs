@@ -28,7 +28,7 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
             // Followed to the job's end, which came before any start: its outcome, as any
             // follower's (a job stopped while PENDING is 3, not 1).
             Err(why) if args.follow && view.state.is_terminal() => {
-                eprintln!("ftdrive: {why}");
+                crate::note!("ftdrive: {why}");
                 return Ok(super::follow::outcome(view.state));
             }
             Err(why) => return Err(CliError::Failed(why.to_string())),
@@ -71,7 +71,7 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
                 Ok(attempt) => followed.push((actor, attempt)),
                 // Of several actors, one whose machine is gone does not hide the others'.
                 Err(CliError::Failed(why) | CliError::Unavailable(why)) if headers => {
-                    eprintln!("ftdrive: {}/{actor}: {why}", view.id);
+                    crate::note!("ftdrive: {}/{actor}: {why}", view.id);
                     unread.push(format!("{}/{actor}", view.id));
                 }
                 Err(other) => return Err(other),
@@ -115,9 +115,11 @@ async fn followed_outcome(client: &Client, view: &JobView, followed: &[(u32, u32
         if let Some(ends) = ends {
             let failed: Vec<&LedgerEntry> = ends.into_iter().filter(|e| e.cause != Cause::Completed).collect();
             for end in &failed {
-                eprintln!(
+                crate::note!(
                     "ftdrive: {} attempt {} ended {}; the job goes on (follow it again for the next attempt)",
-                    end.actor, end.attempt, end.cause
+                    end.actor,
+                    end.attempt,
+                    end.cause
                 );
             }
             return Ok(if failed.is_empty() { Outcome::Done } else { Outcome::Failed });
@@ -180,7 +182,7 @@ fn reached(view: &JobView, actors: Vec<u32>, attempt: Option<u32>) -> Result<Vec
     if !short.is_empty() {
         // Attempts are numbered per actor: say who is left out rather than leave it unsaid.
         let names: Vec<String> = short.iter().map(|a| format!("{}/{a} ({})", view.id, latest(a))).collect();
-        eprintln!("ftdrive: no attempt {attempt} of {} (latest attempt in brackets)", names.join(", "));
+        crate::note!("ftdrive: no attempt {attempt} of {} (latest attempt in brackets)", names.join(", "));
     }
     Ok(reached)
 }

@@ -38,7 +38,7 @@ pub fn run() -> i32 {
     let result = dispatch(cli.command);
     match &result {
         Err(CliError::ReaderGone) | Ok(_) => {}
-        Err(err) => eprintln!("ftdrive: {err}"),
+        Err(err) => crate::note!("ftdrive: {err}"),
     }
     exit_code(&result)
 }
@@ -143,7 +143,8 @@ fn server_tls(args: &args::ServeTls) -> Result<Option<std::sync::Arc<rustls::Ser
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FTDRIVE_LOG").unwrap_or_else(|_| "info".into());
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(|| crate::QuietStderr).try_init();
 }
 
 #[cfg(test)]

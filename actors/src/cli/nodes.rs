@@ -14,7 +14,7 @@ pub fn run(args: OutputArgs) -> Result<Outcome, CliError> {
         let health: serde_json::Value = client.get("/v1/health").await?;
         if health["recovering"] == true {
             // The states below are as the head last wrote them down, not yet heard again.
-            eprintln!(
+            crate::note!(
                 "note: the head restarted and is waiting for its nodes to report (at most its node timeout); \
                  a node shown ALIVE may not have reported yet"
             );

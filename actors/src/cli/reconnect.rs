@@ -31,7 +31,7 @@ where
         CliError::Unreachable(e) => format!("lost the head ({})", e.lines().next().unwrap_or_default()),
         other => other.to_string(),
     };
-    eprintln!("ftdrive: {why}; trying again for up to {timeout_s} s, the job runs on");
+    crate::note!("ftdrive: {why}; trying again for up to {timeout_s} s, the job runs on");
     let start = Instant::now();
     let mut pause = Duration::from_millis(FIRST_PAUSE_MS);
     loop {
@@ -45,7 +45,7 @@ where
             }
             answer => {
                 if answer.is_ok() {
-                    eprintln!("ftdrive: the head answered again after {:.1} s", start.elapsed().as_secs_f64());
+                    crate::note!("ftdrive: the head answered again after {:.1} s", start.elapsed().as_secs_f64());
                 }
                 return answer;
             }

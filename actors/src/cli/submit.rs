@@ -105,12 +105,12 @@ pub async fn follow_submitted(
         }
         // Accepted, but it will wait until the cluster changes: a script should not find out later.
         if let Some(why) = &view.infeasible {
-            eprintln!("ftdrive: {} waits: {why}", view.id);
+            crate::note!("ftdrive: {} waits: {why}", view.id);
         }
         return Ok(Outcome::Done);
     }
-    eprintln!("submitted {} ({}) to {}", view.id, view.name, client.base());
-    eprintln!("dashboard: {}/#/jobs/{}", client.base(), view.id);
+    crate::note!("submitted {} ({}) to {}", view.id, view.name, client.base());
+    crate::note!("dashboard: {}/#/jobs/{}", client.base(), view.id);
     // With --output json, standard output holds the one document; progress goes to stderr.
     let progress = if args.output == Output::Json { Progress::Stderr } else { Progress::Stdout };
     let outcome = follow::follow(client, &view.id, on_interrupt, progress).await?;

@@ -100,7 +100,7 @@ struct Progress {
 /// Runs the supervisor; never returns.
 pub fn run(args: &[String]) -> ! {
     let Some(args) = parse(args) else {
-        eprintln!(
+        crate::note!(
             "usage: ftdrive __attempt --dir DIR --reattach-grace-ms MS [--workers N --group-rank R \
              --stop-grace-ms MS --log FILE --max-log-bytes N] -- COMMAND [ARGS...]"
         );
