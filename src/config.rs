@@ -49,6 +49,9 @@ impl Default for HeadConfig {
     }
 }
 
+/// The shortest heartbeat interval a head takes.
+pub const MIN_HEARTBEAT_INTERVAL_MS: u64 = 10;
+
 impl HeadConfig {
     /// Silence after which a node is suspect (DESIGN §3): a heartbeat was missed, with one
     /// interval of slack for a busy network.
@@ -62,8 +65,13 @@ impl HeadConfig {
         fn key(name: &str) -> String {
             format!("config `{name}` (`--{}`)", name.replace('_', "-"))
         }
-        if self.heartbeat_interval_ms == 0 {
-            return Err(format!("{} is 0; use a positive interval such as 1000", key("heartbeat_interval_ms")));
+        if self.heartbeat_interval_ms < MIN_HEARTBEAT_INTERVAL_MS {
+            return Err(format!(
+                "{} is {}; use {MIN_HEARTBEAT_INTERVAL_MS} or more, such as 1000 (a machine's scheduler and network \
+                 jitter by milliseconds, so a shorter one declares live nodes DEAD)",
+                key("heartbeat_interval_ms"),
+                self.heartbeat_interval_ms
+            ));
         }
         if self.node_timeout_ms <= self.heartbeat_interval_ms {
             return Err(format!(

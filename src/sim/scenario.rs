@@ -15,6 +15,9 @@ pub const MAX_SCENARIO_JOBS: usize = 100_000;
 pub const MAX_SCENARIO_EVENTS: usize = 1_000_000;
 /// Longest simulated time: thirty days.
 pub const MAX_UNTIL_MS: u64 = 30 * 86_400_000;
+/// Heartbeats a scenario's run may take: a quarter of the simulator's step limit, as beats come
+/// with their deliveries, the head's timeouts and the faults' own steps.
+pub const MAX_SCENARIO_HEARTBEATS: u64 = super::MAX_STEPS / 4;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -269,7 +272,28 @@ impl Scenario {
         if self.until_ms == 0 || self.until_ms > MAX_UNTIL_MS {
             return Err(err("until_ms", format!("is {}; use 1..={MAX_UNTIL_MS}", self.until_ms)));
         }
-        Ok(())
+        self.check_heartbeats()
+    }
+
+    /// Every node heartbeats for the whole run, each beat a step or more: a run of more beats
+    /// than `MAX_SCENARIO_HEARTBEATS` could not end within the simulator's step limit.
+    fn check_heartbeats(&self) -> Result<(), ScenarioError> {
+        let joins = self.events.iter().filter(|e| matches!(e.what, Fault::NodeJoin { .. })).count();
+        let nodes = (self.nodes.len() + joins) as u64;
+        let interval_ms = self.config.heartbeat_interval_ms.max(1);
+        let beats = nodes.saturating_mul(self.until_ms / interval_ms);
+        if beats <= MAX_SCENARIO_HEARTBEATS {
+            return Ok(());
+        }
+        Err(err(
+            "until_ms",
+            format!(
+                "is {}: {nodes} node(s) heartbeating every {interval_ms} ms until then is {beats} heartbeats, and a \
+                 run takes at most {MAX_SCENARIO_HEARTBEATS}; shorten until_ms, use fewer nodes, or a longer \
+                 config.heartbeat_interval_ms",
+                self.until_ms
+            ),
+        ))
     }
 
     fn check_events<'a>(
@@ -484,6 +508,18 @@ mod tests {
                 GOOD.replace("\"until_ms\": 600000", "\"until_ms\": 600000, \"liveness_at_ms\": 600001"),
                 "liveness_at_ms",
                 "is 600001, but the run ends at until_ms 600000, so it would never be checked",
+            ),
+            (
+                GOOD.replace("\"heartbeat_interval_ms\": 1000", "\"heartbeat_interval_ms\": 1"),
+                "config",
+                "use 10 or more",
+            ),
+            (
+                // One node a millisecond apart for the longest run: far past the step limit.
+                GOOD.replace("\"until_ms\": 600000", "\"until_ms\": 2592000000")
+                    .replace("\"heartbeat_interval_ms\": 1000", "\"heartbeat_interval_ms\": 10"),
+                "until_ms",
+                "heartbeats, and a run takes at most 500000000",
             ),
         ];
         for (text, field, fragment) in cases {
