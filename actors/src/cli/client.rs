@@ -110,6 +110,8 @@ impl Client {
                 CliError::BadInput(format!("the head refused the token from {}: {message}", self.token_from))
             }
             reqwest::StatusCode::BAD_GATEWAY => CliError::Unavailable(message),
+            // At a bound that passes (followers at once): nothing to fix in the command.
+            reqwest::StatusCode::TOO_MANY_REQUESTS => CliError::Unavailable(message),
             // Refused as asked (a bad spec, an unknown job, a node that is not DEAD): the command
             // as given cannot run, and the head changed nothing.
             status if status.is_client_error() => CliError::BadInput(message),

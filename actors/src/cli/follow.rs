@@ -40,7 +40,11 @@ pub async fn follow(
     };
     let mut signals = 0u32;
     let path = format!("/v1/jobs/{job}/events");
-    let mut lines = client.lines(&path).await?;
+    // A head at its bound of followers, or away for a moment, is waited for as it is later on.
+    let mut lines = match client.lines(&path).await {
+        Err(e) if is_passing(&e) => until_answered(e, || client.lines(&path)).await?,
+        opened => opened?,
+    };
     let mut screen = Screen::new(progress);
     loop {
         tokio::select! {

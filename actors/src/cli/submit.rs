@@ -113,10 +113,38 @@ pub async fn follow_submitted(
     crate::note!("dashboard: {}/#/jobs/{}", client.base(), view.id);
     // With --output json, standard output holds the one document; progress goes to stderr.
     let progress = if args.output == Output::Json { Progress::Stderr } else { Progress::Stdout };
-    let outcome = follow::follow(client, &view.id, on_interrupt, progress).await?;
+    let followed = follow::follow(client, &view.id, on_interrupt, progress).await;
+    let outcome = followed.map_err(|e| accepted_anyway(&view.id, e))?;
     if args.output == Output::Json {
         let final_view: JobView = client.get(&format!("/v1/jobs/{}", view.id)).await?;
         out::json(&final_view)?;
     }
     Ok(outcome)
+}
+
+/// Following a job the head accepted failed: the error says the job runs on, and is never bad
+/// input (exit 2 tells a script that nothing was submitted, and it would submit again).
+fn accepted_anyway(job: &str, e: CliError) -> CliError {
+    let runs_on = format!("{job} was submitted and runs on; follow it with `ftdrive status {job} --follow`");
+    match e {
+        CliError::ReaderGone => e,
+        CliError::Unreachable(why) => CliError::Unreachable(format!("{why}\n  {runs_on}")),
+        CliError::BadInput(why) | CliError::Unavailable(why) | CliError::Failed(why) => {
+            CliError::Failed(format!("{why}\n  {runs_on}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_accepted_but_not_followed_is_never_bad_input() {
+        let refused = accepted_anyway("j7", CliError::BadInput("the head has 1024 event followers".into()));
+        let CliError::Failed(said) = refused else { panic!("exit 1, not 2: {refused:?}") };
+        assert!(said.contains("j7 was submitted and runs on; follow it with `ftdrive status j7 --follow`"), "{said}");
+        let away = accepted_anyway("j7", CliError::Unreachable("lost the head".into()));
+        assert!(matches!(away, CliError::Unreachable(ref m) if m.contains("j7 was submitted")), "{away:?}");
+    }
 }
