@@ -676,3 +676,22 @@ fn a_printed_swarm_case_saved_as_a_file_runs() {
     let replayed = sim(&[file.to_str().unwrap()]);
     assert!(replayed.status.success(), "{}", String::from_utf8_lossy(&replayed.stderr));
 }
+
+/// A file the command reads whole is bounded: `ftdrive sim /dev/zero` and `ftdrive submit
+/// /dev/zero` took gigabytes before. A byte-order mark before the JSON is no error.
+#[test]
+fn files_read_whole_are_bounded_and_a_byte_order_mark_is_allowed() {
+    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_ftdrive")).args(args).output().unwrap();
+    let sim = run(&["sim", "/dev/zero"]);
+    assert_eq!(sim.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&sim.stderr).contains("scenario /dev/zero is over 268435456 bytes"));
+    let submit = run(&["submit", "--head", "http://127.0.0.1:1", "/dev/zero"]);
+    assert_eq!(submit.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&submit.stderr).contains("job spec /dev/zero is over 1048576 bytes"));
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = std::fs::read(format!("{}/../tests/scenarios/hot_spare_promoted.json", env!("CARGO_MANIFEST_DIR")));
+    let marked = dir.path().join("marked.json");
+    std::fs::write(&marked, [b"\xef\xbb\xbf".as_slice(), &scenario.unwrap()].concat()).unwrap();
+    let out = run(&["sim", marked.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -140,6 +140,22 @@ fn server_tls(args: &args::ServeTls) -> Result<Option<std::sync::Arc<rustls::Ser
 }
 
 /// Logs for the daemons, to stderr; `$FTDRIVE_LOG` filters (default `info`).
+/// The text of a file the command reads whole (a job spec, a scenario), refused past
+/// `limit_bytes` before more is read: `ftdrive submit /dev/zero` took gigabytes.
+fn read_text_file(path: &std::path::Path, what: &str, limit_bytes: u64, why: &str) -> Result<String, CliError> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| CliError::BadInput(format!("cannot read {what} {}: {e}", path.display()));
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).and_then(|f| f.take(limit_bytes + 1).read_to_end(&mut bytes)).map_err(cannot)?;
+    if bytes.len() as u64 > limit_bytes {
+        return Err(CliError::BadInput(format!("{what} {} is over {limit_bytes} bytes, {why}", path.display())));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|e| CliError::BadInput(format!("{what} {} is not UTF-8 text: {e}", path.display())))?;
+    // A byte-order mark (some editors on Windows write one) is no part of the JSON (RFC 8259 §8.1).
+    Ok(text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text))
+}
+
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FTDRIVE_LOG").unwrap_or_else(|_| "info".into());
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());

@@ -46,8 +46,8 @@ fn refuse_swarm_flags(args: &SimArgs) -> Result<(), CliError> {
 }
 
 fn read_scenario(path: &Path) -> Result<Scenario, CliError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::BadInput(format!("cannot read scenario {}: {e}", path.display())))?;
+    let why = "the most the simulator reads (its bounds on nodes, jobs and events fit well within it)";
+    let text = super::read_text_file(path, "scenario", MAX_SCENARIO_FILE_BYTES, why)?;
     Scenario::parse(&text).map_err(|e| CliError::BadInput(format!("{}: {e}", path.display())))
 }
 
@@ -59,6 +59,9 @@ fn write_lines(path: &Path, lines: &[String]) -> Result<(), CliError> {
     std::fs::write(path, text)
         .map_err(|e| CliError::BadInput(format!("--trace {}: cannot write it: {e}", path.display())))
 }
+
+/// The largest scenario file read: a million events of a hundred bytes or so, and room.
+const MAX_SCENARIO_FILE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Seeds a swarm runs unless `--seeds` says.
 const DEFAULT_SEEDS: u64 = 100;

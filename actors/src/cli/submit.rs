@@ -13,8 +13,9 @@ use ftdrive::view::JobView;
 use serde_json::json;
 
 pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
-    let text = std::fs::read_to_string(&args.job)
-        .map_err(|e| CliError::BadInput(format!("cannot read job spec {}: {e}", args.job.display())))?;
+    let limit = crate::head::MAX_BODY_BYTES as u64;
+    let why = "the most a head takes in a submission: shorten its env or command";
+    let text = super::read_text_file(&args.job, "job spec", limit, why)?;
     let overrides = Overrides {
         min_nodes: args.min_nodes,
         max_nodes: args.max_nodes,

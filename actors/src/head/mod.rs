@@ -20,7 +20,7 @@ mod messages;
 mod metrics;
 mod store;
 
-pub use api::{serve, HeadServer, ServeError, ServeOptions, EVENTS_KEEPALIVE_MS, KEEPALIVE_HEADER};
+pub use api::{serve, HeadServer, ServeError, ServeOptions, EVENTS_KEEPALIVE_MS, KEEPALIVE_HEADER, MAX_BODY_BYTES};
 pub use messages::*;
 pub use store::{StoreError, DATABASE};
 
