@@ -212,6 +212,53 @@ fn an_agent_killed_and_started_again_keeps_its_processes_and_charges_nothing() {
     assert_eq!(done["remaining"]["system"], 3, "nothing charged");
 }
 
+/// AI-1: an agent started under a node's name with another state dir cannot find the attempts
+/// its predecessor left running under their supervisors. Let in at once, it reported none, the
+/// head started them again, and for the rest of the re-attach grace a rank ran twice. It is
+/// let in once the node is DEAD, when those attempts are gone: no moment has two attempts of
+/// one actor alive.
+#[test]
+fn an_agent_started_with_another_state_dir_never_lets_a_rank_run_twice() {
+    let mut c = Cluster::start(&["n1", "n2"]);
+    let id = c.submit_no_wait(&c.spec("twice", json!({"command": ["sleep", "600"], "min_nodes": 2, "max_nodes": 2})));
+    wait_until_steady(&c, &id, 2);
+    c.kill_node("n2");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut agent = c.node_command("n2");
+    agent.arg("--state-dir").arg(elsewhere.path()).env("FTDRIVE_AGENT_TOKEN", c.agent_token());
+    c.nodes.insert("n2".into(), agent.spawn().unwrap());
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(6) {
+        let attempts = live_attempts(&c);
+        let actors: BTreeSet<&String> = attempts.iter().map(|(actor, _)| actor).collect();
+        assert_eq!(actors.len(), attempts.len(), "two attempts of one actor alive at once: {attempts:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let job = c.wait_for_job(&id, "both ranks run again", |j| running(j, 2));
+    let lost = job["ledger"].as_array().unwrap().iter().any(|e| e["cause"] == "node_lost");
+    assert!(lost, "n2's first attempt was lost with its node: {job:#}");
+    c.ftdrive(&["stop", &id]);
+}
+
+/// (actor, attempt) of every live command process of this test's jobs (supervisors left out:
+/// they carry the same environment but are not the program).
+fn live_attempts(c: &Cluster) -> BTreeSet<(String, String)> {
+    let mut attempts = BTreeSet::new();
+    for pid in c.processes(None) {
+        let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else { continue };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if comm.trim() != "sleep" {
+            continue;
+        }
+        let vars: Vec<String> = env.split(|b| *b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
+        let var = |name: &str| vars.iter().find_map(|v| v.strip_prefix(&format!("{name}="))).map(str::to_string);
+        if let (Some(actor), Some(attempt)) = (var("FTDRIVE_ACTOR"), var("FTDRIVE_ATTEMPT")) {
+            attempts.insert((actor, attempt));
+        }
+    }
+    attempts
+}
+
 /// An agent restarted on a disk that takes no write (here every file the probes write is a
 /// directory) re-attaches to what runs and starts unhealthy, instead of refusing to start and
 /// leaving its attempts to die: the job's first attempts complete, nothing is charged, and the

@@ -424,6 +424,14 @@ impl HeadActor {
     /// Node identity (DESIGN §11): a registration binds the node name to its session unless
     /// another live session holds the name under another identity; every other message must
     /// come from the session its node is bound to.
+    ///
+    /// AI-1: an agent of another identity (another state dir) is let into a node that is not
+    /// DEAD only once it is. Its agent gone, the node's attempts run on under their supervisors
+    /// for the re-attach grace, and only an agent with the old state dir can find them: one
+    /// with another would report none running, the head would start them again, and a rank
+    /// would run twice. Once the head declares the node DEAD (its node timeout, which the
+    /// grace never exceeds) they are gone. (Known from this head's run on: a head restarted
+    /// meanwhile has not seen the old identity.)
     fn admit(&mut self, msg: &FromAgent) -> Result<(), ToAgent> {
         let node = msg.msg.node();
         let bound = self.sessions.get(node);
@@ -434,6 +442,8 @@ impl HeadActor {
                     reason: format!("node name {node} is in use by another live agent; give this agent another --name"),
                 });
             }
+            self.refuse_a_stranger_while_not_dead(node, &registration.identity)?;
+            self.identities.insert(node.clone(), registration.identity.clone());
             let identity = registration.identity.clone();
             let session = Session { id: msg.session, tx: msg.tx.clone(), identity, last_heartbeat: None };
             self.sessions.insert(node.clone(), session);
@@ -454,6 +464,27 @@ impl HeadActor {
                 register_again: bound.is_none(),
             }),
         }
+    }
+}
+
+impl HeadActor {
+    /// AI-1 (in `admit`).
+    fn refuse_a_stranger_while_not_dead(&self, node: &NodeId, identity: &str) -> Result<(), ToAgent> {
+        let known = self.identities.get(node).filter(|known| !known.is_empty() && *known != identity);
+        let not_dead = self.head.node_view(node).is_some_and(|v| v.state != NodeState::Dead);
+        if known.is_none() || !not_dead {
+            return Ok(());
+        }
+        let timeout_ms = self.head.config().node_timeout_ms;
+        Err(ToAgent::Refused {
+            reason: format!(
+                "node {node}'s last agent kept another state dir, and the attempts it started may still run under \
+                 their supervisors: this agent is let in once the head declares {node} DEAD (within its node \
+                 timeout, {timeout_ms} ms, of the last agent's end), and those attempts are then lost; to keep \
+                 them, start the agent with the last one's --state-dir"
+            ),
+            register_again: false,
+        })
     }
 }
 

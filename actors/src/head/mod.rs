@@ -140,6 +140,8 @@ pub struct HeadActor {
     sessions: BTreeMap<NodeId, Session>,
     /// Agent sessions refused as another cluster's, while they last: not answered again.
     foreign_sessions: BTreeSet<u64>,
+    /// The identity each node's agent last registered with (`admit`, AI-1).
+    identities: BTreeMap<NodeId, String>,
     /// Each connected agent's log server, and the token its session was given for it.
     log_servers: BTreeMap<NodeId, LogServer>,
     followers: Vec<Follower>,
@@ -196,6 +198,7 @@ impl HeadActor {
             clock: std::time::Instant::now(),
             sessions: BTreeMap::new(),
             foreign_sessions: BTreeSet::new(),
+            identities: BTreeMap::new(),
             log_servers: BTreeMap::new(),
             followers: Vec::new(),
             store,
