@@ -686,13 +686,15 @@ fn find_files(dir: &std::path::Path, name: &str) -> Vec<PathBuf> {
 
 /// A job that prints without end does not fill its node's disk: with `--max-log-mb 1` its
 /// 6 MiB log keeps its end on disk, and `ftdrive logs` says how much was dropped before it.
+/// The job ends as soon as it has printed: the bound holds for what stays on disk after it,
+/// whatever the rate (looked at once a second, and not at the end, a log kept 874 MB of 50).
 #[test]
 fn a_log_past_the_agents_bound_keeps_its_end_and_says_what_was_dropped() {
     let mut c = Cluster::start(&[]);
     let node = c.node_command("n1").args(["--max-log-mb", "1"]).spawn().unwrap();
     c.nodes.insert("n1".into(), node);
     c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
-    let script = "import sys, time\nline = 'x' * 1023 + '\\n'\nfor _ in range(6 * 1024): sys.stdout.write(line)\nprint('the end', flush=True)\ntime.sleep(2.5)";
+    let script = "import sys\nline = 'x' * 1023 + '\\n'\nfor _ in range(6 * 1024): sys.stdout.write(line)\nprint('the end', flush=True)";
     let spec = json!({"command": ["python3", "-c", script], "min_nodes": 1, "max_nodes": 1});
     let id = c.submit_no_wait(&c.spec("loud", spec));
     c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");

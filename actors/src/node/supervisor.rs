@@ -48,6 +48,7 @@
 //! supervisor: `stop GRACE_MS`, `kill`, `ping [REATTACH_GRACE_MS]` (the grace to keep from then
 //! on, when the agent knows it).
 
+use super::logcap::LogCap;
 use super::workers::{self, signal_group, Group, GroupSpec};
 use ftdrive::protocol::ExitStatus;
 use std::io::{BufRead, BufReader, Write};
@@ -127,10 +128,14 @@ pub fn run(args: &[String]) -> ! {
     let _ = write_atomic(&args.group.dir.join(PID_RECORD), pgids.join("\n").as_bytes());
     let _ = writeln!(status, "ok {}", pgids[0]);
     drop(status);
-    if let (Some(log), true) = (&args.group.log, args.max_log_bytes > 0) {
-        super::logcap::watch(workers::logs_of(log, args.group.workers), args.max_log_bytes);
+    let cap = match (&args.group.log, args.max_log_bytes > 0) {
+        (Some(log), true) => Some(LogCap::new(workers::logs_of(log, args.group.workers), args.max_log_bytes)),
+        _ => None,
+    };
+    if let Some(cap) = &cap {
+        cap.watch();
     }
-    supervise(group, listener, &args)
+    supervise(group, listener, &args, cap.as_deref())
 }
 
 fn parse(args: &[String]) -> Option<Args> {
@@ -177,7 +182,7 @@ fn fail_on_node(status: &mut std::fs::File, message: &str) -> ! {
     std::process::exit(127);
 }
 
-fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
+fn supervise(mut group: Group, listener: UnixListener, args: &Args, cap: Option<&LogCap>) -> ! {
     let (tx, rx) = channel();
     for (local_rank, mut child) in group.children.drain(..).enumerate() {
         let waiter = tx.clone();
@@ -208,6 +213,10 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args) -> ! {
                 }
                 if progress.running == 0 {
                     group.drain_output(Duration::from_millis(DRAIN_OUTPUT_MS));
+                    // What stays on disk after the attempt is within the bound.
+                    if let Some(cap) = cap {
+                        cap.apply();
+                    }
                     let ended = progress.outcome(&args.group);
                     finish(&ended, &args.group.dir, agent.as_mut().map(|(_, s)| s));
                     // Not recorded, and no agent took it: held for the next one, a grace from now.
