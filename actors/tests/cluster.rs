@@ -248,6 +248,9 @@ fn a_followed_submit_with_json_output_prints_only_the_document() {
     let token = c.token();
     let refused = http(&c.url, "GET", "/v1/jobs?state=DONE", Some(&token), "");
     assert!(refused.starts_with("HTTP/1.1 400") && refused.contains("`state` names `DONE`"), "{refused}");
+    // A misspelt parameter is refused, not ignored (it listed every job).
+    let misspelt = http(&c.url, "GET", "/v1/jobs?limt=1", Some(&token), "");
+    assert!(misspelt.starts_with("HTTP/1.1 400") && misspelt.contains("unknown field `limt`"), "{misspelt}");
     c.ftdrive(&["stop", &long]);
 }
 

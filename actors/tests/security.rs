@@ -352,6 +352,15 @@ fn an_agents_log_server_answers_an_unknown_path_in_json() {
     let (status, body) = status_and_json(&http(&base, "GET", "/nothing/here", Some(&c.agent_token()), ""));
     assert_eq!(status, 404);
     assert!(body["error"].as_str().unwrap().contains("no such route on an agent's log server"), "{body}");
+    // A bad query or path is JSON too (actix's own answer was plain text), and only once the
+    // token is checked.
+    for path in ["/v1/logs/j1/0/1?offset=-1", "/v1/logs/j1/x/1", "/v1/logs/j1/0/1?offst=1"] {
+        let (status, body) = status_and_json(&http(&base, "GET", path, Some(&c.agent_token()), ""));
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body["error"].as_str().unwrap().starts_with("bad "), "{path}: {body}");
+        let (status, _) = status_and_json(&http(&base, "GET", path, None, ""));
+        assert_eq!(status, 401, "{path} without a token");
+    }
 }
 
 /// One secret for both doors would give every agent the cluster's keys: the head refuses to
@@ -389,11 +398,18 @@ fn a_head_with_an_empty_token_file_refuses_to_start_naming_the_file() {
 }
 
 /// A node name becomes a directory (`node-NAME`) and a URL segment: one that could climb out
-/// of the state dir is refused before anything is made from it, not retried for ever.
+/// of the state dir, or that a URL folds away (`..`: `ftdrive drain ..` reached no node), is
+/// refused before anything is made from it, not retried for ever. So are labels past the
+/// head's bounds.
 #[test]
 fn an_agent_under_a_name_the_head_would_refuse_exits_2_and_makes_nothing() {
     let c = Cluster::start(&[]);
-    for name in ["bad/name", "../evil", ""] {
+    let labels: Vec<String> = (0..70).map(|i| format!("l{i}=1")).collect();
+    let out = c.node_command("fine").args(["--labels", &labels.join(",")]).stderr(Stdio::piped()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--labels: the node has 70 labels; at most 64 are allowed"), "{stderr}");
+    for name in ["bad/name", "../evil", "", "..", "."] {
         let out = c.node_command(name).stderr(Stdio::piped()).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name:?}: {stderr}");

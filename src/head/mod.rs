@@ -181,7 +181,7 @@ pub enum Rejected {
     ForgottenJob { job: JobId, kept: usize, hours: u64 },
     #[error("a job with id `{0}` exists already; choose another id")]
     DuplicateJob(JobId),
-    #[error("{}; use 1 to 253 letters, digits, `-`, `_` or `.`", name_is_bad(.0))]
+    #[error("{}; use 1 to 253 letters, digits, `-`, `_` or `.`, not dots alone", name_is_bad(.0))]
     BadName(String),
     #[error("the head holds {0} jobs, its limit (`max_jobs`); remove finished jobs or raise the limit")]
     TooManyJobs(usize),
@@ -839,11 +839,14 @@ fn name_is_bad(name: &str) -> String {
 }
 
 /// The one rule for job and node names: they become file names on agents (`node-NAME`,
-/// `JOB/ACTOR/...`) and path segments in URLs, so nothing that could climb out of a directory.
+/// `JOB/ACTOR/...`) and path segments in URLs, so nothing that could climb out of a directory,
+/// nor `.` or `..`, which every HTTP client folds out of a path (`ftdrive drain ..` reached
+/// no node).
 pub fn check_name(name: &str) -> Result<(), Rejected> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !name.chars().all(|c| c == '.');
     if ok {
         Ok(())
     } else {

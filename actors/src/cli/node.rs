@@ -36,6 +36,10 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     if let Some(model) = gpus.model_label().filter(|_| !devices.is_empty()) {
         labels.entry(detect::GPU_MODEL_LABEL.to_string()).or_insert(model);
     }
+    // The head's bounds, checked here: refused at every registration, the agent retried for ever.
+    ftdrive::resources::check_labels(&labels).map_err(|e| CliError::BadInput(format!("--labels: the node {e}")))?;
+    ftdrive::resources::check_kinds(&resources)
+        .map_err(|e| CliError::BadInput(format!("--resources: the node {e}")))?;
     let name = args.name.clone().unwrap_or_else(hostname);
     // Before any directory is made from it: the head would refuse it at every registration.
     let named_by = if args.name.is_some() { "--name" } else { "this machine's hostname (give --name)" };

@@ -368,7 +368,8 @@ fn input_limits(cfg: &mut web::ServiceConfig) {
 fn query_error(e: actix_web::error::QueryPayloadError, query: &str) -> ApiError {
     let query: String = query.chars().take(200).collect();
     ApiError::BadRequest(format!(
-        "bad query `{query}`: {e}; its numbers (actor, attempt, local_rank, offset, limit) are whole numbers, 0 or more"
+        "bad query `{query}`: {e}; its numbers (actor, attempt, local_rank, offset, limit) are whole numbers, 0 or \
+         more, and `ftdrive --help` names each route's parameters"
     ))
 }
 
@@ -551,6 +552,7 @@ async fn submit(
 
 /// `GET /v1/jobs?state=RUNNING,PENDING&limit=20`: both optional.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)] // `?limt=1` listed every job
 struct JobsQuery {
     state: Option<String>,
     limit: Option<usize>,
@@ -754,6 +756,7 @@ async fn forget_node(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LogQuery {
     actor: u32,
     attempt: Option<u32>,

@@ -53,6 +53,7 @@ impl HeadToken {
 }
 
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LogQuery {
     #[serde(default)]
     offset: u64,
@@ -167,18 +168,24 @@ async fn metrics_text(req: HttpRequest, state: web::Data<LogState>) -> HttpRespo
         .body(state.metrics.render())
 }
 
-async fn read_log(
-    req: HttpRequest,
-    state: web::Data<LogState>,
-    path: web::Path<(String, u32, u32)>,
-    query: web::Query<LogQuery>,
-) -> HttpResponse {
+/// The path and query are read after the token is checked (a caller without it learns
+/// nothing), and a bad one is a JSON error as every other (actix's own were plain text).
+async fn read_log(req: HttpRequest, state: web::Data<LogState>) -> HttpResponse {
     if !authorized(&req, &state) {
         return unauthorized();
     }
-    let (job, actor, attempt) = path.into_inner();
-    let Some(file) = log_path(&state.dir, &job, actor, attempt) else {
-        return HttpResponse::BadRequest().json(serde_json::json!({"error": "bad job id"}));
+    let bad = |what: String| HttpResponse::BadRequest().json(serde_json::json!({ "error": what }));
+    let number = |name: &str| req.match_info().get(name).and_then(|v| v.parse::<u32>().ok());
+    let job = req.match_info().get("job").unwrap_or_default();
+    let (Some(actor), Some(attempt)) = (number("actor"), number("attempt")) else {
+        return bad("bad path: it is /v1/logs/JOB/ACTOR/ATTEMPT, ACTOR and ATTEMPT whole numbers".into());
+    };
+    let query = match web::Query::<LogQuery>::from_query(req.query_string()) {
+        Ok(query) => query,
+        Err(e) => return bad(format!("bad query: {e}; offset and local_rank are whole numbers, 0 or more")),
+    };
+    let Some(file) = log_path(&state.dir, job, actor, attempt) else {
+        return bad("bad job id".into());
     };
     let file = chosen_file(file, query.local_rank);
     match super::logcap::read_from(&file, query.offset, MAX_CHUNK) {
