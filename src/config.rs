@@ -27,6 +27,9 @@ pub struct HeadConfig {
     /// DEAD nodes kept for `ftdrive nodes` and a possible return (the longest dead beyond this
     /// are forgotten, except those the operator drained).
     pub retain_dead_nodes: usize,
+    /// Most entries one job's ledger keeps; a job whose attempts reach it fails, saying why
+    /// (`driver::DEFAULT_MAX_LEDGER_ENTRIES`).
+    pub max_ledger_entries: usize,
     /// Seed for backoff jitter; the same seed and inputs give the same effects.
     pub seed: u64,
 }
@@ -44,6 +47,7 @@ impl Default for HeadConfig {
             retain_finished: 1_000,
             retain_finished_ms: 7 * 86_400_000,
             retain_dead_nodes: 1_000,
+            max_ledger_entries: crate::driver::DEFAULT_MAX_LEDGER_ENTRIES,
             seed: 0,
         }
     }

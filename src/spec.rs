@@ -433,13 +433,16 @@ impl RawRetries {
         let user = check_budget("retries.user", self.user, defaults.user)?;
         let system = check_budget("retries.system", self.system, defaults.system)?;
         let preemption = check_budget("retries.preemption", self.preemption, defaults.preemption)?;
-        let codes = self.non_retryable_exit_codes.unwrap_or_default();
+        let mut codes = self.non_retryable_exit_codes.unwrap_or_default();
         if let Some(bad) = codes.iter().find(|c| !(1..=255).contains(*c)) {
             return Err(SpecError::new(
                 "retries.non_retryable_exit_codes",
                 format!("contains {bad}; exit codes that can fail a process are 1..=255"),
             ));
         }
+        // A set: at most 255 codes are kept, however often a list names them.
+        codes.sort_unstable();
+        codes.dedup();
         let backoff = self.backoff_ms.unwrap_or_default();
         check_delay("retries.backoff_ms.max", backoff.max)?;
         if backoff.initial > backoff.max {
@@ -729,6 +732,10 @@ mod tests {
         let spec = parse(text).unwrap();
         assert_eq!(spec.actor_count(), 9);
         assert_eq!(spec.retries.non_retryable_exit_codes, vec![2]);
+        let repeated = r#"{"name": "r", "command": ["x"], "min_nodes": 1, "max_nodes": 1,
+                          "retries": {"non_retryable_exit_codes": [3, 2, 3, 3, 2]}}"#;
+        let spec = JobSpec::parse(repeated, &Overrides::default()).unwrap();
+        assert_eq!(spec.retries.non_retryable_exit_codes, vec![2, 3], "kept as a set");
         let again: JobSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
         assert_eq!(again, spec);
     }

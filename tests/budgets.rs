@@ -6,7 +6,7 @@ use ftdrive::driver::Budget;
 use ftdrive::driver::{ActorState, BudgetKind, Cause, JobState, LedgerEntry, Role};
 use ftdrive::protocol::ExitStatus;
 use ftdrive::spec::{JobSpec, RestartMode};
-use ftdrive::{Labels, Resources};
+use ftdrive::{HeadConfig, Labels, Resources};
 use support::{config, cpu, spec, TestCluster};
 
 fn preemptible() -> Labels {
@@ -504,4 +504,28 @@ fn a_failure_that_waited_for_its_peers_ends_in_the_ledger_when_it_exited() {
     let view = c.view(&job);
     let failed = view.ledger.iter().find(|e| e.cause == Cause::UserError).expect("the crash was decided");
     assert_eq!(failed.end_ms, exited_at, "{:#?}", view.ledger);
+}
+
+/// A job with an unlimited budget whose program fails at once ended thousands of attempts a
+/// minute, each a ledger entry held in memory and on disk: at `max_ledger_entries` (100,000
+/// unless configured) it fails, saying why.
+#[test]
+fn a_crash_loop_with_an_unlimited_budget_fails_once_its_ledger_is_full() {
+    let mut s = spec("loop", 1, 1);
+    s.retries.user = Budget::from_i64(-1).unwrap();
+    s.retries.backoff_ms.initial = 0;
+    s.retries.backoff_ms.max = 0;
+    let mut c = TestCluster::new(HeadConfig { max_ledger_entries: 50, ..config() });
+    c.join("n1", cpu(1));
+    let job = c.submit(s);
+    for _ in 0..50 {
+        assert_eq!(c.view(&job).state, JobState::Running);
+        c.exit_rank(&job, 0, 1);
+        c.advance(1);
+    }
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Failed);
+    assert_eq!(view.ledger.len(), 50);
+    let message = view.message.as_deref().unwrap();
+    assert!(message.contains("the job's ledger is full: 50 attempts ended"), "{message}");
 }

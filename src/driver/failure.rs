@@ -126,10 +126,19 @@ impl Driver {
             // With the ended attempt's node and rank: a lost node's bundle is already gone.
             self.transition_failing(ix, &run);
         }
-        if cause.row().fails_job || matches!(charge, Charge::Exhausted(_)) {
+        let ledger_full = self.ledger.len() >= self.max_ledger_entries;
+        if cause.row().fails_job || matches!(charge, Charge::Exhausted(_)) || ledger_full {
             self.transition(ix, ActorState::Failed);
             self.drop_bundle(ix);
-            let why = fatal_message(&self.actors[ix as usize].name, cause, charge);
+            let actor = &self.actors[ix as usize].name;
+            let why = match ledger_full {
+                true => format!(
+                    "{actor} failed ({cause}) and the job's ledger is full: {} attempts ended, the most a job \
+                     keeps; fix what makes it fail, or give it a retry budget and a backoff",
+                    self.max_ledger_entries
+                ),
+                false => fatal_message(actor, cause, charge),
+            };
             return self.close(now, CloseReason::Failed, Some(why));
         }
         if let Charge::Charged(kind) = charge {

@@ -260,6 +260,17 @@ pub struct CycleStart {
 /// Cycle starts a driver keeps (the newest; a job that restarts more has its ledger).
 const MAX_CYCLE_STARTS: usize = 256;
 
+/// Most entries one job's ledger holds unless the head is configured otherwise
+/// (`HeadConfig::max_ledger_entries`). A job with an unlimited budget whose program fails at
+/// once, given no backoff, ended thousands of attempts a minute, each one an entry kept in
+/// memory and on disk for as long as the job. At the bound the job fails, saying why; a job
+/// of eight ranks preempted every hour reaches it after more than a year.
+pub const DEFAULT_MAX_LEDGER_ENTRIES: usize = 100_000;
+
+fn default_max_ledger_entries() -> usize {
+    DEFAULT_MAX_LEDGER_ENTRIES
+}
+
 /// The rendezvous of the current cycle.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Master {
@@ -321,6 +332,9 @@ pub struct Driver {
     budgets: Budgets,
     #[serde(skip)]
     ledger: Vec<LedgerEntry>,
+    /// At this many entries the job fails (`DEFAULT_MAX_LEDGER_ENTRIES`).
+    #[serde(default = "default_max_ledger_entries")]
+    max_ledger_entries: usize,
     /// Failures charged to a budget so far (the backoff exponent).
     charged_failures: u32,
     avoiding_preemptible: bool,
@@ -375,6 +389,7 @@ impl Driver {
             master: None,
             actors,
             ledger: Vec::new(),
+            max_ledger_entries: DEFAULT_MAX_LEDGER_ENTRIES,
             charged_failures: 0,
             avoiding_preemptible: false,
             timers,
@@ -395,6 +410,12 @@ impl Driver {
     /// are its own and ignores the rest.
     pub fn inject_policy_fault(&mut self, fault: PolicyFault) {
         self.policy_fault = fault;
+    }
+
+    /// The head's bound on the ledger (`HeadConfig::max_ledger_entries`), set at submission
+    /// and again at every restart, so that the head's configuration of the moment holds.
+    pub fn limit_ledger(&mut self, entries: usize) {
+        self.max_ledger_entries = entries.max(1);
     }
 
     /// A driver as a head that restarted finds it: its state snapshot, with the spec and

@@ -175,7 +175,8 @@ impl Head {
 
     fn restore_job(&mut self, stored: StoredJob) {
         let StoredJob { pg, spec, driver, ledger } = stored;
-        let driver = Driver::restore(driver, spec, ledger);
+        let mut driver = Driver::restore(driver, spec, ledger);
+        driver.limit_ledger(self.config.max_ledger_entries);
         let id = driver.id().clone();
         self.job_ids.note(&id);
         self.next_pg = self.next_pg.max(pg + 1);

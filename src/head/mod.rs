@@ -521,6 +521,7 @@ impl Head {
         let window = self.config.node_timeout_ms;
         let mut driver = Driver::new(id.clone(), spec, now, seed, window);
         driver.inject_policy_fault(self.scheduler.policy_fault());
+        driver.limit_ledger(self.config.max_ledger_entries);
         self.jobs.insert(id.clone(), JobSlot { pg, driver });
         self.by_pg.insert(pg, id.clone());
         self.touch_job(pg);
