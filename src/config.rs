@@ -18,6 +18,10 @@ pub struct HeadConfig {
     pub ports_per_node: u16,
     /// Most jobs the head keeps (running and finished); a submission beyond it is refused.
     pub max_jobs: usize,
+    /// Most actors of all the jobs the head keeps, together; a submission beyond it is refused.
+    /// A small spec asks for many (10,000 nodes, 1,024 spares: 11,024 actors, some 4 MB):
+    /// `max_jobs` alone let a client fill the head's memory.
+    pub max_actors: usize,
     /// Most nodes the head keeps; a registration beyond it is refused.
     pub max_nodes: usize,
     /// Finished jobs kept for `status` (the oldest beyond this are forgotten).
@@ -43,6 +47,7 @@ impl Default for HeadConfig {
             master_port_base: 29_500,
             ports_per_node: 1_000,
             max_jobs: 1_000_000,
+            max_actors: 1_000_000,
             max_nodes: 100_000,
             retain_finished: 1_000,
             retain_finished_ms: 7 * 86_400_000,

@@ -588,3 +588,26 @@ fn a_listing_keeps_the_newest_jobs_in_the_states_asked_for() {
     assert_eq!(JobState::parse("running"), Some(JobState::Running));
     assert_eq!(JobState::parse("RUNNIN"), None);
 }
+
+/// `max_actors` bounds the actors of every job held together: a small spec asks for many, and
+/// `max_jobs` alone let a client fill the head's memory. A refused submission changes nothing;
+/// once a job is forgotten its actors no longer count.
+#[test]
+fn the_actors_of_the_jobs_held_are_bounded_and_forgotten_ones_free_room() {
+    let bounded = HeadConfig { max_actors: 10, retain_finished: 0, ..config() };
+    let mut c = TestCluster::new(bounded);
+    c.join("n1", cpu(8));
+    let first = c.submit(spec("six", 6, 6));
+    let refusal = c.refused_input(ftdrive::head::Input::Submit { id: None, spec: Box::new(spec("five", 5, 5)) });
+    let said = refusal.to_string();
+    assert!(
+        said.contains("the job has 5 actors and the head holds 6 of other jobs, and it keeps at most 10"),
+        "{said}"
+    );
+    assert_eq!(c.head.job_count(), 1, "the refused submission changed nothing");
+    c.stop(&first);
+    c.advance(20_000);
+    assert_eq!(c.head.job_count(), 0, "the stopped job is forgotten at once (retain_finished 0)");
+    c.submit(spec("five", 5, 5));
+    c.head.check_invariants();
+}

@@ -187,6 +187,7 @@ impl Head {
         } else if let Some(at) = driver.finished_at() {
             self.finished.insert((at, pg));
         }
+        self.actors_held += driver.spec().actor_count() as usize;
         self.jobs.insert(id.clone(), JobSlot { pg, driver });
         self.by_pg.insert(pg, id);
         self.flush_driver(pg);
@@ -369,7 +370,9 @@ impl Head {
 
     fn forget(&mut self, pg: PgId) {
         let Some(id) = self.by_pg.remove(&pg) else { return };
-        self.jobs.remove(&id);
+        if let Some(slot) = self.jobs.remove(&id) {
+            self.actors_held -= slot.driver.spec().actor_count() as usize;
+        }
         self.dirty.remove(&DirtyKey::Job(pg));
         self.dirty.insert(DirtyKey::Forgotten(pg, id));
         // DU-2: the counters were read from this job's record; once it is gone they are kept.

@@ -185,6 +185,12 @@ pub enum Rejected {
     BadName(String),
     #[error("the head holds {0} jobs, its limit (`max_jobs`); remove finished jobs or raise the limit")]
     TooManyJobs(usize),
+    #[error(
+        "the job has {asked} actors and the head holds {held} of other jobs, and it keeps at most {limit} \
+         (`max_actors`); wait for jobs to end and be forgotten (`--retain-finished`), or ask for fewer nodes, \
+         spares or workers"
+    )]
+    TooManyActors { asked: usize, held: usize, limit: usize },
     #[error("the cluster has {0} nodes, the head's limit (`max_nodes`)")]
     TooManyNodes(usize),
     #[error("node `{0}`'s registration {1}")]
@@ -256,6 +262,9 @@ pub struct Head {
     config: HeadConfig,
     scheduler: Scheduler,
     jobs: BTreeMap<JobId, JobSlot>,
+    /// The actors of every job held (running, pending and finished): what bounds the memory
+    /// the jobs take (`max_actors`).
+    actors_held: usize,
     by_pg: BTreeMap<PgId, JobId>,
     next_pg: PgId,
     job_ids: JobIdMint,
@@ -294,6 +303,7 @@ impl Head {
             config,
             scheduler,
             jobs: BTreeMap::new(),
+            actors_held: 0,
             by_pg: BTreeMap::new(),
             next_pg: 1,
             job_ids: JobIdMint::default(),
@@ -502,6 +512,10 @@ impl Head {
         if self.jobs.len() >= self.config.max_jobs {
             return Err(Rejected::TooManyJobs(self.jobs.len()));
         }
+        let (asked, held, limit) = (spec.actor_count() as usize, self.actors_held, self.config.max_actors);
+        if held.saturating_add(asked) > limit {
+            return Err(Rejected::TooManyActors { asked, held, limit });
+        }
         let id = match id {
             Some(id) => {
                 check_name(id.as_str())?;
@@ -522,6 +536,7 @@ impl Head {
         let mut driver = Driver::new(id.clone(), spec, now, seed, window);
         driver.inject_policy_fault(self.scheduler.policy_fault());
         driver.limit_ledger(self.config.max_ledger_entries);
+        self.actors_held += driver.spec().actor_count() as usize;
         self.jobs.insert(id.clone(), JobSlot { pg, driver });
         self.by_pg.insert(pg, id.clone());
         self.touch_job(pg);
@@ -795,6 +810,8 @@ impl Head {
     pub fn check_invariants(&self) {
         self.scheduler.check_invariants();
         self.check_cordons();
+        let actors: usize = self.jobs.values().map(|slot| slot.driver.spec().actor_count() as usize).sum();
+        assert_eq!(self.actors_held, actors, "the actors held are those of the jobs held");
         for slot in self.jobs.values() {
             let d = &slot.driver;
             let pg = self.scheduler.pg(slot.pg);
