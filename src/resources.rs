@@ -189,10 +189,15 @@ pub fn check_labels(labels: &Labels) -> Result<(), String> {
     if labels.len() > MAX_LABELS {
         return Err(format!("has {} labels; at most {MAX_LABELS} are allowed", labels.len()));
     }
-    match labels.iter().find(|(k, v)| k.is_empty() || k.len() > MAX_LABEL_BYTES || v.len() > MAX_LABEL_BYTES) {
+    let control = |text: &str| text.chars().any(char::is_control);
+    let bad = |(k, v): &(&String, &String)| {
+        k.is_empty() || k.len() > MAX_LABEL_BYTES || v.len() > MAX_LABEL_BYTES || control(k) || control(v)
+    };
+    match labels.iter().find(bad) {
         Some((key, _)) => Err(format!(
-            "label `{}` has an empty or over-long key or an over-long value; keys are 1 to {MAX_LABEL_BYTES} bytes, values at most {MAX_LABEL_BYTES}",
-            key.chars().take(40).collect::<String>()
+            "label `{}` has an empty or over-long key, an over-long value, or a control character; keys are 1 to \
+             {MAX_LABEL_BYTES} bytes, values at most {MAX_LABEL_BYTES}, both printable",
+            key.chars().take(40).collect::<String>().escape_debug()
         )),
         None => Ok(()),
     }
@@ -364,6 +369,14 @@ mod tests {
         let l = parse_labels("zone=a,preemptible=true").unwrap();
         assert!(is_preemptible(&l));
         assert!(parse_labels("zone").is_err());
+    }
+
+    #[test]
+    fn a_label_with_a_control_character_is_refused() {
+        assert!(check_labels(&parse_labels("zone=a").unwrap()).is_ok());
+        let bell = Labels::from([("zone".to_string(), "a\u{1}".to_string())]);
+        let said = check_labels(&bell).unwrap_err();
+        assert!(said.contains("a control character"), "{said}");
     }
 
     #[test]

@@ -221,16 +221,28 @@ pub const CLIENT_TOKEN_VAR: &str = "$FTDRIVE_TOKEN";
 /// The token a client presents, `$FTDRIVE_TOKEN` or the head's token file, and which of the
 /// two it came from (so that a refusal can say which one to fix).
 pub fn client_token(state_dir: &Path) -> Result<(String, String), String> {
-    if let Some(token) = given("FTDRIVE_TOKEN") {
-        return Ok((token, CLIENT_TOKEN_VAR.to_string()));
+    let (token, from) = match given("FTDRIVE_TOKEN") {
+        Some(token) => (token, CLIENT_TOKEN_VAR.to_string()),
+        None => {
+            let file = token_file(state_dir);
+            let token = std::fs::read_to_string(&file).map_err(|e| {
+                format!(
+                    "no API token: set $FTDRIVE_TOKEN or make {} readable ({e}); the head writes it at start",
+                    file.display()
+                )
+            })?;
+            (token.trim().to_string(), file.display().to_string())
+        }
+    };
+    // It goes into an HTTP header: a newline or a space (a copy and paste of two lines) was
+    // told as a head that cannot be reached.
+    if let Some(bad) = token.chars().find(|c| !c.is_ascii_graphic()) {
+        return Err(format!(
+            "the token from {from} holds {bad:?}, which no token has: give the contents of the head's `token` file, \
+             one line"
+        ));
     }
-    let file = token_file(state_dir);
-    std::fs::read_to_string(&file).map(|t| (t.trim().to_string(), file.display().to_string())).map_err(|e| {
-        format!(
-            "no API token: set $FTDRIVE_TOKEN or make {} readable ({e}); the head writes it at start",
-            file.display()
-        )
-    })
+    Ok((token, from))
 }
 
 /// Holds `path` locked for as long as the returned file is open (and no longer: the lock

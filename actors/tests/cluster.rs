@@ -514,6 +514,16 @@ fn requests_without_the_token_get_401_and_change_nothing() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("refused the token from $FTDRIVE_TOKEN: it is not its client token"), "{said}");
     assert!(said.contains("set $FTDRIVE_TOKEN to the contents of the `token` file"), "says how to fix: {said}");
+    // A token that cannot be one (two lines pasted) is the command's to fix, not a lost head.
+    let out = c.command().env("FTDRIVE_TOKEN", "a\nb").args(["status"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("the token from $FTDRIVE_TOKEN holds '\\n', which no token has"), "{said}");
+    // An unknown job's id is quoted shortened.
+    let long = "j".repeat(5_000);
+    let said = http(&c.url, "GET", &format!("/v1/jobs/{long}"), Some(&c.token()), "");
+    assert!(said.starts_with("HTTP/1.1 40") && said.contains("… (5000 characters)"), "{said}");
+    assert!(said.len() < 2_000, "{said}");
     // The agent token given for the client's is named as such.
     let out = c.command().env("FTDRIVE_TOKEN", c.agent_token()).args(["status"]).output().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);

@@ -660,6 +660,9 @@ fn a_swarm_reports_as_json_and_its_flags_are_refused_without_it() {
         assert!(stderr.contains(&format!("{} is for --swarm", flag[0])), "{stderr}");
     }
     assert_eq!(sim(&["--swarm", "--seeds", "0"]).status.code(), Some(2), "a swarm of no seed checks nothing");
+    let seed = sim(&["--swarm", "--seed", "5"]);
+    assert_eq!(seed.status.code(), Some(2), "--seed was ignored");
+    assert!(String::from_utf8_lossy(&seed.stderr).contains("--seed is for a scenario file"));
 }
 
 /// `--print-scenario`'s standard output is the scenario file itself, as the README says to use

@@ -170,7 +170,7 @@ pub enum Rejected {
     NoSuchNode(NodeId),
     #[error("node `{0}` sent a message from an older agent run; only its newest registration counts")]
     StaleIncarnation(NodeId),
-    #[error("no job `{0}`; `ftdrive status` lists the jobs")]
+    #[error("no job `{}`; `ftdrive status` lists the jobs", shortened(.0.as_str()))]
     UnknownJob(JobId),
     /// An id the head handed out once whose job it no longer keeps.
     #[error(
@@ -848,11 +848,21 @@ impl Head {
     }
 }
 
+/// At most the first 100 characters of a name a client gave, for an error that quotes it: a
+/// 5,000-character id was quoted whole.
+fn shortened(name: &str) -> String {
+    const SHOWN: usize = 100;
+    match name.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}… ({} characters)", &name[..cut], name.chars().count()),
+        None => name.to_string(),
+    }
+}
+
 fn name_is_bad(name: &str) -> String {
     if name.is_empty() {
         "a name cannot be empty".to_string()
     } else {
-        format!("`{name}` is not a valid name")
+        format!("`{}` is not a valid name", shortened(name))
     }
 }
 

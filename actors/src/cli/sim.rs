@@ -67,6 +67,11 @@ const MAX_SCENARIO_FILE_BYTES: u64 = 256 * 1024 * 1024;
 const DEFAULT_SEEDS: u64 = 100;
 
 fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
+    if args.seed.is_some() {
+        return Err(CliError::BadInput(
+            "--seed is for a scenario file; a swarm runs the seeds --start-seed N --seeds M".into(),
+        ));
+    }
     let (start, seeds) = (args.start_seed.unwrap_or(0), args.seeds.unwrap_or(DEFAULT_SEEDS));
     let end = start.checked_add(seeds).ok_or_else(|| CliError::BadInput("--start-seed + --seeds overflows".into()))?;
     let json = args.output == Output::Json;
