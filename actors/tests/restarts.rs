@@ -240,6 +240,33 @@ fn an_agent_started_with_another_state_dir_never_lets_a_rank_run_twice() {
     c.ftdrive(&["stop", &id]);
 }
 
+/// An agent killed and not restarted: its supervisors end its attempts before the head can
+/// declare the node DEAD and start them elsewhere. Their grace was the whole node timeout,
+/// counted from the agent's end, while the head counts from its last heartbeat, up to an
+/// interval earlier: a rank ran beside its replacement for up to that interval.
+#[test]
+fn a_killed_agents_attempts_end_before_their_replacements_start() {
+    let timing = ["--heartbeat-interval-ms", "1000", "--node-timeout-ms", "2000"];
+    let mut c = Cluster::start_with(&["n1", "n2", "n3"], &timing);
+    // No backoff: the replacement starts as soon as the node is DEAD and the cycle re-formed.
+    let retries = json!({"backoff_ms": {"initial": 0, "max": 0}});
+    let spec = json!({"command": ["sleep", "600"], "min_nodes": 2, "max_nodes": 2, "retries": retries});
+    let id = c.submit_no_wait(&c.spec("once", spec));
+    wait_until_steady(&c, &id, 2);
+    let on = |j: &Value, node: &str| j["actors"].as_array().unwrap().iter().any(|a| a["node"] == node);
+    let victim = ["n1", "n2"].into_iter().find(|n| on(&c.job(&id), n)).unwrap();
+    c.kill_node(victim);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        let attempts = live_attempts(&c);
+        let actors: BTreeSet<&String> = attempts.iter().map(|(actor, _)| actor).collect();
+        assert_eq!(actors.len(), attempts.len(), "two attempts of one actor alive at once: {attempts:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c.wait_for_job(&id, "both ranks run again", |j| running(j, 2) && j["cycles"] == 2);
+    c.ftdrive(&["stop", &id]);
+}
+
 /// (actor, attempt) of every live command process of this test's jobs (supervisors left out:
 /// they carry the same environment but are not the program).
 fn live_attempts(c: &Cluster) -> BTreeSet<(String, String)> {

@@ -176,7 +176,8 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(..=ftdrive::spec::MAX_DELAY_MS))]
     pub drain_deadline_ms: u64,
     /// How long attempts outlive this agent waiting for it to restart (default, and at most:
-    /// the head's node timeout, after which the head runs them elsewhere).
+    /// the head's node timeout less a heartbeat interval; the head runs them elsewhere a node
+    /// timeout after the agent's last heartbeat).
     #[arg(long)]
     pub reattach_grace_ms: Option<u64>,
     /// Each attempt log keeps its last this many MiB on disk, or about (the start is dropped,

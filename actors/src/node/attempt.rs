@@ -289,20 +289,31 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
     }
 }
 
-/// The re-attach grace supervisors keep under a head with `node_timeout_ms` (0: an older
-/// head that does not say): `--reattach-grace-ms` where given, but never longer than the node
-/// timeout, since the head re-places a silent node's attempts then, and a supervisor that kept
-/// its attempt longer would run a rank beside its replacement. A longer one given comes with
-/// a warning that says so.
-pub fn effective_grace_ms(given_ms: Option<u64>, node_timeout_ms: u64) -> (u64, Option<String>) {
+/// The re-attach grace supervisors keep under a head with `node_timeout_ms` and
+/// `heartbeat_interval_ms` (a timeout of 0: an older head that does not say):
+/// `--reattach-grace-ms` where given, but never longer than the node timeout less a heartbeat
+/// interval. The head re-places a silent node's attempts a node timeout after the agent's last
+/// heartbeat, which came up to an interval before the agent went: a supervisor that kept its
+/// attempt for the whole node timeout from then would run a rank beside its replacement for
+/// up to that interval. A longer one given comes with a warning that says so.
+pub fn effective_grace_ms(
+    given_ms: Option<u64>,
+    node_timeout_ms: u64,
+    heartbeat_interval_ms: u64,
+) -> (u64, Option<String>) {
+    if node_timeout_ms == 0 {
+        return (given_ms.unwrap_or(0), None);
+    }
+    let most_ms = node_timeout_ms.saturating_sub(heartbeat_interval_ms).max(1);
     match given_ms {
-        None => (node_timeout_ms, None),
-        Some(given) if node_timeout_ms > 0 && given > node_timeout_ms => (
-            node_timeout_ms,
+        None => (most_ms, None),
+        Some(given) if given > most_ms => (
+            most_ms,
             Some(format!(
-                "--reattach-grace-ms {given} is longer than the head's node timeout ({node_timeout_ms} ms): the head \
-                 re-places a silent node's attempts after that, so they would run twice; attempts wait \
-                 {node_timeout_ms} ms for a restarted agent (start the head with a longer --node-timeout-ms for more)"
+                "--reattach-grace-ms {given} is longer than the head's node timeout less a heartbeat interval \
+                 ({node_timeout_ms} - {heartbeat_interval_ms} ms): the head re-places a silent node's attempts \
+                 after that, so they would run twice; attempts wait {most_ms} ms for a restarted agent (start \
+                 the head with a longer --node-timeout-ms for more)"
             )),
         ),
         Some(given) => (given, None),
@@ -615,15 +626,17 @@ mod tests {
     }
 
     #[test]
-    fn a_grace_longer_than_the_heads_node_timeout_is_cut_to_it() {
-        assert_eq!(effective_grace_ms(None, 3_000), (3_000, None));
-        assert_eq!(effective_grace_ms(Some(1_000), 3_000), (1_000, None));
-        let (grace, warning) = effective_grace_ms(Some(15_000), 1_500);
-        assert_eq!(grace, 1_500);
-        assert!(warning
-            .unwrap()
-            .starts_with("--reattach-grace-ms 15000 is longer than the head's node timeout (1500 ms)"));
-        assert_eq!(effective_grace_ms(Some(15_000), 0), (15_000, None), "a head that does not say");
+    fn a_grace_longer_than_the_heads_node_timeout_less_an_interval_is_cut_to_it() {
+        assert_eq!(effective_grace_ms(None, 3_000, 1_000), (2_000, None));
+        assert_eq!(effective_grace_ms(Some(1_000), 3_000, 1_000), (1_000, None));
+        let (grace, warning) = effective_grace_ms(Some(15_000), 1_500, 500);
+        assert_eq!(grace, 1_000);
+        let warning = warning.unwrap();
+        assert!(
+            warning.starts_with("--reattach-grace-ms 15000 is longer than the head's node timeout less a"),
+            "{warning}"
+        );
+        assert_eq!(effective_grace_ms(Some(15_000), 0, 0), (15_000, None), "a head that does not say");
     }
 
     #[test]

@@ -38,8 +38,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Until the head's welcome says otherwise, supervisors wait this long for a restarted agent.
-const DEFAULT_REATTACH_GRACE_MS: u64 = 3_000;
+/// Until the head's welcome says otherwise, supervisors wait this long for a restarted agent
+/// (the default node timeout less the default heartbeat interval: `effective_grace_ms`).
+const DEFAULT_REATTACH_GRACE_MS: u64 = 2_000;
 /// How long a shut-down agent waits for its link to write what it holds to the head.
 const LINK_FLUSH_MS: u64 = 1_000;
 
@@ -566,12 +567,13 @@ impl Handler<FromHead> for NodeAgent {
     type Result = ();
     fn handle(&mut self, FromHead(msg): FromHead, ctx: &mut Context<Self>) {
         match &msg {
-            ToAgent::Welcome { node_timeout_ms, log_token, .. } => {
+            ToAgent::Welcome { node_timeout_ms, heartbeat_interval_ms, log_token, .. } => {
                 self.last_refusal = None;
                 self.head_token.set(log_token.clone());
                 // Supervisors, running ones included, follow the head's node timeout, or the
                 // agent's own grace where that is shorter.
-                let (grace_ms, warning) = attempt::effective_grace_ms(self.opts.reattach_grace_ms, *node_timeout_ms);
+                let given = self.opts.reattach_grace_ms;
+                let (grace_ms, warning) = attempt::effective_grace_ms(given, *node_timeout_ms, *heartbeat_interval_ms);
                 if let Some(warning) = warning {
                     tracing::warn!("{warning}");
                 }
