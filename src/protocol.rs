@@ -4,6 +4,7 @@
 
 use crate::ids::{ActorIx, JobId, NodeId};
 use crate::resources::{Devices, Labels, Resources};
+use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -74,6 +75,10 @@ pub struct ExitStatus {
     /// loss is NaN`). At most `MAX_ERROR_CHARS` (`bounded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// When the attempt ended, as its supervisor saw it (Unix ms): an end reported late (its
+    /// agent or the head was away) is recorded when it happened, not when it was heard of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_ms: Option<u64>,
 }
 
 /// The most of a program's own error message that its attempt's record keeps: a sentence
@@ -102,6 +107,12 @@ pub fn one_line(text: &str, max_chars: usize) -> String {
 }
 
 impl ExitStatus {
+    /// When the attempt ended: as reported, kept between its start and when the head `heard`
+    /// of the end (a machine's clock may be off), else when the head heard of it.
+    pub fn ended_at(&self, started: Instant, heard: Instant) -> Instant {
+        self.ended_ms.map_or(heard, |ms| Instant::from_ms(ms).clamp(started, heard.max(started)))
+    }
+
     pub fn code(code: i32) -> Self {
         ExitStatus {
             code: Some(code),
@@ -110,6 +121,7 @@ impl ExitStatus {
             worker: None,
             supervisor_lost: false,
             error: None,
+            ended_ms: None,
         }
     }
 
@@ -121,6 +133,7 @@ impl ExitStatus {
             worker: None,
             supervisor_lost: false,
             error: None,
+            ended_ms: None,
         }
     }
 
@@ -364,6 +377,16 @@ impl ToHead {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reported_end_is_kept_between_the_start_and_when_it_was_heard_of() {
+        let (started, heard) = (Instant::from_ms(1_000), Instant::from_ms(5_000));
+        let at = |ms| ExitStatus { ended_ms: ms, ..ExitStatus::code(1) }.ended_at(started, heard).as_ms();
+        assert_eq!(at(Some(2_500)), 2_500, "as reported");
+        assert_eq!(at(None), 5_000, "when heard of");
+        assert_eq!(at(Some(10)), 1_000, "a clock behind: not before the start");
+        assert_eq!(at(Some(9_000)), 5_000, "a clock ahead: not after it was heard of");
+    }
 
     #[test]
     fn a_programs_words_are_one_line_of_bounded_length() {

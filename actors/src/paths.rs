@@ -288,8 +288,12 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// An agent incarnation: larger for every later start (milliseconds since the epoch, with
 /// random low bits so that two agents started in the same millisecond still differ).
 pub fn incarnation() -> u64 {
-    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-    (ms << 12) | (random_u64() & 0xfff)
+    (unix_ms() << 12) | (random_u64() & 0xfff)
+}
+
+/// This machine's wall clock, in milliseconds since the epoch.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// 32 random bytes from the OS, hex-encoded.

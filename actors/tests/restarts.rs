@@ -267,6 +267,35 @@ fn a_killed_agents_attempts_end_before_their_replacements_start() {
     c.ftdrive(&["stop", &id]);
 }
 
+/// A rank that ends while the head is away enters the ledger with the time it ended, not the
+/// time the restarted head heard of it (its supervisor records the end's time).
+#[test]
+fn an_end_reported_late_is_recorded_when_it_happened() {
+    let mut c = Cluster::start(&["n1"]);
+    let spec = json!({"command": ["sleep", "600"], "min_nodes": 1, "max_nodes": 1});
+    let id = c.submit_no_wait(&c.spec("late", spec));
+    wait_until_steady(&c, &id, 1);
+    c.kill_head();
+    let sleep = c
+        .processes(None)
+        .into_iter()
+        .find(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "sleep"));
+    let ended_ms = unix_ms();
+    // SAFETY: signalling a process of this test's job.
+    unsafe { libc::kill(sleep.expect("the rank's process") as i32, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(1_500));
+    let back_ms = unix_ms();
+    c.start_head_again();
+    let job = c.wait_for_job(&id, "the end is in the ledger", |j| !j["ledger"].as_array().unwrap().is_empty());
+    let end_ms = job["ledger"][0]["end_ms"].as_u64().unwrap();
+    assert!(end_ms >= ended_ms && end_ms < back_ms, "ended at {ended_ms}, recorded {end_ms}, head back {back_ms}");
+    c.ftdrive(&["stop", &id]);
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
 /// (actor, attempt) of every live command process of this test's jobs (supervisors left out:
 /// they carry the same environment but are not the program).
 fn live_attempts(c: &Cluster) -> BTreeSet<(String, String)> {

@@ -181,6 +181,7 @@ impl Driver {
             Charge::Exhausted(kind) => format!("{}; the {kind} budget is exhausted", v.evidence),
             _ => v.evidence,
         };
+        let heard = run.exited.as_ref().map_or(now, |(_, t)| *t);
         let entry = LedgerEntry {
             actor: self.actors[ix as usize].name.clone(),
             rank: Some(run.rank),
@@ -188,7 +189,7 @@ impl Driver {
             cycle: run.cycle,
             node: run.node.to_string(),
             start_ms: run.started.as_ms(),
-            end_ms: run.exited.as_ref().map_or(now, |(_, t)| *t).as_ms(),
+            end_ms: status.as_ref().map_or(heard, |s| s.ended_at(run.started, heard)).as_ms(),
             exit_code: status.as_ref().and_then(|s| s.code),
             signal: status.as_ref().and_then(|s| s.signal),
             cause: v.cause,

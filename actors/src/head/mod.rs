@@ -178,8 +178,7 @@ impl HeadActor {
     /// re-adopted as their agents report, finished ones kept for `status`.
     fn new(config: HeadConfig, store: Store, state: DurableState, first_job_number: u64) -> HeadActor {
         let ledger_written = state.jobs.iter().map(|j| (j.driver.id().clone(), j.ledger.len())).collect();
-        let clock_base_ms =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let clock_base_ms = crate::paths::unix_ms();
         let restored = !state.jobs.is_empty() || !state.nodes.is_empty();
         let mut head = Head::restore(config, state, Instant::from_ms(clock_base_ms));
         head.start_job_ids_at(first_job_number);

@@ -212,12 +212,14 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args, cap: Option<
                     kill_at = Some(kill_at.map_or(stop_at, |k| k.min(stop_at)));
                 }
                 if progress.running == 0 {
+                    // Recorded with the end: an agent or head away hears of it later.
+                    let ended_ms = crate::paths::unix_ms();
                     group.drain_output(Duration::from_millis(DRAIN_OUTPUT_MS));
                     // What stays on disk after the attempt is within the bound.
                     if let Some(cap) = cap {
                         cap.apply();
                     }
-                    let ended = progress.outcome(&args.group);
+                    let ended = ExitStatus { ended_ms: Some(ended_ms), ..progress.outcome(&args.group) };
                     finish(&ended, &args.group.dir, agent.as_mut().map(|(_, s)| s));
                     // Not recorded, and no agent took it: held for the next one, a grace from now.
                     unrecorded = Some(ended);
