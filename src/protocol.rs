@@ -75,6 +75,10 @@ pub struct ExitStatus {
     /// loss is NaN`). At most `MAX_ERROR_CHARS` (`bounded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Its supervisor ended it because no agent came back within the re-attach grace (with
+    /// `signalled_by_agent`): its agent went and stayed away.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub orphaned: bool,
     /// When the attempt ended, as its supervisor saw it (Unix ms): an end reported late (its
     /// agent or the head was away) is recorded when it happened, not when it was heard of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,6 +125,7 @@ impl ExitStatus {
             worker: None,
             supervisor_lost: false,
             error: None,
+            orphaned: false,
             ended_ms: None,
         }
     }
@@ -133,6 +138,7 @@ impl ExitStatus {
             worker: None,
             supervisor_lost: false,
             error: None,
+            orphaned: false,
             ended_ms: None,
         }
     }

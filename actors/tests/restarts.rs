@@ -296,6 +296,30 @@ fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
+/// An agent that stays away past the re-attach grace, and comes back while a restarted head
+/// still waits for its agents: its supervisors ended the ranks, and the ledger says that (it
+/// said "the agent shut down", which it did not).
+#[test]
+fn ranks_ended_for_want_of_an_agent_say_so() {
+    let timing = ["--heartbeat-interval-ms", "1000", "--node-timeout-ms", "3000"];
+    let mut c = Cluster::start_with(&["n1"], &timing);
+    let spec = json!({"command": ["sleep", "600"], "min_nodes": 1, "max_nodes": 1});
+    let id = c.submit_no_wait(&c.spec("orphan", spec));
+    wait_until_steady(&c, &id, 1);
+    c.kill_head();
+    c.kill_node("n1");
+    c.start_head_again();
+    // Past the grace (3000 - 1000 ms), inside the restarted head's window (3000 ms).
+    std::thread::sleep(Duration::from_millis(2_300));
+    c.add_node("n1");
+    let job = c.wait_for_job(&id, "the lost rank is in the ledger", |j| !j["ledger"].as_array().unwrap().is_empty());
+    let first = &job["ledger"][0];
+    assert_eq!((first["cause"].as_str(), first["budget"].as_str()), (Some("node_lost"), Some("system")), "{job:#}");
+    let evidence = first["evidence"].as_str().unwrap();
+    assert!(evidence.contains("went away and none came back within the re-attach grace"), "{evidence}");
+    c.ftdrive(&["stop", &id]);
+}
+
 /// (actor, attempt) of every live command process of this test's jobs (supervisors left out:
 /// they carry the same environment but are not the program).
 fn live_attempts(c: &Cluster) -> BTreeSet<(String, String)> {

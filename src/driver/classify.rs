@@ -203,6 +203,15 @@ fn exited(job: &JobContext, run: &Run, status: &ExitStatus, reacting_to: Option<
             format!("the attempt supervisor of the {who} on {node} died without a record; the agent ended its workers"),
         );
     }
+    if status.orphaned {
+        return (
+            Cause::NodeLost,
+            format!(
+                "the agent on {node} went away and none came back within the re-attach grace: the {who}'s \
+                 supervisor ended it (it {status})"
+            ),
+        );
+    }
     if status.signalled_by_agent {
         return (
             Cause::NodeLost,
@@ -402,6 +411,17 @@ mod tests {
         assert_eq!(v.evidence, says);
         let worker = classify(&j, &run(), Ending::Exited { status: &ExitStatus::signal(9, false), reacting_to: None });
         assert_eq!(worker.cause, Cause::UserError, "a worker killed so is the program's");
+    }
+
+    /// An attempt whose agent went away and stayed away past the re-attach grace was ended by
+    /// its supervisor: the evidence says so (it said "the agent shut down").
+    #[test]
+    fn an_attempt_its_supervisor_ended_after_the_grace_says_the_agent_stayed_away() {
+        let policy = RetryPolicy::default();
+        let status = ExitStatus { orphaned: true, ..ExitStatus::signal(9, true) };
+        let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: None });
+        assert_eq!((v.cause, v.budget), (Cause::NodeLost, BudgetKind::System));
+        assert!(v.evidence.starts_with("the agent on n1 went away and none came back within the re-attach grace"));
     }
 
     #[test]

@@ -96,6 +96,8 @@ struct Progress {
     failure: Option<(u32, std::process::ExitStatus, bool)>,
     /// An agent ordered a stop or a kill, or the re-attach grace ran out (SV-1).
     ordered_to_end: bool,
+    /// It was the re-attach grace that ran out: no agent came back (the ledger says so).
+    orphaned: bool,
 }
 
 /// Runs the supervisor; never returns.
@@ -193,8 +195,13 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args, cap: Option<
         });
     }
     std::thread::spawn(move || accept(listener, tx));
-    let mut progress =
-        Progress { pgids: group.pgids.clone(), running: args.group.workers, failure: None, ordered_to_end: false };
+    let mut progress = Progress {
+        pgids: group.pgids.clone(),
+        running: args.group.workers,
+        failure: None,
+        ordered_to_end: false,
+        orphaned: false,
+    };
     let mut agent: Option<(u64, UnixStream)> = None;
     let mut kill_at: Option<Instant> = None;
     // Since when no agent has been heard (SV-1): an agent is expected to connect at once, and
@@ -261,6 +268,7 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args, cap: Option<
                 // A stop's grace is over, or no agent came back in time (SV-1, SV-4, SV-5).
                 if alone_since.is_some_and(|since| since.elapsed() >= grace) {
                     progress.ordered_to_end = true;
+                    progress.orphaned = true;
                 }
                 signal_all(&progress.pgids, libc::SIGKILL);
                 kill_at = None;
@@ -299,7 +307,8 @@ impl Progress {
             Some(said) => ended.with_error(&said),
             None => ended,
         };
-        ExitStatus { worker: (group.workers > 1).then_some(local_rank), signalled_by_agent: ordered, ..ended }
+        let worker = (group.workers > 1).then_some(local_rank);
+        ExitStatus { worker, signalled_by_agent: ordered, orphaned: ordered && self.orphaned, ..ended }
     }
 
     /// Carries out one command from the agent; returns when to escalate to SIGKILL.
