@@ -23,7 +23,7 @@ use super::{
 };
 use crate::paths::Tokens;
 use actix::prelude::*;
-use actix_web::dev::{Payload, ServiceResponse};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{http::StatusCode, web, App, FromRequest, HttpRequest, HttpResponse, HttpServer, ResponseError};
 use bytes::Bytes;
@@ -292,7 +292,7 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
             .configure(input_limits)
             .wrap(json_errors())
             .wrap_fn(move |req, service| {
-                let answered = actix_web::dev::Service::call(service, req);
+                let answered = actix_web::dev::Service::call(service, with_body_deadline(req, BODY_TIMEOUT));
                 let closing = closing.clone();
                 async move { answered.await.map(|answer| close_when_stopping(answer, &closing)) }
             })
@@ -373,9 +373,52 @@ fn query_error(e: actix_web::error::QueryPayloadError, query: &str) -> ApiError 
     ))
 }
 
+/// How long a request's body may take to arrive, whole (it is at most `MAX_BODY_BYTES`): one
+/// sent a byte every 20 s held its connection for ever, and enough of them every descriptor.
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A POST's body, cut off with an error once `limit` has passed since the request arrived.
+/// Only POSTs: the agent channel and the event streams are GETs whose streams live long.
+fn with_body_deadline(mut req: ServiceRequest, limit: Duration) -> ServiceRequest {
+    if req.method() != actix_web::http::Method::POST {
+        return req;
+    }
+    let payload = actix_web::HttpMessage::take_payload(&mut req);
+    let deadline = tokio::time::Instant::now() + limit;
+    let timed = futures_util::stream::unfold(Some(payload), move |payload| async move {
+        let mut payload = payload?;
+        match tokio::time::timeout_at(deadline, futures_util::StreamExt::next(&mut payload)).await {
+            Ok(item) => item.map(|item| (item, Some(payload))),
+            Err(_) => {
+                let late = std::io::Error::new(std::io::ErrorKind::TimedOut, BodyLate(limit));
+                Some((Err(actix_web::error::PayloadError::Io(late)), None))
+            }
+        }
+    });
+    let boxed: std::pin::Pin<Box<dyn futures_util::Stream<Item = _>>> = Box::pin(timed);
+    req.set_payload(boxed.into());
+    req
+}
+
+/// A body that did not arrive within its limit.
+#[derive(Debug)]
+struct BodyLate(Duration);
+
+impl std::fmt::Display for BodyLate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the request body did not arrive within {} s", self.0.as_secs())
+    }
+}
+
+impl std::error::Error for BodyLate {}
+
 fn body_error(e: actix_web::error::JsonPayloadError) -> ApiError {
     use actix_web::error::JsonPayloadError as E;
+    use actix_web::error::PayloadError;
     match e {
+        E::Payload(PayloadError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+            ApiError::BadRequest(format!("{e}; send it whole, promptly"))
+        }
         E::Overflow { .. } | E::OverflowKnownLength { .. } => {
             ApiError::TooLarge(format!("the request body is over {MAX_BODY_BYTES} bytes, the head's limit"))
         }

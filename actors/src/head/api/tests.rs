@@ -1,7 +1,7 @@
 //! In-process tests of the API (the real routes, limits and error handlers over a real head
 //! actor and store, without the TCP server), and the setup they share with `fuzz.rs`.
 
-use super::{input_limits, json_errors, routes, ApiState, KEEPALIVE_HEADER};
+use super::{input_limits, json_errors, routes, with_body_deadline, ApiState, KEEPALIVE_HEADER};
 use crate::head::store::Store;
 use crate::paths::Tokens;
 use actix_web::body::MessageBody;
@@ -74,4 +74,24 @@ async fn a_quiet_event_stream_gets_a_blank_line_every_keepalive_interval() {
         let chunk = chunk.expect("the stream goes on").unwrap_or_else(|_| panic!("a readable chunk"));
         assert_eq!(&chunk[..], b"\n");
     }
+}
+
+/// A POST's body sent slowly (a byte every 20 s held the connection for ever): cut off with a
+/// timed-out error once its limit has passed, which the JSON extractor's error names.
+#[actix_web::test]
+async fn a_body_that_does_not_arrive_in_time_is_cut_off() {
+    use actix_web::dev::ServiceRequest;
+    use futures_util::StreamExt;
+    let (req, _) = test::TestRequest::post().uri("/v1/jobs").to_http_parts();
+    let first = futures_util::stream::once(async { Ok(bytes::Bytes::from_static(b"{\"spec\"")) });
+    let stalled = first.chain(futures_util::stream::pending());
+    let boxed: std::pin::Pin<Box<dyn futures_util::Stream<Item = _>>> = Box::pin(stalled);
+    let mut req = with_body_deadline(ServiceRequest::from_parts(req, boxed.into()), Duration::from_millis(50));
+    let mut payload = actix_web::HttpMessage::take_payload(&mut req);
+    assert!(payload.next().await.unwrap().is_ok(), "what arrived in time is read");
+    let late = tokio::time::timeout(Duration::from_secs(10), payload.next()).await.expect("cut off, not waited for");
+    let error = late.expect("an error ends it").unwrap_err();
+    let said = super::body_error(actix_web::error::JsonPayloadError::Payload(error)).to_string();
+    assert!(said.starts_with("the request body did not arrive within 0 s"), "{said}");
+    assert!(payload.next().await.is_none(), "and nothing after it");
 }
