@@ -142,6 +142,10 @@ pub struct HeadActor {
     foreign_sessions: BTreeSet<u64>,
     /// The identity each node's agent last registered with (`admit`, AI-1).
     identities: BTreeMap<NodeId, String>,
+    /// The final snapshot of each followed job that ended in a step whose events wait for
+    /// their commit: by the time they go out a later step may have forgotten the job
+    /// (`--retain-finished 0`), and its followers waited for an end that never came.
+    final_snapshots: BTreeMap<JobId, Bytes>,
     /// Each connected agent's log server, and the token its session was given for it.
     log_servers: BTreeMap<NodeId, LogServer>,
     followers: Vec<Follower>,
@@ -198,6 +202,7 @@ impl HeadActor {
             sessions: BTreeMap::new(),
             foreign_sessions: BTreeSet::new(),
             identities: BTreeMap::new(),
+            final_snapshots: BTreeMap::new(),
             log_servers: BTreeMap::new(),
             followers: Vec::new(),
             store,
@@ -239,7 +244,10 @@ impl HeadActor {
                     writes.extend(self.attempt_row(&spec));
                     effects.push(Effect::Send { msg: ToAgent::Start(spec), node });
                 }
-                other => effects.push(other),
+                other => {
+                    self.keep_final_snapshot(&other);
+                    effects.push(other);
+                }
             }
         }
         let mut failed = None;
@@ -470,16 +478,31 @@ impl HeadActor {
         }
     }
 
-    /// A job ended: its followers get a final snapshot and their stream closes.
-    fn end_followers(&mut self, job: &JobId) {
-        if !self.followers.iter().any(|f| f.job.as_ref() == Some(job)) {
+    /// A job's end, as the step that ended it leaves it, for its followers (`final_snapshots`).
+    fn keep_final_snapshot(&mut self, effect: &Effect) {
+        let Effect::Notify(Event::Job { job, detail: JobEvent::JobState { to, .. } }) = effect else { return };
+        if !to.is_terminal() || !self.followers.iter().any(|f| f.job.as_ref() == Some(job)) {
             return; // the view is the costly part, and most jobs end with no one following them
         }
-        let Some(view) = self.head.job_view(job) else { return };
-        let last = snapshot_line(&view);
+        if let Some(view) = self.head.job_view(job) {
+            self.final_snapshots.insert(job.clone(), snapshot_line(&view));
+        }
+    }
+
+    /// A job ended: its followers get a final snapshot and their stream closes.
+    fn end_followers(&mut self, job: &JobId) {
+        let kept = self.final_snapshots.remove(job);
+        if !self.followers.iter().any(|f| f.job.as_ref() == Some(job)) {
+            return;
+        }
+        // Gone and not kept (followed after it ended): the stream ends all the same, and its
+        // follower hears the job was forgotten when it asks again, rather than wait for ever.
+        let last = kept.or_else(|| self.head.job_view(job).map(|view| snapshot_line(&view)));
         self.followers.retain(|f| {
             if f.job.as_ref() == Some(job) {
-                let _ = f.offer(&last);
+                if let Some(last) = &last {
+                    let _ = f.offer(last);
+                }
                 false
             } else {
                 true
