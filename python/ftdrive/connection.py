@@ -85,17 +85,29 @@ def head_url(head: Optional[str] = None) -> str:
 def client_token(token: Optional[str] = None, state_dir: Optional[PathLike] = None) -> str:
     """The client token: ``token``, else ``$FTDRIVE_TOKEN``, else ``<state dir>/token``."""
     if token:
-        return token
+        return _checked(token, "token=")
     from_env = _given("FTDRIVE_TOKEN")
     if from_env:
-        return from_env
+        return _checked(from_env, "$FTDRIVE_TOKEN")
     path = (Path(state_dir) if state_dir is not None else default_state_dir()) / "token"
     try:
-        return path.read_text().strip()
+        return _checked(path.read_text().strip(), str(path))
     except OSError as e:
         raise ConfigError(
             f"no API token: set $FTDRIVE_TOKEN or make {path} readable ({e.strerror or e}); the head writes it at start"
         ) from e
+
+
+def _checked(token: str, source: str) -> str:
+    """A token goes into an HTTP header: one with a space or a newline (two lines pasted) is
+    refused here, as the CLI refuses it, rather than failing as an unreachable head."""
+    bad = next((c for c in token if not ("!" <= c <= "~")), None)
+    if bad is not None:
+        raise ConfigError(
+            f"the token from {source} holds {bad!r}, which no token has: give the contents of the head's "
+            "`token` file, one line"
+        )
+    return token
 
 
 def tls_context(base_url: str, ca_cert: Optional[PathLike] = None) -> Optional[ssl.SSLContext]:

@@ -433,6 +433,10 @@ def test_credentials_are_found_as_the_cli_finds_them(cluster: Cluster, monkeypat
     monkeypatch.setenv("FTDRIVE_STATE_DIR", str(cluster.dir / "nowhere"))
     with pytest.raises(ConfigError, match="no API token"):
         Client()
+    # Two lines pasted are no token: refused here, not sent as a header that fails as a lost head.
+    monkeypatch.setenv("FTDRIVE_TOKEN", "a\nb")
+    with pytest.raises(ConfigError, match=r"the token from \$FTDRIVE_TOKEN holds '\\n'"):
+        Client()
 
 
 def test_a_head_address_is_read_as_the_cli_reads_it() -> None:
