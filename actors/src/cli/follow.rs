@@ -128,7 +128,8 @@ impl Screen {
                 }
                 // Times count from the job's submission.
                 let origin = self.view.as_ref().map_or(line.t_ms, |v| v.submit_ms);
-                if let Some(text) = render::event_line(&line, origin) {
+                let nproc = self.view.as_ref().map_or(1, |v| v.nproc_per_node);
+                if let Some(text) = render::event_line(&line, origin, nproc) {
                     self.show_line(text)?;
                 }
             }

@@ -8,11 +8,11 @@ use ftdrive::JobId;
 use std::fmt::Write;
 
 /// One line for an event, or `None` for events not worth a line. Times are shown relative to
-/// `origin_ms` (when the follower started).
-pub fn event_line(line: &EventLine, origin_ms: u64) -> Option<String> {
+/// `origin_ms` (when the follower started); `nproc` is the job's workers per actor.
+pub fn event_line(line: &EventLine, origin_ms: u64, nproc: u32) -> Option<String> {
     let t = line.t_ms.saturating_sub(origin_ms) as f64 / 1000.0;
     let text = match &line.event {
-        Event::Job { job, detail } => job_event_text(job, detail)?,
+        Event::Job { job, detail } => job_event_text(job, detail, nproc)?,
         Event::NodeState { node, state, evidence } => format!("node {node} {}: {evidence}", state_text(state)),
         Event::NodeHealth { node, problem: Some(problem) } => format!("node {node} is given no new work: {problem}"),
         Event::NodeHealth { node, problem: None } => format!("node {node} can start work again"),
@@ -26,15 +26,28 @@ pub fn event_line(line: &EventLine, origin_ms: u64) -> Option<String> {
     Some(format!("{t:>8.1}s  {text}"))
 }
 
-fn job_event_text(job: &JobId, detail: &JobEvent) -> Option<String> {
+/// An actor's rank is its node's rank in the cycle (torchrun's GROUP_RANK); with several
+/// workers each, torchrun's RANK is a worker's, so the text says which it means.
+fn rank_text(rank: u32, nproc: u32) -> String {
+    match nproc {
+        0 | 1 => format!(" rank {rank}"),
+        n => format!(" node rank {rank} (ranks {}-{})", rank * n, rank * n + n - 1),
+    }
+}
+
+fn job_event_text(job: &JobId, detail: &JobEvent, nproc: u32) -> Option<String> {
     Some(match detail {
         JobEvent::Transition { actor, from, to, attempt, cycle, rank, node } => {
             let place = node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default();
-            let rank = rank.map(|r| format!(" rank {r}")).unwrap_or_default();
+            let rank = rank.map(|r| rank_text(r, nproc)).unwrap_or_default();
             format!("{actor} {from} → {to}{place}{rank} (attempt {attempt}, cycle {cycle})")
         }
         JobEvent::CycleFormed { cycle, world_size, master_addr, master_port, .. } => {
-            format!("cycle {cycle} formed: {world_size} rank(s), rendezvous {master_addr}:{master_port}")
+            let members = match nproc {
+                0 | 1 => format!("{world_size} rank(s)"),
+                n => format!("{world_size} node(s) of {n} workers (WORLD_SIZE {})", world_size * n),
+            };
+            format!("cycle {cycle} formed: {members}, rendezvous {master_addr}:{master_port}")
         }
         JobEvent::JobState { to, message, .. } => {
             format!("job {job} {to}{}", message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())
@@ -93,7 +106,7 @@ pub fn snapshot_lines(view: &JobView) -> String {
     }
     for a in &view.actors {
         let node = a.node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default();
-        let rank = a.rank.map(|r| format!(" rank {r}")).unwrap_or_default();
+        let rank = a.rank.map(|r| rank_text(r, view.nproc_per_node)).unwrap_or_default();
         let _ = writeln!(out, "     now  {} {}{node}{rank} (attempt {})", a.name, a.state, a.attempt);
     }
     out
@@ -137,10 +150,13 @@ pub fn job_table(view: &JobView) -> String {
     let names: Vec<String> = view.actors.iter().map(|a| a.name.to_string()).collect();
     let actor = column(14, names.iter().map(String::as_str));
     let node = column(14, view.actors.iter().filter_map(|a| a.node.as_deref()));
+    // With several workers each, an actor's rank is its node's (torchrun's GROUP_RANK).
+    let rank_header = if view.nproc_per_node > 1 { "NODE RANK" } else { "RANK" };
+    let rank_width = rank_header.len();
     let _ = writeln!(
         out,
-        "  {:<actor$} {:<15} {:<node$} {:>4} {:>7}{gpu_header}",
-        "ACTOR", "STATE", "NODE", "RANK", "ATTEMPT"
+        "  {:<actor$} {:<15} {:<node$} {:>rank_width$} {:>7}{gpu_header}",
+        "ACTOR", "STATE", "NODE", rank_header, "ATTEMPT"
     );
     for a in &view.actors {
         let rank = a.rank.map_or("-".to_string(), |r| r.to_string());
@@ -151,7 +167,7 @@ pub fn job_table(view: &JobView) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<actor$} {:<15} {:<node$} {:>4} {:>7}{devices}",
+            "  {:<actor$} {:<15} {:<node$} {:>rank_width$} {:>7}{devices}",
             a.name.to_string(),
             a.state.to_string(),
             a.node.as_deref().unwrap_or("-"),
@@ -427,6 +443,29 @@ mod tests {
         };
         apply(&mut view, &Event::Job { job: JobId::new("j1"), detail: waits });
         assert_eq!((view.actors[0].state, view.actors[0].node.as_deref()), (ActorState::Scheduling, None));
+    }
+
+    /// With several workers per actor, an actor's rank is its node's: the table and the
+    /// follower's lines say "node rank" and which worker ranks it holds, as torchrun's RANK is
+    /// a worker's.
+    #[test]
+    fn with_several_workers_each_a_rank_is_said_to_be_the_nodes() {
+        let mut view = job("RUNNING", None);
+        view.nproc_per_node = 8;
+        view.actors = serde_json::from_value(serde_json::json!([
+            {"name": "j1/0", "state": "RUNNING", "node": "n1", "rank": 1, "attempt": 1, "role": "active"}
+        ]))
+        .unwrap();
+        let table = job_table(&view);
+        let lines: Vec<&str> = table.lines().collect();
+        let header_end = lines[1].find("NODE RANK").unwrap() + "NODE RANK".len();
+        assert_eq!(lines[2].get(header_end - 1..header_end), Some("1"), "{table}");
+        assert!(snapshot_lines(&view).contains("j1/0 RUNNING on n1 node rank 1 (ranks 8-15)"));
+        let formed =
+            JobEvent::CycleFormed { cycle: 2, world_size: 3, master_addr: "n1".into(), master_port: 1, ranks: vec![] };
+        let text = job_event_text(&JobId::new("j1"), &formed, 8).unwrap();
+        assert_eq!(text, "cycle 2 formed: 3 node(s) of 8 workers (WORLD_SIZE 24), rendezvous n1:1");
+        assert!(job_event_text(&JobId::new("j1"), &formed, 1).unwrap().contains("3 rank(s)"));
     }
 
     /// Names go up to 63 characters: a long one widens its column instead of pushing its row's
