@@ -292,11 +292,15 @@ function markCurrentSection() {
 // ---------------------------------------------------------------------------------------------
 // Loading and rendering the current page
 
+// The jobs page lists the newest this many: it reloads on every (coalesced) event, and the
+// whole list of a head keeping a thousand finished jobs was a megabyte each time.
+const JOBS_SHOWN = 200;
+
 const PAGES = {
   jobs: {
     title: () => 'Jobs',
     load: async () => {
-      const [jobs, health] = await Promise.all([api('/v1/jobs'), api('/v1/health')]);
+      const [jobs, health] = await Promise.all([api(`/v1/jobs?limit=${JOBS_SHOWN}`), api('/v1/health')]);
       return { jobs, health };
     },
     render: renderJobsPage,
@@ -309,7 +313,8 @@ const PAGES = {
   nodes: {
     title: () => 'Nodes',
     load: async () => {
-      const [nodes, jobs] = await Promise.all([api('/v1/nodes'), api('/v1/jobs')]);
+      // Only jobs that have not ended hold nodes.
+      const [nodes, jobs] = await Promise.all([api('/v1/nodes'), api('/v1/jobs?state=PENDING,RUNNING')]);
       return { nodes, jobs };
     },
     render: renderNodesPage,
@@ -435,7 +440,9 @@ function clusterSummary(health, jobs) {
       : null,
     el('p', { class: 'summary' },
       el('a', { href: '#/nodes' }, `${health.alive_nodes} of ${health.nodes} nodes alive`),
-      ` · ${jobs.length} job${jobs.length === 1 ? '' : 's'}, ${active} active`));
+      health.jobs > jobs.length
+        ? ` · ${health.jobs} jobs; the newest ${jobs.length} shown, ${active} of them active (\`ftdrive status\` lists all)`
+        : ` · ${jobs.length} job${jobs.length === 1 ? '' : 's'}, ${active} active`));
 }
 
 function jobsTable(jobs) {
