@@ -227,13 +227,7 @@ fn an_agent_started_with_another_state_dir_never_lets_a_rank_run_twice() {
     let mut agent = c.node_command("n2");
     agent.arg("--state-dir").arg(elsewhere.path()).env("FTDRIVE_AGENT_TOKEN", c.agent_token());
     c.nodes.insert("n2".into(), agent.spawn().unwrap());
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(6) {
-        let attempts = live_attempts(&c);
-        let actors: BTreeSet<&String> = attempts.iter().map(|(actor, _)| actor).collect();
-        assert_eq!(actors.len(), attempts.len(), "two attempts of one actor alive at once: {attempts:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    never_twice_for(&c, Duration::from_secs(6));
     let job = c.wait_for_job(&id, "both ranks run again", |j| running(j, 2));
     let lost = job["ledger"].as_array().unwrap().iter().any(|e| e["cause"] == "node_lost");
     assert!(lost, "n2's first attempt was lost with its node: {job:#}");
@@ -256,13 +250,7 @@ fn a_killed_agents_attempts_end_before_their_replacements_start() {
     let on = |j: &Value, node: &str| j["actors"].as_array().unwrap().iter().any(|a| a["node"] == node);
     let victim = ["n1", "n2"].into_iter().find(|n| on(&c.job(&id), n)).unwrap();
     c.kill_node(victim);
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(5) {
-        let attempts = live_attempts(&c);
-        let actors: BTreeSet<&String> = attempts.iter().map(|(actor, _)| actor).collect();
-        assert_eq!(actors.len(), attempts.len(), "two attempts of one actor alive at once: {attempts:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    never_twice_for(&c, Duration::from_secs(5));
     c.wait_for_job(&id, "both ranks run again", |j| running(j, 2) && j["cycles"] == 2);
     c.ftdrive(&["stop", &id]);
 }
@@ -318,6 +306,17 @@ fn ranks_ended_for_want_of_an_agent_say_so() {
     let evidence = first["evidence"].as_str().unwrap();
     assert!(evidence.contains("went away and none came back within the re-attach grace"), "{evidence}");
     c.ftdrive(&["stop", &id]);
+}
+
+/// Watches the test's processes for `span`: no two attempts of one actor are alive at once.
+fn never_twice_for(c: &Cluster, span: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < span {
+        let attempts = live_attempts(c);
+        let actors: BTreeSet<&String> = attempts.iter().map(|(actor, _)| actor).collect();
+        assert_eq!(actors.len(), attempts.len(), "two attempts of one actor alive at once: {attempts:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// (actor, attempt) of every live command process of this test's jobs (supervisors left out:
