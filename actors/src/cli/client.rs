@@ -122,6 +122,13 @@ impl Client {
     /// A 401: the token is not this head's client token. Says where it came from, whether it
     /// is the head's agent token, and how to give the right one.
     fn refused_token(&self, answer: &Value) -> String {
+        if answer["presented"] == "agent_token" {
+            return format!(
+                "the head at {} refused the token from {}: it is its agent token, which opens only the agent \
+                 channel; give its client token, the `token` file in its state dir",
+                self.base, self.token_from
+            );
+        }
         let fix = if self.token_from == paths::CLIENT_TOKEN_VAR {
             "set $FTDRIVE_TOKEN to the contents of the `token` file in the head's state dir, or unset it to use \
              that file from the default state dir"
@@ -133,11 +140,10 @@ impl Client {
                 self.base
             )
         };
-        let what = match answer["presented"].as_str() {
-            Some("agent_token") => "it is its agent token, which opens only the agent channel",
-            _ => "it is not its client token",
-        };
-        format!("the head at {} refused the token from {}: {what}; {fix}", self.base, self.token_from)
+        format!(
+            "the head at {} refused the token from {}: it is not its client token; {fix}",
+            self.base, self.token_from
+        )
     }
 
     /// Why the head did not answer: TLS's doing when it can be told (a wrong scheme, a

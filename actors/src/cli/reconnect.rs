@@ -32,6 +32,11 @@ where
         other => other.to_string(),
     };
     crate::note!("ftdrive: {why}; trying again for up to {timeout_s} s, the job runs on");
+    // A head that answered all along (at a bound, or without the agent asked for) came not back.
+    let back = match &lost {
+        CliError::Unreachable(_) => "the head answered again",
+        _ => "going on",
+    };
     let start = Instant::now();
     let mut pause = Duration::from_millis(FIRST_PAUSE_MS);
     loop {
@@ -45,7 +50,7 @@ where
             }
             answer => {
                 if answer.is_ok() {
-                    crate::note!("ftdrive: the head answered again after {:.1} s", start.elapsed().as_secs_f64());
+                    crate::note!("ftdrive: {back} after {:.1} s", start.elapsed().as_secs_f64());
                 }
                 return answer;
             }

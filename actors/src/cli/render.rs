@@ -10,7 +10,13 @@ use std::fmt::Write;
 /// One line for an event, or `None` for events not worth a line. Times are shown relative to
 /// `origin_ms` (when the follower started); `nproc` is the job's workers per actor.
 pub fn event_line(line: &EventLine, origin_ms: u64, nproc: u32) -> Option<String> {
-    let t = line.t_ms.saturating_sub(origin_ms) as f64 / 1000.0;
+    // An attempt's end is shown when it happened, as the ledger has it: heard of late (its
+    // agent or the head away), the event itself is later.
+    let at_ms = match &line.event {
+        Event::Job { detail: JobEvent::Ledger { entry }, .. } => entry.end_ms,
+        _ => line.t_ms,
+    };
+    let t = at_ms.saturating_sub(origin_ms) as f64 / 1000.0;
     let text = match &line.event {
         Event::Job { job, detail } => job_event_text(job, detail, nproc)?,
         Event::NodeState { node, state, evidence } => format!("node {node} {}: {evidence}", state_text(state)),
@@ -466,6 +472,23 @@ mod tests {
         let text = job_event_text(&JobId::new("j1"), &formed, 8).unwrap();
         assert_eq!(text, "cycle 2 formed: 3 node(s) of 8 workers (WORLD_SIZE 24), rendezvous n1:1");
         assert!(job_event_text(&JobId::new("j1"), &formed, 1).unwrap().contains("3 rank(s)"));
+    }
+
+    /// An end heard of late (its agent or the head away) is shown when it happened, as the
+    /// ledger has it, not when its event came.
+    #[test]
+    fn an_attempts_end_is_shown_when_it_happened() {
+        let entry: ftdrive::driver::LedgerEntry = serde_json::from_value(serde_json::json!({
+            "actor": "j1/0", "rank": 0, "attempt": 1, "cycle": 1, "node": "n1", "start_ms": 1_000,
+            "end_ms": 6_000, "exit_code": 0, "signal": null, "cause": "completed",
+            "evidence": "process exited with code 0", "budget": "none",
+            "remaining": {"user": 0, "system": 0, "preemption": 0}
+        }))
+        .unwrap();
+        let event = Event::Job { job: JobId::new("j1"), detail: JobEvent::Ledger { entry } };
+        let line = EventLine { t_ms: 9_250, event };
+        let text = event_line(&line, 0, 1).unwrap();
+        assert!(text.starts_with("     6.0s  j1/0 attempt 1 ended"), "{text}");
     }
 
     /// Names go up to 63 characters: a long one widens its column instead of pushing its row's

@@ -115,6 +115,9 @@ pub async fn follow_submitted(
     // With --output json, standard output holds the one document; progress goes to stderr.
     let progress = if args.output == Output::Json { Progress::Stderr } else { Progress::Stdout };
     let followed = follow::follow(client, &view.id, on_interrupt, progress).await;
+    if followed.is_err() && args.output == Output::Json {
+        out::json(&view)?; // the job as accepted: a script reads its id even so
+    }
     let outcome = followed.map_err(|e| accepted_anyway(&view.id, e))?;
     if args.output == Output::Json {
         let final_view: JobView = client.get(&format!("/v1/jobs/{}", view.id)).await?;

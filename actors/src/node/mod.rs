@@ -41,6 +41,8 @@ use tokio::sync::mpsc::UnboundedSender;
 /// Until the head's welcome says otherwise, supervisors wait this long for a restarted agent
 /// (the default node timeout less the default heartbeat interval: `effective_grace_ms`).
 const DEFAULT_REATTACH_GRACE_MS: u64 = 2_000;
+/// Distinct refusals remembered as said (`log_refusal`): past it, more are only debug lines.
+const MAX_REFUSALS_REMEMBERED: usize = 64;
 /// How long a shut-down agent waits for its link to write what it holds to the head.
 const LINK_FLUSH_MS: u64 = 1_000;
 
@@ -120,8 +122,10 @@ pub struct NodeAgent {
     reports: UnboundedSender<(AttemptKey, Report)>,
     /// The re-attach grace every supervisor is told, once known.
     grace: attempt::Grace,
-    /// The head's last refusal, logged once until it welcomes the agent again.
-    last_refusal: Option<String>,
+    /// The head's refusals said since it last welcomed the agent, each logged once.
+    refusals_said: std::collections::BTreeSet<String>,
+    /// The grace warning went out (once per start: every welcome brings the same).
+    grace_warned: bool,
     /// A read of the machine's listening ports is under way (`watch_listeners`).
     reading_listeners: bool,
     /// What the head presents to the log server in this session.
@@ -164,7 +168,8 @@ impl NodeAgent {
             supervisors,
             reports,
             grace,
-            last_refusal: None,
+            refusals_said: std::collections::BTreeSet::new(),
+            grace_warned: false,
             reading_listeners: false,
             head_token,
             shutdown: None,
@@ -384,12 +389,13 @@ impl NodeAgent {
 
     /// An agent that was stopped (SIGSTOP) and declared dead sends all it held once it resumes,
     /// and the head refuses each the same way: one warning says it, not hundreds.
+    /// Each refusal is said once until the head welcomes the agent again (two that alternate,
+    /// a registration's and its heartbeats', were each said every second).
     fn log_refusal(&mut self, reason: &str) {
-        if self.last_refusal.as_deref() == Some(reason) {
+        if self.refusals_said.len() >= MAX_REFUSALS_REMEMBERED || !self.refusals_said.insert(reason.to_string()) {
             return tracing::debug!("the head refused a message: {reason}");
         }
         tracing::warn!("the head refused a message: {reason} (said once until the head welcomes this agent again)");
-        self.last_refusal = Some(reason.to_string());
     }
 
     fn launch(&mut self, spec: StartSpec, ctx: &mut Context<Self>) {
@@ -568,14 +574,18 @@ impl Handler<FromHead> for NodeAgent {
     fn handle(&mut self, FromHead(msg): FromHead, ctx: &mut Context<Self>) {
         match &msg {
             ToAgent::Welcome { node_timeout_ms, heartbeat_interval_ms, log_token, .. } => {
-                self.last_refusal = None;
+                if !self.refusals_said.is_empty() {
+                    tracing::info!("the head let this agent in");
+                    self.refusals_said.clear();
+                }
                 self.head_token.set(log_token.clone());
                 // Supervisors, running ones included, follow the head's node timeout, or the
                 // agent's own grace where that is shorter.
                 let given = self.opts.reattach_grace_ms;
                 let (grace_ms, warning) = attempt::effective_grace_ms(given, *node_timeout_ms, *heartbeat_interval_ms);
-                if let Some(warning) = warning {
+                if let Some(warning) = warning.filter(|_| !self.grace_warned) {
                     tracing::warn!("{warning}");
+                    self.grace_warned = true;
                 }
                 self.grace.set_ms(grace_ms);
             }
