@@ -459,14 +459,18 @@ impl HeadActor {
     fn notify(&mut self, event: Event) {
         log_event(&event);
         self.metrics.observe_event(&event, std::time::Instant::now());
-        if self.followers.is_empty() {
-            return; // no line to build: most events of a busy head have no follower
-        }
-        let job = event.job().cloned();
         let ended = match &event {
             Event::Job { job, detail: JobEvent::JobState { to, .. } } if to.is_terminal() => Some(job.clone()),
             _ => None,
         };
+        if self.followers.is_empty() {
+            // Its followers left meanwhile: the snapshot kept for them goes too.
+            if let Some(job) = &ended {
+                self.final_snapshots.remove(job);
+            }
+            return; // no line to build: most events of a busy head have no follower
+        }
+        let job = event.job().cloned();
         let line = Bytes::from(StreamLine::Event(EventLine::new(self.now(), event)).to_json() + "\n");
         self.followers.retain(|f| match (&f.job, &job) {
             (None, _) => f.offer(&line),
