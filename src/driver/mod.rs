@@ -332,8 +332,9 @@ pub struct Driver {
     budgets: Budgets,
     #[serde(skip)]
     ledger: Vec<LedgerEntry>,
-    /// At this many entries the job fails (`DEFAULT_MAX_LEDGER_ENTRIES`).
-    #[serde(default = "default_max_ledger_entries")]
+    /// At this many entries the job fails: the head's `max_ledger_entries`, set at submission
+    /// and at every restore (`limit_ledger`), so not part of the record.
+    #[serde(skip, default = "default_max_ledger_entries")]
     max_ledger_entries: usize,
     /// Failures charged to a budget so far (the backoff exponent).
     charged_failures: u32,

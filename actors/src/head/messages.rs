@@ -470,9 +470,13 @@ impl HeadActor {
 impl HeadActor {
     /// AI-1 (in `admit`).
     fn refuse_a_stranger_while_not_dead(&self, node: &NodeId, identity: &str) -> Result<(), ToAgent> {
-        let known = self.identities.get(node).filter(|known| !known.is_empty() && *known != identity);
-        let not_dead = self.head.node_view(node).is_some_and(|v| v.state != NodeState::Dead);
-        if known.is_none() || !not_dead {
+        let stranger = self.identities.get(node).is_some_and(|known| !known.is_empty() && known != identity);
+        if !stranger {
+            return Ok(());
+        }
+        let scheduler = self.head.scheduler();
+        let not_dead = scheduler.node_ix(node).is_some_and(|ix| scheduler.node(ix).state != NodeState::Dead);
+        if !not_dead {
             return Ok(());
         }
         let timeout_ms = self.head.config().node_timeout_ms;
@@ -480,7 +484,7 @@ impl HeadActor {
             reason: format!(
                 "node {node}'s last agent kept another state dir, and the attempts it started may still run under \
                  their supervisors: this agent is let in once the head declares {node} DEAD (within its node \
-                 timeout, {timeout_ms} ms, of the last agent's end), and those attempts are then lost; to keep \
+                 timeout, {timeout_ms} ms, after the last agent's last heartbeat), and those attempts are then lost; to keep \
                  them, start the agent with the last one's --state-dir"
             ),
             register_again: false,

@@ -22,16 +22,23 @@ const BLOCK_BYTES: u64 = 4096;
 
 /// The bound on one attempt's logs, and how far each is dropped already.
 pub struct LogCap {
-    logs: Vec<PathBuf>,
     max_bytes: u64,
-    dropped: std::sync::Mutex<(Vec<u64>, bool)>,
+    logs: std::sync::Mutex<Vec<CappedLog>>,
+}
+
+/// One log under the bound: opened once it exists and kept open, so that a look is an
+/// `fstat`, not an open (ten looks a second, for each worker's log).
+struct CappedLog {
+    path: PathBuf,
+    file: Option<File>,
+    dropped: u64,
 }
 
 impl LogCap {
     /// Bounds each of `logs` to about `max_bytes`.
     pub fn new(logs: Vec<PathBuf>, max_bytes: u64) -> std::sync::Arc<LogCap> {
-        let dropped = std::sync::Mutex::new((vec![0u64; logs.len()], false));
-        std::sync::Arc::new(LogCap { logs, max_bytes, dropped })
+        let logs = logs.into_iter().map(|path| CappedLog { path, file: None, dropped: 0 }).collect();
+        std::sync::Arc::new(LogCap { max_bytes, logs: std::sync::Mutex::new(logs) })
     }
 
     /// Looks at the logs every `CHECK_EVERY` for as long as the supervisor lives (its thread
@@ -44,26 +51,29 @@ impl LogCap {
         });
     }
 
-    /// Frees what each log holds past the bound, now.
+    /// Frees what each log holds past the bound, now. Where the file system cannot punch
+    /// holes, the first log that finds out says so and the logs are left to grow.
     pub fn apply(&self) {
-        let mut guard = self.dropped.lock().unwrap_or_else(|e| e.into_inner());
-        let (dropped, unsupported) = &mut *guard;
-        for (log, upto) in self.logs.iter().zip(dropped.iter_mut()) {
-            match bound(log, *upto, self.max_bytes) {
-                Ok(now) => *upto = now,
-                Err(e) if !*unsupported => {
-                    *unsupported = true;
-                    say_unbounded(log, &e);
+        let mut logs = self.logs.lock().unwrap_or_else(|e| e.into_inner());
+        for log in logs.iter_mut() {
+            if log.file.is_none() {
+                log.file = std::fs::OpenOptions::new().write(true).open(&log.path).ok();
+            }
+            let Some(file) = &log.file else { continue };
+            match bound(file, log.dropped, self.max_bytes) {
+                Ok(now) => log.dropped = now,
+                Err(e) => {
+                    say_unbounded(&log.path, &e);
+                    logs.clear();
+                    return;
                 }
-                Err(_) => {}
             }
         }
     }
 }
 
-/// Frees the part of `log` past the bound, if any: returns how far the file is dropped now.
-fn bound(log: &Path, dropped: u64, max_bytes: u64) -> std::io::Result<u64> {
-    let Ok(file) = std::fs::OpenOptions::new().write(true).open(log) else { return Ok(dropped) };
+/// Frees the part of `file` past the bound, if any: returns how far the file is dropped now.
+fn bound(file: &File, dropped: u64, max_bytes: u64) -> std::io::Result<u64> {
     let len = file.metadata()?.len();
     if len.saturating_sub(dropped) <= max_bytes {
         return Ok(dropped);
@@ -72,7 +82,7 @@ fn bound(log: &Path, dropped: u64, max_bytes: u64) -> std::io::Result<u64> {
     if upto <= dropped {
         return Ok(dropped);
     }
-    punch_hole(&file, dropped, upto - dropped)?;
+    punch_hole(file, dropped, upto - dropped)?;
     Ok(upto)
 }
 
@@ -140,7 +150,8 @@ mod tests {
         for _ in 0..1_000 {
             writer.write_all(line.as_bytes()).unwrap();
         }
-        let dropped = bound(&log, 0, 40_000).unwrap();
+        let capped = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+        let dropped = bound(&capped, 0, 40_000).unwrap();
         assert_eq!(dropped, (100_000 - 20_000) / BLOCK_BYTES * BLOCK_BYTES);
         writer.write_all(b"the end\n").unwrap();
         let (bytes, next) = read_from(&log, 0, 1 << 20).unwrap();
@@ -154,7 +165,7 @@ mod tests {
         assert_eq!((rest.len(), same), (0, next));
         let blocks = std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&log).unwrap());
         assert!(blocks * 512 < 40_000, "the dropped part takes no disk: {blocks} blocks");
-        assert_eq!(bound(&log, dropped, 40_000).unwrap(), dropped, "within the bound again");
+        assert_eq!(bound(&capped, dropped, 40_000).unwrap(), dropped, "within the bound again");
     }
 
     #[test]
