@@ -24,8 +24,16 @@ fn steady_job(c: &Cluster, name: &str, n: u32) -> String {
 
 fn wait_until_steady(c: &Cluster, id: &str, n: u32) {
     c.wait_for_job(id, "every rank runs", |j| running(j, n as usize));
-    // Each rank is two processes with the job's environment: its supervisor and `sleep`.
-    c.wait_until("every rank's processes run", |c| c.processes(None).len() == 2 * n as usize);
+    // Each rank is two processes with the job's environment: its supervisor and `sleep` —
+    // once it has exec'd (before, the supervisor's fork carries the environment too).
+    c.wait_until("every rank's processes run", |c| {
+        let pids = c.processes(None);
+        pids.len() == 2 * n as usize && pids.iter().filter(|pid| is_sleep(**pid)).count() == n as usize
+    });
+}
+
+fn is_sleep(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "sleep")
 }
 
 fn pids(c: &Cluster, node: Option<&str>) -> BTreeSet<u32> {
@@ -264,10 +272,7 @@ fn an_end_reported_late_is_recorded_when_it_happened() {
     let id = c.submit_no_wait(&c.spec("late", spec));
     wait_until_steady(&c, &id, 1);
     c.kill_head();
-    let sleep = c
-        .processes(None)
-        .into_iter()
-        .find(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim() == "sleep"));
+    let sleep = c.processes(None).into_iter().find(|pid| is_sleep(*pid));
     let ended_ms = unix_ms();
     // SAFETY: signalling a process of this test's job.
     unsafe { libc::kill(sleep.expect("the rank's process") as i32, libc::SIGKILL) };

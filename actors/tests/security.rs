@@ -9,7 +9,7 @@ use common::*;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, stream::MaybeTlsStream, Message, WebSocket};
 
@@ -531,13 +531,28 @@ const ESCAPES: &str = r#"sleep 300 & setsid sleep 300 & sh -c 'trap "" TERM; exe
 #[test]
 fn nothing_an_attempt_starts_outlives_it() {
     let mut c = Cluster::start(&["n1"]);
+    escapes_end_with_their_attempt(&mut c);
+}
+
+/// With `--cgroup-parent off` (as where cgroup v2 is not there to use) the supervisor's
+/// subreaper and the workers' process groups take down what an attempt leaves.
+#[test]
+fn without_cgroups_the_supervisor_takes_down_what_an_attempt_leaves() {
+    let mut c = Cluster::start(&[]);
+    let agent = c.node_command("n1").args(["--cgroup-parent", "off"]).spawn().unwrap();
+    c.nodes.insert("n1".to_string(), agent);
+    c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    escapes_end_with_their_attempt(&mut c);
+}
+
+fn escapes_end_with_their_attempt(c: &mut Cluster) {
     let finished = c.spec(
         "finished",
         json!({"command": ["sh", "-c", format!("{ESCAPES} sleep 0.5; exit 0")], "min_nodes": 1, "max_nodes": 1}),
     );
     let id = c.submit_no_wait(&finished);
     c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
-    all_gone(&c, "after a finished attempt");
+    all_gone(c, "after a finished attempt");
 
     let stopped = c.spec(
         "stopped",
@@ -546,23 +561,98 @@ fn nothing_an_attempt_starts_outlives_it() {
     let id = c.submit_no_wait(&stopped);
     c.wait_for_job(&id, "it runs", |j| running(j, 1));
     c.wait_until("its escapes are up", |c| c.processes(None).len() >= 5);
+    let cgroup = attempts_cgroup(c);
     c.ftdrive(&["stop", &id]);
     c.wait_for_job(&id, "it stops", |j| j["state"] == "STOPPED");
-    all_gone(&c, "after stop");
+    all_gone(c, "after stop");
+    if let Some(cgroup) = &cgroup {
+        c.wait_until("the attempt's cgroup is removed", |_| !cgroup.exists());
+    }
 
-    // kill -9 of the supervisor: its workers die with it, and the agent kills their groups.
+    // kill -9 of the supervisor: its workers die with it, and the agent kills their groups —
+    // and, where the attempt has a cgroup, what left them (`setsid`).
+    let escape = if cgroup.is_some() { "setsid sleep 300 & sleep 300 & wait" } else { "sleep 300 & wait" };
     let killed = c.spec(
         "orphaned",
-        json!({"command": ["sh", "-c", "sleep 300 & wait"], "min_nodes": 1, "max_nodes": 1, "retries": {"system": 0, "user": 0}}),
+        json!({"command": ["sh", "-c", escape], "min_nodes": 1, "max_nodes": 1, "retries": {"system": 0, "user": 0}}),
     );
     let id = c.submit_no_wait(&killed);
     c.wait_for_job(&id, "it runs", |j| running(j, 1));
-    c.wait_until("its sleep is up", |c| c.processes(None).len() >= 3);
+    let expected = if cgroup.is_some() { 4 } else { 3 };
+    c.wait_until("its sleeps are up", |c| c.processes(None).len() >= expected);
+    let killed_cgroup = attempts_cgroup(c);
     let supervisor = c.processes(None).into_iter().find(|pid| is_supervisor(*pid)).expect("a supervisor");
     // SAFETY: signalling a process this test's cluster started.
     unsafe { libc::kill(supervisor as i32, libc::SIGKILL) };
-    all_gone(&c, "after kill -9 of the supervisor");
+    all_gone(c, "after kill -9 of the supervisor");
+    c.wait_for_job(&id, "it fails", |j| j["state"] == "FAILED");
+    if let Some(cgroup) = &killed_cgroup {
+        c.wait_until("the dead supervisor's cgroup is removed", |_| !cgroup.exists());
+    }
     c.nodes.remove("n1").map(|mut n| n.kill());
+}
+
+/// The cgroup every process of the one running attempt is in, when the agent gave it one
+/// (`--cgroup` on its supervisor); `None` when it did not, which an agent run by root where
+/// cgroup v2 is mounted, and not told `--cgroup-parent off`, must not do.
+fn attempts_cgroup(c: &Cluster) -> Option<std::path::PathBuf> {
+    let pids = c.processes(None);
+    let supervisor = pids.iter().copied().find(|pid| is_supervisor(*pid)).expect("a supervisor");
+    let cmdline = std::fs::read(format!("/proc/{supervisor}/cmdline")).unwrap();
+    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let off = agent_told_off(c);
+    let Some(at) = args.iter().position(|a| a == "--cgroup") else {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let mounted = std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(" - cgroup2 ");
+        assert!(off || !(root && mounted), "root, cgroup v2 mounted, and still no cgroup for the attempt");
+        return None;
+    };
+    assert!(!off, "--cgroup-parent off, and still a cgroup: {args:?}");
+    let dir = std::path::PathBuf::from(&args[at + 1]);
+    let mount = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.contains(" - cgroup2 ").then(|| l.split_whitespace().nth(4).unwrap().to_string()))
+        .unwrap();
+    let relative = format!("/{}", dir.strip_prefix(&mount).unwrap().display());
+    for pid in pids {
+        let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let own = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or_default().to_string();
+        assert_eq!(own, relative, "process {pid} of the attempt is in its cgroup");
+    }
+    Some(dir)
+}
+
+fn agent_told_off(c: &Cluster) -> bool {
+    let agent = c.nodes.get("n1").expect("n1's agent").id();
+    let cmdline = std::fs::read(format!("/proc/{agent}/cmdline")).unwrap_or_default();
+    cmdline.split(|b| *b == 0).any(|a| a == b"off")
+}
+
+/// A `--cgroup-parent` that cannot hold attempts' cgroups is refused before the agent starts
+/// or makes anything, naming the flag and what to give instead.
+#[test]
+fn a_cgroup_parent_that_cannot_hold_attempts_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_cgroup = dir.path().join("groups");
+    let state = dir.path().join("state");
+    for (given, said) in [
+        (not_cgroup.to_str().unwrap(), format!("{} is not on a cgroup v2 mount", not_cgroup.display())),
+        ("ftdrive", "give `auto`, `off`, or the absolute path of a directory on a cgroup v2 mount".to_string()),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+            .args(["node", "--name", "n1", "--head", "http://127.0.0.1:9", "--cgroup-parent", given])
+            .arg("--state-dir")
+            .arg(&state)
+            .env("FTDRIVE_AGENT_TOKEN", "t")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{given}: {stderr}");
+        assert!(stderr.contains(&format!("--cgroup-parent {given}: {said}")), "{given}: {stderr}");
+        assert!(!not_cgroup.exists() && !state.exists(), "{given}: nothing was made");
+    }
 }
 
 fn is_supervisor(pid: u32) -> bool {

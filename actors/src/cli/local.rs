@@ -173,6 +173,8 @@ impl LocalCluster {
                 head_tls: None,
                 log_tls: None,
                 log_port: 0,
+                cgroups: node::cgroup::Cgroups::resolve(&node::cgroup::Choice::Auto, &dir.join(format!("local-{i}")))
+                    .unwrap_or_default(),
             };
             nodes.push(node::start(options).await?);
         }

@@ -5,6 +5,7 @@
 
 use super::args::NodeArgs;
 use super::error::{CliError, Outcome};
+use crate::node::cgroup::{Cgroups, Choice};
 use crate::node::detect::{self, Gpus};
 use crate::node::{self, NodeOptions};
 use crate::paths;
@@ -40,6 +41,8 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     ftdrive::resources::check_labels(&labels).map_err(|e| CliError::BadInput(format!("--labels: the node {e}")))?;
     ftdrive::resources::check_kinds(&resources)
         .map_err(|e| CliError::BadInput(format!("--resources: the node {e}")))?;
+    let cgroup_choice = Choice::parse(&args.cgroup_parent)
+        .map_err(|e| CliError::BadInput(format!("--cgroup-parent {}: {e}", args.cgroup_parent)))?;
     let name = args.name.clone().unwrap_or_else(hostname);
     // Before any directory is made from it: the head would refuse it at every registration.
     let named_by = if args.name.is_some() { "--name" } else { "this machine's hostname (give --name)" };
@@ -63,9 +66,16 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         head_tls,
         log_tls,
         log_port: args.log_port,
+        cgroups: None,
     };
     refuse_plain_logs_off_loopback(&options, args.tls.insecure_http)?;
+    let cgroups = Cgroups::resolve(&cgroup_choice, &options.state_dir)
+        .map_err(|e| CliError::BadInput(format!("--cgroup-parent {}: {e}", args.cgroup_parent)))?;
     let _lock = lock_node_state(&options.state_dir, &name)?;
+    if let Some(cgroups) = &cgroups {
+        tracing::info!("each attempt runs in a cgroup of its own under {}", cgroups.parent().display());
+    }
+    let options = NodeOptions { cgroups, ..options };
     super::block_on(async move {
         let watch = |kind| signal(kind).map_err(|e| CliError::Failed(format!("cannot watch for signals: {e}")));
         let (mut term, mut detach) = (watch(SignalKind::terminate())?, watch(SignalKind::user_defined2())?);

@@ -3,6 +3,7 @@
 //! connection over which it reports and takes stops, finding supervisors again after the agent
 //! restarted, and the records each attempt leaves in `<state-dir>/attempts/`.
 
+use super::cgroup::{self, Cgroups};
 use super::supervisor::{EXIT_RECORD, FAILED_RECORD, PID_RECORD, SOCKET, STATUS_FD};
 use ftdrive::agent::{EndReport, Recovered};
 use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec, MAX_SPAWN_MESSAGE_CHARS};
@@ -29,6 +30,9 @@ struct Record {
     /// it was kept.
     #[serde(default)]
     boot: Option<String>,
+    /// The attempt's cgroup (CG-1 in `cgroup.rs`), where it has one.
+    #[serde(default)]
+    cgroup: Option<PathBuf>,
 }
 
 /// This boot of the machine. Process ids recorded in another one name other processes now.
@@ -66,8 +70,12 @@ pub fn attempts_dir(state_dir: &Path) -> PathBuf {
 /// One directory per attempt, named by a hash of its key: unix socket paths are short.
 fn attempt_dir(state_dir: &Path, key: &AttemptKey) -> PathBuf {
     let text = format!("{}/{}/{}/{}", key.job, key.actor, key.attempt, key.cycle);
-    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    attempts_dir(state_dir).join(format!("{hash:016x}"))
+    attempts_dir(state_dir).join(format!("{:016x}", short_hash(text.as_bytes())))
+}
+
+/// FNV-1a: a short, stable name for a longer one (not a defence against a chosen collision).
+pub fn short_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Supervisors being started at once: a burst of starts forks one after another, as it did
@@ -104,6 +112,7 @@ pub async fn launch(
     (reports, grace): (UnboundedSender<(AttemptKey, Report)>, &Grace),
 ) -> Result<UnboundedSender<Command>, StartFailure> {
     let dir = attempt_dir(state_dir, &spec.key);
+    let cgroup = limits.cgroups.as_ref().map(|c| c.for_attempt(&dir_name(&dir)));
     // What may block — the synced record, the fork that waits for its child's exec — runs
     // off this thread, which also carries the agent's heartbeats: a burst of starts on a busy
     // machine would hold them back long enough for the head to declare a healthy node dead.
@@ -114,6 +123,7 @@ pub async fn launch(
         cwd: cwd.to_path_buf(),
         extra_env: extra_env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
         limits,
+        cgroup,
     };
     let (mut child, read_end) = {
         let _turn = SPAWNING.acquire().await.expect("never closed");
@@ -152,12 +162,14 @@ fn recorded_pgids(dir: &Path) -> Vec<i32> {
 }
 
 /// The agent's bounds on a supervisor.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Limits {
     /// How long it waits for a restarted agent (SV-1).
     pub reattach_grace_ms: u64,
     /// About how much of each log it keeps on disk (`logcap`); 0: all.
     pub max_log_bytes: u64,
+    /// Where attempts' cgroups are made; `None`: none are.
+    pub cgroups: Option<Cgroups>,
 }
 
 /// What starting one supervisor needs, owned so that it can move to a blocking thread.
@@ -168,6 +180,8 @@ struct Start {
     cwd: PathBuf,
     extra_env: Vec<(String, String)>,
     limits: Limits,
+    /// The attempt's cgroup, made before its supervisor starts (CG-1).
+    cgroup: Option<PathBuf>,
 }
 
 impl Start {
@@ -197,18 +211,25 @@ impl Start {
         StartFailure::node(format!("cannot start the attempt supervisor: {error}"))
     }
 
-    /// The attempt's directory, with the record a restarted agent finds it by.
+    /// The attempt's directory, with the record a restarted agent finds it by, and its cgroup.
     fn prepare(&self) -> Result<(), String> {
         let (dir, spec) = (&self.dir, &self.spec);
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let record = Record { key: spec.key.clone(), stop_grace_ms: spec.stop_grace_ms, boot: boot_id() };
+        let cgroup = self.cgroup.clone();
+        let record = Record { key: spec.key.clone(), stop_grace_ms: spec.stop_grace_ms, boot: boot_id(), cgroup };
         let text = serde_json::to_vec(&record).expect("records serialize");
+        // Recorded first: an agent that dies between the two still finds the cgroup to remove.
         crate::paths::write_atomic(&dir.join("record.json"), &text)
-            .map_err(|e| format!("cannot write in {}: {e}", dir.display()))
+            .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+        match &self.cgroup {
+            Some(group) => cgroup::create(group)
+                .map_err(|e| format!("cannot create the attempt's cgroup {}: {e}", group.display())),
+            None => Ok(()),
+        }
     }
 
     fn supervisor_command(&self, status: &OwnedFd) -> Result<tokio::process::Command, String> {
-        let Start { spec, dir, log, cwd, extra_env, limits } = self;
+        let Start { spec, dir, log, cwd, extra_env, limits, .. } = self;
         if let Some(parent) = log.parent() {
             std::fs::create_dir_all(parent).map_err(|e| format!("cannot create log dir {}: {e}", parent.display()))?;
         }
@@ -229,8 +250,11 @@ impl Start {
             .args(["--stop-grace-ms", &spec.stop_grace_ms.to_string()])
             .arg("--log")
             .arg(log)
-            .args(["--max-log-bytes", &limits.max_log_bytes.to_string()])
-            .arg("--")
+            .args(["--max-log-bytes", &limits.max_log_bytes.to_string()]);
+        if let Some(group) = &self.cgroup {
+            cmd.arg("--cgroup").arg(group);
+        }
+        cmd.arg("--")
             .args(&spec.command)
             .envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .envs(&spec.env)
@@ -446,6 +470,10 @@ fn ended(dir: &Path) -> Report {
         for pgid in pgids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
             super::workers::signal_group(pgid, libc::SIGKILL);
         }
+        // What left the recorded groups (`setsid`) is still in the cgroup (CG-4).
+        if let Some(group) = recorded_cgroup(dir) {
+            cgroup::kill(&group);
+        }
     }
     Report::Ended(ExitStatus::supervisor_lost())
 }
@@ -509,9 +537,24 @@ fn read_record(dir: &Path) -> Option<Record> {
     serde_json::from_slice(&read_record_file(&dir.join("record.json"))?).ok()
 }
 
-/// The head has the attempt's end: its records go (its log stays).
+/// The attempt's cgroup, as its record names it, if it is one an agent made for it (CG-4).
+fn recorded_cgroup(dir: &Path) -> Option<PathBuf> {
+    let group = read_record(dir)?.cgroup?;
+    cgroup::is_attempt_cgroup(&group, &dir_name(dir)).then_some(group)
+}
+
+fn dir_name(dir: &Path) -> String {
+    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The head has the attempt's end: its records go (its log stays), and its cgroup, where its
+/// supervisor could not remove it (CG-3, CG-4).
 pub fn forget(state_dir: &Path, key: &AttemptKey) {
-    let _ = std::fs::remove_dir_all(attempt_dir(state_dir, key));
+    let dir = attempt_dir(state_dir, key);
+    if let Some(group) = recorded_cgroup(&dir) {
+        cgroup::remove(&group);
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[cfg(test)]
@@ -521,7 +564,7 @@ mod tests {
 
     fn write_record(dir: &Path, boot: Option<String>) {
         let key = AttemptKey { job: "j1".into(), actor: 0, attempt: 1, cycle: 1 };
-        let record = Record { key, stop_grace_ms: 0, boot };
+        let record = Record { key, stop_grace_ms: 0, boot, cgroup: None };
         std::fs::write(dir.join("record.json"), serde_json::to_vec(&record).unwrap()).unwrap();
     }
 
@@ -553,7 +596,7 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         std::fs::write(attempts_dir(state.path()), b"a file where the directory goes").unwrap();
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
-        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0 };
+        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups: None };
         let log = state.path().join("attempt-1.log");
         let grace = Grace::new(None);
         let error = launch(&true_spec(), state.path(), &log, state.path(), &[], limits, (reports, &grace)).await;
@@ -563,13 +606,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_cgroup_that_cannot_be_made_is_the_nodes_fault_and_nothing_starts() {
+        let state = tempfile::tempdir().unwrap();
+        let (reports, _) = tokio::sync::mpsc::unbounded_channel();
+        let cgroups = Some(Cgroups::unchecked(state.path().join("gone/ftdrive")));
+        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups };
+        let log = state.path().join("attempt-1.log");
+        let grace = Grace::new(None);
+        let error = launch(&true_spec(), state.path(), &log, state.path(), &[], limits, (reports, &grace)).await;
+        let error = error.unwrap_err();
+        assert!(error.node_fault, "{error:?}");
+        assert!(error.message.starts_with("cannot create the attempt's cgroup "), "{error:?}");
+        assert!(!log.exists(), "no supervisor started");
+    }
+
+    #[tokio::test]
     async fn a_missing_working_directory_is_named_as_the_reason_an_attempt_did_not_start() {
         let state = tempfile::tempdir().unwrap();
         let cwd = state.path().join("no-such-dir");
         let spec = true_spec();
         let log = state.path().join("attempt-1.log");
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
-        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0 };
+        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups: None };
         let error =
             launch(&spec, state.path(), &log, &cwd, &[], limits, (reports, &Grace::new(None))).await.unwrap_err();
         let said = &error.message;
@@ -587,7 +645,7 @@ mod tests {
             let key = AttemptKey { job: "j1".into(), actor, attempt: 1, cycle: 1 };
             let dir = attempt_dir(state.path(), &key);
             std::fs::create_dir_all(&dir).unwrap();
-            let record = Record { key: key.clone(), stop_grace_ms: 0, boot };
+            let record = Record { key: key.clone(), stop_grace_ms: 0, boot, cgroup: None };
             std::fs::write(dir.join("record.json"), serde_json::to_vec(&record).unwrap()).unwrap();
             if exited {
                 std::fs::write(dir.join(EXIT_RECORD), serde_json::to_vec(&ExitStatus::code(0)).unwrap()).unwrap();

@@ -9,6 +9,7 @@
 //! notice to the head, its processes stopped, then it exits.
 
 mod attempt;
+pub mod cgroup;
 pub mod detect;
 mod health;
 mod link;
@@ -78,6 +79,8 @@ pub struct NodeOptions {
     pub log_tls: Option<Arc<rustls::ServerConfig>>,
     /// The log (and metrics) server's port; 0: one the system picks at every start.
     pub log_port: u16,
+    /// Where each attempt's cgroup is made (`cgroup.rs`); `None`: attempts get none.
+    pub cgroups: Option<cgroup::Cgroups>,
 }
 
 /// How the agent reaches one attempt's supervisor.
@@ -407,7 +410,8 @@ impl NodeAgent {
         // A relative `cwd` is under the work dir, whatever directory the agent was started in.
         let cwd = spec.cwd.as_ref().map_or_else(|| self.opts.work_dir.clone(), |cwd| self.opts.work_dir.join(cwd));
         let reattach_grace_ms = self.grace.known_ms().unwrap_or(DEFAULT_REATTACH_GRACE_MS);
-        let limits = attempt::Limits { reattach_grace_ms, max_log_bytes: self.opts.max_log_bytes };
+        let cgroups = self.opts.cgroups.clone();
+        let limits = attempt::Limits { reattach_grace_ms, max_log_bytes: self.opts.max_log_bytes, cgroups };
         let (state_dir, reports, addr) = (self.opts.state_dir.clone(), self.reports.clone(), self.opts.addr.clone());
         let grace = self.grace.clone();
         let launching = async move {

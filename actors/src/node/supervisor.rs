@@ -1,5 +1,5 @@
 //! The attempt supervisor, `ftdrive __attempt --dir DIR --reattach-grace-ms G [--workers N
-//! --group-rank R --stop-grace-ms S --log FILE --max-log-bytes B] -- COMMAND...`: a small
+//! --group-rank R --stop-grace-ms S --log FILE --max-log-bytes B --cgroup DIR] -- COMMAND...`: a small
 //! process between the agent and one attempt's worker group (`workers.rs`), in its own
 //! session so that nothing the agent's terminal or process group receives reaches it.
 //!
@@ -40,6 +40,10 @@
 //! - **SV-8 logs stay bounded.** With `--max-log-bytes`, each log of the attempt keeps about
 //!   its last that many bytes on disk (`logcap.rs`): a job that prints without end cannot fill
 //!   its node's disk.
+//! - **SV-9 a cgroup holds the attempt, where there is one.** With `--cgroup DIR`, the
+//!   supervisor joins it before any worker starts and removes it at the end (CG-2, CG-3 in
+//!   `cgroup.rs`): what escapes its process tree after its own death is still there for the
+//!   agent to kill.
 //!
 //! Status pipe, supervisor → agent, once: `ok PGID`, `err MESSAGE` (the program could not
 //! start; a `failed` record is left), `fault MESSAGE` (the node could not start it: AG-6).
@@ -48,6 +52,7 @@
 //! supervisor: `stop GRACE_MS`, `kill`, `ping [REATTACH_GRACE_MS]` (the grace to keep from then
 //! on, when the agent knows it).
 
+use super::cgroup;
 use super::logcap::LogCap;
 use super::workers::{self, signal_group, Group, GroupSpec};
 use ftdrive::protocol::ExitStatus;
@@ -77,6 +82,8 @@ struct Args {
     stop_grace_ms: u64,
     /// Each log keeps about its last this many bytes on disk (`logcap`); 0: unbounded.
     max_log_bytes: u64,
+    /// The attempt's cgroup (SV-9).
+    cgroup: Option<PathBuf>,
     group: GroupSpec,
 }
 
@@ -105,7 +112,7 @@ pub fn run(args: &[String]) -> ! {
     let Some(args) = parse(args) else {
         crate::note!(
             "usage: ftdrive __attempt --dir DIR --reattach-grace-ms MS [--workers N --group-rank R \
-             --stop-grace-ms MS --log FILE --max-log-bytes N] -- COMMAND [ARGS...]"
+             --stop-grace-ms MS --log FILE --max-log-bytes N --cgroup DIR] -- COMMAND [ARGS...]"
         );
         std::process::exit(2);
     };
@@ -117,14 +124,20 @@ pub fn run(args: &[String]) -> ! {
     }
     // SAFETY: the agent put the write end of its status pipe at this descriptor for us.
     let mut status = unsafe { std::fs::File::from_raw_fd(STATUS_FD) };
+    let cgroup = args.cgroup.as_deref();
+    // SV-9: before any thread or worker starts, so that all of them are in it.
+    if let Some(Err(e)) = cgroup.map(cgroup::join) {
+        let dir = cgroup.expect("joined one").display();
+        fail_on_node(&mut status, &format!("cannot join the attempt's cgroup {dir}: {e}"), None);
+    }
     let listener = match bind(&args.group.dir) {
         Ok(listener) => listener,
-        Err(e) => fail_on_node(&mut status, &format!("cannot listen in {}: {e}", args.group.dir.display())),
+        Err(e) => fail_on_node(&mut status, &format!("cannot listen in {}: {e}", args.group.dir.display()), cgroup),
     };
     let group = match workers::start(&args.group) {
         Ok(group) => group,
-        Err(e) if e.node_fault => fail_on_node(&mut status, &e.message),
-        Err(e) => fail(&mut status, &args.group.dir, &e.message),
+        Err(e) if e.node_fault => fail_on_node(&mut status, &e.message, cgroup),
+        Err(e) => fail(&mut status, &args.group.dir, &e.message, cgroup),
     };
     let pgids: Vec<String> = group.pgids.iter().map(i32::to_string).collect();
     let _ = write_atomic(&args.group.dir.join(PID_RECORD), pgids.join("\n").as_bytes());
@@ -141,7 +154,7 @@ pub fn run(args: &[String]) -> ! {
 }
 
 fn parse(args: &[String]) -> Option<Args> {
-    let (mut dir, mut grace, mut log) = (None, None, None);
+    let (mut dir, mut grace, mut log, mut cgroup) = (None, None, None, None);
     let (mut workers, mut group_rank, mut stop_grace_ms, mut max_log_bytes) = (1, 0, 0, 0);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -154,13 +167,20 @@ fn parse(args: &[String]) -> Option<Args> {
             "--stop-grace-ms" => stop_grace_ms = value()?.parse().ok()?,
             "--log" => log = value().map(PathBuf::from),
             "--max-log-bytes" => max_log_bytes = value()?.parse().ok()?,
+            "--cgroup" => cgroup = value().map(PathBuf::from),
             "--" => break,
             _ => return None,
         }
     }
     let command: Vec<String> = rest.cloned().collect();
     let group = GroupSpec { command, workers, group_rank, log, dir: dir? };
-    (!group.command.is_empty()).then_some(Args { reattach_grace_ms: grace?, stop_grace_ms, max_log_bytes, group })
+    (!group.command.is_empty()).then_some(Args {
+        reattach_grace_ms: grace?,
+        stop_grace_ms,
+        max_log_bytes,
+        cgroup,
+        group,
+    })
 }
 
 fn bind(dir: &Path) -> std::io::Result<UnixListener> {
@@ -170,7 +190,10 @@ fn bind(dir: &Path) -> std::io::Result<UnixListener> {
 }
 
 /// SV-2 for a group that never ran because of its program.
-fn fail(status: &mut std::fs::File, dir: &Path, message: &str) -> ! {
+fn fail(status: &mut std::fs::File, dir: &Path, message: &str, cgroup: Option<&Path>) -> ! {
+    if let Some(cgroup) = cgroup {
+        cgroup::leave_and_remove(cgroup);
+    }
     let _ = write_atomic(&dir.join(FAILED_RECORD), message.as_bytes());
     let _ = writeln!(status, "err {message}");
     std::process::exit(127);
@@ -179,7 +202,10 @@ fn fail(status: &mut std::fs::File, dir: &Path, message: &str) -> ! {
 /// A group that never ran because of the node (AG-6). No record: its state dir may take none,
 /// and an agent that restarts before it hears this finds no record and reports the attempt
 /// lost with its supervisor — the node's failure either way.
-fn fail_on_node(status: &mut std::fs::File, message: &str) -> ! {
+fn fail_on_node(status: &mut std::fs::File, message: &str, cgroup: Option<&Path>) -> ! {
+    if let Some(cgroup) = cgroup {
+        cgroup::leave_and_remove(cgroup);
+    }
     let _ = writeln!(status, "fault {message}");
     std::process::exit(127);
 }
@@ -227,7 +253,7 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args, cap: Option<
                         cap.apply();
                     }
                     let ended = ExitStatus { ended_ms: Some(ended_ms), ..progress.outcome(&args.group) };
-                    finish(&ended, &args.group.dir, agent.as_mut().map(|(_, s)| s));
+                    finish(&ended, args, agent.as_mut().map(|(_, s)| s));
                     // Not recorded, and no agent took it: held for the next one, a grace from now.
                     unrecorded = Some(ended);
                     agent = None;
@@ -356,8 +382,12 @@ fn accept(listener: UnixListener, tx: Sender<Event>) {
 /// dir takes no record (a full disk), the end goes to the agent on its connection instead — a
 /// program that succeeded must not be reported lost — and, with no agent to take it, this
 /// returns: the end is held for the next agent to connect within the re-attach grace.
-fn finish(ended: &ExitStatus, dir: &Path, agent: Option<&mut UnixStream>) {
+fn finish(ended: &ExitStatus, args: &Args, agent: Option<&mut UnixStream>) {
     kill_leftovers();
+    if let Some(cgroup) = &args.cgroup {
+        cgroup::leave_and_remove(cgroup);
+    }
+    let dir = &args.group.dir;
     let record = serde_json::to_vec(ended).expect("statuses serialize");
     let recorded = write_atomic(&dir.join(EXIT_RECORD), &record).is_ok();
     let told = match agent {
