@@ -108,7 +108,9 @@ pub enum AgentInput {
     /// What keeps this node from starting work, as the runtime found it, or `None` once it
     /// works again (AG-6).
     Health(Option<String>),
-    /// The attempt's process ended (`signalled_by_agent` is the agent's to decide).
+    /// The attempt's process ended (`signalled_by_agent` is the agent's to decide). A runtime
+    /// gives `Listening` read after the end first, so that the head takes no listener of the
+    /// attempt's own rank 0 for another's (PS-4 in `scheduler/cluster.rs`).
     Exited {
         key: AttemptKey,
         status: ExitStatus,

@@ -135,6 +135,13 @@ pub enum JobEvent {
     ReleasedUnused {
         actor: ActorId,
     },
+    /// Something else came to listen on the bundle's rendezvous port: its next attempt that
+    /// serves the rendezvous listens on `to` (PS-4).
+    PortMoved {
+        actor: ActorId,
+        from: u16,
+        to: u16,
+    },
 }
 
 /// One event at one time: a line of a trace, or of the head's event stream.

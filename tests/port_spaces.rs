@@ -134,11 +134,11 @@ fn a_listener_on_a_port_between_two_cycles_moves_the_next_rank_0() {
     assert_eq!(c.view(&job).ledger.len(), 1, "only the user's own failure");
 }
 
-/// PS-4: a listener that comes while rank 0 runs may be rank 0 itself, so its port stays; when
-/// the next rank 0, started on the busy port, fails (`EADDRINUSE`), the one after moves. At
-/// most one attempt fails on it.
+/// PS-4: a listener that comes while rank 0 runs may be rank 0 itself, so its port stays while
+/// it runs. The agent reads what listens again before it reports an end: a listener still there
+/// then is another's, and the bundle moves before the next rank 0 starts — none fails on it.
 #[test]
-fn a_rank_0_started_on_a_busy_port_is_the_last_to_be() {
+fn a_listener_still_there_when_rank_0_ends_moves_the_next_one() {
     let mut c = TestCluster::new(config());
     c.join_on_machine("n1", cpu(1), "m1");
     let job = c.submit(retried(spec("j", 1, 1)));
@@ -147,15 +147,30 @@ fn a_rank_0_started_on_a_busy_port_is_the_last_to_be() {
     assert_eq!(master_ports(&c, &job), ["29500"], "a running rank 0 keeps its port");
     c.exit_rank(&job, 0, 1);
     c.advance(1_000);
-    assert_eq!(master_ports(&c, &job), ["29500"], "its own listener, as far as the head can tell");
-    c.exit_rank(&job, 0, 1);
-    c.advance(1_000);
-    assert_eq!(master_ports(&c, &job), ["29501"], "started on a port busy at its start");
-    c.listening("n1", &[29_501]);
+    assert_eq!(master_ports(&c, &job), ["29501"], "still listened on once rank 0 was gone");
+    c.listening("n1", &[29_500, 29_501]);
     c.restart_head();
     c.advance(5_000);
     assert_eq!(master_ports(&c, &job), ["29501"], "the moved port is the job's durable state");
-    assert_eq!(c.view(&job).ledger.len(), 2);
+    assert_eq!(c.view(&job).ledger.len(), 1, "only the user's own failure");
+}
+
+/// PS-4: the listener that was there while rank 0 ran, and is gone once it ended, was rank 0's
+/// own: the next cycle serves the rendezvous on the same port.
+#[test]
+fn a_rank_0s_own_listener_keeps_its_port_through_restarts() {
+    let mut c = TestCluster::new(config());
+    c.join_on_machine("n1", cpu(1), "m1");
+    let job = c.submit(retried(spec("j", 1, 1)));
+    for _ in 0..3 {
+        c.listening("n1", &[29_500]);
+        c.advance(1_000);
+        c.listening("n1", &[]);
+        c.exit_rank(&job, 0, 1);
+        c.advance(1_000);
+        assert_eq!(master_ports(&c, &job), ["29500"]);
+    }
+    assert_eq!(c.view(&job).ledger.len(), 3);
 }
 
 /// PS-4 moves a bundle only to a port nothing listens on: with none left it keeps its own.

@@ -396,6 +396,35 @@ fn a_master_port_base_too_high_for_its_pool_exits_2_naming_the_flag() {
     assert!(!state.exists(), "nothing was written for a refused setting");
 }
 
+/// Only listening sockets are passed over, so a base whose first ports are in the machine's
+/// ephemeral range (which outgoing connections take local ports from) is warned of at start.
+#[test]
+fn a_master_port_base_in_the_ephemeral_range_is_warned_of() {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let low: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("head.log");
+    let mut head = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+        .args(["head", "--listen", "127.0.0.1:0", "--master-port-base", &low.to_string(), "--state-dir"])
+        .arg(dir.path().join("state"))
+        .env("FTDRIVE_LOG", "warn")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let said = loop {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        if said.contains("ephemeral port range") || start.elapsed() > WAIT {
+            break said;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    head.kill().unwrap();
+    head.wait().unwrap();
+    assert!(said.contains(&format!("--master-port-base {low}: the first agent's rendezvous ports")), "{said}");
+    assert!(said.contains(&format!("use a base of at most {}", low - 1000)), "{said}");
+}
+
 /// A value a flag overrode is blamed on the flag, not on the file that never said it; and a
 /// flag that cannot work where it is given is refused before anything starts.
 #[test]

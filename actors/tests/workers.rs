@@ -172,6 +172,42 @@ fn a_spare_whose_port_was_taken_takes_over_on_another() {
     drop(squatter);
 }
 
+/// Rank 0 listens on `MASTER_PORT` and writes it to `out/<cycle>`; rank 1 fails after half a
+/// second in the first three cycles. In the fourth both succeed.
+const LISTEN_WHILE_RANK_1_FAILS: &str = r#"
+import os, pathlib, socket, sys, time
+cycle = int(os.environ["FTDRIVE_CYCLE"])
+if os.environ["RANK"] == "0":
+    listener = socket.socket()
+    listener.bind(("", int(os.environ["MASTER_PORT"])))
+    listener.listen()
+    (pathlib.Path(sys.argv[1]) / str(cycle)).write_text(os.environ["MASTER_PORT"])
+    time.sleep(120 if cycle < 4 else 0)
+else:
+    time.sleep(0.5)
+    sys.exit(1 if cycle < 4 else 0)
+"#;
+
+/// PS-4 moves a bundle off a port something *else* listens on. Its own rank 0's listener,
+/// still in the head's last report when the next cycle starts at once, is not that: the agent
+/// reads what listens again before it reports an end. Without that read the port moved at
+/// the third cycle, to one the agent's own connection to the head held (`EADDRINUSE`).
+#[test]
+fn a_rank_0_keeps_its_port_through_restarts_of_its_gang() {
+    let c = Cluster::start_with(&["n1", "n2"], &["--master-port-base", "31700"]);
+    let out_dir = c.dir.path().join("ports");
+    std::fs::create_dir(&out_dir).unwrap();
+    let command = json!(["python3", "-c", LISTEN_WHILE_RANK_1_FAILS, out_dir.to_str().unwrap()]);
+    let retries = json!({"user": 3, "backoff_ms": {"initial": 0, "max": 0}});
+    let spec = json!({"command": command, "min_nodes": 2, "max_nodes": 2, "retries": retries});
+    let id = c.submit_no_wait(&c.spec("restarts", spec));
+    let done = c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
+    assert_eq!(done["state"], "SUCCEEDED", "{done:#}");
+    let ports: Vec<String> =
+        (1..=4).map(|cycle| std::fs::read_to_string(out_dir.join(cycle.to_string())).unwrap()).collect();
+    assert!(ports.iter().all(|p| *p == ports[0]), "rank 0's port by cycle: {ports:?}");
+}
+
 fn worker_pid(c: &Cluster, rank: u32) -> Option<u32> {
     let want = [format!("RANK={rank}"), "TORCHELASTIC_RESTART_COUNT=0".to_string()];
     let is_sleep = |pid: &u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep");

@@ -5,6 +5,7 @@
 use super::classify::Ending;
 use super::{ActorState, Bundle, BundlePlaced, DrainSource, Driver, DriverEffect, LossRecord, Role, StopReason};
 use super::{Loss, Timer};
+use crate::event::JobEvent;
 use crate::ids::ActorIx;
 use crate::protocol::{AttemptKey, ExitStatus};
 use crate::time::Instant;
@@ -41,7 +42,9 @@ impl Driver {
         let Bundle::Placed { port, .. } = &mut actor.bundle else {
             panic!("{} moved off a port without a bundle", actor.name)
         };
-        *port = new;
+        let from = std::mem::replace(port, new);
+        let actor = actor.name.clone();
+        self.event(JobEvent::PortMoved { actor, from, to: new });
     }
 
     /// A newly placed active actor outside the running world grows it after

@@ -15,9 +15,6 @@ struct LiveAttempt {
     stop_grace_ms: Option<u64>,
     /// Known from the durable state of an earlier run of the head, not started by this one.
     restored: bool,
-    /// Perhaps started while something else listened on its bundle's port (PS-4): the head
-    /// knew the port busy, or it restored the attempt and cannot tell.
-    port_in_doubt: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -31,10 +28,11 @@ impl AttemptIndex {
     pub fn started(&mut self, node: NodeIx, spec: Arc<StartSpec>) {
         let key = spec.key.clone();
         self.node_of.insert(key.clone(), node);
-        let previous = self.by_node.entry(node).or_default().insert(
-            key,
-            LiveAttempt { spec, acked: false, stop_grace_ms: None, restored: false, port_in_doubt: false },
-        );
+        let previous = self
+            .by_node
+            .entry(node)
+            .or_default()
+            .insert(key, LiveAttempt { spec, acked: false, stop_grace_ms: None, restored: false });
         assert!(previous.is_none(), "attempt started twice");
     }
 
@@ -44,20 +42,6 @@ impl AttemptIndex {
         self.started(node, Arc::new(spec));
         let live = self.by_node.get_mut(&node).and_then(|m| m.get_mut(&key)).expect("just started");
         live.restored = true;
-        live.port_in_doubt = true;
-    }
-
-    /// The attempt was started while something listened on its bundle's port.
-    pub fn started_on_busy_port(&mut self, node: NodeIx, key: &AttemptKey) {
-        if let Some(live) = self.by_node.get_mut(&node).and_then(|m| m.get_mut(key)) {
-            live.port_in_doubt = true;
-        }
-    }
-
-    /// Whether the attempt may have started while something else listened on its bundle's
-    /// port: the head saw it so, or restored the attempt from an earlier run.
-    pub fn port_in_doubt(&self, node: NodeIx, key: &AttemptKey) -> bool {
-        self.by_node.get(&node).and_then(|m| m.get(key)).is_some_and(|a| a.port_in_doubt)
     }
 
     /// Whether an attempt of `job`'s actor `actor` is live on `node`.
@@ -88,15 +72,17 @@ impl AttemptIndex {
         }
     }
 
-    pub fn ended(&mut self, node: NodeIx, key: &AttemptKey) {
-        if let Some(map) = self.by_node.get_mut(&node) {
-            if map.remove(key).is_some() {
-                self.node_of.remove(key);
-            }
-            if map.is_empty() {
-                self.by_node.remove(&node);
-            }
+    /// The attempt is no longer live on `node`; whether it was.
+    pub fn ended(&mut self, node: NodeIx, key: &AttemptKey) -> bool {
+        let Some(map) = self.by_node.get_mut(&node) else { return false };
+        let was_live = map.remove(key).is_some();
+        if was_live {
+            self.node_of.remove(key);
         }
+        if map.is_empty() {
+            self.by_node.remove(&node);
+        }
+        was_live
     }
 
     /// Attempts on `node` whose start was confirmed but that a restarted agent neither runs

@@ -184,7 +184,7 @@ impl Head {
     fn lose_attempts(&mut self, now: Instant, ix: NodeIx, node: &NodeId, gone: Vec<AttemptKey>, how: &str) {
         let draining = self.scheduler.node(ix).state == NodeState::Draining;
         for key in gone {
-            self.attempts.ended(ix, &key);
+            let _ = self.attempts.ended(ix, &key);
             let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) else { continue };
             let evidence = format!("{key} on {node} {how}");
             let loss = Loss { node: node.clone(), preemptible: false, draining, silent_since: now, evidence };

@@ -485,11 +485,13 @@ impl Head {
     ) -> Result<Reply, Rejected> {
         let ix = self.reporting_node(&node, &key)?;
         self.effects.push_back(Effect::Send { node, msg: ToAgent::AckExit { key: key.clone() } });
-        let port_in_doubt = self.attempts.port_in_doubt(ix, &key);
-        self.attempts.ended(ix, &key);
+        let was_live = self.attempts.ended(ix, &key);
         if let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) {
-            if port_in_doubt {
-                // Before the driver hears of the end, which may start the next attempt at once.
+            if was_live {
+                // PS-4, before the driver hears of the end, which may start the next attempt
+                // at once: the agent read what listens after the attempt's processes were gone
+                // and before it reported the end, so a listener on the port now is not its
+                // rank 0.
                 self.move_off_busy_port(now, pg, key.actor);
             }
             self.feed(now, pg, input(key));
@@ -605,11 +607,7 @@ impl Head {
             DriverEffect::Start { node, spec } => {
                 let ix = self.scheduler.node_ix(&node).expect("starting on a known node");
                 let spec = Arc::new(spec);
-                let on_busy_port = self.scheduler.bundle_port_is_busy(pg, spec.key.actor);
                 self.attempts.started(ix, Arc::clone(&spec));
-                if on_busy_port {
-                    self.attempts.started_on_busy_port(ix, &spec.key);
-                }
                 self.effects.push_back(Effect::Send { node, msg: ToAgent::Start(spec) });
             }
             DriverEffect::Stop { node, key, grace_ms } => {
@@ -619,7 +617,7 @@ impl Head {
             }
             DriverEffect::AttemptEnded { node, key } => {
                 let ix = self.scheduler.node_ix(&node).expect("attempt on a known node");
-                self.attempts.ended(ix, &key);
+                let _ = self.attempts.ended(ix, &key);
             }
             DriverEffect::Event(detail) => self.notify(Event::Job { job, detail }),
             DriverEffect::Finished => {

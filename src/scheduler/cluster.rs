@@ -19,7 +19,10 @@
 //! - **PS-4 a bundle moves off a port taken under it.** A listener can start after its port
 //!   went to a bundle (the bundle was waiting, or its rank 0 had not bound the port yet). The
 //!   head moves such a bundle to a free port nothing listens on while no attempt of it runs
-//!   (`head/ports.rs`), before its next rank 0 would fail with `EADDRINUSE`.
+//!   (`head/ports.rs`), before its next rank 0 would fail with `EADDRINUSE`: when a report
+//!   shows the port busy, or when an attempt of it ends and the port is still busy — agents
+//!   read what listens again before they report an end, so the rank 0's own listener is gone
+//!   from that reading.
 
 use super::PgId;
 use crate::ids::NodeId;

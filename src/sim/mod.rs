@@ -875,6 +875,9 @@ impl Simulation {
         if let Some(checker) = self.checker.as_mut() {
             checker.process_ended(&machine.name, key);
         }
+        // As `ftdrive node` does: what listens is read again before an end is reported, so
+        // that the head does not take the rank 0's own closed listener for another (PS-4).
+        self.read_listening(ix);
         self.agent_input(ix, AgentInput::Exited { key: key.clone(), status });
     }
 

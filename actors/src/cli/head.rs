@@ -24,6 +24,7 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
     };
     config.validate().map_err(CliError::BadInput)?;
     warn_of_few_agents_per_machine(&config);
+    warn_of_ephemeral_ports(&config);
     check_listen(&args.listen)?;
     let tls = super::server_tls(&args.tls)?;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -104,4 +105,29 @@ fn warn_of_few_agents_per_machine(config: &HeadConfig) {
             config.ports_per_node
         );
     }
+}
+
+/// Only listening sockets are passed over (PS-3): a port an outgoing connection holds as its
+/// local end is handed out like a free one, and the rank 0 given it cannot bind it. Said when
+/// the first agent's ports reach into this machine's ephemeral range.
+fn warn_of_ephemeral_ports(config: &HeadConfig) {
+    let Ok(range) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range") else { return };
+    let Some((low, high)) = ephemeral_range(&range) else { return };
+    let (base, per_node) = (u32::from(config.master_port_base), u32::from(config.ports_per_node.max(1)));
+    let last = (base + per_node - 1).min(65_535);
+    if last >= low && base <= high {
+        tracing::warn!(
+            "--master-port-base {base}: the first agent's rendezvous ports ({base}-{last}) reach into this \
+             machine's ephemeral port range ({low}-{high}, /proc/sys/net/ipv4/ip_local_port_range), which \
+             outgoing connections take their local ports from; a rank 0 given such a port fails with \
+             EADDRINUSE: use a base of at most {}",
+            low.saturating_sub(per_node).min(65_535)
+        );
+    }
+}
+
+/// `/proc/sys/net/ipv4/ip_local_port_range`: two numbers.
+fn ephemeral_range(text: &str) -> Option<(u32, u32)> {
+    let mut numbers = text.split_whitespace().map(|n| n.parse::<u32>().ok());
+    Some((numbers.next()??, numbers.next()??))
 }

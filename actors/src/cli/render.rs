@@ -62,6 +62,9 @@ fn job_event_text(job: &JobId, detail: &JobEvent, nproc: u32) -> Option<String> 
             format!("{} attempt {} ended: {} → {} budget — {}", l.actor, l.attempt, l.cause, l.budget, l.evidence)
         }
         JobEvent::Promoted { spare, replaces } => format!("spare {spare} takes the rank of {replaces}"),
+        JobEvent::PortMoved { actor, from, to } => {
+            format!("{actor}: something else listens on port {from}; its next rendezvous is served on {to}")
+        }
         JobEvent::Feasibility { infeasible } => match infeasible {
             Some(why) => why.clone(),
             None => "the job is feasible again".to_string(),

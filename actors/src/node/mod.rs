@@ -29,7 +29,7 @@ use crate::paths::Credential;
 use actix::prelude::*;
 use attempt::{Command, Report};
 use ftdrive::agent::{Agent, AgentEffect, AgentIdentity, AgentInput, Recovered};
-use ftdrive::protocol::{AttemptKey, StartSpec, ToAgent, ToHead};
+use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent, ToHead};
 use ftdrive::resources::Devices;
 use ftdrive::{Instant, Labels, NodeId, Resources};
 use std::collections::BTreeMap;
@@ -131,6 +131,9 @@ pub struct NodeAgent {
     grace_warned: bool,
     /// A read of the machine's listening ports is under way (`watch_listeners`).
     reading_listeners: bool,
+    /// Ends of attempts held back until a read of what listens that starts after them is in
+    /// (`report_end`), in the order they came.
+    ends_awaiting_listeners: Vec<(AttemptKey, ExitStatus)>,
     /// What the head presents to the log server in this session.
     head_token: logs::HeadToken,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -174,6 +177,7 @@ impl NodeAgent {
             refusals_said: std::collections::BTreeSet::new(),
             grace_warned: false,
             reading_listeners: false,
+            ends_awaiting_listeners: Vec::new(),
             head_token,
             shutdown: None,
             closing: false,
@@ -259,18 +263,35 @@ impl NodeAgent {
     }
 
     /// The same, read off this thread, one read at a time: a busy machine's socket table runs
-    /// to megabytes, and this thread sends the heartbeats.
+    /// to megabytes, and this thread sends the heartbeats. The ends waiting when the read starts
+    /// are reported once it is in; those that came meanwhile wait for one more.
     fn watch_listeners(&mut self, ctx: &mut Context<Self>) {
         if std::mem::replace(&mut self.reading_listeners, true) {
             return;
         }
+        let ends = std::mem::take(&mut self.ends_awaiting_listeners);
         let read = async { tokio::task::spawn_blocking(detect::listening_ports).await.ok() };
         ctx.spawn(read.into_actor(self).map(|ports, act, ctx| {
             act.reading_listeners = false;
             if let Some(ports) = ports {
                 act.input(AgentInput::Listening(ports), ctx);
             }
+            for (key, status) in ends {
+                act.input(AgentInput::Exited { key, status }, ctx);
+            }
+            if !act.ends_awaiting_listeners.is_empty() {
+                act.watch_listeners(ctx);
+            }
         }));
+    }
+
+    /// An attempt's end goes to the head after what listens here was read again: its rank 0's
+    /// listener is closed by now (its supervisor took everything down first), and the head,
+    /// which may start the next attempt on that port at once, must not take the last report,
+    /// made while the rank ran, for something else listening there (PS-4 would move it).
+    fn report_end(&mut self, key: AttemptKey, status: ExitStatus, ctx: &mut Context<Self>) {
+        self.ends_awaiting_listeners.push((key, status));
+        self.watch_listeners(ctx);
     }
 
     /// Keeps the cluster a head welcomed this agent into; the logs of another cluster's attempts
@@ -491,7 +512,7 @@ impl NodeAgent {
                     retention::touch(&log);
                 }
                 self.metrics.attempt_ended(status.code == Some(0));
-                self.input(AgentInput::Exited { key, status }, ctx);
+                self.report_end(key, status, ctx);
             }
         }
         self.count_processes();

@@ -152,9 +152,9 @@ impl Checker {
 
     /// `busy_port_twice_at_most`: a rank 0 started on `port` of `machine`, which a process
     /// outside ftdrive listens on (it fails with `EADDRINUSE`). The first such start may come
-    /// before the agent's report; the head may take a report that comes while the attempt runs
-    /// for the rank 0's own listener; the attempt after that starts on a port the head knew
-    /// busy, and the bundle moves when it ends (PS-4). A third is a bundle that never moves.
+    /// before the agent's report; the agent reads again before it reports that attempt's end,
+    /// and the bundle moves then (PS-4). A second can follow where another agent of the machine
+    /// sent an older reading after that one; a third is a bundle that never moves.
     pub fn port_in_use(&mut self, key: &AttemptKey, machine: &str, port: u16) {
         let Some(failures) = self.busy_port_failures.as_mut() else { return };
         let count = failures.entry(((key.job.clone(), key.actor), machine.to_string(), port)).or_insert(0);
