@@ -368,8 +368,8 @@ fn input_limits(cfg: &mut web::ServiceConfig) {
 fn query_error(e: actix_web::error::QueryPayloadError, query: &str) -> ApiError {
     let query: String = query.chars().take(200).collect();
     ApiError::BadRequest(format!(
-        "bad query `{query}`: {e}; its numbers (actor, attempt, local_rank, offset, limit) are whole numbers, 0 or \
-         more, and `ftdrive --help` names each route's parameters"
+        "bad query `{query}`: {e}; its numbers are whole numbers (actor, attempt, local_rank, offset: 0 or more; \
+         limit: 1 or more), and docs/runtime.md (HTTP API) lists each route's parameters"
     ))
 }
 

@@ -254,18 +254,19 @@ impl Start {
         if let Some(group) = &self.cgroup {
             cmd.arg("--cgroup").arg(group);
         }
-        cmd.arg("--")
-            .args(&spec.command)
-            .envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        cmd.arg("--").args(&spec.command);
+        // The agent's own credentials are withheld; a variable the job's spec sets is its
+        // user's to pass, whatever its name.
+        for name in WITHHELD_ENV {
+            cmd.env_remove(name);
+        }
+        cmd.envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .envs(&spec.env)
             .current_dir(cwd)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .kill_on_drop(false);
-        for name in WITHHELD_ENV {
-            cmd.env_remove(name);
-        }
         let fd = std::os::fd::AsRawFd::as_raw_fd(status);
         // SAFETY: between fork and exec only async-signal-safe calls: a new session (so that the
         // agent's terminal and group signals do not reach the supervisor), and the status pipe

@@ -155,7 +155,11 @@ impl Cluster {
     /// Writes a job spec (with this test's mark in its environment) and returns its path.
     pub fn spec(&self, name: &str, mut spec: Value) -> PathBuf {
         spec["name"] = json!(name);
-        spec["env"] = json!({"FTDRIVE_TEST_MARK": self.mark});
+        // Beside whatever the spec sets.
+        match spec["env"].as_object_mut() {
+            Some(env) => drop(env.insert("FTDRIVE_TEST_MARK".into(), json!(self.mark))),
+            None => spec["env"] = json!({"FTDRIVE_TEST_MARK": self.mark}),
+        }
         let path = self.dir.path().join(format!("{name}.json"));
         std::fs::write(&path, spec.to_string()).unwrap();
         path
