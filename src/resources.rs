@@ -83,10 +83,10 @@ impl Resources {
             return Err(ResourceError::BadName(name.to_string()));
         }
         if value.is_nan() || value > MAX_QUANTITY || value.is_infinite() {
-            return Err(ResourceError::TooLarge { name: name.to_string(), value: value.to_string() });
+            return Err(ResourceError::TooLarge { name: name.to_string(), value: shown(value) });
         }
         if value < 0.0 {
-            return Err(ResourceError::Negative { name: name.to_string(), value: value.to_string() });
+            return Err(ResourceError::Negative { name: name.to_string(), value: shown(value) });
         }
         Ok((value * 1000.0).round() as u64)
     }
@@ -114,6 +114,15 @@ impl Resources {
         }
         self.0.insert(name.to_string(), milli);
         Ok(())
+    }
+}
+
+/// A refused quantity as the user wrote it, about: `1e300` stays short (`1e300`, not 301 digits).
+fn shown(value: f64) -> String {
+    if value.abs() >= 1e15 {
+        format!("{value:e}")
+    } else {
+        value.to_string()
     }
 }
 
@@ -165,6 +174,10 @@ impl<'de> Deserialize<'de> for Resources {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Resources, A::Error> {
                 let mut out = Resources::new();
                 while let Some((name, value)) = map.next_entry::<String, f64>()? {
+                    // serde keeps the last of a repeated key; one written twice meant one of them.
+                    if out.0.contains_key(&name) {
+                        return Err(de::Error::custom(format!("duplicate field `{name}`")));
+                    }
                     out.insert_checked(&name, value).map_err(de::Error::custom)?;
                 }
                 Ok(out)
@@ -324,6 +337,16 @@ impl<'de> Deserialize<'de> for Devices {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_quantity_is_named_short_and_a_repeated_one_refused() {
+        let err = Resources::quantity_to_milli("cpu", 1e300).unwrap_err().to_string();
+        assert_eq!(err, "resource `cpu` is 1e300; quantities must be finite and at most 1e12");
+        let err = Resources::quantity_to_milli("cpu", 2e12).unwrap_err().to_string();
+        assert!(err.contains("is 2000000000000;"), "{err}");
+        let twice = serde_json::from_str::<Resources>(r#"{"cpu": 1, "cpu": 2}"#).unwrap_err().to_string();
+        assert!(twice.starts_with("duplicate field `cpu`"), "{twice}");
+    }
 
     #[test]
     fn devices_are_sets_of_indices() {

@@ -124,6 +124,7 @@ pub struct JobSpec {
 pub struct RawJobSpec {
     pub name: Option<String>,
     pub command: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "unique_strings")]
     pub env: Option<BTreeMap<String, String>>,
     pub cwd: Option<String>,
     pub min_nodes: Option<i64>,
@@ -132,6 +133,7 @@ pub struct RawJobSpec {
     pub nproc_per_node: Option<i64>,
     pub bundle: Option<Resources>,
     pub strategy: Option<Strategy>,
+    #[serde(default, deserialize_with = "unique_strings")]
     pub node_selector: Option<Labels>,
     pub pack_by: Option<String>,
     pub priority: Option<i32>,
@@ -236,6 +238,35 @@ pub(crate) fn parse_object<T: serde::de::DeserializeOwned>(text: &str, example: 
         ("(document)".to_string(), format!("has more after its one JSON object ({e}); a file holds one object"))
     })?;
     Ok(value)
+}
+
+/// An object of strings whose keys are each given once (or `null`): serde keeps the last of a
+/// repeated key, and a user who wrote one twice meant one of them (`placed_error` names it).
+fn unique_strings<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    struct Unique(BTreeMap<String, String>);
+    impl<'de> Deserialize<'de> for Unique {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_map(UniqueVisitor)
+        }
+    }
+    struct UniqueVisitor;
+    impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+        type Value = Unique;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object of strings")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((key, value)) = map.next_entry::<String, String>()? {
+                if out.contains_key(&key) {
+                    return Err(serde::de::Error::custom(format!("duplicate field `{key}`")));
+                }
+                out.insert(key, value);
+            }
+            Ok(Unique(out))
+        }
+    }
+    Ok(Option::<Unique>::deserialize(d)?.map(|u| u.0))
 }
 
 /// Where a JSON document was refused, and why: the dotted path of the field at fault, or
@@ -507,7 +538,8 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), SpecError> {
     for (key, value) in env {
         if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
             return Err(SpecError::new(
-                &format!("env.{key}"),
+                // A NUL or a newline in the name, printed as such, would garble the message.
+                &format!("env.{}", key.escape_debug()),
                 "is not a valid variable; names are non-empty without `=`, and no NUL bytes anywhere",
             ));
         }
@@ -675,11 +707,27 @@ mod tests {
             ),
             (r#""max_nodes": 1, "max_nodes": 2"#, "max_nodes", "is given twice; give it once"),
             (r#""max_nodes": 1, "retries": {"user": 1, "user": 2}"#, "retries.user", "is given twice; give it once"),
+            (r#""max_nodes": 1, "env": {"A": "1", "A": "2"}"#, "env.A", "is given twice; give it once"),
+            (
+                r#""max_nodes": 1, "node_selector": {"z": "a", "z": "b"}"#,
+                "node_selector.z",
+                "is given twice; give it once",
+            ),
+            (r#""max_nodes": 1, "bundle": {"cpu": 1, "cpu": 2}"#, "bundle.cpu", "is given twice; give it once"),
+            (r#""max_nodes": 1, "env": {"A": 1}"#, "env.A", "invalid type: integer `1`, expected a string"),
+            (r#""max_nodes": 1, "env": []"#, "env", "invalid type: sequence, expected an object of strings"),
+            (
+                r#""max_nodes": 1, "env": {"A\u0000B": "1"}"#,
+                "env.A\\0B",
+                "is not a valid variable; names are non-empty without `=`, and no NUL bytes anywhere",
+            ),
         ];
         for (rest, field, message) in cases {
             let err = parse(&format!("{{{base}, {rest}}}")).unwrap_err();
             assert_eq!((err.field.as_str(), err.message.as_str()), (field, message), "{rest}");
         }
+        let nulls = parse(&format!(r#"{{{base}, "max_nodes": 1, "env": null, "node_selector": null}}"#));
+        assert!(nulls.is_ok(), "null is no env and no selector, as before: {nulls:?}");
     }
 
     /// A bundle that asks for nothing would fit any node any number of times, and an empty
