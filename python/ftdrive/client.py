@@ -20,12 +20,13 @@ import socket
 import ssl
 import time
 import urllib.parse
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Generator, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import connection
-from .connection import PathLike
+from .connection import TOKEN_VAR, PathLike
 from .errors import ApiError, ArgumentError, ConfigError, FtdriveError, HeadUnreachableError
-from .models import Drain, Event, Health, Job, LogChunk, Node
+from .models import Actor, Drain, Event, Health, Job, LogChunk, Node
 from .spec import JobSpec
 
 #: How long ``events(follow=False)`` waits for the next line before it stops.
@@ -41,6 +42,24 @@ HEAD_RETURN_TIMEOUT_S = 120.0
 _AWAY_PAUSE_S = (0.1, 2.0)
 #: What OpenSSL reports when an ``https://`` request is answered in plain http (by version).
 _NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"})
+#: OpenSSL's verify codes for a certificate whose issuer is not trusted here (unable to get the
+#: issuer, self-signed, self-signed in the chain, unable to verify the first certificate).
+_UNTRUSTED_ISSUER = frozenset({2, 18, 19, 20, 21})
+#: OpenSSL's verify codes for a certificate that does not name the host or address asked for.
+_NAME_MISMATCH = frozenset({62, 64})
+#: How long the probe of whether an http:// head speaks TLS waits.
+_PROBE_S = 3.0
+
+
+@dataclass(frozen=True)
+class Directions:
+    """How the caller gives the head's address and the CA certificate an https head is verified
+    with, in the caller's own terms: errors that need either fixed name them this way (the
+    torchx scheduler names its ``-cfg`` options)."""
+
+    head: str = "pass head= or set $FTDRIVE_HEAD"
+    ca_cert: str = "ca_cert= or $FTDRIVE_CA_CERT"
+
 
 T = TypeVar("T")
 
@@ -50,7 +69,10 @@ class Client:
     ``head`` from ``$FTDRIVE_HEAD``; ``token`` from ``$FTDRIVE_TOKEN`` or the ``token`` file in
     ``state_dir`` (``$FTDRIVE_STATE_DIR``, else ``~/.ftdrive``); for an ``https://`` head, the
     CA certificate from ``ca_cert`` or ``$FTDRIVE_CA_CERT``. ``timeout`` bounds connecting and
-    each ordinary request, in seconds."""
+    each ordinary request, in seconds. ``directions`` says how a fix of the head's address or
+    CA certificate is given, in the errors that need one."""
+
+    directions: Directions = Directions()
 
     def __init__(
         self,
@@ -148,13 +170,15 @@ class Client:
         ends (with a last snapshot). Without ``job``, every event of the cluster, for as long
         as the caller reads. ``follow=False`` stops at the first pause in the stream (the lines
         the head has ready now); ``idle_timeout`` stops once no event arrived for that long.
+        An empty ``job`` is :class:`ArgumentError`, as for every method taking a job id.
 
         The stream is open when this returns (an unknown job or a refused token raise here),
         so every event from then on is in it. Closing the iterator closes the connection. A
         stream the head ends otherwise (it is stopping or restarting; the jobs run on), or one
         silent for three of the keep-alive intervals the head names (a stopped head, a lost
         network), raises :class:`HeadUnreachableError`: call ``events`` again once it is back."""
-        path = f"/v1/jobs/{_seg(job)}/events" if job else "/v1/events"
+        # An empty job id is refused, not taken for "every job".
+        path = "/v1/events" if job is None else f"/v1/jobs/{_seg(job)}/events"
         idle = PAUSE_S if not follow and idle_timeout is None else idle_timeout
         conn, response, sock = self._open("GET", path)
         return self._event_lines(conn, response, sock, path, idle)
@@ -213,13 +237,16 @@ class Client:
     def log_chunk(
         self,
         job: str,
-        index: int,
+        index: ActorRef,
         *,
         attempt: Optional[int] = None,
         local_rank: Optional[int] = None,
         offset: int = 0,
     ) -> LogChunk:
-        """One read of an attempt's log from ``offset`` (default attempt: the latest)."""
+        """One read of an attempt's log from ``offset`` (default attempt: the latest). The
+        actor is its index (``1``) or its name (``"j7/1"``, as ``Actor.name`` and the CLI's
+        ``--actor`` have it)."""
+        index = actor_index(job, index)
         query: Dict[str, Any] = {"actor": index, "offset": offset}
         if attempt is not None:
             query["attempt"] = attempt
@@ -258,17 +285,12 @@ class Client:
             return
         if actor.attempt != 0:
             return
-        if view.is_terminal:
-            why = f"has not started an attempt, and the job ended {view.state}"
-        else:
-            waiting = view.waiting or view.infeasible
-            why = f"has not started an attempt yet (the job is {view.state}{': ' + waiting if waiting else ''})"
-        raise ApiError(404, f"actor {actor.name} {why}", error.method, error.path) from error
+        raise ApiError(404, not_started(view, actor), error.method, error.path) from error
 
     def log_bytes(
         self,
         job: str,
-        index: int,
+        index: ActorRef,
         *,
         attempt: Optional[int] = None,
         local_rank: Optional[int] = None,
@@ -281,25 +303,15 @@ class Client:
         ``local_rank``). Default attempt: the latest when called, kept while following.
         ``follow`` keeps reading while the attempt runs and ends once it ended and all of its
         output was read; it rides out a head restart as :meth:`wait` does, and goes on from
-        where it was."""
-        offset = 0
-        away = HeadAway(self.base_url, head_return_timeout)
-        while True:
-            ask = functools.partial(self.log_chunk, job, index, attempt=attempt, local_rank=local_rank, offset=offset)
-            chunk = away.ask(ask) if follow else ask()
-            attempt = chunk.attempt or attempt
-            offset = chunk.next_offset
-            if chunk.data:
-                yield chunk
-                continue
-            if not follow or not chunk.running:
-                return
-            time.sleep(poll_interval)
+        where it was. The actor is its index or its name, as for :meth:`log_chunk`; a bad one
+        is :class:`ArgumentError` here, before the head is asked."""
+        ask = functools.partial(self.log_chunk, job, actor_index(job, index), local_rank=local_rank)
+        return _chunks(ask, attempt, follow, poll_interval, HeadAway(self.base_url, head_return_timeout))
 
     def logs(
         self,
         job: str,
-        index: int,
+        index: ActorRef,
         *,
         attempt: Optional[int] = None,
         local_rank: Optional[int] = None,
@@ -308,9 +320,8 @@ class Client:
         head_return_timeout: float = HEAD_RETURN_TIMEOUT_S,
     ) -> Iterator[str]:
         """As :meth:`log_bytes`, as text lines (each with its ``\\n``, but for an unfinished
-        last line)."""
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pending = ""
+        last line). A bad actor (a negative index, another job's name) is :class:`ArgumentError`
+        here, before the head is asked."""
         chunks = self.log_bytes(
             job,
             index,
@@ -320,14 +331,7 @@ class Client:
             poll_interval=poll_interval,
             head_return_timeout=head_return_timeout,
         )
-        for chunk in chunks:
-            pending += decoder.decode(chunk.data)
-            lines = pending.splitlines(keepends=True)
-            pending = lines.pop() if lines and not lines[-1].endswith(("\n", "\r")) else ""
-            yield from lines
-        pending += decoder.decode(b"", final=True)
-        if pending:
-            yield pending
+        return _lines(chunks)
 
     # ---- nodes and the head -------------------------------------------------------------
 
@@ -402,16 +406,7 @@ class Client:
             response = conn.getresponse()
         except (OSError, http.client.HTTPException) as e:
             conn.close()
-            if self._scheme == "https" and isinstance(e, ssl.SSLError) and e.reason in _NOT_TLS:
-                plain = "http://" + self.base_url.split("://", 1)[1]
-                raise HeadUnreachableError(
-                    f"the head at {self.base_url} does not speak TLS ({e}); it may be serving plain http: "
-                    f"use {plain}, or start the head with --tls-cert and --tls-key"
-                ) from e
-            raise HeadUnreachableError(
-                f"cannot reach the head at {self.base_url}: {e}; is `ftdrive head` running? "
-                "pass head= or set $FTDRIVE_HEAD"
-            ) from e
+            raise self._unreachable(e) from e
         if 200 <= response.status < 300:
             return conn, response, sock
         try:
@@ -420,7 +415,106 @@ class Client:
             text = ""
         finally:
             conn.close()
-        raise ApiError(response.status, _error_message(text, response.status), method, path.split("?")[0])
+        message = _error_message(text, response.status)
+        if response.status == 401:
+            message = self._refused_token(text)
+        raise ApiError(response.status, message, method, path.split("?")[0])
+
+    def _unreachable(self, error: Exception) -> HeadUnreachableError:
+        """Why the head did not answer: TLS's doing when it can be told (a wrong scheme, a
+        certificate not trusted), as the CLI tells it; else the error and where to look."""
+        why = self._tls_cause(error)
+        if why is not None:
+            return HeadUnreachableError(f"cannot reach the head: {why}")
+        return HeadUnreachableError(
+            f"cannot reach the head at {self.base_url}: {error}; is `ftdrive head` running? {self.directions.head}"
+        )
+
+    def _tls_cause(self, error: Exception) -> Optional[str]:
+        """The fix for a failure that TLS explains, or None."""
+        url, ca_flag = self.base_url, self.directions.ca_cert
+        if self._scheme == "http":
+            if isinstance(error, (ConnectionRefusedError, socket.timeout)) or not _speaks_tls(self._host, self._port):
+                return None
+            https = "https://" + url.split("://", 1)[1]
+            return (
+                f"the head at {url} speaks HTTPS; use {https} (with {ca_flag} when a private CA signed its certificate)"
+            )
+        if isinstance(error, ssl.SSLCertVerificationError):
+            return _untrusted(url, self._host, error, self._conn.ca_cert, ca_flag)
+        if isinstance(error, ssl.SSLError) and error.reason in _NOT_TLS:
+            plain = "http://" + url.split("://", 1)[1]
+            return (
+                f"the head at {url} does not speak TLS ({error}); it may be serving plain http: use {plain}, "
+                "or start the head with --tls-cert and --tls-key"
+            )
+        return None
+
+    def _refused_token(self, text: str) -> str:
+        """A 401: the token is not this head's client token. Says where it came from, whether it
+        is the head's agent token, and how to give the right one (as the CLI does)."""
+        try:
+            presented = json.loads(text).get("presented")
+        except (ValueError, AttributeError):
+            presented = None
+        head, source = self.base_url, self._conn.token_from
+        given = "the token given as token=" if source == "token=" else f"the token from {source}"
+        if presented == "agent_token":
+            return (
+                f"the head at {head} refused {given}: it is its agent token, which opens only the agent channel; "
+                "give its client token, the `token` file in its state dir"
+            )
+        if source == TOKEN_VAR:
+            fix = (
+                "set $FTDRIVE_TOKEN to the contents of the `token` file in the head's state dir, or unset it to use "
+                "that file from the state dir (state_dir=, $FTDRIVE_STATE_DIR, else ~/.ftdrive)"
+            )
+        elif source == "token=":
+            fix = "pass token= the contents of the `token` file in the head's state dir"
+        else:
+            fix = (
+                f"that file is another head's; pass state_dir= the state dir of the head at {head}, or set "
+                "$FTDRIVE_TOKEN to the contents of the `token` file there"
+            )
+        return f"the head at {head} refused {given}: it is not its client token; {fix}"
+
+
+def _speaks_tls(host: str, port: Optional[int]) -> bool:
+    """Whether ``host:port`` answers a TLS handshake (nothing verified: the handshake is all
+    that is asked)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port or 80), timeout=_PROBE_S) as raw:
+            with context.wrap_socket(raw, server_hostname=host):
+                return True
+    except (OSError, ValueError):
+        return False
+
+
+def _untrusted(url: str, host: str, error: ssl.SSLCertVerificationError, ca_cert: Optional[str], flag: str) -> str:
+    """Why the head's certificate was not accepted, and the fix, as the CLI says it."""
+    code, said = error.verify_code, error.verify_message
+    if code in _UNTRUSTED_ISSUER:
+        if ca_cert:
+            return (
+                f"the head at {url} presented a certificate that the CA in {ca_cert} did not sign ({said}); "
+                f"give {flag} the CA that did"
+            )
+        return (
+            f"the head at {url} presented a certificate signed by a CA that is not trusted here ({said}); "
+            f"give that CA with {flag}"
+        )
+    if code in _NAME_MISMATCH:
+        return (
+            f"the head at {url} presented a certificate that does not name {host} ({said}); reissue it with "
+            f"{host} as a subjectAltName, or reach the head by a name the certificate holds"
+        )
+    return (
+        f"the head at {url} presented a certificate that cannot be verified ({said}); when a private CA "
+        f"signed it, give that CA with {flag}"
+    )
 
 
 def _silence_limit(keepalive_ms: Optional[str]) -> Optional[float]:
@@ -443,18 +537,28 @@ class HeadAway:
         self.timeout_s = timeout_s
         self._since: Optional[float] = None
         self._pause_s = _AWAY_PAUSE_S[0]
+        # Whether the head ever answered: one that never did did not go away, it was never there.
+        self._ever_answered = False
 
     def answered(self) -> None:
         self._since = None
         self._pause_s = _AWAY_PAUSE_S[0]
+        self._ever_answered = True
 
     def ride_out(self, error: FtdriveError) -> None:
         """Returns if ``error`` is the head's being away, for less than ``timeout_s`` so far;
-        raises otherwise: the error itself, or one saying that the head did not come back."""
+        raises otherwise: the error itself, or one saying that the head did not come back (or,
+        when it never answered, that it could not be reached)."""
         if not isinstance(error, HeadUnreachableError) and not (isinstance(error, ApiError) and error.status == 502):
             raise error
+        self._ever_answered = self._ever_answered or isinstance(error, ApiError)
         now = time.monotonic()
         self._since = now if self._since is None else self._since
+        if now - self._since >= self.timeout_s and not self._ever_answered:
+            raise HeadUnreachableError(
+                f"the head at {self.base_url} could not be reached, asked for {self.timeout_s:.0f} s and never "
+                f"answering: {error}"
+            ) from error
         if now - self._since >= self.timeout_s:
             raise HeadUnreachableError(
                 f"the head at {self.base_url} did not come back within {self.timeout_s:.0f} s "
@@ -481,6 +585,71 @@ def _seg(value: str) -> str:
     if not str(value):
         raise ArgumentError("a job id or node name cannot be empty")
     return urllib.parse.quote(str(value), safe="")
+
+
+ActorRef = Union[int, str]
+"""An actor of a job: its index (``1``) or its name (``"j7/1"``)."""
+
+
+def actor_index(job: str, actor: ActorRef) -> int:
+    """The index of ``actor`` of ``job``: an index (0 or more), or a name ``JOB/N`` of that
+    job, as ``Actor.name`` and the CLI's ``--actor`` give it. Anything else is
+    :class:`ArgumentError` naming what was given, so that the head is not asked."""
+    shown = repr(actor) if isinstance(actor, str) else str(actor)
+    owner, slash, number = str(actor).rpartition("/")
+    if isinstance(actor, str) and slash and owner != job:
+        raise ArgumentError(
+            f"actor {shown} is not an actor of job {job!r}: give the index N, or the name {job}/N, of one of its actors"
+        )
+    try:
+        index = int(number)
+    except ValueError:
+        raise ArgumentError(f"actor {shown}: give the actor's index (0, 1, …) or its name, such as {job}/0") from None
+    if index < 0:
+        raise ArgumentError(f"actor {shown}: actors of {job} are numbered from 0 ({job}/0, {job}/1, …)")
+    return index
+
+
+def not_started(view: Job, actor: Actor) -> str:
+    """Why ``actor`` of ``view`` has no log: it has not started an attempt, and what the job
+    waits for (or how it ended)."""
+    if view.is_terminal:
+        return f"actor {actor.name} has not started an attempt, and the job ended {view.state}"
+    waiting = view.waiting or view.infeasible
+    why = f"{view.state}: {waiting}" if waiting else view.state
+    return f"actor {actor.name} has not started an attempt yet (the job is {why})"
+
+
+def _chunks(
+    ask_at: Callable[..., LogChunk], attempt: Optional[int], follow: bool, poll_interval: float, away: HeadAway
+) -> Iterator[LogChunk]:
+    """The chunks ``ask_at(attempt=, offset=)`` reads, from offset 0 on (see ``log_bytes``)."""
+    offset = 0
+    while True:
+        ask = functools.partial(ask_at, attempt=attempt, offset=offset)
+        chunk = away.ask(ask) if follow else ask()
+        attempt = chunk.attempt or attempt
+        offset = chunk.next_offset
+        if chunk.data:
+            yield chunk
+            continue
+        if not follow or not chunk.running:
+            return
+        time.sleep(poll_interval)
+
+
+def _lines(chunks: Iterator[LogChunk]) -> Iterator[str]:
+    """Log chunks as text lines (each with its ``\\n``, but for an unfinished last line)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    for chunk in chunks:
+        pending += decoder.decode(chunk.data)
+        lines = pending.splitlines(keepends=True)
+        pending = lines.pop() if lines and not lines[-1].endswith(("\n", "\r")) else ""
+        yield from lines
+    pending += decoder.decode(b"", final=True)
+    if pending:
+        yield pending
 
 
 def _parse(text: str, path: str) -> Any:

@@ -20,7 +20,7 @@ import ssl
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 from .errors import ConfigError
 
@@ -29,11 +29,16 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 @dataclass(frozen=True)
 class Connection:
-    """A resolved head address, credential and TLS setting."""
+    """A resolved head address, credential and TLS setting, with where the token and the CA
+    certificate came from (named when the head refuses the one or is not trusted with the other)."""
 
     base_url: str
     token: str
     ssl_context: Optional[ssl.SSLContext] = None
+    #: ``token=``, ``$FTDRIVE_TOKEN`` or the token file's path.
+    token_from: str = "token="
+    #: The CA certificate file an https head is verified with; None: the system's roots.
+    ca_cert: Optional[str] = None
 
 
 def _given(var: str) -> Optional[str]:
@@ -48,6 +53,9 @@ def default_state_dir() -> Path:
         return Path(os.environ["FTDRIVE_STATE_DIR"])
     return Path(os.environ.get("HOME", ".")) / ".ftdrive"
 
+
+#: Where a token given in the environment comes from, as the head's refusal of it names it.
+TOKEN_VAR = "$FTDRIVE_TOKEN"
 
 DEFAULT_HEAD_PORT = 7380
 """Where a head listens unless told otherwise, and so where a bare ``HOST`` points."""
@@ -84,14 +92,20 @@ def head_url(head: Optional[str] = None) -> str:
 
 def client_token(token: Optional[str] = None, state_dir: Optional[PathLike] = None) -> str:
     """The client token: ``token``, else ``$FTDRIVE_TOKEN``, else ``<state dir>/token``."""
+    return client_token_from(token, state_dir)[0]
+
+
+def client_token_from(token: Optional[str] = None, state_dir: Optional[PathLike] = None) -> Tuple[str, str]:
+    """As :func:`client_token`, with where it came from: ``token=``, ``$FTDRIVE_TOKEN`` or the
+    file's path."""
     if token:
-        return _checked(token, "token=")
+        return _checked(token, "token="), "token="
     from_env = _given("FTDRIVE_TOKEN")
     if from_env:
-        return _checked(from_env, "$FTDRIVE_TOKEN")
+        return _checked(from_env, TOKEN_VAR), TOKEN_VAR
     path = (Path(state_dir) if state_dir is not None else default_state_dir()) / "token"
     try:
-        return _checked(path.read_text().strip(), str(path))
+        return _checked(path.read_text().strip(), str(path)), str(path)
     except OSError as e:
         raise ConfigError(
             f"no API token: set $FTDRIVE_TOKEN or make {path} readable ({e.strerror or e}); the head writes it at start"
@@ -110,10 +124,15 @@ def _checked(token: str, source: str) -> str:
     return token
 
 
+def ca_cert_file(ca_cert: Optional[PathLike] = None) -> Optional[str]:
+    """The CA certificate file: ``ca_cert``, else ``$FTDRIVE_CA_CERT``, else None."""
+    return str(ca_cert) if ca_cert else _given("FTDRIVE_CA_CERT")
+
+
 def tls_context(base_url: str, ca_cert: Optional[PathLike] = None) -> Optional[ssl.SSLContext]:
     """For an https head: a context verifying it against ``ca_cert`` / ``$FTDRIVE_CA_CERT``
     (else the system's trusted certificates). None for plain http."""
-    cafile = str(ca_cert) if ca_cert else _given("FTDRIVE_CA_CERT")
+    cafile = ca_cert_file(ca_cert)
     if not base_url.startswith("https://"):
         return None
     if cafile is None:
@@ -135,8 +154,12 @@ def resolve(
 ) -> Connection:
     """Everything a client needs to talk to the head, or a ConfigError saying what is missing."""
     base_url = head_url(head)
+    token, token_from = client_token_from(token, state_dir)
+    https = base_url.startswith("https://")
     return Connection(
         base_url=base_url,
-        token=client_token(token, state_dir),
+        token=token,
         ssl_context=tls_context(base_url, ca_cert),
+        token_from=token_from,
+        ca_cert=ca_cert_file(ca_cert) if https else None,
     )

@@ -7,14 +7,22 @@ An app's (single) role becomes one ftdrive job spec:
   ``--nproc_per_node`` become ``min_nodes``/``max_nodes``/``nproc_per_node`` and the script runs
   directly under ftdrive's own launcher. Any other role runs its ``entrypoint args`` as is,
   one process per node, ``min_replicas``..``num_replicas`` nodes.
-* resources: ``cpu``, ``gpu``, ``memMB`` → the bundle's ``cpu``, ``gpu``, ``memory_mb``.
+* resources: ``cpu``, ``gpu``, ``memMB`` → the bundle's ``cpu``, ``gpu``, ``memory_mb``;
+  ``devices`` and numeric ``capabilities`` → bundle resources of their names (as Kubernetes
+  asks for devices), other ``capabilities`` → ``node_selector`` labels (as Kubernetes selects
+  nodes by instance type).
 * ``env`` → ``env``; ``max_retries`` → the ``user`` retry budget; ``retry_policy`` REPLICA →
   ``restart: actor``, APPLICATION → ``gang``, HOT_SPARE → ``min_replicas`` nodes and the rest as
   hot spares.
 * torchx macros: ``${rank0_env}`` is ``TORCHX_RANK0_HOST`` (ftdrive sets it), ``${img_root}`` the
   working directory; ``${app_id}`` (the job id) and ``${replica_id}`` (the actor's index) are
   known only once the head placed the job, so a value that uses them is set by a ``/bin/sh``
-  prologue from ``$FTDRIVE_JOB_ID`` / ``$FTDRIVE_ACTOR``.
+  prologue from ``$FTDRIVE_JOB_ID`` / ``$FTDRIVE_ACTOR``. The prologue checks that the program
+  can be started before its ``exec``, saying why not; 126 and 127 are non-retryable exit codes
+  (``-cfg non_retryable_exit_codes`` sets others).
+* A role the head would refuse (its node range, ``max_retries``, a negative resource) is
+  refused before submitting, in the role's terms; a relative ``-cfg cwd`` is taken from the
+  directory torchx runs in.
 
 The app id is the ftdrive job id (``ftdrive://SESSION/j3`` ↔ ``ftdrive status j3``). The head is
 ``-cfg head=URL`` (or ``head`` in the ``[ftdrive]`` section of ``.torchxconfig``), else
@@ -75,7 +83,7 @@ from torchx.specs import (
 )
 
 from . import torchrun
-from .client import HEAD_RETURN_TIMEOUT_S, Client, HeadAway
+from .client import HEAD_RETURN_TIMEOUT_S, Client, Directions, HeadAway, not_started
 from .errors import ApiError, ArgumentError, ConfigError, FtdriveError, HeadUnreachableError, SpecError
 from .models import Actor, Job, LedgerEntry
 from .spec import RESTART_MODES, STRATEGIES, JobSpec, Retries
@@ -90,6 +98,15 @@ _LATE = {_JOB_ID: '"${FTDRIVE_JOB_ID}"', _REPLICA_ID: '"${FTDRIVE_ACTOR##*/}"'}
 _LATE_RE = re.compile("|".join(re.escape(k) for k in _LATE))
 _NAME_RE = re.compile(r"[^A-Za-z0-9._-]+")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: What the head takes as a resource name (``src/resources.rs``).
+_RESOURCE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+#: The bundle's own resources, which a role gives as its resource's cpu, gpu and memMB.
+_BUNDLE_KEYS = ("cpu", "gpu", "memory_mb")
+#: The largest retry budget the head takes.
+_MAX_BUDGET = 1_000_000
+#: The exit codes of a program that cannot be started, as a shell has them (127: not found,
+#: 126: not executable): the prologue exits with them, and they fail the job at once.
+_CANNOT_START = (126, 127)
 
 _APP_STATE: Mapping[str, AppState] = {
     "PENDING": AppState.PENDING,
@@ -113,6 +130,12 @@ _NO_HEAD = (
     "no ftdrive head given: `torchx run` takes `-cfg head=http://HOST:PORT`; any torchx command "
     "reads `head = http://HOST:PORT` from the [ftdrive] section of .torchxconfig, else $FTDRIVE_HEAD"
 )
+#: How a torchx user gives the head's address and its CA certificate, named when either is wrong.
+_HEAD_WAYS = (
+    "give the head's address (`ftdrive head` prints it) with `-cfg head=http://HOST:PORT` to `torchx run`, "
+    "`head = http://HOST:PORT` in the [ftdrive] section of .torchxconfig, or $FTDRIVE_HEAD"
+)
+_CA_CERT_WAYS = "`-cfg ca_cert=PEM` (or `ca_cert` in the [ftdrive] section of .torchxconfig, or $FTDRIVE_CA_CERT)"
 
 
 class UnknownAppError(FtdriveError, UnknownAppException):
@@ -141,6 +164,7 @@ class FtdriveOpts(TypedDict, total=False):
     preemption_retries: Optional[int]
     strategy: Optional[str]
     node_selector: Optional[Dict[str, str]]
+    non_retryable_exit_codes: Optional[List[str]]
 
 
 @dataclass
@@ -213,17 +237,31 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         )
         opts.add("strategy", type_=str, default=None, help=f"placement: one of {', '.join(STRATEGIES)}")
         opts.add("node_selector", type_=Dict[str, str], default=None, help="node labels to match, e.g. zone:a;rack:r1")
+        opts.add(
+            "non_retryable_exit_codes",
+            type_=List[str],
+            default=None,
+            help="exit codes that fail the job at once, without a retry (default: 126,127, a program that "
+            "cannot be started)",
+        )
         return opts
 
     def _client(self, head: Optional[str] = None, ca_cert: Optional[str] = None) -> Client:
-        """A client for ``head``, else the ``.torchxconfig`` one, else ``$FTDRIVE_HEAD``; with
-        none, a :class:`ConfigError` naming the ways a torchx user gives one."""
+        """A client for ``head`` (the run's ``-cfg head``), else the ``.torchxconfig`` one, else
+        ``$FTDRIVE_HEAD``; with none, a :class:`ConfigError` naming the ways a torchx user gives
+        one. Its errors name the head's address and CA certificate as torchx options."""
         if self._given_client is not None:
             return self._given_client
-        head = head or _torchxconfig("head")
-        if not head and not os.environ.get("FTDRIVE_HEAD"):
-            raise ConfigError(_NO_HEAD)
-        return Client(head=head, ca_cert=ca_cert or _torchxconfig("ca_cert"))
+        source = "-cfg head"
+        if not head:
+            head, source = _torchxconfig("head"), "`head` in the [ftdrive] section of .torchxconfig"
+        if not head:
+            source = "$FTDRIVE_HEAD"
+            if not os.environ.get("FTDRIVE_HEAD"):
+                raise ConfigError(_NO_HEAD)
+        client = Client(head=head, ca_cert=ca_cert or _torchxconfig("ca_cert"))
+        client.directions = Directions(head=f"the address came from {source}; {_HEAD_WAYS}", ca_cert=_CA_CERT_WAYS)
+        return client
 
     def _client_of(self, app_id: str) -> Client:
         """The client of the head ``app_id`` was submitted to here (the run's ``-cfg head``,
@@ -254,7 +292,15 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
     def schedule(self, dryrun_info: AppDryRunInfo[FtdriveRequest]) -> str:
         request = dryrun_info.request
         client = self._client(request.head, request.ca_cert)
-        job = client.submit(request.spec)
+        try:
+            job = client.submit(request.spec)
+        except ApiError as e:
+            if e.status != 400:
+                raise
+            raise SpecError(
+                f"the head refused the job spec that app {request.spec.name} became: {e.message} "
+                "(`torchx run --dryrun` shows that spec)"
+            ) from e
         seen = self._answered(client, job.id, job)
         seen.submitted_as = request.role_name
         seen.client = client
@@ -276,10 +322,10 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         replicas = [
             ReplicaStatus(
                 id=actor.index,
-                state=_REPLICA_STATE.get(actor.state, AppState.UNKNOWN),
+                state=_replica_state(job, actor),
                 role=role,
                 hostname=actor.node or "",
-                structured_error_msg=_replica_error(job, actor.index, actor.state),
+                structured_error_msg=_replica_error(job, actor),
             )
             for actor in job.actors
             if _is_replica(job, actor)
@@ -288,7 +334,7 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             app_id=app_id,
             state=_APP_STATE.get(job.state, AppState.UNKNOWN),
             num_restarts=_restarts(job),
-            msg=job.message or job.infeasible or job.waiting or NONE,
+            msg=_in_torchx_terms(job.message or job.infeasible or job.waiting or "") or NONE,
             structured_error_msg=_app_error(job),
             ui_url=client.dashboard_url(job.id),
             roles_statuses=[RoleStatus(role=role, replicas=replicas)],
@@ -357,7 +403,9 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
         """Replica ``k`` is actor ``<job>/k``; its log is each of its attempts' output in turn
         (every worker's lines, prefixed ``[rankR]: ``). ``since``/``until`` skip attempts that
         ended before or started after them; ``should_tail`` follows the running attempt and
-        the ones after it until the job ends. An app the head does not have raises
+        the ones after it until the job ends. A replica that has not started an attempt (and
+        is not tailed, or its app ended) answers one ``[ftdrive]`` line saying why, as torchx
+        shows an empty log as nothing at all. An app the head does not have raises
         :class:`UnknownAppError`. The app has one role: a role name it does not know by (a typo,
         or the component's own name asked from another process) is logged as a warning that
         names the role, and its logs are shown."""
@@ -416,17 +464,21 @@ def _check_run_options(cfg: Mapping[str, Any]) -> None:
 
 
 def to_request(app: AppDef, cfg: Mapping[str, Any]) -> FtdriveRequest:
-    """The job spec an app becomes under ``cfg`` (the scheduler's run options)."""
+    """The job spec an app becomes under ``cfg`` (the scheduler's run options). What the head
+    would refuse of the role is refused here in the role's own terms."""
     _check_run_options(cfg)
-    cwd = cfg.get("cwd") or os.getcwd()
+    # A relative -cfg cwd means the directory torchx runs in, as the default does, not the agents'.
+    cwd = os.path.abspath(cfg.get("cwd") or os.getcwd())
     values = macros.Values(img_root=cwd, app_id=_JOB_ID, replica_id=_REPLICA_ID, rank0_env="TORCHX_RANK0_HOST")
     role = values.apply(app.roles[0])
+    _check_role(role)
     notes: List[str] = []
     command, low, high, nproc = _launch_shape(role, str(cfg.get("python") or "python3"), notes)
     min_nodes, max_nodes, hot_spares, restart = _topology(role.retry_policy, low, high, cfg)
     command, env = _late_bound(command, dict(role.env))
     if role.mounts:
         notes.append("mounts are ignored: ftdrive runs processes on the nodes' own filesystems")
+    bundle, labels = _bundle(role, notes)
     spec = JobSpec(
         name=_job_name(app.name, role.name),
         command=command,
@@ -436,18 +488,57 @@ def to_request(app: AppDef, cfg: Mapping[str, Any]) -> FtdriveRequest:
         cwd=cwd,
         hot_spares=hot_spares,
         nproc_per_node=nproc,
-        bundle=_bundle(role.resource.cpu, role.resource.gpu, role.resource.memMB),
+        bundle=bundle,
         priority=int(cfg.get("priority") or 0),
         restart=restart,
         retries=_retries(role.max_retries, cfg),
     )
     if cfg.get("strategy"):
         spec.strategy = str(cfg["strategy"])
-    if cfg.get("node_selector"):
-        spec.node_selector = dict(cfg["node_selector"])
+    spec.node_selector = {**labels, **dict(cfg.get("node_selector") or {})}
     return FtdriveRequest(
         spec=spec, head=cfg.get("head"), ca_cert=cfg.get("ca_cert"), notes=notes, role_name=app.roles[0].name
     )
+
+
+def _check_role(role: Role) -> None:
+    """The role's retries and resources as the head would refuse them, named as torchx has them."""
+    if not -1 <= role.max_retries <= _MAX_BUDGET:
+        raise SpecError(
+            f"role {role.name}: max_retries is {role.max_retries}; give 0 to {_MAX_BUDGET:,} (-1: no limit)"
+        )
+    resource = role.resource
+    amounts = (("cpu", resource.cpu, "cpu"), ("gpu", resource.gpu, "gpu"), ("memMB", resource.memMB, "memory_mb"))
+    for name, value, key in amounts:
+        if value < 0:
+            raise SpecError(
+                f"role {role.name}: resource {name} is {value}; give 0 or more (0 leaves `{key}` out of the "
+                "job's bundle)"
+            )
+
+
+def _check_nodes(role: Role, low: int, high: int, nnodes: Optional[str]) -> None:
+    """The role's node range as the head would refuse it, named as the role gives it: a
+    torchrun launch's ``--nnodes`` (``dist.ddp -j MIN:MAXxN``), else ``min_replicas`` and
+    ``num_replicas``."""
+    if nnodes is not None:
+        where = f"torchrun --nnodes {nnodes} (dist.ddp: -j {nnodes}xN)"
+        if low < 1:
+            raise SpecError(f"{where}: a job runs on at least 1 node; give MIN 1 or more")
+        if low > high:
+            raise SpecError(f"{where}: at least {low} nodes but at most {high}; give MIN <= MAX")
+        return
+    if high < 1:
+        raise SpecError(f"role {role.name}: num_replicas is {high}; give 1 or more")
+    if low < 1:
+        raise SpecError(
+            f"role {role.name}: min_replicas is {low}; a job runs on at least 1 node: give 1 to num_replicas "
+            f"({high}), or leave it out for num_replicas"
+        )
+    if low > high:
+        raise SpecError(
+            f"role {role.name}: min_replicas {low} is more than num_replicas {high}; give min_replicas <= num_replicas"
+        )
 
 
 def _launch_shape(role: Role, python: str, notes: List[str]) -> Tuple[List[str], int, int, int]:
@@ -457,6 +548,9 @@ def _launch_shape(role: Role, python: str, notes: List[str]) -> Tuple[List[str],
     command = [role.entrypoint, *role.args]
     launch = torchrun.translate(command, gpus=gpus, cpus=cpus, python=python)
     if launch is not None:
+        _check_nodes(role, launch.min_nodes, launch.max_nodes, f"{launch.min_nodes}:{launch.max_nodes}")
+        if launch.nproc_per_node < 1:
+            raise SpecError(f"torchrun --nproc_per_node {launch.nproc_per_node}: give 1 or more workers per node")
         notes.append(
             f"torchrun launch translated: {launch.min_nodes}..{launch.max_nodes} node(s) x "
             f"{launch.nproc_per_node} worker(s), ftdrive sets torchrun's environment; runs {shlex.join(launch.command)}"
@@ -466,6 +560,7 @@ def _launch_shape(role: Role, python: str, notes: List[str]) -> Tuple[List[str],
         notes.append("the role runs torchrun inside a larger script: left as it is, one process per node")
     high = role.num_replicas
     low = role.min_replicas if role.min_replicas is not None else high
+    _check_nodes(role, low, high, None)
     return command, low, high, 1
 
 
@@ -481,7 +576,7 @@ def _topology(policy: RetryPolicy, low: int, high: int, cfg: Mapping[str, Any]) 
 
 
 def _retries(max_retries: int, cfg: Mapping[str, Any]) -> Retries:
-    retries = Retries(user=int(max_retries))
+    retries = Retries(user=int(max_retries), non_retryable_exit_codes=_exit_codes(cfg))
     if cfg.get("system_retries") is not None:
         retries.system = int(cfg["system_retries"])
     if cfg.get("preemption_retries") is not None:
@@ -489,15 +584,69 @@ def _retries(max_retries: int, cfg: Mapping[str, Any]) -> Retries:
     return retries
 
 
-def _bundle(cpu: float, gpu: float, mem_mb: float) -> Dict[str, float]:
+def _exit_codes(cfg: Mapping[str, Any]) -> List[int]:
+    """``-cfg non_retryable_exit_codes`` (a list, or text with ``,`` or ``;`` between codes);
+    by default 126 and 127, which the prologue exits with when the program cannot start."""
+    given = cfg.get("non_retryable_exit_codes")
+    if given is None:
+        return list(_CANNOT_START)
+    words = str(given).replace(";", ",").split(",") if isinstance(given, str) else [str(w) for w in given]
+    words = [word.strip() for word in words if word.strip()]
+    codes: List[int] = []
+    for word in words:
+        if not word.isdigit() or not 1 <= int(word) <= 255:
+            raise ArgumentError(
+                f"-cfg non_retryable_exit_codes={','.join(words)}: `{word}` is not an exit code; give codes 1 to 255, "
+                "such as 2,126,127"
+            )
+        codes.append(int(word))
+    return codes
+
+
+def _bundle(role: Role, notes: List[str]) -> Tuple[Dict[str, float], Dict[str, str]]:
+    """The bundle and the node labels a role's resource asks for: ``cpu``, ``gpu`` and
+    ``memMB``; ``devices`` and numeric ``capabilities`` as resources of their own name (which
+    the agents declare with ``--resources``), as Kubernetes asks for a device as a resource
+    limit; any other capability as a node label (``node_selector``), as Kubernetes selects
+    nodes by the instance-type capability."""
+    resource = role.resource
     bundle: Dict[str, float] = {}
-    if cpu > 0:
-        bundle["cpu"] = cpu
-    if gpu > 0:
-        bundle["gpu"] = gpu
-    if mem_mb > 0:
-        bundle["memory_mb"] = mem_mb
-    return bundle or {"cpu": 1}
+    for key, value in (("cpu", resource.cpu), ("gpu", resource.gpu), ("memory_mb", resource.memMB)):
+        if value > 0:
+            bundle[key] = value
+    labels: Dict[str, str] = {}
+    extra = [("devices", name, amount) for name, amount in resource.devices.items()]
+    extra += [("capabilities", name, value) for name, value in resource.capabilities.items()]
+    for where, name, value in extra:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            bundle[_resource_name(role, where, str(name), value)] = value
+        else:
+            labels[str(name)] = str(value).lower() if isinstance(value, bool) else str(value)
+    asked = {key: value for key, value in bundle.items() if key not in _BUNDLE_KEYS}
+    if asked:
+        notes.append(f"resource devices/capabilities {asked} are asked for in the bundle (agents declare --resources)")
+    if labels:
+        notes.append(f"resource capabilities {labels} select nodes with these labels (node_selector)")
+    return bundle or {"cpu": 1}, labels
+
+
+def _resource_name(role: Role, where: str, name: str, amount: float) -> str:
+    """``name`` as a resource of the bundle, or a :class:`SpecError` saying why it cannot be one."""
+    if name in _BUNDLE_KEYS:
+        raise SpecError(
+            f"role {role.name}: resource {where} `{name}` is the bundle's own `{name}`; give it as the resource's "
+            "cpu, gpu or memMB"
+        )
+    if not _RESOURCE_NAME_RE.fullmatch(name):
+        plain = _NAME_RE.sub("_", name.rsplit("/", 1)[-1]).strip("_")[:64] or "name"
+        raise SpecError(
+            f"role {role.name}: resource {where} `{name}` cannot be an ftdrive resource name (1 to 64 letters, "
+            f"digits, `_`, `-` or `.`); declare it on the agents under such a name (`ftdrive node --resources "
+            f"{plain}={amount:g}`) and ask for `{plain}` instead"
+        )
+    if amount < 0:
+        raise SpecError(f"role {role.name}: resource {where} `{name}` is {amount}; give 0 or more")
+    return name
 
 
 def _job_name(app_name: str, role_name: str) -> str:
@@ -529,7 +678,8 @@ def _shell_word(text: str) -> str:
 
 def _late_bound(command: List[str], env: Dict[str, str]) -> Tuple[List[str], Dict[str, str]]:
     """The command and env with ``${app_id}``/``${replica_id}`` resolved in the job's own
-    processes: values that use them are set by a ``/bin/sh`` prologue."""
+    processes: values that use them are set by a ``/bin/sh`` prologue, which then checks that
+    the program can be started (see :func:`_startable`) and execs it."""
     late_env = {key: value for key, value in env.items() if _LATE_RE.search(value)}
     late_args = any(_LATE_RE.search(word) for word in command)
     if not late_env and not late_args:
@@ -539,14 +689,41 @@ def _late_bound(command: List[str], env: Dict[str, str]) -> Tuple[List[str], Dic
         if not _ENV_NAME_RE.fullmatch(key):
             raise SpecError(f"env {key!r} uses ${{app_id}} or ${{replica_id}} but is not a shell variable name")
         lines.append(f"export {key}={_shell_word(value)}")
+    tail: List[str] = []
     if late_args:
-        lines.append("exec " + " ".join(_shell_word(word) for word in command))
-        tail: List[str] = []
+        lines.append("set -- " + " ".join(_shell_word(word) for word in command))
     else:
-        lines.append('exec "$@"')
         tail = ["ftdrive-torchx", *command]
+    lines += [*_startable(command[0]), 'exec "$@"']
     rest = {key: value for key, value in env.items() if key not in late_env}
     return ["/bin/sh", "-c", "; ".join(lines), *tail], rest
+
+
+def _startable(program: str) -> List[str]:
+    """Shell lines that end the prologue when ``$1`` (``program``) cannot be started, as a shell
+    would (127: not found, 126: not executable), but first say so on stderr and in
+    ``$TORCHELASTIC_ERROR_FILE``, which ftdrive quotes in the attempt's evidence: an ``exec``
+    that fails says only ``exit 127``, which would read as the program's own failure."""
+    shown = _LATE_RE.sub(lambda m: "${app_id}" if m.group(0) == _JOB_ID else "${replica_id}", program)
+
+    def cannot(code: int, why: str) -> str:
+        message = f"cannot start `{shown}`: {why}"
+        record = json.dumps({"message": {"message": message, "extraInfo": {"timestamp": "0"}}})
+        return f"_ftdrive_cannot_start {code} {shlex.quote(message)} {shlex.quote(record)}"
+
+    say = (
+        "_ftdrive_cannot_start() { printf '%s\\n' \"$2\" >&2; "
+        'if [ -n "${TORCHELASTIC_ERROR_FILE:-}" ]; then printf \'%s\\n\' "$3" > "$TORCHELASTIC_ERROR_FILE"; fi; '
+        'exit "$1"; }'
+    )
+    if "/" not in program:
+        return [say, f'command -v -- "$1" >/dev/null 2>&1 || {cannot(127, "not found on the PATH of this node")}']
+    where = "on this node" if program.startswith("/") else "in the working directory of the job on this node"
+    return [
+        say,
+        f'if [ ! -e "$1" ]; then {cannot(127, f"no such file {where}")}; '
+        f'elif [ -d "$1" ] || [ ! -x "$1" ]; then {cannot(126, f"not an executable file {where}")}; fi',
+    ]
 
 
 # ---- observing ---------------------------------------------------------------------------
@@ -586,16 +763,18 @@ def _role(job: Job) -> Role:
     """A job's one role, from the spec the head accepted (one job's view carries it): the name
     and command; every actor as a replica (spares too, so that each one's logs can be asked
     for); ``min_nodes``; the bundle as the resource (keys other than ``cpu``, ``gpu`` and
-    ``memory_mb`` as capabilities); the ``user`` budget as ``max_retries`` (-1: unlimited); the
-    restart mode and spares as the retry policy."""
+    ``memory_mb``, and the node labels of ``node_selector``, as capabilities: ``_bundle``
+    reversed); the ``user`` budget as ``max_retries`` (-1: unlimited); the restart mode and
+    spares as the retry policy."""
     spec: Mapping[str, Any] = job.raw.get("spec") or {}
     command = list(spec.get("command") or [])
     bundle = dict(job.placement_groups[0].bundle) if job.placement_groups else {}
+    capabilities: Dict[str, Any] = dict(spec.get("node_selector") or {})
     resource = Resource(
         cpu=_whole(bundle.pop("cpu", 0)),
         gpu=_whole(bundle.pop("gpu", 0)),
         memMB=_whole(bundle.pop("memory_mb", 0)),
-        capabilities={key: _whole(value) for key, value in bundle.items()},
+        capabilities={**capabilities, **{key: _whole(value) for key, value in bundle.items()}},
     )
     role = Role(
         name=job.name,
@@ -672,14 +851,30 @@ def _is_replica(job: Job, actor: Actor) -> bool:
     return actor.attempt > 0 or job.state not in ("SUCCEEDED", "FAILED")
 
 
-def _replica_error(job: Job, index: int, state: str) -> str:
-    """For a failed or stopped replica, its last ended attempt in torchx's error format."""
-    if state not in ("FAILED", "STOPPED"):
+def _replica_state(job: Job, actor: Actor) -> AppState:
+    """A replica's torchx state. In a failed app, one that ftdrive stopped is FAILED: it was
+    stopped with its gang (or as the job closed) because the app failed, as Kubernetes shows
+    the pods it killed when one task failed as Failed; CANCELLED is for an app cancelled."""
+    if job.state == "FAILED" and actor.state == "STOPPED":
+        return AppState.FAILED
+    return _REPLICA_STATE.get(actor.state, AppState.UNKNOWN)
+
+
+def _replica_error(job: Job, actor: Actor) -> str:
+    """For a failed or stopped replica, its last ended attempt in torchx's error format; for
+    one that never started (its app cancelled while it waited), why it has none."""
+    if actor.state not in ("FAILED", "STOPPED"):
         return str(NONE)
-    attempts = [entry for entry in job.attempts_of(index) if entry.cause != "completed"]
-    if not attempts:
+    attempts = [entry for entry in job.attempts_of(actor.index) if entry.cause != "completed"]
+    if attempts:
+        return _error_json(attempts[-1])
+    if actor.attempt > 0:
         return str(NONE)
-    return _error_json(attempts[-1])
+    why = f" ({job.message})" if job.message else ""
+    ended_ms = max([entry.end_ms for entry in job.ledger], default=job.submit_ms)
+    state = _APP_STATE.get(job.state, AppState.UNKNOWN).name
+    message = f"{actor.name} never started: the app was {state} before it was placed{why}"
+    return _error_record(message, None, ended_ms)
 
 
 # Ends that the job's own course brought about: none of them is why a job failed.
@@ -698,15 +893,30 @@ def _app_error(job: Job) -> str:
 def _error_json(last: LedgerEntry) -> str:
     """One ended attempt as torchelastic's error file has it."""
     message = f"{last.actor} attempt {last.attempt}: {last.cause} (charged to {last.budget}): {last.evidence}"
-    return json.dumps(
-        {
-            "message": {
-                "message": message,
-                "errorCode": last.exit_code,
-                "extraInfo": {"timestamp": last.end_ms // 1000},
-            }
-        }
-    )
+    return _error_record(message, last.exit_code, last.end_ms)
+
+
+def _error_record(message: str, code: Optional[int], at_ms: int) -> str:
+    """A message in torchelastic's error format, as torchx shows it, in torchx's terms."""
+    record = {"message": _in_torchx_terms(message), "errorCode": code, "extraInfo": {"timestamp": at_ms // 1000}}
+    return json.dumps({"message": record})
+
+
+#: Fixes the head and agents word as job spec fields, as a torchx user makes them.
+_TORCHX_TERMS = (
+    (
+        "set the job spec's `cwd` (default: the agent's --work-dir) to one that exists",
+        "give `-cfg cwd=DIR` one that exists on every node (default: the directory `torchx run` ran in)",
+    ),
+)
+
+
+def _in_torchx_terms(text: str) -> str:
+    """``text`` (a job's message or evidence) with the fixes it names as job spec fields named
+    as the torchx run options that set them."""
+    for spec_terms, torchx_terms in _TORCHX_TERMS:
+        text = text.replace(spec_terms, torchx_terms)
+    return text
 
 
 def _ms(moment: Optional[datetime]) -> Optional[int]:
@@ -730,8 +940,11 @@ def _replica_lines(
     attempt = 1
     while True:
         job = away.ask(functools.partial(client.status, job_id)) if tail else client.status(job_id)
-        if attempt > job.actor(index).attempt:
+        actor = job.actor(index)
+        if attempt > actor.attempt:
             if not tail or job.is_terminal:
+                if actor.attempt == 0:
+                    yield f"[ftdrive] {not_started(job, actor)}\n"  # else the log is empty, saying nothing
                 return
             time.sleep(_POLL_S)
             continue

@@ -19,6 +19,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Ty
 
 import pytest
 
+import ftdrive
 from ftdrive import Client, Job
 
 WAIT_S = 45.0
@@ -259,9 +260,14 @@ class Cluster:
         return Client(head=self.url, state_dir=self.dir, timeout=timeout, ca_cert=ca_cert)
 
     def user_env(self) -> Dict[str, str]:
-        """The environment of a user of this cluster (the CLI's way: head and state dir)."""
+        """The environment of a user of this cluster (the CLI's way: head and state dir). The
+        ``torchx`` it runs imports the ``ftdrive`` package these tests import, not another
+        copy installed in its environment (a relative $PYTHONPATH would not reach it from the
+        directory torchx runs in)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("FTDRIVE_")}
         env.update(FTDRIVE_HEAD=self.url, FTDRIVE_STATE_DIR=str(self.dir), TORCHXCONFIG=str(self.torchxconfig))
+        package_root = str(Path(ftdrive.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
         return env
 
     def wait_job(self, job_id: str, what: str, done: Callable[[Job], bool], timeout: float = WAIT_S) -> Job:

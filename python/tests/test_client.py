@@ -3,6 +3,7 @@ and bad input answered with the head's own message while nothing changes."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import sys
@@ -15,6 +16,7 @@ from conftest import WAIT_S, Cluster, wait_for
 
 from ftdrive import (
     ApiError,
+    ArgumentError,
     Client,
     ConfigError,
     Event,
@@ -397,11 +399,10 @@ def test_bad_input_is_refused_with_the_heads_message_and_changes_nothing(
 
 def test_a_negative_number_in_a_query_is_refused_saying_what_numbers_may_be(cluster: Cluster) -> None:
     client = cluster.client()
-    for call in (lambda: list(client.logs("j1", -1)), lambda: client.jobs(limit=-1)):
-        with pytest.raises(ApiError) as refused:
-            call()
-        assert refused.value.status == 400
-        assert "are whole numbers, 0 or more" in refused.value.message, refused.value.message
+    with pytest.raises(ApiError) as refused:
+        client.jobs(limit=-1)
+    assert refused.value.status == 400
+    assert "limit: 1 or more" in refused.value.message, refused.value.message
 
 
 def test_unknown_jobs_are_404(cluster: Cluster) -> None:
@@ -493,3 +494,63 @@ def test_logs_of_an_actor_that_never_started_say_so(cluster: Cluster) -> None:
         list(client.logs(job_id, 0))
     with pytest.raises(ApiError, match="no attempt 1"):  # an attempt asked for by number: the head's answer
         list(client.logs(job_id, 0, attempt=1))
+
+
+def test_an_actor_is_given_by_index_or_by_name(cluster: Cluster) -> None:
+    """As the CLI's ``--actor j7/1`` and ``Actor.name`` give it; a bad one is refused at the
+    call, naming what was given, before the head is asked."""
+    client = cluster.client()
+    job_id = client.submit(JobSpec(name="named-actor", command=["echo", "by name"], min_nodes=1, max_nodes=1)).id
+    job = client.wait(job_id, timeout=WAIT_S)
+    name = job.actors[0].name
+    assert name == f"{job_id}/0"
+    assert list(client.logs(job_id, name)) == list(client.logs(job_id, 0)) == ["by name\n"]
+    assert client.log_chunk(job_id, name).data == b"by name\n"
+    assert [c.data for c in client.log_bytes(job_id, name)] == [b"by name\n"]
+    for actor, said in [
+        ("j999/0", f"actor 'j999/0' is not an actor of job '{job_id}': give the index N, or the name {job_id}/N"),
+        (-1, f"actor -1: actors of {job_id} are numbered from 0 ({job_id}/0, {job_id}/1, …)"),
+        (f"{job_id}/x", f"actor '{job_id}/x': give the actor's index (0, 1, …) or its name, such as {job_id}/0"),
+    ]:
+        for call in (client.logs, client.log_bytes, client.log_chunk):
+            with pytest.raises(ArgumentError, match=re.escape(said)):
+                call(job_id, actor)  # type: ignore[operator]
+
+
+def test_a_head_that_never_answered_could_not_be_reached(tmp_path: Path) -> None:
+    """``wait`` rides out a head restart; a head that never answered did not go away."""
+    client = Client("127.0.0.1:45731", token="t", timeout=2)  # nothing listens there
+    with pytest.raises(HeadUnreachableError) as never:
+        client.wait("j15", head_return_timeout=1, poll_interval=0.1)
+    message = str(never.value)
+    assert "could not be reached, asked for 1 s and never answering" in message, message
+    assert "did not come back" not in message and "is `ftdrive head` running?" in message, message
+
+
+def test_a_refused_token_says_where_it_came_from_and_how_to_give_the_right_one(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url = cluster.url
+
+    def refusal(client: Client) -> str:
+        with pytest.raises(ApiError) as refused:
+            client.jobs()
+        assert refused.value.status == 401
+        return refused.value.message
+
+    monkeypatch.setenv("FTDRIVE_TOKEN", "not-the-token")
+    said = refusal(Client(url, state_dir=cluster.dir))
+    assert said.startswith(
+        f"the head at {url} refused the token from $FTDRIVE_TOKEN: it is not its client token; set $FTDRIVE_TOKEN "
+        "to the contents of the `token` file in the head's state dir, or unset it"
+    ), said
+    monkeypatch.delenv("FTDRIVE_TOKEN")
+    other = tmp_path / "other-head"
+    other.mkdir()
+    (other / "token").write_text("another-heads-token\n")
+    said = refusal(Client(url, state_dir=other))
+    assert f"refused the token from {other / 'token'}: it is not its client token; that file is another head's" in said
+    assert "pass token= the contents of the `token` file" in refusal(Client(url, token="nope"))
+    agent_token = (cluster.dir / "agent-token").read_text().strip()
+    said = refusal(Client(url, token=agent_token))
+    assert "refused the token given as token=: it is its agent token, which opens only the agent channel" in said

@@ -4,6 +4,8 @@ refuses before it asks the head anything."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any, Dict
@@ -23,7 +25,9 @@ CFG: Dict[str, Any] = {"cwd": "/srv/train", "python": "python3"}
 
 def test_an_empty_job_id_or_node_name_is_refused_before_any_request() -> None:
     client = Client("http://127.0.0.1:9", token="t")  # nothing listens there: never asked
-    for call in (lambda: client.forget(""), lambda: client.status(""), lambda: client.drain("")):
+    # An empty job id to events() is no "every job": refused as for every other call.
+    calls = (lambda: client.forget(""), lambda: client.status(""), lambda: client.drain(""), lambda: client.events(""))
+    for call in calls:
         with pytest.raises(ValueError, match="cannot be empty"):
             call()
 
@@ -157,3 +161,105 @@ def test_what_the_client_refuses_before_asking_is_an_ftdrive_error(
         create_scheduler("torchx").describe("j1")
     assert "-cfg head=" in str(headless.value) and ".torchxconfig" in str(headless.value), headless.value
     assert "head='" not in str(headless.value)
+
+
+@pytest.mark.parametrize(
+    "program, code, said",
+    [
+        ("no_such_program_xyz", 127, "cannot start `no_such_program_xyz`: not found on the PATH of this node"),
+        ("./missing.sh", 127, "cannot start `./missing.sh`: no such file in the working directory of the job"),
+        ("plain.txt", 127, "cannot start `plain.txt`: not found on the PATH of this node"),
+        ("./plain.txt", 126, "cannot start `./plain.txt`: not an executable file in the working directory"),
+    ],
+)
+def test_the_prologue_names_a_program_that_cannot_start(tmp_path: Path, program: str, code: int, said: str) -> None:
+    """The ``/bin/sh`` prologue checks the program before its ``exec``, whose failure would say
+    only ``exit 127``: it says why on stderr and in torchelastic's error file, which ftdrive
+    quotes in the attempt's evidence, and exits as a shell does."""
+    (tmp_path / "plain.txt").write_text("not a program\n")
+    role = Role(name="r", image="", entrypoint=program, args=["x"], resource=Resource(cpu=1, gpu=0, memMB=0))
+    spec = spec_of(with_job_id(AppDef(name="r", roles=[role])))
+    error_file = tmp_path / "error.json"
+    env = {"FTDRIVE_JOB_ID": "j1", "PATH": "/usr/bin:/bin", "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    done = subprocess.run(spec.command, env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == code and said in done.stderr, done
+    written = json.loads(error_file.read_text())
+    assert said in written["message"]["message"], written
+    assert spec.retries.non_retryable_exit_codes == [126, 127]
+
+
+def test_a_program_that_can_start_runs_under_the_prologue(tmp_path: Path) -> None:
+    role = Role(name="r", image="", entrypoint="sh", args=["-c", 'echo "$TORCHX_JOB_ID"'])
+    role.resource = Resource(cpu=1, gpu=0, memMB=0)
+    spec = spec_of(with_job_id(AppDef(name="r", roles=[role])))
+    env = {"FTDRIVE_JOB_ID": "j5", "PATH": "/usr/bin:/bin", "TORCHELASTIC_ERROR_FILE": str(tmp_path / "e")}
+    done = subprocess.run(spec.command, env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "ftdrive://torchx/j5\n"), done
+    assert not (tmp_path / "e").exists()
+
+
+def test_non_retryable_exit_codes_are_a_run_option() -> None:
+    app = ddp(script="train.py", j="1x1")
+    assert spec_of(app, non_retryable_exit_codes=["2", "127"]).retries.non_retryable_exit_codes == [2, 127]
+    assert spec_of(app, non_retryable_exit_codes="3;4").retries.non_retryable_exit_codes == [3, 4]
+    with pytest.raises(ArgumentError, match=r"-cfg non_retryable_exit_codes=2,300: `300` is not an exit code"):
+        spec_of(app, non_retryable_exit_codes=["2", "300"])
+
+
+def test_capabilities_and_devices_are_asked_for_not_dropped() -> None:
+    """A number is a resource of that name in the bundle (as Kubernetes asks for a device as a
+    resource limit); any other capability is a node label the nodes must have (as Kubernetes
+    selects nodes by the instance-type capability)."""
+    role = Role(name="r", image="", entrypoint="worker")
+    role.resource = Resource(
+        cpu=2, gpu=0, memMB=0, capabilities={"widget": 2, "zone": "a", "fast": True}, devices={"fpga": 1}
+    )
+    request = to_request(AppDef(name="r", roles=[role]), {**CFG, "node_selector": {"rack": "r1"}})
+    assert request.spec.bundle == {"cpu": 2, "fpga": 1, "widget": 2}
+    assert request.spec.node_selector == {"zone": "a", "fast": "true", "rack": "r1"}
+    assert any("fpga" in note and "--resources" in note for note in request.notes), request.notes
+
+    efa = r"resource devices `vpc.amazonaws.com/efa` cannot be an ftdrive resource name \(1 to 64 letters, digits"
+    for resource, said in [
+        (Resource(cpu=1, gpu=0, memMB=0, devices={"vpc.amazonaws.com/efa": 4}), efa + ".*--resources efa=4"),
+        (Resource(cpu=1, gpu=0, memMB=0, capabilities={"gpu": 2}), "capabilities `gpu` is the bundle's own `gpu`"),
+        (Resource(cpu=1, gpu=0, memMB=0, capabilities={"widget": -1}), "capabilities `widget` is -1; give 0 or more"),
+    ]:
+        role.resource = resource
+        with pytest.raises(SpecError, match=f"role r: .*{said}"):
+            to_request(AppDef(name="r", roles=[role]), CFG)
+
+
+def test_a_relative_cwd_is_taken_from_where_torchx_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    role = Role(name="r", image="", entrypoint="sh", args=["${img_root}/run.sh"])
+    role.resource = Resource(cpu=1, gpu=0, memMB=0)
+    spec = spec_of(AppDef(name="r", roles=[role]), cwd="work/sub")
+    assert spec.cwd == str(tmp_path / "work" / "sub")
+    assert spec.command == ["sh", str(tmp_path / "work" / "sub" / "run.sh")]
+    assert spec_of(AppDef(name="r", roles=[role]), cwd=None).cwd == os.getcwd() == str(tmp_path)
+
+
+def role_with(**fields: Any) -> AppDef:
+    role = Role(name="w", image="", entrypoint="worker", resource=Resource(cpu=1, gpu=0, memMB=0))
+    for key, value in fields.items():
+        setattr(role, key, value)
+    return AppDef(name="w", roles=[role])
+
+
+@pytest.mark.parametrize(
+    "app, said",
+    [
+        (role_with(num_replicas=2, min_replicas=3), "role w: min_replicas 3 is more than num_replicas 2"),
+        (role_with(num_replicas=0), "role w: num_replicas is 0; give 1 or more"),
+        (role_with(num_replicas=2, min_replicas=0), "role w: min_replicas is 0; a job runs on at least 1 node"),
+        (ddp(script="t.py", j="3:2x1"), r"torchrun --nnodes 3:2 \(dist.ddp: -j 3:2xN\): at least 3 nodes but at most"),
+        (role_with(max_retries=-2), r"role w: max_retries is -2; give 0 to 1,000,000 \(-1: no limit\)"),
+        (ddp(script="t.py", j="1x1", memMB=-5), r"role t: resource memMB is -5; give 0 or more"),
+        (ddp(script="t.py", j="1x1", cpu=-1), r"role t: resource cpu is -1; give 0 or more"),
+    ],
+)
+def test_a_role_the_head_would_refuse_is_refused_in_torchx_terms(app: AppDef, said: str) -> None:
+    """Refused before submitting (a dry run too), naming the role's fields, not the spec's."""
+    with pytest.raises(SpecError, match=said):
+        create_scheduler("test").submit_dryrun(app, {"head": "h:1"})

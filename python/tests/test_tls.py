@@ -17,15 +17,16 @@ from conftest import Cluster
 from ftdrive import Client, HeadUnreachableError, JobSpec
 
 
-def make_certificates(directory: Path) -> Tuple[Path, Path, Path]:
-    """A CA, and a certificate for localhost/127.0.0.1 signed by it: (ca, cert, key)."""
+def make_certificates(directory: Path, names: str = "DNS:localhost,IP:127.0.0.1") -> Tuple[Path, Path, Path]:
+    """A CA, and a certificate for ``names`` (subjectAltNames) signed by it: (ca, cert, key)."""
+    directory.mkdir(exist_ok=True)
     openssl = shutil.which("openssl")
     if openssl is None:
         pytest.skip("openssl is not installed; it makes the test's CA and server certificate")
     ca_key, ca, key, csr, cert = (directory / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
     ext = directory / "server.ext"
     ext.write_text(
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+        f"subjectAltName={names}\nbasicConstraints=CA:FALSE\n"
         "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
         "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
     )
@@ -76,5 +77,42 @@ def test_an_https_head_verified_with_a_ca_certificate(
     monkeypatch.setenv("FTDRIVE_CA_CERT", str(ca))
     assert Client(url, state_dir=cluster.dir).health().nodes == 1
     monkeypatch.delenv("FTDRIVE_CA_CERT")
-    with pytest.raises(HeadUnreachableError, match="CERTIFICATE_VERIFY_FAILED"):
-        Client(url, state_dir=cluster.dir, timeout=10).health()
+
+
+def test_tls_mistakes_are_told_with_their_fix(https_cluster: Tuple[Cluster, Path], tmp_path: Path) -> None:
+    """As the CLI tells them: http:// for a head that speaks HTTPS, and a certificate that the
+    CA given (or the system's) did not sign; each names ``ca_cert=`` / ``$FTDRIVE_CA_CERT``."""
+    cluster, ca = https_cluster
+    url = cluster.url
+    plain = "http://" + url.split("://", 1)[1]
+
+    def refusal(head: str, **kwargs: object) -> str:
+        with pytest.raises(HeadUnreachableError) as refused:
+            Client(head, state_dir=cluster.dir, timeout=10, **kwargs).health()  # type: ignore[arg-type]
+        message = str(refused.value)
+        assert "is `ftdrive head` running?" not in message, message
+        return message
+
+    said = refusal(plain)
+    assert f"the head at {plain} speaks HTTPS; use {url} (with ca_cert= or $FTDRIVE_CA_CERT when a private CA" in said
+    said = refusal(url)
+    assert f"the head at {url} presented a certificate signed by a CA that is not trusted here" in said, said
+    assert said.endswith("give that CA with ca_cert= or $FTDRIVE_CA_CERT"), said
+    other_ca = make_certificates(tmp_path / "other")[0]
+    said = refusal(url, ca_cert=other_ca)
+    assert f"presented a certificate that the CA in {other_ca} did not sign" in said, said
+    assert said.endswith("give ca_cert= or $FTDRIVE_CA_CERT the CA that did"), said
+
+
+def test_a_certificate_for_another_name_says_which(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.start_head(tls=make_certificates(tmp_path / "elsewhere", names="DNS:elsewhere.example,IP:127.0.0.1"))
+        by_name = cluster.url.replace("127.0.0.1", "localhost")
+        with pytest.raises(HeadUnreachableError) as refused:
+            Client(by_name, state_dir=cluster.dir, ca_cert=cluster.tls[0] if cluster.tls else None).health()
+        said = str(refused.value)
+        assert f"the head at {by_name} presented a certificate that does not name localhost" in said, said
+        assert "reissue it with localhost as a subjectAltName" in said, said
+    finally:
+        cluster.stop()

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 from conftest import Cluster, wait_for
 from torchx.components.utils import sh
-from torchx.specs import AppState, UnknownAppException
+from torchx.specs import AppDef, AppState, Resource, Role, UnknownAppException
 
 from ftdrive import Client, HeadUnreachableError, Job, JobSpec
 from ftdrive.torchx_scheduler import create_scheduler
@@ -31,12 +31,14 @@ def torchx(
     check: bool = True,
     timeout: float = 120,
     env: Optional[Dict[str, str]] = None,
+    cwd: Optional[Path] = None,
 ) -> "subprocess.CompletedProcess[str]":
-    """``torchx ARGS`` as a user of ``cluster`` runs it (``env``: another environment)."""
+    """``torchx ARGS`` as a user of ``cluster`` runs it (``env``: another environment; ``cwd``:
+    another directory than the agents' work dir)."""
     try:
         done = subprocess.run(
             [*cli, *args],
-            cwd=cluster.work,
+            cwd=cluster.work if cwd is None else cwd,
             env=cluster.user_env() if env is None else env,
             capture_output=True,
             text=True,
@@ -392,3 +394,120 @@ def test_describe_fills_the_role_from_the_job(cluster: Cluster, torchx_cli: List
     assert f"'entrypoint': '{spec['command'][0]}'" in described, described
     assert "fail_once.py" in described and "<MISSING>" not in described, described
     assert "RetryPolicy.APPLICATION" in described, described
+
+
+def handle_in(done: "subprocess.CompletedProcess[str]") -> str:
+    handles = [line for line in done.stdout.splitlines() if line.startswith("ftdrive://")]
+    assert handles, f"no app handle in:\n{done.stdout}\n{done.stderr}"
+    return handles[-1]
+
+
+def test_a_program_that_cannot_start_fails_the_app_at_once_naming_it(cluster: Cluster, torchx_cli: List[str]) -> None:
+    """torchx's ``${app_id}`` puts every app under a ``/bin/sh`` prologue, whose ``exec`` of a
+    missing program would exit 127 as a user error, retried; the prologue names the program,
+    and 126/127 are non-retryable for a torchx app."""
+    done = torchx(
+        torchx_cli, cluster, "run", "-s", "ftdrive", "-cfg", "python=no_such_program_xyz", "--wait",
+        "dist.ddp", "-j", "1x1", "--max_retries", "2", "--script", "check_env.py",
+        check=False,
+    )  # fmt: skip
+    assert done.returncode != 0, done.stderr
+    job = cluster.client().status(job_of(handle_in(done)))
+    assert job.state == "FAILED", job
+    said = "cannot start `no_such_program_xyz`: not found on the PATH of this node"
+    assert [(e.cause, e.exit_code, e.charged) for e in job.ledger] == [("non_retryable", 127, False)], job.ledger
+    assert said in job.ledger[0].evidence and job.remaining.user == 2, job.ledger
+    status = torchx(torchx_cli, cluster, "status", handle_in(done)).stdout
+    assert said in status and "Num Restarts: 0\n" in status, status
+
+
+def test_a_relative_cwd_is_taken_from_where_torchx_runs(cluster: Cluster, torchx_cli: List[str]) -> None:
+    """As the default (the directory ``torchx run`` runs in), not from the agents' work dir."""
+    here = cluster.work / "torchx-here"
+    (here / "inner").mkdir(parents=True)
+    run = ["run", "-s", "ftdrive", "-cfg", "cwd=inner", "--wait", "utils.sh", "pwd"]
+    done = torchx(torchx_cli, cluster, *run, cwd=here)
+    handle = handle_in(done)
+    assert cluster.client().status(job_of(handle)).state == "SUCCEEDED", done.stderr
+    assert f"{here / 'inner'}\n" in torchx(torchx_cli, cluster, "log", f"{handle}/sh/0").stdout
+
+
+def test_run_mistakes_are_told_in_torchx_terms(cluster: Cluster, torchx_cli: List[str]) -> None:
+    """A role the head would refuse, a missing ``-cfg cwd`` and an unreachable ``-cfg head``
+    are named as the torchx user gave them, not as job spec fields or Python arguments."""
+    for args, said in [
+        (["dist.ddp", "-j", "3:2x1", "--script", "check_env.py"], "torchrun --nnodes 3:2 (dist.ddp: -j 3:2xN)"),
+        (["utils.sh", "--max_retries", "-2", "true"], "role sh: max_retries is -2; give 0 to 1,000,000 (-1: no limit)"),
+        (["dist.ddp", "-j", "1x1", "--memMB", "-5", "--script", "check_env.py"], "resource memMB is -5"),
+    ]:
+        done = torchx(torchx_cli, cluster, "run", "-s", "ftdrive", "--dryrun", *args, check=False)
+        assert done.returncode != 0 and said in done.stderr, done.stderr
+        assert "job spec field" not in done.stderr and "retries.user" not in done.stderr, done.stderr
+
+    run = ["run", "-s", "ftdrive", "-cfg", "cwd=/nonexistent-xyz", "--wait", "utils.sh", "true"]
+    done = torchx(torchx_cli, cluster, *run, check=False)
+    status = torchx(torchx_cli, cluster, "status", handle_in(done)).stdout
+    assert "FAILED" in status and "/nonexistent-xyz is not a directory" in status, status
+    assert "give `-cfg cwd=DIR` one that exists on every node (default: the directory `torchx run` ran in)" in status
+    assert "job spec's `cwd`" not in status, status
+
+    env = {key: value for key, value in cluster.user_env().items() if key != "FTDRIVE_HEAD"}
+    done = torchx(
+        torchx_cli, cluster, "run", "-s", "ftdrive", "-cfg", "head=127.0.0.1:45733", "utils.sh", "true",
+        check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "cannot reach the head at http://127.0.0.1:45733" in done.stderr, done.stderr
+    assert "the address came from -cfg head; give the head's address" in done.stderr, done.stderr
+    assert "pass head=" not in done.stderr, done.stderr
+
+
+def test_log_of_a_replica_that_never_started_says_why(cluster: Cluster, torchx_cli: List[str]) -> None:
+    handle = launch(torchx_cli, cluster, "utils.sh", "--cpu", "64", "true")
+    job_id = job_of(handle)
+    try:
+        cluster.wait_job(job_id, "it is infeasible", lambda j: j.infeasible is not None)
+        done = torchx(torchx_cli, cluster, "log", f"{handle}/sh/0")
+        said = f"[ftdrive] actor {job_id}/0 has not started an attempt yet (the job is PENDING: "
+        assert said in done.stdout, done.stdout
+    finally:
+        cluster.client().stop(job_id)
+    cluster.wait_job(job_id, "it is stopped", lambda j: j.is_terminal)
+    done = torchx(torchx_cli, cluster, "log", f"{handle}/sh/0")
+    assert f"actor {job_id}/0 has not started an attempt, and the job ended STOPPED" in done.stdout, done.stdout
+    # Never started in a cancelled app: why, rather than torchx's "(no reply file)".
+    status = torchx(torchx_cli, cluster, "status", handle).stdout
+    assert f"{job_id}/0 never started: the app was CANCELLED before it was placed (stopped by the user)" in status
+    assert "no reply file" not in status, status
+
+
+def test_replicas_stopped_with_their_gang_in_a_failed_app_are_failed(cluster: Cluster) -> None:
+    """As Kubernetes shows the pods it killed when one task failed: FAILED, not CANCELLED."""
+    client = cluster.client()
+    script = 'case "$FTDRIVE_ACTOR" in */0) sleep 1; exit 3;; *) exec sleep 60;; esac'
+    job_id = client.submit(JobSpec(name="gang", command=["sh", "-c", script], min_nodes=2, max_nodes=2)).id
+    job = client.wait(job_id, timeout=45)
+    assert job.state == "FAILED" and [a.state for a in job.actors] == ["FAILED", "STOPPED"], job
+    described = create_scheduler("torchx", client=client).describe(job_id)
+    assert described is not None and described.state == AppState.FAILED
+    replicas = sorted(described.roles_statuses[0].replicas, key=lambda r: r.id)
+    assert [r.state for r in replicas] == [AppState.FAILED, AppState.FAILED], replicas
+    peer = json.loads(replicas[1].structured_error_msg)["message"]["message"]
+    assert peer.startswith(f"{job_id}/1 attempt 1: collateral"), peer
+
+
+def test_capabilities_are_asked_for_and_described_back(cluster: Cluster) -> None:
+    """A numeric capability is a resource the bundle asks for, which no agent here offers: the
+    app waits, saying so; ``describe`` gives the capabilities back."""
+    client = cluster.client()
+    role = Role(name="w", image="", entrypoint="true")
+    role.resource = Resource(cpu=1, gpu=0, memMB=0, capabilities={"widget": 2, "zone": "a"})
+    scheduler = create_scheduler("torchx", client=client)
+    app_id = scheduler.submit(AppDef(name="w", roles=[role]), {"cwd": str(cluster.work)})
+    try:
+        job = cluster.wait_job(app_id, "it is infeasible", lambda j: j.infeasible is not None)
+        assert "widget" in (job.infeasible or "") or "zone" in (job.infeasible or ""), job.infeasible
+        described = scheduler.describe(app_id)
+        assert described is not None and described.roles[0].resource.capabilities == {"widget": 2, "zone": "a"}
+    finally:
+        client.stop(app_id)
