@@ -186,3 +186,21 @@ fn a_bundle_with_no_idle_port_left_keeps_its_own() {
     c.join_on_machine("n2", cpu(1), "m2");
     assert_eq!(master_ports(&c, &job), ["65534", "65534"]);
 }
+
+/// PS-4 on a machine of two agents: the other agent read what listens at its own rank's end,
+/// while rank 0 still listened, and said so. When rank 0's gang stop ends it, rank 0's own
+/// agent, which reads after the end, says nothing listens: the next cycle keeps the port.
+#[test]
+fn another_agents_reading_of_rank_0s_own_listener_moves_nothing() {
+    let mut c = TestCluster::new(config());
+    c.join_on_machine("n1", cpu(1), "m1");
+    c.join_on_machine("n2", cpu(1), "m1");
+    let job = c.submit(retried(spec("j", 2, 2)));
+    let ranks = c.worker_envs(&job);
+    let rank_1_node = ranks.iter().find(|(_, env)| env["RANK"] == "1").expect("rank 1").0.clone();
+    c.listening(&rank_1_node, &[29_500]);
+    c.exit_rank(&job, 1, 1);
+    c.advance(5_000);
+    assert_eq!(c.view(&job).cycles, 2, "the gang restarted");
+    assert_eq!(master_ports(&c, &job), ["29500", "29500"]);
+}

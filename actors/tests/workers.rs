@@ -184,17 +184,21 @@ if os.environ["RANK"] == "0":
     (pathlib.Path(sys.argv[1]) / str(cycle)).write_text(os.environ["MASTER_PORT"])
     time.sleep(120 if cycle < 4 else 0)
 else:
-    time.sleep(0.5)
+    time.sleep(0.3)
     sys.exit(1 if cycle < 4 else 0)
 "#;
 
 /// PS-4 moves a bundle off a port something *else* listens on. Its own rank 0's listener,
 /// still in the head's last report when the next cycle starts at once, is not that: the agent
 /// reads what listens again before it reports an end. Without that read the port moved at
-/// the third cycle, to one the agent's own connection to the head held (`EADDRINUSE`).
+/// the third cycle, to one the agent's own connection to the head held (`EADDRINUSE`). The two
+/// agents share the machine, and the other one, reading (at its failing rank's end) while rank
+/// 0 still listened, must not count either: at 1 s heartbeats rank 0's own agent may never
+/// have seen it listen, and had nothing new to say.
 #[test]
 fn a_rank_0_keeps_its_port_through_restarts_of_its_gang() {
-    let c = Cluster::start_with(&["n1", "n2"], &["--master-port-base", "31700"]);
+    let timing = ["--heartbeat-interval-ms", "1000", "--node-timeout-ms", "3000"];
+    let c = Cluster::start_with(&["n1", "n2"], &[&timing[..], &["--master-port-base", "31700"]].concat());
     let out_dir = c.dir.path().join("ports");
     std::fs::create_dir(&out_dir).unwrap();
     let command = json!(["python3", "-c", LISTEN_WHILE_RANK_1_FAILS, out_dir.to_str().unwrap()]);

@@ -490,9 +490,9 @@ impl Head {
             if was_live {
                 // PS-4, before the driver hears of the end, which may start the next attempt
                 // at once: the agent read what listens after the attempt's processes were gone
-                // and before it reported the end, so a listener on the port now is not its
-                // rank 0.
-                self.move_off_busy_port(now, pg, key.actor);
+                // and before it reported the end, so a listener on the port in its last report
+                // is not its rank 0. Another agent of the machine may have read before the end.
+                self.move_off_busy_port(now, pg, key.actor, true);
             }
             self.feed(now, pg, input(key));
         }

@@ -18,15 +18,16 @@ impl Head {
         for (pg, bundle) in bundles {
             let job = &self.by_pg[&pg];
             if !self.attempts.runs_actor(ix, job, bundle) {
-                self.move_off_busy_port(now, pg, bundle);
+                self.move_off_busy_port(now, pg, bundle, false);
             }
         }
     }
 
     /// Gives the bundle an idle port if something else listens on its own, and tells its
     /// driver, so that the next attempt started from it serves the rendezvous there.
-    pub(super) fn move_off_busy_port(&mut self, now: Instant, pg: PgId, bundle: u32) {
-        if let Some(port) = self.scheduler.move_off_busy_port(pg, bundle) {
+    /// `by_its_node`: as its own node's agent last said (`Scheduler::move_off_busy_port`).
+    pub(super) fn move_off_busy_port(&mut self, now: Instant, pg: PgId, bundle: u32, by_its_node: bool) {
+        if let Some(port) = self.scheduler.move_off_busy_port(pg, bundle, by_its_node) {
             self.feed(now, pg, DriverInput::PortMoved { actor: bundle, port });
         }
     }

@@ -271,6 +271,10 @@ pub struct Node {
     /// Since when the head has known it unhealthy: one episode, whose failed starts a job is
     /// charged for once (FC-1).
     pub unhealthy_since: Option<Instant>,
+    /// What its own agent last said listens on its machine (PS-4). Its space's busy set is the
+    /// last report of any of the machine's agents, which may have read while this node's rank 0
+    /// still listened; this node's own is read after each of its attempts' ends.
+    listening: BTreeSet<u16>,
 }
 
 impl Node {
@@ -473,6 +477,7 @@ impl Cluster {
             load: 0,
             problem: None,
             unhealthy_since: None,
+            listening: BTreeSet::new(),
         };
         let ix = match self.by_name.get(&name) {
             Some(&ix) => {
@@ -509,6 +514,7 @@ impl Cluster {
     /// What listens on `ix`'s machine now (PS-3): its pool passes over those ports.
     pub fn note_listening(&mut self, ix: NodeIx, ports: Vec<u16>) {
         let busy: BTreeSet<u16> = ports.into_iter().take(crate::protocol::MAX_LISTENING_PORTS).collect();
+        self.nodes[ix as usize].listening = busy.clone();
         match &mut self.nodes[ix as usize].ports {
             NodePorts::Own(pool) => pool.busy = busy,
             NodePorts::Shared { space, .. } => {
@@ -523,6 +529,11 @@ impl Cluster {
             NodePorts::Own(pool) => pool.busy.contains(&port),
             NodePorts::Shared { space, .. } => self.spaces[space].pool.busy.contains(&port),
         }
+    }
+
+    /// Whether `ix`'s own agent last said something listens on `port` (PS-4).
+    pub fn node_says_busy(&self, ix: NodeIx, port: u16) -> bool {
+        self.nodes[ix as usize].listening.contains(&port)
     }
 
     /// Gives a bundle on `ix` that holds `port` the lowest free port nothing listens on instead

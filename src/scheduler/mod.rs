@@ -309,10 +309,16 @@ impl Scheduler {
 
     /// Moves a placed bundle off a port something on its machine listens on (cluster.rs,
     /// PS-4): its new port, or `None` when its port is not busy or no free one is idle.
-    pub fn move_off_busy_port(&mut self, id: PgId, bundle: u32) -> Option<u16> {
+    /// `by_its_node`: busy as its own node's agent last said (read after each end there), not
+    /// as any agent of the machine last said.
+    pub fn move_off_busy_port(&mut self, id: PgId, bundle: u32, by_its_node: bool) -> Option<u16> {
         let pg = self.pgs.get_mut(&id)?;
-        let BundleState::Placed { node, port, devices } = pg.bundles[bundle as usize] else { return None };
-        if !self.cluster.port_is_busy(node, port) || self.fault == PolicyFault::BundlesKeepBusyPorts {
+        let Some(&BundleState::Placed { node, port, devices }) = pg.bundles.get(bundle as usize) else { return None };
+        let busy = match by_its_node {
+            true => self.cluster.node_says_busy(node, port),
+            false => self.cluster.port_is_busy(node, port),
+        };
+        if !busy || self.fault == PolicyFault::BundlesKeepBusyPorts {
             return None;
         }
         let new = self.cluster.move_port(node, port)?;
