@@ -625,11 +625,55 @@ fn attempts_cgroup(c: &Cluster) -> Option<std::path::PathBuf> {
         .unwrap();
     let relative = format!("/{}", dir.strip_prefix(&mount).unwrap().display());
     for pid in pids {
-        let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        let own = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or_default().to_string();
-        assert_eq!(own, relative, "process {pid} of the attempt is in its cgroup");
+        // The supervisor left it for the parent once its workers ran (CG-2).
+        let expected = if pid == supervisor { relative.rsplit_once('/').unwrap().0 } else { relative.as_str() };
+        assert_eq!(cgroup_of(pid), expected, "process {pid} of the attempt (supervisor {supervisor})");
     }
     Some(dir)
+}
+
+/// `pid`'s cgroup v2 path (the `0::` line of its `/proc/PID/cgroup`).
+fn cgroup_of(pid: u32) -> String {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    own.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or_default().to_string()
+}
+
+/// Where the cgroup v2 hierarchy is mounted, if it is.
+fn cgroup2_mount() -> Option<String> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo.lines().find_map(|l| l.contains(" - cgroup2 ").then(|| l.split_whitespace().nth(4).unwrap().to_string()))
+}
+
+/// A job may do as it likes with its own cgroup: make groups inside it (they go with it), kill
+/// it (its processes die; the supervisor, which left it, records how — the job's own failure,
+/// not a lost node's).
+#[test]
+fn what_a_job_does_to_its_own_cgroup_stays_with_its_attempt() {
+    let mut c = Cluster::start(&["n1"]);
+    let Some(mount) = cgroup2_mount() else {
+        return eprintln!("no cgroup v2 mounted: nothing to try");
+    };
+    let script = format!(
+        r#"cg={mount}$(sed -n 's/^0:://p' /proc/self/cgroup); mkdir $cg/inner
+           sh -c "echo \$\$ > $cg/inner/cgroup.procs; exec sleep 300" & sleep 0.5; echo 1 > $cg/cgroup.kill; sleep 5"#
+    );
+    let spec = json!({"command": ["sh", "-c", script], "min_nodes": 1, "max_nodes": 1, "retries": {"user": 0}});
+    let id = c.submit_no_wait(&c.spec("own-cgroup", spec));
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let supervisor = c.processes(None).into_iter().find(|pid| is_supervisor(*pid)).expect("a supervisor");
+    let cmdline = std::fs::read(format!("/proc/{supervisor}/cmdline")).unwrap();
+    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let Some(cgroup) = args.iter().position(|a| a == "--cgroup").map(|at| std::path::PathBuf::from(&args[at + 1]))
+    else {
+        c.ftdrive(&["stop", &id]);
+        return eprintln!("the agent gives attempts no cgroup here: nothing to try");
+    };
+    let job = c.wait_for_job(&id, "it fails", |j| j["state"] == "FAILED");
+    assert_eq!(job["ledger"][0]["cause"], "user_error", "{job:#}");
+    assert!(job["ledger"][0]["evidence"].as_str().unwrap().contains("signal 9"), "{job:#}");
+    all_gone(&c, "after the job killed its cgroup");
+    c.wait_until("the attempt's cgroup and the job's own inside it are removed", |_| !cgroup.exists());
+    c.nodes.remove("n1").map(|mut n| n.kill());
 }
 
 fn agent_told_off(c: &Cluster) -> bool {

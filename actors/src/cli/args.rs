@@ -189,7 +189,8 @@ pub struct NodeArgs {
     /// after its --retain-finished-hours, 168 too.
     #[arg(long, default_value_t = DEFAULT_KEEP_LOGS_HOURS)]
     pub keep_logs_hours: u64,
-    /// Where each attempt gets a cgroup of its own, which nothing it starts can leave: `auto`
+    /// Where each attempt gets a cgroup of its own, which its processes do not leave by changing
+    /// session, process group or parent: `auto`
     /// (`ftdrive` under this agent's cgroup, where cgroup v2 is mounted and writable; else
     /// none), `off`, or a directory on a cgroup v2 mount (e.g. one delegated to this agent).
     #[arg(long, default_value = "auto", value_name = "auto|off|DIR")]

@@ -610,7 +610,8 @@ mod tests {
     async fn a_cgroup_that_cannot_be_made_is_the_nodes_fault_and_nothing_starts() {
         let state = tempfile::tempdir().unwrap();
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
-        let cgroups = Some(Cgroups::unchecked(state.path().join("gone/ftdrive")));
+        std::fs::write(state.path().join("a-file"), b"where the parent would go").unwrap();
+        let cgroups = Some(Cgroups::unchecked(state.path().join("a-file/ftdrive")));
         let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups };
         let log = state.path().join("attempt-1.log");
         let grace = Grace::new(None);

@@ -7,11 +7,13 @@
 //!   parent is `--cgroup-parent` (by default `ftdrive` under the agent's own cgroup), `state`
 //!   a hash of the agent's state dir (agents of one machine share the parent), `attempt` the
 //!   attempt's directory name. Its path is kept in the attempt's record.
-//! - **CG-2 the supervisor joins it before any worker starts**, so every worker is born in it;
-//!   a supervisor that cannot join says so as the node's fault, and starts nothing.
+//! - **CG-2 every worker is born in it.** The supervisor joins it before any worker starts (a
+//!   supervisor that cannot join says so as the node's fault, and starts nothing), and leaves
+//!   it for the parent once they have: a job that kills or freezes its own cgroup reaches its
+//!   own processes, not the supervisor that records how they ended.
 //! - **CG-3 the supervisor empties and removes it** at the attempt's end, after its own
-//!   subreaper sweep (SV-6) and before the end is recorded: it moves itself to the parent,
-//!   kills what is left, and removes the group.
+//!   subreaper sweep (SV-6) and before the end is recorded: it kills what is left, and removes
+//!   the group with any the job made inside it.
 //! - **CG-4 a dead supervisor's cgroup is killed by the agent**: without a supervisor to reap
 //!   them, a worker's `setsid` children are in no recorded process group, but they are in the
 //!   cgroup. The agent removes it when the head has the end (`forget`).
@@ -179,13 +181,11 @@ fn on_cgroup2(dir: &Path) -> bool {
     (unsafe { libc::statfs(c_path.as_ptr(), &mut stat) }) == 0 && stat.f_type as i64 == CGROUP2_SUPER_MAGIC
 }
 
-/// Makes an attempt's cgroup (CG-1); one already there (an agent that restarted while making
-/// it) is taken as it is.
+/// Makes an attempt's cgroup (CG-1), and its parent again if it went (the default parent is
+/// shared by the machine's agents, and anyone's cleanup of empty groups may take it); one
+/// already there (an agent that restarted while making it) is taken as it is.
 pub fn create(dir: &Path) -> std::io::Result<()> {
-    match std::fs::create_dir(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
-        _ => Ok(()),
-    }
+    std::fs::create_dir_all(dir)
 }
 
 /// Moves this process, every thread of it, into `dir` (CG-2): before it starts any thread.
@@ -220,16 +220,36 @@ pub fn kill(dir: &Path) {
     }
 }
 
-/// Removes an attempt's cgroup, if it is there and empty.
+/// The deepest a job's own groups inside its attempt's are removed from (`remove`).
+const MAX_NESTED_DEPTH: usize = 16;
+
+/// Removes an attempt's cgroup, if it is there and empty of processes — with the groups a job
+/// made inside it, which `cgroup.kill` emptied too but which keep their parent from going.
 pub fn remove(dir: &Path) {
+    remove_nested(dir, MAX_NESTED_DEPTH);
+}
+
+fn remove_nested(dir: &Path, depth_left: usize) {
+    if depth_left > 0 {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+                remove_nested(&entry.path(), depth_left - 1);
+            }
+        }
+    }
     let _ = std::fs::remove_dir(dir);
 }
 
-/// CG-3, in the supervisor: leaves its attempt's cgroup for the parent, kills what is left in
-/// it, waits (a bounded time) for it to be empty, and removes it.
+/// CG-2, in the supervisor once its workers run: it leaves their cgroup for the parent.
+/// Whether it did (if not, it stays in, as before).
+pub fn leave(dir: &Path) -> bool {
+    dir.parent().is_some_and(|parent| join(parent).is_ok())
+}
+
+/// CG-3, in the supervisor: leaves its attempt's cgroup if it is still in it, kills what is
+/// left in it, waits (a bounded time) for it to be empty, and removes it.
 pub fn leave_and_remove(dir: &Path) {
-    let Some(parent) = dir.parent() else { return };
-    if join(parent).is_err() {
+    if !leave(dir) {
         return; // still in it: the agent removes it once the head has the end (`forget`)
     }
     kill(dir);
@@ -287,6 +307,16 @@ mod tests {
         let two = Cgroups { parent: "/cg/ftdrive".into(), prefix: "0000000b".into() };
         assert_ne!(one.for_attempt("00ff"), two.for_attempt("00ff"));
         assert_eq!(one.for_attempt("00ff"), PathBuf::from("/cg/ftdrive/0000000a-00ff"));
+    }
+
+    #[test]
+    fn an_attempts_group_is_made_with_its_parent_and_removed_with_what_is_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let attempt = dir.path().join("ftdrive/0000000a-00ff");
+        create(&attempt).expect("the parent, gone, is made again");
+        std::fs::create_dir_all(attempt.join("inner/deeper")).unwrap();
+        remove(&attempt);
+        assert!(!attempt.exists() && dir.path().join("ftdrive").exists());
     }
 
     #[test]

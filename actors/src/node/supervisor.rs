@@ -41,9 +41,9 @@
 //!   its last that many bytes on disk (`logcap.rs`): a job that prints without end cannot fill
 //!   its node's disk.
 //! - **SV-9 a cgroup holds the attempt, where there is one.** With `--cgroup DIR`, the
-//!   supervisor joins it before any worker starts and removes it at the end (CG-2, CG-3 in
-//!   `cgroup.rs`): what escapes its process tree after its own death is still there for the
-//!   agent to kill.
+//!   supervisor joins it before any worker starts, leaves it once they have, and removes it at
+//!   the end (CG-2, CG-3 in `cgroup.rs`): what escapes its process tree after its own death is
+//!   still there for the agent to kill.
 //!
 //! Status pipe, supervisor → agent, once: `ok PGID`, `err MESSAGE` (the program could not
 //! start; a `failed` record is left), `fault MESSAGE` (the node could not start it: AG-6).
@@ -139,6 +139,11 @@ pub fn run(args: &[String]) -> ! {
         Err(e) if e.node_fault => fail_on_node(&mut status, &e.message, cgroup),
         Err(e) => fail(&mut status, &args.group.dir, &e.message, cgroup),
     };
+    // SV-9: the workers are in it; what the job does to its cgroup (kill, freeze) reaches them
+    // alone.
+    if let Some(cgroup) = cgroup {
+        cgroup::leave(cgroup);
+    }
     let pgids: Vec<String> = group.pgids.iter().map(i32::to_string).collect();
     let _ = write_atomic(&args.group.dir.join(PID_RECORD), pgids.join("\n").as_bytes());
     let _ = writeln!(status, "ok {}", pgids[0]);
