@@ -65,26 +65,17 @@ impl Cgroups {
     /// the agent may use (the reason is logged), an error where a given directory is unusable.
     pub fn resolve(choice: &Choice, state_dir: &Path) -> Result<Option<Cgroups>, String> {
         let prefix = format!("{:08x}", super::attempt::short_hash(state_dir.as_os_str().as_encoded_bytes()) as u32);
-        let parent = match choice {
+        let found = match choice {
             Choice::Off => return Ok(None),
-            Choice::At(dir) => dir.clone(),
-            Choice::Auto => match default_parent() {
-                Ok(dir) => dir,
-                Err(reason) => {
-                    tracing::info!(
-                        "attempts run without a cgroup each ({reason}); the supervisor reaps what they leave"
-                    );
-                    return Ok(None);
-                }
-            },
+            Choice::At(dir) => return usable(dir).map(|()| Some(Cgroups { parent: dir.clone(), prefix })),
+            Choice::Auto => default_parent().and_then(|dir| usable(&dir).map(|()| dir)),
         };
-        match usable(&parent) {
-            Ok(()) => Ok(Some(Cgroups { parent, prefix })),
-            Err(reason) if *choice == Choice::Auto => {
+        match found {
+            Ok(parent) => Ok(Some(Cgroups { parent, prefix })),
+            Err(reason) => {
                 tracing::info!("attempts run without a cgroup each ({reason}); the supervisor reaps what they leave");
                 Ok(None)
             }
-            Err(reason) => Err(reason),
         }
     }
 
