@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{actor_on_rank, running, Cluster};
+use common::{actor_on_rank, running, supervisor_cgroup, Cluster};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -71,7 +71,7 @@ fn the_ddp_example_survives_a_killed_node_and_resumes_from_its_checkpoint() {
     let (actor, victim) = actor_on_rank(&job, 1);
     let on_victim = c.processes(Some(&victim));
     assert_eq!(on_victim.len(), 3, "a supervisor and two workers on {victim}");
-    let cgroups: Vec<String> = on_victim.iter().filter_map(|pid| supervisor_cgroup(*pid)).collect();
+    let cgroups: Vec<PathBuf> = on_victim.iter().filter_map(|pid| supervisor_cgroup(*pid)).collect();
     c.kill_node(&victim);
     for pid in on_victim {
         // SAFETY: kill has no memory preconditions.
@@ -98,14 +98,6 @@ fn the_ddp_example_survives_a_killed_node_and_resumes_from_its_checkpoint() {
     for cgroup in cgroups {
         let _ = std::fs::remove_dir(cgroup);
     }
-}
-
-/// The attempt cgroup a supervisor was given (`--cgroup DIR`), if `pid` is one that was.
-fn supervisor_cgroup(pid: u32) -> Option<String> {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-    let at = args.iter().position(|a| a == "--cgroup")?;
-    args.get(at + 1).cloned()
 }
 
 /// A worker that fails under PyTorch's own `@record` (torchelastic's error reporting) has its

@@ -606,23 +606,18 @@ fn escapes_end_with_their_attempt(c: &mut Cluster) {
 fn attempts_cgroup(c: &Cluster) -> Option<std::path::PathBuf> {
     let pids = c.processes(None);
     let supervisor = pids.iter().copied().find(|pid| is_supervisor(*pid)).expect("a supervisor");
-    let cmdline = std::fs::read(format!("/proc/{supervisor}/cmdline")).unwrap();
-    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
     let off = agent_told_off(c);
-    let Some(at) = args.iter().position(|a| a == "--cgroup") else {
+    let Some(dir) = supervisor_cgroup(supervisor) else {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
-        let mounted = std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(" - cgroup2 ");
-        assert!(off || !(root && mounted), "root, cgroup v2 mounted, and still no cgroup for the attempt");
+        assert!(
+            off || !(root && cgroup2_mount().is_some()),
+            "root, cgroup v2 mounted, and still no cgroup for the attempt"
+        );
         return None;
     };
-    assert!(!off, "--cgroup-parent off, and still a cgroup: {args:?}");
-    let dir = std::path::PathBuf::from(&args[at + 1]);
-    let mount = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.contains(" - cgroup2 ").then(|| l.split_whitespace().nth(4).unwrap().to_string()))
-        .unwrap();
+    assert!(!off, "--cgroup-parent off, and still a cgroup: {}", dir.display());
+    let mount = cgroup2_mount().expect("a cgroup v2 mount holds the attempt's cgroup");
     let relative = format!("/{}", dir.strip_prefix(&mount).unwrap().display());
     for pid in pids {
         // The supervisor left it for the parent once its workers ran (CG-2).
@@ -636,12 +631,6 @@ fn attempts_cgroup(c: &Cluster) -> Option<std::path::PathBuf> {
 fn cgroup_of(pid: u32) -> String {
     let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     own.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or_default().to_string()
-}
-
-/// Where the cgroup v2 hierarchy is mounted, if it is.
-fn cgroup2_mount() -> Option<String> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mountinfo.lines().find_map(|l| l.contains(" - cgroup2 ").then(|| l.split_whitespace().nth(4).unwrap().to_string()))
 }
 
 /// A job may do as it likes with its own cgroup: make groups inside it (they go with it), kill
@@ -661,10 +650,7 @@ fn what_a_job_does_to_its_own_cgroup_stays_with_its_attempt() {
     let id = c.submit_no_wait(&c.spec("own-cgroup", spec));
     c.wait_for_job(&id, "it runs", |j| running(j, 1));
     let supervisor = c.processes(None).into_iter().find(|pid| is_supervisor(*pid)).expect("a supervisor");
-    let cmdline = std::fs::read(format!("/proc/{supervisor}/cmdline")).unwrap();
-    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-    let Some(cgroup) = args.iter().position(|a| a == "--cgroup").map(|at| std::path::PathBuf::from(&args[at + 1]))
-    else {
+    let Some(cgroup) = supervisor_cgroup(supervisor) else {
         c.ftdrive(&["stop", &id]);
         return eprintln!("the agent gives attempts no cgroup here: nothing to try");
     };

@@ -299,14 +299,6 @@ impl Scheduler {
         self.cluster.note_listening(ix, ports);
     }
 
-    /// Whether something on its machine listens on the port of a placed bundle (PS-3).
-    pub fn bundle_port_is_busy(&self, id: PgId, bundle: u32) -> bool {
-        match self.pgs.get(&id).map(|pg| pg.bundles[bundle as usize]) {
-            Some(BundleState::Placed { node, port, .. }) => self.cluster.port_is_busy(node, port),
-            _ => false,
-        }
-    }
-
     /// Moves a placed bundle off a port something on its machine listens on (cluster.rs,
     /// PS-4): its new port, or `None` when its port is not busy or no free one is idle.
     /// `by_its_node`: busy as its own node's agent last said (read after each end there), not

@@ -314,3 +314,17 @@ pub fn http(url: &str, method: &str, path: &str, auth: Option<&str>, body: &str)
     stream.read_to_string(&mut response).unwrap();
     response
 }
+
+/// The attempt cgroup a supervisor was given (`--cgroup DIR`), if `pid` is one that was.
+pub fn supervisor_cgroup(pid: u32) -> Option<PathBuf> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let at = args.iter().position(|a| a == "--cgroup")?;
+    args.get(at + 1).map(PathBuf::from)
+}
+
+/// Where the cgroup v2 hierarchy is mounted, if it is.
+pub fn cgroup2_mount() -> Option<String> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo.lines().find_map(|l| l.contains(" - cgroup2 ").then(|| l.split_whitespace().nth(4).unwrap().to_string()))
+}
