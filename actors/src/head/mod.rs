@@ -49,7 +49,7 @@ pub enum ApiError {
     /// A body over a bound (413).
     #[error("{0}")]
     TooLarge(String),
-    /// Over a bound on concurrent use, such as event followers (429).
+    /// Over a bound on concurrent use, such as event followers or jobs held (429).
     #[error("{0}")]
     TooMany(String),
     #[error("{0}")]
@@ -66,6 +66,8 @@ impl From<Rejected> for ApiError {
             | Rejected::UnknownNode(_)
             | Rejected::NoSuchNode(_) => ApiError::NotFound(r.to_string()),
             Rejected::LeavingNode(_) | Rejected::NotDead(..) => ApiError::Conflict(r.to_string()),
+            // A bound that passes as jobs end and are forgotten: the same spec may be taken later.
+            Rejected::TooManyJobs(_) | Rejected::TooManyActors { .. } => ApiError::TooMany(r.to_string()),
             _ => ApiError::BadRequest(r.to_string()),
         }
     }

@@ -95,3 +95,25 @@ async fn a_body_that_does_not_arrive_in_time_is_cut_off() {
     assert!(said.starts_with("the request body did not arrive within 0 s"), "{said}");
     assert!(payload.next().await.is_none(), "and nothing after it");
 }
+
+/// Jobs held are a bound that passes (finished jobs are forgotten), so a submission over it is
+/// 429 naming the limit, as a follower over its bound is, and the head holds what it held.
+#[actix_web::test]
+async fn a_submission_over_the_jobs_held_is_429_naming_the_limit() {
+    let config = HeadConfig { max_jobs: 1, ..HeadConfig::default() };
+    let head = InProcess::start(config, Duration::from_millis(super::EVENTS_KEEPALIVE_MS));
+    let app = test::init_service(head.app()).await;
+    let spec = serde_json::json!({"spec": {"name": "held", "command": ["true"], "min_nodes": 1, "max_nodes": 1}});
+    let submit = || {
+        let bearer = format!("Bearer {}", head.tokens.client);
+        test::TestRequest::post().uri("/v1/jobs").insert_header(("authorization", bearer)).set_json(&spec)
+    };
+    let first = test::call_service(&app, submit().to_request()).await;
+    assert_eq!(first.status(), 200);
+    let over = test::call_service(&app, submit().to_request()).await;
+    assert_eq!(over.status(), 429);
+    let body: serde_json::Value = test::read_body_json(over).await;
+    assert!(body["error"].as_str().unwrap().contains("(`max_jobs`)"), "{body}");
+    let jobs: serde_json::Value = test::call_and_read_body_json(&app, head.get("/v1/jobs").to_request()).await;
+    assert_eq!(jobs.as_array().map(Vec::len), Some(1), "{jobs}");
+}
