@@ -101,13 +101,15 @@ fn a_job_sees_no_credential() {
         assert!(!env.lines().any(|l| l.starts_with(withheld)), "{withheld} reached the job:\n{env}");
     }
     assert!(!env.contains(&client) && !env.contains(&agent), "a token's value reached the job:\n{env}");
-    // A variable the job's own spec sets is its user's to pass, whatever its name.
-    let env = json!({"FTDRIVE_TOKEN": "the-users-own"});
+    // A variable the job's own spec sets is its user's to pass, whatever its name; what the
+    // agent sets for each attempt wins, as the contract does.
+    let env = json!({"FTDRIVE_TOKEN": "the-users-own", "FTDRIVE_ADVERTISE_ADDR": "10.9.9.9"});
     let spec = c.spec("passed", json!({"command": ["env"], "min_nodes": 1, "max_nodes": 1, "env": env}));
     let id = c.submit_no_wait(&spec);
     c.wait_for_job(&id, "it ends", |j| j["state"] == "SUCCEEDED");
     let env = c.ftdrive(&["logs", &id, "--actor", "0"]);
     assert!(env.lines().any(|l| l == "FTDRIVE_TOKEN=the-users-own"), "the spec's own variable:\n{env}");
+    assert!(env.lines().any(|l| l == "FTDRIVE_ADVERTISE_ADDR=127.0.0.1"), "the agent's address:\n{env}");
     assert!(!env.contains(&client) && !env.contains(&agent), "a token's value reached the job:\n{env}");
 }
 

@@ -256,12 +256,13 @@ impl Start {
         }
         cmd.arg("--").args(&spec.command);
         // The agent's own credentials are withheld; a variable the job's spec sets is its
-        // user's to pass, whatever its name.
+        // user's to pass, whatever its name, except what the agent sets for each attempt (its
+        // address), which wins as the contract's variables do.
         for name in WITHHELD_ENV {
             cmd.env_remove(name);
         }
-        cmd.envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .envs(&spec.env)
+        cmd.envs(&spec.env)
+            .envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir(cwd)
             .stdin(Stdio::null())
             .stdout(out)
