@@ -242,6 +242,30 @@ fn an_agent_started_with_another_state_dir_never_lets_a_rank_run_twice() {
     c.ftdrive(&["stop", &id]);
 }
 
+/// AI-1 across a head restart: the head that comes back knows which agent last held the name
+/// (a digest of its identity is in the state database), so an agent with another state dir
+/// started while it was away is let in only once the node is DEAD. Without it the restarted
+/// head let the stranger in at once, took its report of nothing running as the attempts'
+/// end, and started them again beside the ones still under their supervisors.
+#[test]
+fn an_agent_with_another_state_dir_waits_for_dead_across_a_head_restart() {
+    let mut c = Cluster::start(&["n1", "n2"]);
+    let id = c.submit_no_wait(&c.spec("twice", json!({"command": ["sleep", "600"], "min_nodes": 2, "max_nodes": 2})));
+    wait_until_steady(&c, &id, 2);
+    c.kill_head();
+    c.kill_node("n2");
+    c.start_head_again();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut agent = c.node_command("n2");
+    agent.arg("--state-dir").arg(elsewhere.path()).env("FTDRIVE_AGENT_TOKEN", c.agent_token());
+    c.nodes.insert("n2".into(), agent.spawn().unwrap());
+    never_twice_for(&c, Duration::from_secs(6));
+    let job = c.wait_for_job(&id, "both ranks run again", |j| running(j, 2));
+    let lost = job["ledger"].as_array().unwrap().iter().any(|e| e["cause"] == "node_lost");
+    assert!(lost, "n2's first attempt was lost with its node: {job:#}");
+    c.ftdrive(&["stop", &id]);
+}
+
 /// An agent killed and not restarted: its supervisors end its attempts before the head can
 /// declare the node DEAD and start them elsewhere. Their grace was the whole node timeout,
 /// counted from the agent's end, while the head counts from its last heartbeat, up to an

@@ -430,8 +430,8 @@ impl HeadActor {
     /// for the re-attach grace, and only an agent with the old state dir can find them: one
     /// with another would report none running, the head would start them again, and a rank
     /// would run twice. Once the head declares the node DEAD (its node timeout, which the
-    /// grace never exceeds) they are gone. (Known from this head's run on: a head restarted
-    /// meanwhile has not seen the old identity.)
+    /// grace never exceeds) they are gone. A digest of each node's last identity is durable
+    /// with the node's record, so a head restarted meanwhile knows it too.
     fn admit(&mut self, msg: &FromAgent) -> Result<(), ToAgent> {
         let node = msg.msg.node();
         let bound = self.sessions.get(node);
@@ -442,8 +442,9 @@ impl HeadActor {
                     reason: format!("node name {node} is in use by another live agent; give this agent another --name"),
                 });
             }
-            self.refuse_a_stranger_while_not_dead(node, &registration.identity)?;
-            self.identities.insert(node.clone(), registration.identity.clone());
+            let digest = identity_digest(&registration.identity);
+            self.refuse_a_stranger_while_not_dead(node, &digest)?;
+            self.identities.insert(node.clone(), digest);
             let identity = registration.identity.clone();
             let session = Session { id: msg.session, tx: msg.tx.clone(), identity, last_heartbeat: None };
             self.sessions.insert(node.clone(), session);
@@ -467,10 +468,20 @@ impl HeadActor {
     }
 }
 
+/// What the head keeps of an agent's identity: its SHA-256 in hex (empty for none), so that
+/// the state database holds no secret that would let a reader register as the node.
+fn identity_digest(identity: &str) -> String {
+    if identity.is_empty() {
+        return String::new();
+    }
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, identity.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl HeadActor {
     /// AI-1 (in `admit`).
-    fn refuse_a_stranger_while_not_dead(&self, node: &NodeId, identity: &str) -> Result<(), ToAgent> {
-        let stranger = self.identities.get(node).is_some_and(|known| !known.is_empty() && known != identity);
+    fn refuse_a_stranger_while_not_dead(&self, node: &NodeId, digest: &str) -> Result<(), ToAgent> {
+        let stranger = self.identities.get(node).is_some_and(|known| !known.is_empty() && known != digest);
         if !stranger {
             return Ok(());
         }

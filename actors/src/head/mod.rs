@@ -142,7 +142,8 @@ pub struct HeadActor {
     sessions: BTreeMap<NodeId, Session>,
     /// Agent sessions refused as another cluster's, while they last: not answered again.
     foreign_sessions: BTreeSet<u64>,
-    /// The identity each node's agent last registered with (`admit`, AI-1).
+    /// The digest of the identity each node's agent last registered with (`admit`, AI-1),
+    /// kept in the state database so that it holds across head restarts.
     identities: BTreeMap<NodeId, String>,
     /// The final snapshot of each followed job that ended in a step whose events wait for
     /// their commit: by the time they go out a later step may have forgotten the job
@@ -203,7 +204,7 @@ impl HeadActor {
             clock: std::time::Instant::now(),
             sessions: BTreeMap::new(),
             foreign_sessions: BTreeSet::new(),
-            identities: BTreeMap::new(),
+            identities: store.identities().iter().map(|(n, d)| (NodeId::from(n.as_str()), d.clone())).collect(),
             final_snapshots: BTreeMap::new(),
             log_servers: BTreeMap::new(),
             followers: Vec::new(),
@@ -402,15 +403,19 @@ impl HeadActor {
             Durable::Node(name) => {
                 let record = self.head.node_record(&name)?;
                 Some(Write::Node {
-                    name: name.to_string(),
                     record: serde_json::to_string(&record).expect("serializes"),
+                    identity: self.identities.get(&name).cloned(),
+                    name: name.to_string(),
                 })
             }
             Durable::Forgotten { id, pg } => {
                 self.ledger_written.remove(&id);
                 Some(Write::Forget { pg })
             }
-            Durable::ForgottenNode(name) => Some(Write::ForgetNode { name: name.to_string() }),
+            Durable::ForgottenNode(name) => {
+                self.identities.remove(&name);
+                Some(Write::ForgetNode { name: name.to_string() })
+            }
             Durable::Job(id) => self.job_write(&id),
         }
     }

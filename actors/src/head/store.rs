@@ -14,6 +14,7 @@
 //! | `ledger` | one row per ended attempt, appended |
 //! | `attempts` | one row per attempt started: key, node, rank, port, start time |
 //! | `nodes` | every node the head knows, with its agent's address and incarnation |
+//! | `identities` | a digest of the identity each node's agent last registered with (AI-1 holds across head restarts) |
 //!
 //! Each commit is synced, so its cost is the pages it touches: every table is keyed by what it
 //! is looked up with and has no other index, so a submission writes one page and a start two.
@@ -21,6 +22,7 @@
 use ftdrive::driver::{Driver, LedgerEntry};
 use ftdrive::head::{Counters, DurableState, NodeRecord, StoredJob};
 use rusqlite::{params, Connection, OptionalExtension};
+use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -28,7 +30,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 
 /// The schema this build writes; a database with a newer one is refused.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 pub const DATABASE: &str = "state.db";
 /// WAL pages after which the checkpoint thread is woken (SQLite's own default threshold).
 const CHECKPOINT_PAGES: i32 = 1000;
@@ -49,6 +51,7 @@ const SCHEMA: &str = "
         node TEXT NOT NULL, rank INTEGER NOT NULL, port INTEGER NOT NULL, start_ms INTEGER NOT NULL,
         PRIMARY KEY (pg, actor, attempt)) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS identities (name TEXT PRIMARY KEY, digest TEXT NOT NULL) WITHOUT ROWID;
 ";
 
 /// Schema 1 keyed jobs by id with a second index on their group, and every other table by job
@@ -128,6 +131,8 @@ pub enum Write {
     Node {
         name: String,
         record: String,
+        /// The digest of its agent's identity, when the head has one (AI-1).
+        identity: Option<String>,
     },
     Forget {
         pg: u64,
@@ -161,6 +166,8 @@ pub struct Store {
     /// Made once with the database: what tells this head's cluster from one a head started on
     /// another (or an empty) state dir would make, for its agents (`ToAgent::Welcome`).
     cluster_id: String,
+    /// Each node's agent identity digest as last written (AI-1), read once at open.
+    identities: BTreeMap<String, String>,
     _lock: std::fs::File,
 }
 
@@ -204,6 +211,7 @@ impl Store {
         prepare(&conn, &path)?;
         let state = load(&conn).map_err(|e| StoreError::Unreadable(path.clone(), e))?;
         let cluster_id = load_cluster_id(&conn).map_err(|e| StoreError::Unreadable(path.clone(), e))?;
+        let identities = load_identities(&conn).map_err(|e| StoreError::Unreadable(path.clone(), e))?;
         let (batches, incoming) = channel::<Batch>();
         #[allow(clippy::disallowed_methods)]
         let crash_after = std::env::var(CRASH_AFTER_COMMITS).ok().and_then(|n| n.parse().ok());
@@ -214,7 +222,7 @@ impl Store {
             .name("ftdrive-store".into())
             .spawn(move || write_loop(&thread_writer, incoming, on_commit))
             .map_err(|e| StoreError::Io(path.clone(), e))?;
-        Ok((Store { batches, writer, path, cluster_id, _lock: lock }, state))
+        Ok((Store { batches, writer, path, cluster_id, identities, _lock: lock }, state))
     }
 
     pub fn path(&self) -> &Path {
@@ -223,6 +231,11 @@ impl Store {
 
     pub fn cluster_id(&self) -> &str {
         &self.cluster_id
+    }
+
+    /// Each node's agent identity digest as the database held it at open.
+    pub fn identities(&self) -> &BTreeMap<String, String> {
+        &self.identities
     }
 
     /// Queues a batch for the writer thread; its commit is reported in order.
@@ -290,6 +303,12 @@ fn load_cluster_id(conn: &Connection) -> Result<String, String> {
         .query_row("SELECT value FROM meta WHERE key = 'cluster_id'", [], |r| r.get(0))
         .map_err(|e| e.to_string())?;
     Ok(format!("{id:016x}"))
+}
+
+fn load_identities(conn: &Connection) -> Result<BTreeMap<String, String>, String> {
+    let mut rows = conn.prepare("SELECT name, digest FROM identities").map_err(|e| e.to_string())?;
+    let pairs = rows.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|e| e.to_string())?;
+    pairs.collect::<Result<_, _>>().map_err(|e| e.to_string())
 }
 
 fn load(conn: &Connection) -> Result<DurableState, String> {
@@ -445,9 +464,13 @@ fn apply(tx: &rusqlite::Transaction, write: &Write) -> rusqlite::Result<()> {
             )?
             .execute(params![*pg as i64, actor, attempt, cycle, node, rank, port, *start_ms as i64])?;
         }
-        Write::Node { name, record } => {
+        Write::Node { name, record, identity } => {
             tx.prepare_cached("INSERT OR REPLACE INTO nodes (name, record) VALUES (?1, ?2)")?
                 .execute(params![name, record])?;
+            if let Some(digest) = identity {
+                tx.prepare_cached("INSERT OR REPLACE INTO identities (name, digest) VALUES (?1, ?2)")?
+                    .execute(params![name, digest])?;
+            }
         }
         Write::Forget { pg } => {
             for table in [
@@ -460,6 +483,7 @@ fn apply(tx: &rusqlite::Transaction, write: &Write) -> rusqlite::Result<()> {
         }
         Write::ForgetNode { name } => {
             tx.prepare_cached("DELETE FROM nodes WHERE name = ?1")?.execute([name])?;
+            tx.prepare_cached("DELETE FROM identities WHERE name = ?1")?.execute([name])?;
         }
         Write::Counters(c) => {
             let set = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)";
@@ -555,7 +579,7 @@ mod tests {
         let wal = dir.path().join(format!("{DATABASE}-wal"));
         let mut largest_wal = 0;
         for n in 0..600 {
-            let write = Write::Node { name: format!("n{n}"), record: record.clone() };
+            let write = Write::Node { name: format!("n{n}"), record: record.clone(), identity: None };
             store.write_now(Batch { seq: n, writes: vec![write] }).unwrap();
             largest_wal = largest_wal.max(std::fs::metadata(&wal).unwrap().len());
         }
@@ -563,6 +587,34 @@ mod tests {
         assert!(largest_wal < written / 2, "the WAL grew to {largest_wal} bytes of {written} written");
         let database = std::fs::metadata(dir.path().join(DATABASE)).unwrap().len();
         assert!(database > written / 2, "the database holds {database} bytes of {written} written");
+    }
+
+    /// AI-1 across restarts: each node's last identity digest is read back at open, a
+    /// forgotten node's goes with it, and a schema 2 database gains the table, empty.
+    #[test]
+    fn identities_are_kept_until_their_node_is_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), |_| {}).unwrap();
+        let node = |name: &str, identity: Option<&str>| Write::Node {
+            name: name.into(),
+            record: format!(
+                r#"{{"name":"{name}","resources":{{}},"labels":{{}},"addr":"a","incarnation":1,"state":"ALIVE"}}"#
+            ),
+            identity: identity.map(str::to_string),
+        };
+        let writes = vec![node("n1", Some("d1")), node("n2", Some("d2")), node("n1", None), node("n3", None)];
+        store.write_now(Batch { seq: 1, writes }).unwrap();
+        store.write_now(Batch { seq: 2, writes: vec![Write::ForgetNode { name: "n2".into() }] }).unwrap();
+        drop(store);
+        let (store, _) = Store::open(dir.path(), |_| {}).unwrap();
+        let kept: Vec<_> = store.identities().iter().map(|(n, d)| (n.as_str(), d.as_str())).collect();
+        assert_eq!(kept, [("n1", "d1")], "a write without a digest keeps the last one");
+        drop(store);
+        let conn = Connection::open(dir.path().join(DATABASE)).unwrap();
+        conn.execute_batch("DROP TABLE identities; PRAGMA user_version = 2;").unwrap();
+        drop(conn);
+        let (store, _) = Store::open(dir.path(), |_| {}).unwrap();
+        assert!(store.identities().is_empty());
     }
 
     /// An upgrade that fails names the file and changes nothing.
