@@ -147,21 +147,21 @@ impl Client {
     }
 
     /// Why the head did not answer: TLS's doing when it can be told (a wrong scheme, a
-    /// certificate not trusted), else the error and where to look.
+    /// certificate not trusted) — a command to fix, not a head to wait for (exit 2) — else
+    /// the error and where to look.
     async fn unreachable(&self, e: reqwest::Error) -> CliError {
         let trust = crate::tls::Trust { flag: crate::tls::Trust::OWN_FLAG, given: self.ca_cert.as_deref() };
         if e.is_timeout() {
             return self.silent(if e.is_connect() { CONNECT_TIMEOUT } else { REQUEST_TIMEOUT });
         }
-        let message = match crate::tls::diagnose("the head", &self.base, &e, &trust).await {
-            Some(why) => format!("cannot reach the head: {why}"),
-            None => format!(
-                "cannot reach the head at {}: {}\n  is `ftdrive head` running? pass --head URL or set $FTDRIVE_HEAD",
-                self.base,
-                root_cause(&e)
-            ),
-        };
-        CliError::Unreachable(message)
+        if let Some(why) = crate::tls::diagnose("the head", &self.base, &e, &trust).await {
+            return CliError::BadInput(format!("cannot reach the head: {why}"));
+        }
+        CliError::Unreachable(format!(
+            "cannot reach the head at {}: {}\n  is `ftdrive head` running? pass --head URL or set $FTDRIVE_HEAD",
+            self.base,
+            root_cause(&e)
+        ))
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
