@@ -683,17 +683,23 @@ async fn health(_: Authorized, state: web::Data<ApiState>) -> Result<HttpRespons
     Ok(HttpResponse::Ok().json(state.head.send(Health).await.map_err(mailbox)?))
 }
 
-/// OpenMetrics text, as Prometheus scrapes it.
-async fn metrics(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
-    let text = state.head.send(Metrics).await.map_err(mailbox)?;
-    Ok(HttpResponse::Ok().content_type("application/openmetrics-text; version=1.0.0; charset=utf-8").body(text))
+/// OpenMetrics as Prometheus scrapes it, or the text format for anyone else (`exposition`).
+async fn metrics(_: Authorized, req: HttpRequest, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
+    let openmetrics = state.head.send(Metrics).await.map_err(mailbox)?;
+    let (content_type, body) = crate::exposition::negotiate(accept(&req), openmetrics);
+    Ok(HttpResponse::Ok().content_type(content_type).body(body))
+}
+
+fn accept(req: &HttpRequest) -> Option<&str> {
+    req.headers().get(actix_web::http::header::ACCEPT)?.to_str().ok()
 }
 
 /// Every agent's metrics server as a target of Prometheus's HTTP service discovery
 /// (`http_sd_configs`): its agent picks its port at start unless given `--log-port`, so a
 /// static list would not do. A node the head still knows (DEAD included, so that `up` says it
-/// is down) is listed under the address its agent last registered, with its name and state
-/// as labels.
+/// is down) is listed under the address its agent last registered, with its name as a label;
+/// not its state, since a target label that changes (a drain) starts new series and `rate()`
+/// loses the counts at the change (`ftdrive_nodes` counts nodes by state).
 async fn metrics_targets(_: Authorized, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
     let nodes = state.head.send(Nodes { node: None }).await.map_err(mailbox)?;
     let targets: Vec<serde_json::Value> = nodes.iter().filter_map(sd_target).collect();
@@ -709,7 +715,6 @@ fn sd_target(node: &ftdrive::view::NodeView) -> Option<serde_json::Value> {
             "__scheme__": url.scheme(),
             "__metrics_path__": url.path(),
             "node": node.name,
-            "node_state": node.state,
         },
     }))
 }

@@ -163,9 +163,9 @@ async fn metrics_text(req: HttpRequest, state: web::Data<LogState>) -> HttpRespo
     if !authorized(&req, &state) {
         return unauthorized();
     }
-    HttpResponse::Ok()
-        .content_type("application/openmetrics-text; version=1.0.0; charset=utf-8")
-        .body(state.metrics.render())
+    let accept = req.headers().get(actix_web::http::header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (content_type, body) = crate::exposition::negotiate(accept, state.metrics.render());
+    HttpResponse::Ok().content_type(content_type).body(body)
 }
 
 /// The path and query are read after the token is checked (a caller without it learns
