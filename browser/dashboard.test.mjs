@@ -188,7 +188,13 @@ async function checkTimeline(page, actor) {
   const second = await count(page.locator('#timeline-canvas g.cycle-mark[data-cycle="2"]'));
   if (marks < 1 || second < 1) fail(`the timeline marks ${marks} cycle start(s), none for cycle 2`);
   await textContains(page.locator('#timeline-legend'), 'node_lost', 'the timeline legend');
-  ok(`the timeline shows ${attempts} attempts of ${actor} (one node_lost), ${marks} cycle marks incl. cycle 2, and a legend`);
+  // The job's hot spare, refilled after the promotion, waits with its bundle: a bar from then.
+  const standby = page.locator('#timeline-canvas g.attempt[data-cause="standby"]');
+  if (await count(standby) !== 1) fail(`the timeline has ${await count(standby)} standby bar(s), expected 1`);
+  const waits = await standby.locator('title').textContent();
+  if (!waits || !waits.includes('hot spare standing by on')) fail(`the standby bar's title says "${waits}"`);
+  await textContains(page.locator('#timeline-legend'), 'standby', 'the timeline legend');
+  ok(`the timeline shows ${attempts} bars of ${actor} (one node_lost), a standby spare ("${waits}"), ${marks} cycle marks incl. cycle 2, and a legend`);
 }
 
 async function checkNodes(page, lostNode) {

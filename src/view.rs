@@ -66,6 +66,9 @@ pub struct ActorView {
     /// When its live attempt started, while it has one.
     #[serde(default)]
     pub started_ms: Option<u64>,
+    /// While it is STANDBY (a hot spare waiting with its bundle): since when.
+    #[serde(default)]
+    pub standby_since_ms: Option<u64>,
     /// The GPU devices its bundle holds (`CUDA_VISIBLE_DEVICES`).
     #[serde(default)]
     pub devices: Devices,
@@ -170,6 +173,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
             attempt: a.attempts,
             role: a.role,
             started_ms: a.run.as_ref().map(|r| r.started.as_ms()),
+            standby_since_ms: a.standby_since.map(|t| t.as_ms()),
             devices: match &a.bundle {
                 Bundle::Placed { devices, .. } => *devices,
                 _ => a.run.as_ref().map_or(Devices::NONE, |r| r.devices),

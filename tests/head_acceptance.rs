@@ -221,11 +221,15 @@ fn hot_spare_takes_the_failed_rank_and_ends_gracefully() {
     s.retries.user = Budget::from_i64(1).unwrap();
     let job = c.submit(s);
     assert_eq!(c.actor_state(&job, 2), Standby);
+    assert_eq!(c.view(&job).actors[2].standby_since_ms, Some(c.now.as_ms()), "standing by since its placement");
     let failed_at = c.mark();
+    let failed_ms = c.now.as_ms();
     c.exit_rank(&job, 1, 1);
     c.advance(1_000);
 
     let view = c.view(&job);
+    assert_eq!(view.actors[2].standby_since_ms, None, "promoted: it waits no more");
+    assert!(view.actors[1].standby_since_ms.is_some_and(|t| t >= failed_ms), "{:?}", view.actors[1]);
     assert_eq!(view.cycles, 2);
     assert_eq!(c.cycles_formed()[1].2, vec![format!("{job}/0"), format!("{job}/2")], "the spare holds rank 1");
     assert!(c.placements_after(failed_at).is_empty(), "no scheduling wait: nothing was placed");
@@ -237,6 +241,7 @@ fn hot_spare_takes_the_failed_rank_and_ends_gracefully() {
     let view = c.view(&job);
     assert_eq!(view.state, JobState::Succeeded);
     assert_eq!(view.actors[1].state, TaskCompleted);
+    assert!(view.actors.iter().all(|a| a.standby_since_ms.is_none()), "{:?}", view.actors);
     assert_eq!(c.transitions(&format!("{job}/1")).last(), Some(&(Standby, TaskCompleted)));
     for node in ["n1", "n2", "n3"] {
         let ix = c.head.scheduler().node_ix(&node.into()).unwrap();

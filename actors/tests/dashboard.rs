@@ -100,19 +100,23 @@ fn the_dashboard_shows_a_recovered_job_and_follows_it_live_to_its_end() {
         return;
     }
     // A short keep-alive, so that the page notices a stopped head within a second.
-    let mut c = Cluster::start_with(&["n1", "n2", "n3", "n4"], &["--events-keepalive-ms", "300"]);
-    let spec = c.spec("dashboard", json!({"command": ["sh", "-c", LONG_THEN_TWENTY], "min_nodes": 3, "max_nodes": 3}));
-    let id = c.submit_no_wait(&spec);
+    let mut c = Cluster::start_with(&["n1", "n2", "n3", "n4", "n5"], &["--events-keepalive-ms", "300"]);
+    // A hot spare: promoted when rank 1's node is lost, then refilled, so that the page shows
+    // a spare standing by.
+    let spec = json!({"command": ["sh", "-c", LONG_THEN_TWENTY], "min_nodes": 3, "max_nodes": 3, "hot_spares": 1});
+    let id = c.submit_no_wait(&c.spec("dashboard", spec));
     let job = c.wait_for_job(&id, "three ranks run", |j| running(j, 3));
     let (actor, victim) = actor_on_rank(&job, 1);
     c.kill_node(&victim);
-    c.wait_for_job(&id, "the job runs again in cycle 2, the lost attempt in its ledger", |j| {
-        j["state"] == "RUNNING" && j["cycles"] == 2 && running(j, 3) && lost_first_attempt(j, &actor)
+    c.wait_for_job(&id, "the job runs again in cycle 2, the lost attempt in its ledger, a spare standing by", |j| {
+        let standing_by = j["actors"].as_array().unwrap().iter().any(|a| a["state"] == "STANDBY");
+        j["state"] == "RUNNING" && j["cycles"] == 2 && running(j, 3) && lost_first_attempt(j, &actor) && standing_by
     });
     // The operator drains the DEAD node, so that it comes back empty: the nodes page says so.
     c.ftdrive(&["drain", &victim]);
 
-    // Every ALIVE node is busy now: a second job waits, and the jobs list says why.
+    // Every ALIVE node is busy now (three ranks and the spare): a second job waits, and the
+    // jobs list says why.
     let waiting = json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1, "priority": 3});
     let waiter = c.submit_no_wait(&c.spec("waiter", waiting));
     c.wait_for_job(&waiter, "the second job waits for a node", |j| j["waiting"].is_string());

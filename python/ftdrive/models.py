@@ -90,6 +90,8 @@ class Actor:
     role: str = "active"
     started_ms: Optional[int] = None
     devices: List[int] = field(default_factory=list)
+    #: While it is STANDBY (a hot spare waiting with its bundle): since when.
+    standby_since_ms: Optional[int] = None
 
     @property
     def index(self) -> int:
@@ -111,6 +113,7 @@ class Actor:
             role=data.get("role", "active"),
             started_ms=_opt_int(data.get("started_ms")),
             devices=[int(d) for d in data.get("devices") or []],
+            standby_since_ms=_opt_int(data.get("standby_since_ms")),
         )
 
 

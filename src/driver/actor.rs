@@ -229,6 +229,9 @@ pub struct Actor {
     pub slot: Option<u32>,
     /// Rank of its latest attempt.
     pub rank: Option<u32>,
+    /// While it is STANDBY: since when (the dashboard draws the wait as a bar).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby_since: Option<Instant>,
 }
 
 impl Actor {
@@ -244,6 +247,7 @@ impl Actor {
             parked: false,
             slot,
             rank: None,
+            standby_since: None,
         }
     }
 

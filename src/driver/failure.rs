@@ -254,7 +254,7 @@ impl Driver {
         self.transition(ix, ActorState::Scheduling);
         let actor = &self.actors[ix as usize];
         if actor.role == Role::Spare && actor.bundle.is_usable() {
-            self.transition(ix, ActorState::Standby);
+            self.stand_by(now, ix);
         }
     }
 

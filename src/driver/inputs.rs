@@ -27,7 +27,7 @@ impl Driver {
             return;
         }
         if actor.role == Role::Spare && actor.state == ActorState::Scheduling {
-            self.transition(ix, ActorState::Standby);
+            self.stand_by(now, ix);
         }
         if !self.admitted && (0..self.spec.min_nodes).all(|i| self.actors[i as usize].bundle.is_placed()) {
             self.admitted = true;

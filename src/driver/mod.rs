@@ -610,6 +610,9 @@ impl Driver {
         let from = actor.state;
         assert!(from.can_become(to), "{}: {from} → {to} is not a transition", actor.name);
         actor.state = to;
+        if to != ActorState::Standby {
+            actor.standby_since = None;
+        }
         let run = actor.run.as_ref();
         let event = JobEvent::Transition {
             actor: actor.name.clone(),
@@ -621,6 +624,12 @@ impl Driver {
             node: actor.bundle.node().map(|n| n.name.clone()).or_else(|| run.map(|r| r.node.clone())),
         };
         self.event(event);
+    }
+
+    /// A spare with a usable bundle waits to take a rank's place, from `now`.
+    fn stand_by(&mut self, now: Instant, ix: ActorIx) {
+        self.transition(ix, ActorState::Standby);
+        self.actors[ix as usize].standby_since = Some(now);
     }
 
     fn set_job_state(&mut self, to: JobState) {

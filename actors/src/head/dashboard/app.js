@@ -626,6 +626,15 @@ function timelineAttempts(job, now) {
   }));
   const ended = new Set(attempts.map((a) => `${a.actor}#${a.attempt}`));
   for (const actor of job.actors) {
+    if (actor.state === 'STANDBY' && actor.started_ms == null && actor.standby_since_ms != null) {
+      // A hot spare waiting with its bundle: no process runs, so no attempt; the wait is a bar.
+      attempts.push({
+        actor: actor.name, attempt: actor.attempt, cycle: job.cycles, node: actor.node,
+        start: actor.standby_since_ms, end: Math.max(now, actor.standby_since_ms),
+        cause: 'standby', budget: null, live: true,
+      });
+      continue;
+    }
     if (actor.started_ms === null || actor.started_ms === undefined) continue;
     if (ended.has(`${actor.name}#${actor.attempt}`)) continue;
     attempts.push({
@@ -784,8 +793,10 @@ function attemptBar(attempt, x, rowTop, roomEnd) {
   const when = attempt.live
     ? `since ${formatTime(attempt.start)}`
     : `${formatTime(attempt.start)}–${formatTime(attempt.end)}, ${formatDuration(attempt.end - attempt.start)}`;
-  const title = `${attempt.actor} attempt ${attempt.attempt}, cycle ${attempt.cycle}, on ${attempt.node ?? '?'}: `
-    + `${attempt.cause}${charged} (${when})`;
+  const title = attempt.cause === 'standby'
+    ? `${attempt.actor}: hot spare standing by on ${attempt.node ?? '?'} (${when})`
+    : `${attempt.actor} attempt ${attempt.attempt}, cycle ${attempt.cycle}, on ${attempt.node ?? '?'}: `
+      + `${attempt.cause}${charged} (${when})`;
   const group = svgEl('g', {
     class: `attempt cause-${attempt.cause}${attempt.live ? ' live' : ''}`,
     dataset: { actor: attempt.actor, attempt: attempt.attempt, cause: attempt.cause },
@@ -814,7 +825,7 @@ function placeBarLabel(group, attempt, left, width, roomEnd) {
 
 /** The longest of "#2 node_lost · n2", "#2 node_lost", "#2" that fits in `room` pixels. */
 function barLabel(attempt, room) {
-  const candidates = [
+  const candidates = attempt.cause === 'standby' ? [`standby · ${attempt.node ?? '?'}`, 'standby'] : [
     `#${attempt.attempt} ${attempt.cause} · ${attempt.node ?? '?'}`,
     `#${attempt.attempt} ${attempt.cause}`,
     `#${attempt.attempt}`,
