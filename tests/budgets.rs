@@ -320,7 +320,7 @@ fn schedule_timeout_fails_an_unplaceable_job() {
         view.message.as_deref(),
         Some(
             "not placed within schedule_timeout_ms (5000 ms): infeasible: min_nodes 3 with STRICT_SPREAD needs 3 \
-             distinct nodes, and only 2 could hold a bundle; add nodes, or lower min_nodes"
+             distinct nodes, and only 2 node(s), DEAD ones included, could hold a bundle; add nodes, or lower min_nodes"
         ),
         "the count as the deadline found it"
     );

@@ -315,7 +315,7 @@ fn a_gang_wider_than_the_cluster_shows_the_count_until_it_fits() {
     let job = c.submit(spec("wide", 3, 3));
     let only = |n: u32| {
         format!(
-            "infeasible: min_nodes 3 with STRICT_SPREAD needs 3 distinct nodes, and only {n} could hold a bundle; \
+            "infeasible: min_nodes 3 with STRICT_SPREAD needs 3 distinct nodes, and only {n} node(s), DEAD ones included, could hold a bundle; \
              add nodes, or lower min_nodes"
         )
     };

@@ -144,7 +144,7 @@ const EXPECTED: &[(&str, Expectation)] = &[
     }),
     ("gang_wider_than_the_cluster_waits_for_a_node", |r| {
         let reasons: Vec<&Value> = r.events("feasibility").iter().map(|e| &e["infeasible"]).collect();
-        let two = "infeasible: min_nodes 3 with STRICT_SPREAD needs 3 distinct nodes, and only 2 could hold a bundle; \
+        let two = "infeasible: min_nodes 3 with STRICT_SPREAD needs 3 distinct nodes, and only 2 node(s), DEAD ones included, could hold a bundle; \
                    add nodes, or lower min_nodes";
         assert_eq!(reasons, [&Value::from(two), &Value::Null], "reported at submission, lifted when n3 joined");
         let small = r.entry("small", "completed")["end_ms"].as_u64().unwrap();

@@ -205,10 +205,10 @@ impl Tally {
             ),
             None if pg.strategy == Strategy::StrictSpread => format!(
                 "infeasible: min_nodes {need} with STRICT_SPREAD needs {need} distinct nodes, and only {nodes} \
-                 could hold a bundle; {fix}"
+                 node(s), DEAD ones included, could hold a bundle; {fix}"
             ),
             None => format!(
-                "infeasible: min_nodes {need} bundles of {} do not fit on the {nodes} node(s) that could hold one: \
+                "infeasible: min_nodes {need} bundles of {} do not fit on the {nodes} node(s) that could hold one, DEAD ones included: \
                  {room} at most, even empty; {fix}",
                 pg.bundle
             ),

@@ -216,7 +216,7 @@ fn a_strict_spread_gang_larger_than_the_cluster_is_infeasible_until_enough_nodes
     }
     s.create_pg(1, pg(5, 5, Strategy::StrictSpread, 0));
     s.request_gang(1);
-    let three = "infeasible: min_nodes 5 with STRICT_SPREAD needs 5 distinct nodes, and only 3 could hold a bundle; \
+    let three = "infeasible: min_nodes 5 with STRICT_SPREAD needs 5 distinct nodes, and only 3 node(s), DEAD ones included, could hold a bundle; \
                  add nodes, or lower min_nodes";
     assert_eq!(feasibility_events(&mut s), [Some(three.to_string())]);
     assert!(pass(&mut s, 0).is_empty());
@@ -238,7 +238,7 @@ fn a_shared_gang_counts_bundles_per_node_and_pack_by_counts_one_domain() {
     s.create_pg(1, two_cpus(pg(4, 4, Strategy::Spread, 0)));
     assert_eq!(
         s.pg(1).unwrap().infeasible.as_deref(),
-        Some("infeasible: min_nodes 4 bundles of cpu=2 do not fit on the 3 node(s) that could hold one: 3 at most, even empty; add nodes, or lower min_nodes")
+        Some("infeasible: min_nodes 4 bundles of cpu=2 do not fit on the 3 node(s) that could hold one, DEAD ones included: 3 at most, even empty; add nodes, or lower min_nodes")
     );
     s.create_pg(2, two_cpus(pg(3, 3, Strategy::Pack, 0)));
     assert_eq!(s.pg(2).unwrap().infeasible, None, "a, b and c hold one each");
@@ -257,7 +257,7 @@ fn each_new_node_adds_to_the_count_and_a_node_that_rejoins_is_counted_afresh() {
     s.request_gang(1);
     let at_most = |n: u64, room: u64| {
         Some(format!(
-            "infeasible: min_nodes 4 bundles of cpu=2 do not fit on the {n} node(s) that could hold one: {room} at \
+            "infeasible: min_nodes 4 bundles of cpu=2 do not fit on the {n} node(s) that could hold one, DEAD ones included: {room} at \
              most, even empty; add nodes, or lower min_nodes"
         ))
     };
