@@ -334,6 +334,7 @@ fn ranks_ended_for_want_of_an_agent_say_so() {
     assert_eq!((first["cause"].as_str(), first["budget"].as_str()), (Some("node_lost"), Some("system")), "{job:#}");
     let evidence = first["evidence"].as_str().unwrap();
     assert!(evidence.contains("went away and none came back within the re-attach grace"), "{evidence}");
+    assert!(evidence.ends_with("supervisor ended it with signal 9"), "its supervisor, not someone else: {evidence}");
     c.ftdrive(&["stop", &id]);
 }
 

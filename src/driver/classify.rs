@@ -204,11 +204,17 @@ fn exited(job: &JobContext, run: &Run, status: &ExitStatus, reacting_to: Option<
         );
     }
     if status.orphaned {
+        // Its own supervisor sent the signal: "not sent by the agent", as the status reads
+        // it, would say the program was killed by someone else (a user error elsewhere).
+        let how = match (status.code, status.signal) {
+            (None, Some(signal)) => format!("with signal {signal}"),
+            _ => format!("(it {status})"),
+        };
         return (
             Cause::NodeLost,
             format!(
                 "the agent on {node} went away and none came back within the re-attach grace: the {who}'s \
-                 supervisor ended it (it {status})"
+                 supervisor ended it {how}"
             ),
         );
     }
@@ -422,6 +428,11 @@ mod tests {
         let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: None });
         assert_eq!((v.cause, v.budget), (Cause::NodeLost, BudgetKind::System));
         assert!(v.evidence.starts_with("the agent on n1 went away and none came back within the re-attach grace"));
+        // The agent sent nothing (it was away): the supervisor's own SIGKILL is not read as
+        // someone else's.
+        let status = ExitStatus { orphaned: true, ..ExitStatus::signal(9, false) };
+        let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: None });
+        assert!(v.evidence.ends_with("the process's supervisor ended it with signal 9"), "{}", v.evidence);
     }
 
     #[test]
