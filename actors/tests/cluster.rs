@@ -1240,7 +1240,9 @@ fn a_gang_larger_than_the_cluster_says_why_it_waits() {
     unsafe { libc::kill(follower.id() as i32, libc::SIGINT) };
     follower.wait().unwrap();
     assert!(
-        seen.contains("now  infeasible: min_nodes 2 with STRICT_SPREAD needs 2 distinct nodes, and only 1 could"),
+        seen.contains(
+            "now  infeasible: min_nodes 2 with STRICT_SPREAD needs 2 distinct nodes, and only 1 node(s), DEAD ones"
+        ),
         "{seen}"
     );
     assert_eq!(c.job("j1")["state"], "PENDING");
