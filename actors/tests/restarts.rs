@@ -227,19 +227,9 @@ fn an_agent_killed_and_started_again_keeps_its_processes_and_charges_nothing() {
 /// one actor alive.
 #[test]
 fn an_agent_started_with_another_state_dir_never_lets_a_rank_run_twice() {
-    let mut c = Cluster::start(&["n1", "n2"]);
-    let id = c.submit_no_wait(&c.spec("twice", json!({"command": ["sleep", "600"], "min_nodes": 2, "max_nodes": 2})));
-    wait_until_steady(&c, &id, 2);
+    let (mut c, id) = two_ranks_running();
     c.kill_node("n2");
-    let elsewhere = tempfile::tempdir().unwrap();
-    let mut agent = c.node_command("n2");
-    agent.arg("--state-dir").arg(elsewhere.path()).env("FTDRIVE_AGENT_TOKEN", c.agent_token());
-    c.nodes.insert("n2".into(), agent.spawn().unwrap());
-    never_twice_for(&c, Duration::from_secs(6));
-    let job = c.wait_for_job(&id, "both ranks run again", |j| running(j, 2));
-    let lost = job["ledger"].as_array().unwrap().iter().any(|e| e["cause"] == "node_lost");
-    assert!(lost, "n2's first attempt was lost with its node: {job:#}");
-    c.ftdrive(&["stop", &id]);
+    a_stranger_under_n2_never_runs_a_rank_twice(&mut c, &id);
 }
 
 /// AI-1 across a head restart: the head that comes back knows which agent last held the name
@@ -249,21 +239,32 @@ fn an_agent_started_with_another_state_dir_never_lets_a_rank_run_twice() {
 /// end, and started them again beside the ones still under their supervisors.
 #[test]
 fn an_agent_with_another_state_dir_waits_for_dead_across_a_head_restart() {
-    let mut c = Cluster::start(&["n1", "n2"]);
-    let id = c.submit_no_wait(&c.spec("twice", json!({"command": ["sleep", "600"], "min_nodes": 2, "max_nodes": 2})));
-    wait_until_steady(&c, &id, 2);
+    let (mut c, id) = two_ranks_running();
     c.kill_head();
     c.kill_node("n2");
     c.start_head_again();
+    a_stranger_under_n2_never_runs_a_rank_twice(&mut c, &id);
+}
+
+fn two_ranks_running() -> (Cluster, String) {
+    let c = Cluster::start(&["n1", "n2"]);
+    let id = c.submit_no_wait(&c.spec("twice", json!({"command": ["sleep", "600"], "min_nodes": 2, "max_nodes": 2})));
+    wait_until_steady(&c, &id, 2);
+    (c, id)
+}
+
+/// An agent with another state dir takes n2's name: no two attempts of one actor are ever
+/// alive, and the job runs again once n2's first attempt is lost with its node.
+fn a_stranger_under_n2_never_runs_a_rank_twice(c: &mut Cluster, id: &str) {
     let elsewhere = tempfile::tempdir().unwrap();
     let mut agent = c.node_command("n2");
     agent.arg("--state-dir").arg(elsewhere.path()).env("FTDRIVE_AGENT_TOKEN", c.agent_token());
     c.nodes.insert("n2".into(), agent.spawn().unwrap());
-    never_twice_for(&c, Duration::from_secs(6));
-    let job = c.wait_for_job(&id, "both ranks run again", |j| running(j, 2));
+    never_twice_for(c, Duration::from_secs(6));
+    let job = c.wait_for_job(id, "both ranks run again", |j| running(j, 2));
     let lost = job["ledger"].as_array().unwrap().iter().any(|e| e["cause"] == "node_lost");
     assert!(lost, "n2's first attempt was lost with its node: {job:#}");
-    c.ftdrive(&["stop", &id]);
+    c.ftdrive(&["stop", id]);
 }
 
 /// An agent killed and not restarted: its supervisors end its attempts before the head can
