@@ -1,5 +1,6 @@
-//! `/metrics` on the head and on the agents (DESIGN §12): the text is well-formed OpenMetrics
-//! that a Prometheus parser reads, it needs the token, and its counters move as a job runs,
+//! `/metrics` on the head and on the agents (DESIGN §12): well-formed OpenMetrics to a client
+//! that asks as Prometheus does, the text format `promtool` checks to one that does not, which
+//! a Prometheus parser reads, it needs the token, and its counters move as a job runs,
 //! loses a node and recovers.
 
 mod common;
