@@ -108,7 +108,8 @@ pub enum AgentInput {
     /// What keeps this node from starting work, as the runtime found it, or `None` once it
     /// works again (AG-6).
     Health(Option<String>),
-    /// The attempt's process ended (`signalled_by_agent` is the agent's to decide). A runtime
+    /// The attempt's process ended (`signalled_by_agent`: whether a stop reached it first; the
+    /// agent reports it only if it sent one). A runtime
     /// gives `Listening` read after the end first, so that the head takes no listener of the
     /// attempt's own rank 0 for another's (PS-4 in `scheduler/cluster.rs`).
     Exited {
@@ -569,7 +570,12 @@ impl Agent {
     fn exited(&mut self, now: Instant, key: AttemptKey, status: ExitStatus) {
         let Some(proc) = self.procs.remove(&key) else { return };
         self.remember(key.clone());
-        let status = ExitStatus { signalled_by_agent: proc.signalled, ..status };
+        // Signalled by its agent only if a stop was sent and reached the process before it
+        // ended: a runtime's supervisor says whether the stop came first (a rank that failed
+        // on its own while its gang's stop was on the way did not end of it). A supervisor
+        // that died leaves no word: the agent's sending then decides.
+        let reached = status.signalled_by_agent || status.supervisor_lost;
+        let status = ExitStatus { signalled_by_agent: proc.signalled && reached, ..status };
         self.report(key, EndReport::Exited(status));
         self.check_shutdown_done(now);
     }
@@ -791,6 +797,27 @@ mod tests {
         assert!(!sent.contains(&said(&[29_500, 29_501])), "and not again: {sent:?}");
     }
 
+    /// The agent sent a stop, but the supervisor says the process had failed before it came:
+    /// the end is not the stop's. One whose supervisor died says nothing: the sending decides.
+    #[test]
+    fn an_end_is_the_stops_only_if_the_stop_reached_it_first() {
+        let mut a = agent(Recovered::default());
+        for n in [1, 2, 3] {
+            from_head(&mut a, ToAgent::Start(Arc::new(spec(n))));
+            a.handle(Instant::ZERO, AgentInput::Spawned { key: key(n) });
+            from_head(&mut a, ToAgent::Stop { key: key(n), grace_ms: 300 });
+        }
+        effects(&mut a);
+        let ends = [(1, ExitStatus::code(7), false), (2, ExitStatus::signal(15, true), true)];
+        let lost = (3, ExitStatus::supervisor_lost(), true);
+        for (n, status, by_agent) in ends.into_iter().chain([lost]) {
+            a.handle(Instant::ZERO, AgentInput::Exited { key: key(n), status: status.clone() });
+            let reported = ExitStatus { signalled_by_agent: by_agent, ..status };
+            let report = ToHead::Exited { node: NodeId::new("n1"), key: key(n), status: reported };
+            assert_eq!(effects(&mut a), vec![AgentEffect::Send(report)], "attempt {n}");
+        }
+    }
+
     #[test]
     fn ends_are_reported_until_acknowledged_and_stops_signal_once() {
         let mut a = agent(Recovered::default());
@@ -800,7 +827,7 @@ mod tests {
         let stop = ToAgent::Stop { key: key(1), grace_ms: 300 };
         assert_eq!(from_head(&mut a, stop.clone()), vec![AgentEffect::Stop { key: key(1), grace_ms: 300 }]);
         assert!(from_head(&mut a, stop).is_empty(), "AG-4: signalled once");
-        a.handle(Instant::ZERO, AgentInput::Exited { key: key(1), status: ExitStatus::signal(15, false) });
+        a.handle(Instant::ZERO, AgentInput::Exited { key: key(1), status: ExitStatus::signal(15, true) });
         let report = ToHead::Exited { node: NodeId::new("n1"), key: key(1), status: ExitStatus::signal(15, true) };
         assert_eq!(effects(&mut a), vec![AgentEffect::Send(report.clone())]);
         a.handle(Instant::ZERO, AgentInput::Heartbeat);
@@ -851,7 +878,7 @@ mod tests {
         assert!(from_head(&mut a, ToAgent::Start(Arc::new(spec(6))))
             .iter()
             .all(|e| !matches!(e, AgentEffect::Spawn(_))));
-        a.handle(Instant::from_ms(100), AgentInput::Exited { key: key(5), status: ExitStatus::signal(15, false) });
+        a.handle(Instant::from_ms(100), AgentInput::Exited { key: key(5), status: ExitStatus::signal(15, true) });
         effects(&mut a);
         a.handle(Instant::from_ms(150), AgentInput::FromHead(ToAgent::AckExit { key: key(5) }));
         a.handle(Instant::from_ms(150), AgentInput::FromHead(ToAgent::AckExit { key: key(6) }));

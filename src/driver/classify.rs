@@ -179,10 +179,19 @@ fn charge_to(job: &JobContext, cause: Cause, evidence: String) -> Verdict {
 }
 
 fn exited(job: &JobContext, run: &Run, status: &ExitStatus, reacting_to: Option<PeerLoss>) -> (Cause, String) {
-    if let Some(reason) = &run.stop {
-        return stop_verdict(reason, "");
-    }
     let node = &run.node;
+    if let Some(reason) = &run.stop {
+        return match reason {
+            StopReason::Collateral { because, drained: None, .. } if failed_before_its_stop(status) => {
+                let who = process_name(job.nproc_per_node, run.rank, status);
+                // Free all the same: one failure of a gang restarts it once (FC-1's spirit),
+                // and which of two ranks failing together is "first" is the head's order.
+                let evidence = format!("{who} {status} on {node}{}", saying(status));
+                (Cause::Collateral, format!("{evidence} before its gang's stop reached it, as {because} failed"))
+            }
+            _ => stop_verdict(reason, ""),
+        };
+    }
     if status.success() {
         return (Cause::Completed, succeeded(job.nproc_per_node));
     }
@@ -238,6 +247,12 @@ fn exited(job: &JobContext, run: &Run, status: &ExitStatus, reacting_to: Option<
         ),
         None => (Cause::UserError, evidence),
     }
+}
+
+/// A failure that came before the stop the driver sent: the agent's supervisor says no stop
+/// reached the process first (a dead supervisor says nothing, so it is read as stopped).
+fn failed_before_its_stop(status: &ExitStatus) -> bool {
+    !status.success() && !status.signalled_by_agent && !status.supervisor_lost && !status.orphaned
 }
 
 fn succeeded(nproc: u32) -> String {
@@ -433,6 +448,24 @@ mod tests {
         let status = ExitStatus { orphaned: true, ..ExitStatus::signal(9, false) };
         let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: None });
         assert!(v.evidence.ends_with("the process's supervisor ended it with signal 9"), "{}", v.evidence);
+    }
+
+    /// Two ranks of a gang fail together: the second's supervisor says the gang's stop came
+    /// after its own failure. Free as its gang's stop is, but its words say what happened (it
+    /// read "stopped with its gang" though it had exited 7 on its own).
+    #[test]
+    fn a_rank_that_failed_before_its_gangs_stop_reached_it_says_so() {
+        let policy = RetryPolicy::default();
+        let because = ActorId::new(crate::ids::JobId::from("j3"), 2);
+        let stop = StopReason::Collateral { because, at: Instant::ZERO, drained: None };
+        let stopped = Run { stop: Some(stop), ..run() };
+        let on_its_own = ExitStatus::code(7);
+        let v = classify(&job(&policy, None), &stopped, Ending::Exited { status: &on_its_own, reacting_to: None });
+        assert_eq!((v.cause, v.budget), (Cause::Collateral, BudgetKind::None));
+        assert_eq!(v.evidence, "process exited with code 7 on n1 before its gang's stop reached it, as j3/2 failed");
+        let of_the_stop = ExitStatus::signal(15, true);
+        let v = classify(&job(&policy, None), &stopped, Ending::Exited { status: &of_the_stop, reacting_to: None });
+        assert_eq!((v.cause, v.evidence.as_str()), (Cause::Collateral, "stopped with its gang after j3/2 failed"));
     }
 
     #[test]

@@ -434,7 +434,7 @@ impl TestCluster {
                 AgentEffect::Stop { .. } if agent.slow_to_stop => {}
                 AgentEffect::Stop { key, .. } => {
                     if agent.running.remove(&key).is_some() {
-                        agent.protocol.handle(now, AgentInput::Exited { key, status: ExitStatus::signal(15, false) });
+                        agent.protocol.handle(now, AgentInput::Exited { key, status: ExitStatus::signal(15, true) });
                     }
                 }
                 AgentEffect::Forget { .. }
