@@ -8,9 +8,18 @@
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// The content type and body that answer a request with `headers`, given the exposition in
+/// OpenMetrics.
+pub fn answer(headers: &actix_web::http::header::HeaderMap, openmetrics: String) -> (&'static str, String) {
+    // Several `Accept` lines mean what one comma-joined line does (RFC 9110, 5.3).
+    let lines: Vec<&str> =
+        headers.get_all(actix_web::http::header::ACCEPT).filter_map(|value| value.to_str().ok()).collect();
+    negotiate((!lines.is_empty()).then(|| lines.join(",")).as_deref(), openmetrics)
+}
+
 /// The content type and body that answer a request with `accept`, given the exposition in
 /// OpenMetrics.
-pub fn negotiate(accept: Option<&str>, openmetrics: String) -> (&'static str, String) {
+fn negotiate(accept: Option<&str>, openmetrics: String) -> (&'static str, String) {
     if accept.is_some_and(prefers_openmetrics) {
         (OPENMETRICS, openmetrics)
     } else {
@@ -20,15 +29,24 @@ pub fn negotiate(accept: Option<&str>, openmetrics: String) -> (&'static str, St
 
 /// Whether `accept` ranks OpenMetrics at least as high as the text format (Prometheus sends
 /// `application/openmetrics-text;version=1.0.0,...,text/plain;version=0.0.4;q=0.5,*/*;q=0.1`).
-/// A wildcard alone gets the text format, as from Prometheus's own client libraries.
+/// A wildcard alone gets the text format, as from Prometheus's own client libraries, and so
+/// does OpenMetrics of a version this does not write (what it writes reads as 0.0.1 too) or
+/// with a `q` that is not a number.
 fn prefers_openmetrics(accept: &str) -> bool {
     let (mut openmetrics, mut text) = (0.0f32, 0.0f32);
     for range in accept.split(',') {
         let mut parts = range.split(';').map(str::trim);
         let media = parts.next().unwrap_or_default().to_ascii_lowercase();
-        let q = parts.find_map(|p| p.strip_prefix("q=")).and_then(|q| q.parse().ok()).unwrap_or(1.0f32);
+        let params: Vec<(String, &str)> = parts
+            .filter_map(|p| p.split_once('='))
+            .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().trim_matches('"')))
+            .collect();
+        let param = |name: &str| params.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        let q = param("q").map_or(Some(1.0f32), |q| q.parse().ok().filter(|q: &f32| q.is_finite())).unwrap_or(0.0);
         match media.as_str() {
-            "application/openmetrics-text" => openmetrics = openmetrics.max(q),
+            "application/openmetrics-text" if param("version").is_none_or(|v| ["1.0.0", "0.0.1"].contains(&v)) => {
+                openmetrics = openmetrics.max(q)
+            }
             "text/plain" => text = text.max(q),
             _ => {}
         }
@@ -74,6 +92,23 @@ mod tests {
         }
         let text_first = "text/plain;version=0.0.4,application/openmetrics-text;q=0.5";
         assert_eq!(negotiate(Some(text_first), String::new()).0, PROMETHEUS_TEXT);
+        // A version this does not write, or a q that is no number: not taken for OpenMetrics.
+        for accept in ["application/openmetrics-text;version=2.0.0", "application/openmetrics-text;q=abc"] {
+            assert_eq!(negotiate(Some(accept), String::new()).0, PROMETHEUS_TEXT, "{accept}");
+        }
+        let older = "application/openmetrics-text; version=0.0.1; q=0.9";
+        assert_eq!(negotiate(Some(older), String::new()).0, OPENMETRICS);
+    }
+
+    /// Two `Accept` lines are read as one comma-joined line.
+    #[test]
+    fn every_accept_line_counts() {
+        let mut headers = actix_web::http::header::HeaderMap::new();
+        let accept = actix_web::http::header::ACCEPT;
+        assert_eq!(answer(&headers, String::new()).0, PROMETHEUS_TEXT, "no Accept at all");
+        headers.append(accept.clone(), "text/plain;q=0.5".parse().unwrap());
+        headers.append(accept, "application/openmetrics-text".parse().unwrap());
+        assert_eq!(answer(&headers, String::new()).0, OPENMETRICS);
     }
 
     /// Every sample's family has its HELP and TYPE under the sample's own name (what

@@ -686,12 +686,8 @@ async fn health(_: Authorized, state: web::Data<ApiState>) -> Result<HttpRespons
 /// OpenMetrics as Prometheus scrapes it, or the text format for anyone else (`exposition`).
 async fn metrics(_: Authorized, req: HttpRequest, state: web::Data<ApiState>) -> Result<HttpResponse, ApiError> {
     let openmetrics = state.head.send(Metrics).await.map_err(mailbox)?;
-    let (content_type, body) = crate::exposition::negotiate(accept(&req), openmetrics);
+    let (content_type, body) = crate::exposition::answer(req.headers(), openmetrics);
     Ok(HttpResponse::Ok().content_type(content_type).body(body))
-}
-
-fn accept(req: &HttpRequest) -> Option<&str> {
-    req.headers().get(actix_web::http::header::ACCEPT)?.to_str().ok()
 }
 
 /// Every agent's metrics server as a target of Prometheus's HTTP service discovery

@@ -163,8 +163,7 @@ async fn metrics_text(req: HttpRequest, state: web::Data<LogState>) -> HttpRespo
     if !authorized(&req, &state) {
         return unauthorized();
     }
-    let accept = req.headers().get(actix_web::http::header::ACCEPT).and_then(|v| v.to_str().ok());
-    let (content_type, body) = crate::exposition::negotiate(accept, state.metrics.render());
+    let (content_type, body) = crate::exposition::answer(req.headers(), state.metrics.render());
     HttpResponse::Ok().content_type(content_type).body(body)
 }
 
