@@ -5,8 +5,8 @@
 //! Both the head and the agents encode OpenMetrics (prometheus-client writes nothing else);
 //! the text format is derived from it here, in one place.
 
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The content type and body that answer a request with `headers`, given the exposition in
 /// OpenMetrics.
@@ -57,7 +57,7 @@ fn prefers_openmetrics(accept: &str) -> bool {
 /// OpenMetrics as prometheus-client writes it, in the text format: a counter's family is
 /// named with its `_total` samples' name (OpenMetrics names it without), and `# UNIT` and
 /// `# EOF`, which the text format does not have, are left out. Samples are the same.
-pub fn to_prometheus_text(openmetrics: &str) -> String {
+fn to_prometheus_text(openmetrics: &str) -> String {
     let counters: std::collections::BTreeSet<&str> =
         openmetrics.lines().filter_map(|line| line.strip_prefix("# TYPE ")?.strip_suffix(" counter")).collect();
     let mut text = String::with_capacity(openmetrics.len());

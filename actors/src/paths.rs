@@ -300,7 +300,12 @@ pub fn unix_ms() -> u64 {
 pub fn random_token() -> std::io::Result<String> {
     let mut bytes = [0u8; 32];
     std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex(&bytes))
+}
+
+/// Lower-case hex of `bytes` (tokens, identity digests).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A random 64-bit number from the OS (agent incarnations).

@@ -474,8 +474,7 @@ fn identity_digest(identity: &str) -> String {
     if identity.is_empty() {
         return String::new();
     }
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, identity.as_bytes());
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    crate::paths::hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, identity.as_bytes()).as_ref())
 }
 
 impl HeadActor {

@@ -137,8 +137,7 @@ impl HeadMetrics {
         r.register("reattached_attempts", "Attempts re-attached by restarted agents", self.reattached.clone());
         // As an agent's: counters restart with the head, and this says when it last did.
         let start_time_seconds = Gauge::<i64>::default();
-        let unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        start_time_seconds.set(unix_s as i64);
+        start_time_seconds.set((crate::paths::unix_ms() / 1000) as i64);
         r.register("head_start_time_seconds", "When this head process started, in Unix seconds", start_time_seconds);
     }
 

@@ -53,8 +53,7 @@ impl AgentMetrics {
             "When this agent process started, in Unix seconds",
             start_time_seconds.clone(),
         );
-        let unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        start_time_seconds.set(unix_s as i64);
+        start_time_seconds.set((crate::paths::unix_ms() / 1000) as i64);
         AgentMetrics {
             registry: Arc::new(r),
             attempts,
