@@ -1,6 +1,6 @@
 //! Text for people: job and node tables, event lines, the ledger.
 
-use ftdrive::driver::ActorState;
+use ftdrive::driver::{ActorState, Budget};
 use ftdrive::event::{Event, EventLine, JobEvent};
 use ftdrive::scheduler::NodeState;
 use ftdrive::view::{JobView, NodeView};
@@ -210,7 +210,7 @@ pub fn ledger(view: &JobView) -> String {
     );
     for e in &view.ledger {
         let r = &e.remaining;
-        let left = format!("{}/{}/{}", r.user.as_i64(), r.system.as_i64(), r.preemption.as_i64());
+        let left = format!("{}/{}/{}", left_cell(r.user), left_cell(r.system), left_cell(r.preemption));
         let _ = writeln!(
             out,
             "  {:<12} {:>4} {:>5} {:<10} {:<18} {:<11} {:<22} {}",
@@ -225,6 +225,15 @@ pub fn ledger(view: &JobView) -> String {
         );
     }
     out
+}
+
+/// A budget in the ledger's narrow LEFT column: `∞` for unlimited, as the dashboard writes it
+/// (`-1` is the job spec's spelling, and reads as a budget overdrawn).
+fn left_cell(budget: Budget) -> String {
+    match budget {
+        Budget::Unlimited => "∞".to_string(),
+        Budget::Left(n) => n.to_string(),
+    }
 }
 
 /// A column as wide as its widest cell, and no narrower than `least`: a long job or node name
@@ -399,6 +408,23 @@ mod tests {
         urgent.priority = 7;
         assert!(job_table(&urgent).starts_with("job j1 (train) PENDING · cycle 1 · priority 7\n"));
         assert!(job_table(&job("PENDING", None)).starts_with("job j1 (train) PENDING · cycle 1\n"), "0 goes unsaid");
+    }
+
+    #[test]
+    fn the_ledger_writes_an_unlimited_budget_as_infinity_not_minus_one() {
+        let mut view = job("FAILED", None);
+        view.remaining =
+            serde_json::from_value(serde_json::json!({"user": -1, "system": 3, "preemption": -1})).unwrap();
+        view.ledger = serde_json::from_value(serde_json::json!([{
+            "actor": "j1/0", "rank": 0, "attempt": 1, "cycle": 1, "node": "n1", "start_ms": 0, "end_ms": 5,
+            "exit_code": 7, "signal": null, "cause": "user_error", "evidence": "process exited with code 7",
+            "budget": "user", "remaining": {"user": -1, "system": 3, "preemption": 0}
+        }]))
+        .unwrap();
+        let text = ledger(&view);
+        assert!(text.starts_with("  budgets left: user unlimited, system 3, preemption unlimited\n"), "{text}");
+        let row = text.lines().last().unwrap();
+        assert!(row.contains(" ∞/3/0 ") && !row.contains("-1"), "{text}");
     }
 
     /// A follower's table: an actor the new cycle left out shows no rank, so the rank is not
