@@ -9,10 +9,25 @@ use common::{running, Cluster};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
-/// Each worker writes its environment to `env.<RANK>` in the test's directory and says hello.
-const WRITE_ENV: &str = r#"env > "$OUT/env.$RANK"; echo "hello from rank $RANK"; sleep 0.3"#;
+/// Each worker writes its environment to `env.<RANK>` in its working directory and says
+/// hello; not through a shell, which would set `PWD` itself.
+const WRITE_ENV: &str = r#"
+import os, time
+with open(f"env.{os.environ['RANK']}", "w") as out:
+    out.writelines(f"{k}={v}\n" for k, v in os.environ.items())
+print(f"hello from rank {os.environ['RANK']}")
+time.sleep(0.3)
+"#;
+
+/// The Python interpreter itself: `python3` on the `PATH` may be a shell script (pyenv's
+/// shim), which sets `PWD` before the interpreter reads its environment.
+fn python_binary() -> String {
+    let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
+    assert!(out.status.success(), "python3: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim_end().to_string()
+}
 
 fn read_env(path: &Path) -> BTreeMap<String, String> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -24,9 +39,10 @@ fn three_nodes_of_two_workers_run_six_processes_with_torchruns_environment() {
     let c = Cluster::start(&["n1", "n2", "n3"]);
     let out_dir = c.dir.path().join("envs");
     std::fs::create_dir(&out_dir).unwrap();
-    let command = format!("OUT={}; {WRITE_ENV}", out_dir.display());
-    let spec =
-        c.spec("six", json!({"command": ["sh", "-c", command], "min_nodes": 3, "max_nodes": 3, "nproc_per_node": 2}));
+    let spec = c.spec(
+        "six",
+        json!({"command": [python_binary(), "-c", WRITE_ENV], "cwd": out_dir, "min_nodes": 3, "max_nodes": 3, "nproc_per_node": 2}),
+    );
     let out = c.try_ftdrive(&["submit", spec.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 
@@ -46,6 +62,7 @@ fn three_nodes_of_two_workers_run_six_processes_with_torchruns_environment() {
         for (name, value) in expected {
             assert_eq!(env.get(name), Some(&value), "rank {rank}: {name}");
         }
+        assert_eq!(env.get("PWD").map(Path::new), Some(out_dir.as_path()), "rank {rank}: the spec's cwd");
         masters.insert((env["MASTER_ADDR"].clone(), env["MASTER_PORT"].clone()));
         assert!(!env.contains_key("FTDRIVE_TOKEN"), "rank {rank} sees the cluster's token");
     }

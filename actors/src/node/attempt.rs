@@ -261,7 +261,10 @@ impl Start {
         for name in WITHHELD_ENV {
             cmd.env_remove(name);
         }
-        cmd.envs(&spec.env)
+        // `PWD` names the directory the command starts in, as a shell or torchrun's worker
+        // sees it, not the one the agent was started in; the job's own `PWD` is its to set.
+        cmd.env("PWD", cwd)
+            .envs(&spec.env)
             .envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir(cwd)
             .stdin(Stdio::null())
