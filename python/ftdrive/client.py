@@ -253,12 +253,7 @@ class Client:
         if local_rank is not None:
             query["local_rank"] = local_rank
         path = f"/v1/jobs/{_seg(job)}/logs?{urllib.parse.urlencode(query)}"
-        try:
-            conn, response, _ = self._open("GET", path)
-        except ApiError as e:
-            if e.status == 404 and attempt is None:
-                self._raise_if_not_started(job, index, e)
-            raise
+        conn, response, _ = self._open("GET", path)
         try:
             data = response.read()
         except (OSError, http.client.HTTPException) as e:
@@ -273,19 +268,6 @@ class Client:
             running=response.getheader("x-ftdrive-running") == "true",
             next_offset=int(next_offset) if next_offset else offset + len(data),
         )
-
-    def _raise_if_not_started(self, job: str, index: int, error: ApiError) -> None:
-        """For the head's 404 to a log asked without an attempt: if the actor has not started
-        one yet (the head answers that it has no attempt 0), raises an :class:`ApiError` 404
-        saying so, and why the job waits. Returns when the 404 was about something else."""
-        try:
-            view = self.status(job)
-            actor = view.actor(index)
-        except (FtdriveError, KeyError):
-            return
-        if actor.attempt != 0:
-            return
-        raise ApiError(404, not_started(view, actor), error.method, error.path) from error
 
     def log_bytes(
         self,
@@ -612,7 +594,7 @@ def actor_index(job: str, actor: ActorRef) -> int:
 
 def not_started(view: Job, actor: Actor) -> str:
     """Why ``actor`` of ``view`` has no log: it has not started an attempt, and what the job
-    waits for (or how it ended)."""
+    waits for (or how it ended): the head words its 404 to such a log request the same way."""
     if view.is_terminal:
         return f"actor {actor.name} has not started an attempt, and the job ended {view.state}"
     waiting = view.waiting or view.infeasible

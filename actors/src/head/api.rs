@@ -34,6 +34,7 @@ use ftdrive::scheduler::NodeState;
 use ftdrive::spec::{JobSpec, Overrides};
 use ftdrive::view::NodeView;
 use ftdrive::{HeadConfig, JobId, NodeId};
+use object::Object;
 use serde::Deserialize;
 use std::future::{ready, Ready};
 use std::net::SocketAddr;
@@ -356,11 +357,11 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// Bounds on bodies, and JSON errors naming what was wrong with a body, a path or a query.
 fn input_limits(cfg: &mut web::ServiceConfig) {
-    cfg.app_data(web::JsonConfig::default().limit(MAX_BODY_BYTES).error_handler(|e, _| body_error(e).into()))
-        .app_data(
-            web::PathConfig::default().error_handler(|e, _| ApiError::BadRequest(format!("bad path: {e}")).into()),
-        )
-        .app_data(web::QueryConfig::default().error_handler(|e, req| query_error(e, req.query_string()).into()));
+    cfg.app_data(
+        web::JsonConfig::default().limit(MAX_BODY_BYTES).error_handler(|e, req| body_error(e, req.path()).into()),
+    )
+    .app_data(web::PathConfig::default().error_handler(|e, _| ApiError::BadRequest(format!("bad path: {e}")).into()))
+    .app_data(web::QueryConfig::default().error_handler(|e, req| query_error(e, req.query_string()).into()));
 }
 
 /// The decoder's errors name no parameter ("invalid digit found in string"): the query is
@@ -412,7 +413,7 @@ impl std::fmt::Display for BodyLate {
 
 impl std::error::Error for BodyLate {}
 
-fn body_error(e: actix_web::error::JsonPayloadError) -> ApiError {
+fn body_error(e: actix_web::error::JsonPayloadError, path: &str) -> ApiError {
     use actix_web::error::JsonPayloadError as E;
     use actix_web::error::PayloadError;
     match e {
@@ -423,7 +424,23 @@ fn body_error(e: actix_web::error::JsonPayloadError) -> ApiError {
             ApiError::TooLarge(format!("the request body is over {MAX_BODY_BYTES} bytes, the head's limit"))
         }
         E::ContentType => ApiError::BadRequest("the request body must be JSON (Content-Type: application/json)".into()),
-        other => ApiError::BadRequest(format!("the request body is not the JSON expected: {other}")),
+        E::Deserialize(e) => {
+            ApiError::BadRequest(format!("the request body is not the JSON expected: {e}; {}", body_wanted(path)))
+        }
+        other => {
+            ApiError::BadRequest(format!("the request body is not the JSON expected: {other}; {}", body_wanted(path)))
+        }
+    }
+}
+
+/// What a route with a JSON body takes, for the error that says its body was not that.
+fn body_wanted(path: &str) -> &'static str {
+    if path.ends_with("/drain") {
+        r#"send {"deadline_ms": N}"#
+    } else if path == "/v1/jobs" {
+        r#"send {"spec": {...}}, the job spec (docs/jobspec.md) as its one field"#
+    } else {
+        "docs/runtime.md (HTTP API) says what each route takes"
     }
 }
 
@@ -585,8 +602,9 @@ struct SubmitBody {
 async fn submit(
     _: Authorized,
     state: web::Data<ApiState>,
-    body: web::Json<SubmitBody>,
+    body: web::Json<Object<SubmitBody>>,
 ) -> Result<HttpResponse, ApiError> {
+    let Object(body) = body.into_inner();
     let spec = body.spec.as_ref().ok_or_else(|| ApiError::BadRequest("the request needs a `spec` object".into()))?;
     let spec = JobSpec::parse(spec.get(), &Overrides::default()).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let view = state.head.send(Submit { spec }).await.map_err(mailbox)??;
@@ -742,12 +760,12 @@ async fn drain_node(
     _: Authorized,
     state: web::Data<ApiState>,
     name: web::Path<String>,
-    body: web::Json<DrainBody>,
+    body: web::Json<Object<DrainBody>>,
 ) -> Result<HttpResponse, ApiError> {
     let node = NodeId::from(name.into_inner());
-    let (view, set_deadline) =
-        state.head.send(Drain { node, deadline_ms: body.deadline_ms }).await.map_err(mailbox)??;
-    Ok(HttpResponse::Ok().json(drain_answer(&view, set_deadline.then_some(body.deadline_ms))))
+    let Object(DrainBody { deadline_ms }) = body.into_inner();
+    let (view, set_deadline) = state.head.send(Drain { node, deadline_ms }).await.map_err(mailbox)??;
+    Ok(HttpResponse::Ok().json(drain_answer(&view, set_deadline.then_some(deadline_ms))))
 }
 
 /// The node after a drain or an undrain: its state and both marks (`cordoned`, the operator's;
@@ -903,5 +921,6 @@ async fn job_logs(
 
 #[cfg(test)]
 mod fuzz;
+mod object;
 #[cfg(test)]
 mod tests;

@@ -270,6 +270,18 @@ impl Handler<Follow> for HeadActor {
     }
 }
 
+/// Why an actor has no log yet: it has started no attempt, and what its job waits for (or
+/// how it ended). The Python client's torchx scheduler words it the same way.
+fn not_started(view: &JobView, actor: &str) -> String {
+    if view.state.is_terminal() {
+        return format!("actor {actor} has not started an attempt, and the job ended {}", view.state);
+    }
+    match view.waiting.as_deref().or(view.infeasible.as_deref()) {
+        Some(why) => format!("actor {actor} has not started an attempt yet (the job is {}: {why})", view.state),
+        None => format!("actor {actor} has not started an attempt yet (the job is {})", view.state),
+    }
+}
+
 /// Where an attempt's log is served.
 #[derive(Message)]
 #[rtype(result = "Result<LogSource, ApiError>")]
@@ -302,6 +314,9 @@ impl Handler<LocateLog> for HeadActor {
         })?;
         if let Some((local_rank, why)) = msg.local_rank.and_then(|l| view.no_such_worker(l).map(|why| (l, why))) {
             return Err(ApiError::BadRequest(format!("local_rank {local_rank}: {why}")));
+        }
+        if actor.attempt == 0 {
+            return Err(ApiError::NotFound(not_started(&view, &actor.name.to_string())));
         }
         let attempt = msg.attempt.unwrap_or(actor.attempt);
         if attempt == 0 || attempt > actor.attempt {

@@ -91,7 +91,7 @@ async fn a_body_that_does_not_arrive_in_time_is_cut_off() {
     assert!(payload.next().await.unwrap().is_ok(), "what arrived in time is read");
     let late = tokio::time::timeout(Duration::from_secs(10), payload.next()).await.expect("cut off, not waited for");
     let error = late.expect("an error ends it").unwrap_err();
-    let said = super::body_error(actix_web::error::JsonPayloadError::Payload(error)).to_string();
+    let said = super::body_error(actix_web::error::JsonPayloadError::Payload(error), "/v1/jobs").to_string();
     assert!(said.starts_with("the request body did not arrive within 0 s"), "{said}");
     assert!(payload.next().await.is_none(), "and nothing after it");
 }
@@ -116,4 +116,59 @@ async fn a_submission_over_the_jobs_held_is_429_naming_the_limit() {
     assert!(body["error"].as_str().unwrap().contains("(`max_jobs`)"), "{body}");
     let jobs: serde_json::Value = test::call_and_read_body_json(&app, head.get("/v1/jobs").to_request()).await;
     assert_eq!(jobs.as_array().map(Vec::len), Some(1), "{jobs}");
+}
+
+/// serde's derived structs also read an array of their fields: `[{…spec…}]` was a job, and
+/// `[5000]` a drain. Each is refused, saying what the route takes, and nothing changes.
+#[actix_web::test]
+async fn a_body_that_is_not_an_object_is_refused_naming_what_the_route_takes() {
+    let head = InProcess::start(HeadConfig::default(), Duration::from_millis(super::EVENTS_KEEPALIVE_MS));
+    let app = test::init_service(head.app()).await;
+    let post = |uri: &str, body: &str| {
+        let bearer = format!("Bearer {}", head.tokens.client);
+        test::TestRequest::post()
+            .uri(uri)
+            .insert_header(("authorization", bearer))
+            .insert_header(("content-type", "application/json"))
+            .set_payload(body.to_string())
+    };
+    let spec = r#"{"name": "arr", "command": ["true"], "min_nodes": 1, "max_nodes": 1}"#;
+    for (uri, body, wanted) in [
+        ("/v1/jobs", format!("[{spec}]"), r#"send {"spec": {...}}"#),
+        ("/v1/jobs", "[1,2]".to_string(), r#"send {"spec": {...}}"#),
+        ("/v1/jobs", "null".to_string(), r#"send {"spec": {...}}"#),
+        ("/v1/nodes/n1/drain", "[5000]".to_string(), r#"send {"deadline_ms": N}"#),
+    ] {
+        let answer = test::call_service(&app, post(uri, &body).to_request()).await;
+        assert_eq!(answer.status(), 400, "{uri} {body}");
+        let said: serde_json::Value = test::read_body_json(answer).await;
+        let said = said["error"].as_str().unwrap();
+        assert!(said.contains("expected a JSON object") && said.contains(wanted), "{uri} {body}: {said}");
+    }
+    let jobs: serde_json::Value = test::call_and_read_body_json(&app, head.get("/v1/jobs").to_request()).await;
+    assert_eq!(jobs, serde_json::json!([]), "no job was made");
+    let accepted = test::call_service(&app, post("/v1/jobs", &format!(r#"{{"spec": {spec}}}"#)).to_request()).await;
+    assert_eq!(accepted.status(), 200, "the object form is taken");
+}
+
+/// A log asked of an actor that has run nothing says so and why the job waits, not that it
+/// has no "attempt 0" that nobody asked for.
+#[actix_web::test]
+async fn the_log_of_an_actor_not_started_says_why_the_job_waits() {
+    let head = InProcess::start(HeadConfig::default(), Duration::from_millis(super::EVENTS_KEEPALIVE_MS));
+    let app = test::init_service(head.app()).await;
+    let spec = serde_json::json!({"spec": {"name": "waits", "command": ["true"], "min_nodes": 1, "max_nodes": 1}});
+    let bearer = format!("Bearer {}", head.tokens.client);
+    let submit = test::TestRequest::post().uri("/v1/jobs").insert_header(("authorization", bearer)).set_json(&spec);
+    assert_eq!(test::call_service(&app, submit.to_request()).await.status(), 200);
+    for uri in ["/v1/jobs/j1/logs?actor=0", "/v1/jobs/j1/logs?actor=0&attempt=1"] {
+        let answer = test::call_service(&app, head.get(uri).to_request()).await;
+        assert_eq!(answer.status(), 404, "{uri}");
+        let said: serde_json::Value = test::read_body_json(answer).await;
+        assert_eq!(
+            said["error"],
+            "actor j1/0 has not started an attempt yet (the job is PENDING: infeasible: no node has joined the cluster yet)",
+            "{uri}"
+        );
+    }
 }
