@@ -139,7 +139,6 @@ fn server_tls(args: &args::ServeTls) -> Result<Option<std::sync::Arc<rustls::Ser
     Ok(Some(std::sync::Arc::new(config)))
 }
 
-/// Logs for the daemons, to stderr; `$FTDRIVE_LOG` filters (default `info`).
 /// The text of a file the command reads whole (a job spec, a scenario), refused past
 /// `limit_bytes` before more is read: `ftdrive submit /dev/zero` took gigabytes.
 fn read_text_file(path: &std::path::Path, what: &str, limit_bytes: u64, why: &str) -> Result<String, CliError> {
@@ -156,6 +155,7 @@ fn read_text_file(path: &std::path::Path, what: &str, limit_bytes: u64, why: &st
     Ok(text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text))
 }
 
+/// Logs for the daemons, to stderr; `$FTDRIVE_LOG` filters (default `info`).
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FTDRIVE_LOG").unwrap_or_else(|_| "info".into());
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
