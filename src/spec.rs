@@ -536,11 +536,14 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), SpecError> {
         return Err(SpecError::new("env", format!("has {} variables; at most {MAX_ENV_VARS} are allowed", env.len())));
     }
     for (key, value) in env {
-        if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
+        // A control character in a name (an escape sequence, a newline) makes a variable that
+        // no shell can name and `env` prints as two lines, as Kubernetes refuses it.
+        if key.is_empty() || key.contains('=') || key.chars().any(char::is_control) || value.contains('\0') {
             return Err(SpecError::new(
                 // A NUL or a newline in the name, printed as such, would garble the message.
                 &format!("env.{}", key.escape_debug()),
-                "is not a valid variable; names are non-empty without `=`, and no NUL bytes anywhere",
+                "is not a valid variable; names are non-empty, without `=` or control characters, and no NUL \
+                 bytes anywhere",
             ));
         }
         if key.len() + value.len() > MAX_ENV_VALUE_BYTES {
@@ -719,7 +722,20 @@ mod tests {
             (
                 r#""max_nodes": 1, "env": {"A\u0000B": "1"}"#,
                 "env.A\\0B",
-                "is not a valid variable; names are non-empty without `=`, and no NUL bytes anywhere",
+                "is not a valid variable; names are non-empty, without `=` or control characters, and no NUL bytes \
+                 anywhere",
+            ),
+            (
+                r#""max_nodes": 1, "env": {"RANK\n": "1"}"#,
+                "env.RANK\\n",
+                "is not a valid variable; names are non-empty, without `=` or control characters, and no NUL bytes \
+                 anywhere",
+            ),
+            (
+                r#""max_nodes": 1, "env": {"X\u001b[31m": "1"}"#,
+                "env.X\\u{1b}[31m",
+                "is not a valid variable; names are non-empty, without `=` or control characters, and no NUL bytes \
+                 anywhere",
             ),
         ];
         for (rest, field, message) in cases {

@@ -10,7 +10,7 @@ use super::actor::{Run, StopReason};
 use super::budget::{BudgetKind, Charge};
 use super::{CloseReason, Loss};
 use crate::ids::{ActorId, NodeId};
-use crate::protocol::ExitStatus;
+use crate::protocol::{one_line, ExitStatus};
 use crate::spec::RetryPolicy;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
@@ -42,6 +42,9 @@ pub struct CauseRow {
     /// The actor itself failed (a restart follows), rather than being stopped by the driver.
     pub actor_failed: bool,
 }
+
+/// The most of a program's name a spawn failure's evidence repeats.
+const MAX_PROGRAM_CHARS: usize = 200;
 
 const fn row(cause: Cause, budget: BudgetKind, fails_job: bool, actor_failed: bool) -> CauseRow {
     CauseRow { cause, budget, fails_job, actor_failed }
@@ -137,7 +140,7 @@ pub fn classify(job: &JobContext, run: &Run, ending: Ending) -> Verdict {
     let (cause, evidence) = match ending {
         Ending::Exited { status, reacting_to } => exited(job, run, status, reacting_to),
         Ending::SpawnFailed { message, node_fault: None } => {
-            (Cause::SpawnFailed, format!("could not start `{}`: {message}", job.program))
+            (Cause::SpawnFailed, format!("could not start `{}`: {message}", one_line(job.program, MAX_PROGRAM_CHARS)))
         }
         Ending::SpawnFailed { message, node_fault: Some(_) } => node_could_not_start(run, message),
         Ending::NodeLost(loss) => lost_with_node(run, loss),
@@ -390,6 +393,10 @@ mod tests {
         let missing = "No such file or directory";
         let program = classify(&job(&policy, None), &run(), Ending::SpawnFailed { message: missing, node_fault: None });
         assert_eq!((program.cause, program.budget), (Cause::SpawnFailed, BudgetKind::None));
+        assert_eq!(program.evidence, "could not start `train`: No such file or directory");
+        let escapes = JobContext { program: "/x\u{1b}]0;PWNED\u{7}\u{1b}[2J", ..job(&policy, None) };
+        let program = classify(&escapes, &run(), Ending::SpawnFailed { message: missing, node_fault: None });
+        assert_eq!(program.evidence, "could not start `/x?]0;PWNED??[2J`: No such file or directory", "no escapes");
         let stopped = Run { stop: Some(StopReason::User), ..run() };
         let verdict =
             classify(&job(&policy, None), &stopped, Ending::SpawnFailed { message: full, node_fault: Some(since) });
