@@ -189,6 +189,7 @@ impl JobSpec {
             r#"{"name": "train", "command": ["python", "train.py"], "min_nodes": 1, "max_nodes": 1}"#,
         )
         .map_err(|(field, message)| SpecError::new(&field, message))?;
+        admission_checks(&raw)?;
         raw.with_overrides(overrides).validate()
     }
 
@@ -531,20 +532,34 @@ fn check_command(command: &[String]) -> Result<(), SpecError> {
     Ok(())
 }
 
+fn bad_env_name(key: &str) -> SpecError {
+    SpecError::new(
+        // A NUL or a newline in the name, printed as such, would garble the message.
+        &format!("env.{}", key.escape_debug()),
+        "is not a valid variable; names are non-empty, without `=` or control characters, and no NUL bytes anywhere",
+    )
+}
+
+/// Rules added after specs were first stored: checked when a spec is submitted, never when a
+/// stored one is read back, so that a head upgraded over a database holding a job such a rule
+/// refuses still starts, and runs that job.
+fn admission_checks(raw: &RawJobSpec) -> Result<(), SpecError> {
+    // A control character in a name (an escape sequence, a newline) makes a variable that no
+    // shell can name and that `env` prints as two lines; Kubernetes refuses it too.
+    let env = raw.env.iter().flatten();
+    match env.map(|(key, _)| key).find(|key| key.chars().any(char::is_control)) {
+        Some(key) => Err(bad_env_name(key)),
+        None => Ok(()),
+    }
+}
+
 fn check_env(env: &BTreeMap<String, String>) -> Result<(), SpecError> {
     if env.len() > MAX_ENV_VARS {
         return Err(SpecError::new("env", format!("has {} variables; at most {MAX_ENV_VARS} are allowed", env.len())));
     }
     for (key, value) in env {
-        // A control character in a name (an escape sequence, a newline) makes a variable that
-        // no shell can name and `env` prints as two lines, as Kubernetes refuses it.
-        if key.is_empty() || key.contains('=') || key.chars().any(char::is_control) || value.contains('\0') {
-            return Err(SpecError::new(
-                // A NUL or a newline in the name, printed as such, would garble the message.
-                &format!("env.{}", key.escape_debug()),
-                "is not a valid variable; names are non-empty, without `=` or control characters, and no NUL \
-                 bytes anywhere",
-            ));
+        if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
+            return Err(bad_env_name(key));
         }
         if key.len() + value.len() > MAX_ENV_VALUE_BYTES {
             let shown: String = key.chars().take(40).collect();
@@ -685,6 +700,17 @@ mod tests {
         let priority = parse(r#"{"name": "t", "command": ["true"], "min_nodes": 1, "max_nodes": 1, "priority": "hi"}"#);
         let expected = "expected an integer from -2147483648 to 2147483647";
         assert_eq!(priority.unwrap_err().message, format!("invalid type: string \"hi\", {expected}"));
+    }
+
+    /// A rule added later refuses a new submission, not a job the head already stored.
+    #[test]
+    fn an_admission_rule_refuses_submissions_but_not_a_stored_spec() {
+        let text = r#"{"name": "a", "command": ["true"], "min_nodes": 1, "max_nodes": 1, "env": {"X\u001b": "1"}}"#;
+        assert_eq!(JobSpec::parse(text, &Overrides::default()).unwrap_err().field, "env.X\\u{1b}");
+        let mut stored = JobSpec::minimal("a", &["true"], 1, 1);
+        stored.env.insert("X\u{1b}".into(), "1".into());
+        let read: JobSpec = serde_json::from_str(&serde_json::to_string(&stored).unwrap()).expect("read back");
+        assert_eq!(read, stored);
     }
 
     /// What serde says in Rust's terms is said in the spec's: the range a number must be in, a
