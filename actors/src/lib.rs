@@ -34,6 +34,7 @@ impl std::io::Write for QuietStderr {
 }
 
 pub mod cli;
+pub mod connections;
 pub mod exposition;
 pub mod head;
 pub mod node;

@@ -353,6 +353,56 @@ fn a_job_inherits_no_descriptor_its_agent_was_started_with() {
     assert!(!fds.contains(&"100") && fds.len() <= 4, "the job holds {fds:?}");
 }
 
+/// Connections held open to an agent's log server without a token (a scanner, a flood) take
+/// at most its bound of descriptors: the agent still starts attempts. Before, they took every
+/// descriptor, the node turned unhealthy ("takes no write: Too many open files") and its jobs
+/// waited for as long as the connections stayed.
+#[test]
+fn connections_held_open_to_an_agents_log_server_leave_it_descriptors_to_start_work() {
+    use std::os::unix::process::CommandExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const FD_LIMIT: libc::rlim_t = 320;
+    const HELD: usize = 330;
+    let mut c = Cluster::start(&[]);
+    let mut agent = c.node_command("n1");
+    // SAFETY: setrlimit is async-signal-safe and changes only the child about to exec.
+    unsafe {
+        agent.pre_exec(|| {
+            let limit = libc::rlimit { rlim_cur: FD_LIMIT, rlim_max: FD_LIMIT };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    c.nodes.insert("n1".into(), agent.spawn().unwrap());
+    c.wait_until("n1 registered", |c| c.nodes_json()[0]["metrics_url"].is_string());
+    let url = c.nodes_json()[0]["metrics_url"].as_str().unwrap().to_string();
+    let addr = url.trim_start_matches("http://").trim_end_matches("/metrics").to_string();
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let flood = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut held: Vec<TcpStream> = (0..HELD).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+            // A request every half second keeps each accepted connection from its idle timeout.
+            while !done.load(Ordering::Relaxed) {
+                for stream in &mut held {
+                    let _ = stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: n1\r\n\r\n");
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let spec = c.spec("under-flood", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "it ends", |j| j["state"].as_str().is_some_and(|s| s != "PENDING" && s != "RUNNING"));
+    done.store(true, Ordering::Relaxed);
+    flood.join().unwrap();
+    assert_eq!(job["state"], "SUCCEEDED", "{job:#}");
+    assert!(c.nodes_json()[0]["problem"].is_null(), "{:#}", c.nodes_json());
+}
+
 /// Every error body is JSON, an agent's log server's too (it answered an unknown path with an
 /// empty 404).
 #[test]

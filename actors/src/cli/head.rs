@@ -10,7 +10,9 @@ use ftdrive::HeadConfig;
 
 pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
     super::init_logging();
-    raise_open_file_limit();
+    // One descriptor per agent connection: the usual soft limit (1,024) would stop a head at
+    // about a thousand agents.
+    super::raise_open_file_limit("agents and clients beyond it wait to connect");
     let state_dir = args.state_dir.unwrap_or_else(paths::default_state_dir);
     let config = HeadConfig {
         heartbeat_interval_ms: args.heartbeat_interval_ms,
@@ -71,24 +73,6 @@ fn check_listen(listen: &str) -> Result<(), CliError> {
     Err(CliError::BadInput(format!(
         "--listen `{listen}`: {why}; give HOST:PORT, such as 127.0.0.1:{port} or 0.0.0.0:{port} (port 0: any free port)"
     )))
-}
-
-/// One descriptor per agent connection: the usual soft limit (1,024) would stop a head at about
-/// a thousand agents, so it takes the hard limit, as servers do.
-fn raise_open_file_limit() {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: get/setrlimit on this process with a valid struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
-            limit.rlim_cur = limit.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                tracing::warn!(
-                    "cannot raise the open-file limit to {}: agents beyond it will be refused",
-                    limit.rlim_max
-                );
-            }
-        }
-    }
 }
 
 /// Agents on one machine share its rendezvous ports, from the base to 65535, up to

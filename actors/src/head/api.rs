@@ -302,7 +302,12 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
     .on_connect(move |_, extensions| {
         extensions.insert(counted.guard());
     })
-    .workers(2)
+    .workers(HTTP_WORKERS)
+    .max_connections(crate::connections::per_worker(
+        crate::connections::open_file_limit(),
+        HTTP_WORKERS,
+        MAX_CONNECTIONS,
+    ))
     // Without it (actix's default) a small write that follows another waits until the peer
     // has read and acknowledged the first (at worst its delayed-ACK timer, 40 ms on Linux):
     // an event line after the one before it, a message to an agent after the last.
@@ -323,6 +328,12 @@ pub fn serve(options: ServeOptions) -> Result<(HeadServer, actix_web::dev::Serve
     }
     Ok((HeadServer { addr, head, tokens, stopper }, running))
 }
+
+const HTTP_WORKERS: usize = 2;
+
+/// Connections the head takes at once, where its open-file limit allows: agents (one each, up
+/// to the 10,000 `cargo bench --bench fleet` runs) and clients.
+const MAX_CONNECTIONS: usize = 50_000;
 
 /// One resource per path, so that a method a path does not take is a 405, not a 404.
 fn routes(cfg: &mut web::ServiceConfig) {

@@ -96,6 +96,11 @@ pub fn bind_ip(addr: &str) -> std::io::Result<IpAddr> {
 pub const SERVER_HEADER: &str = "x-ftdrive-server";
 pub const AGENT_SERVER: &str = "agent";
 
+/// Connections the log server takes at once: its clients are the head (a few per log being
+/// read) and a metrics scraper, and every one beyond waits to be accepted rather than take a
+/// descriptor an attempt needs to start.
+const MAX_CONNECTIONS: usize = 256;
+
 /// Starts the log server on `bind` (port 0: one the system picks), HTTPS when `tls` is given;
 /// returns its base URL and the server to run.
 pub fn serve(
@@ -115,6 +120,7 @@ pub fn serve(
             .default_service(web::to(no_such_route))
     })
     .workers(1)
+    .max_connections(crate::connections::per_worker(crate::connections::open_file_limit(), 1, MAX_CONNECTIONS))
     .tcp_nodelay(true)
     .disable_signals()
     .shutdown_timeout(1);
