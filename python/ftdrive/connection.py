@@ -2,7 +2,8 @@
 finds them (``actors/src/cli`` and ``actors/src/paths.rs``):
 
 * the head: an explicit ``head=`` argument, else ``$FTDRIVE_HEAD``; a value without a scheme
-  (``127.0.0.1:7380``) means ``http://``, and a bare host the head's port, 7380. There is no
+  means ``http://`` on loopback (``127.0.0.1:7380``) and ``https://`` elsewhere (a head serves
+  plain HTTP only on loopback unless told otherwise), and a bare host the head's port, 7380. There is no
   other fallback: with neither, the CLI (except ``ftdrive submit``, which then starts an
   embedded cluster) refuses, and so does this client.
 * the client token: an explicit ``token=`` argument, else ``$FTDRIVE_TOKEN`` when set and not
@@ -15,6 +16,7 @@ finds them (``actors/src/cli`` and ``actors/src/paths.rs``):
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import ssl
 import urllib.parse
@@ -64,7 +66,9 @@ DEFAULT_HEAD_PORT = 7380
 def head_url(head: Optional[str] = None) -> str:
     """The head's base URL from ``head``, else ``$FTDRIVE_HEAD``: ``HOST:PORT``; a bare ``HOST``,
     on the head's default port (7380); or ``http(s)://HOST[:PORT]``, which keeps its scheme's
-    port as any URL does. Anything else is a ``ConfigError`` saying how to write one."""
+    port as any URL does. Without a scheme, a loopback host means ``http://`` and any other
+    ``https://``: a token crosses the network in clear only where ``http://`` is written out.
+    Anything else is a ``ConfigError`` saying how to write one."""
     value = head or _given("FTDRIVE_HEAD")
     if not value:
         raise ConfigError("no head given: pass head='http://HOST:PORT' or set $FTDRIVE_HEAD")
@@ -87,7 +91,15 @@ def head_url(head: Optional[str] = None) -> str:
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise bad(f"has a path (`{parts.path}`); the head's address is its host and port only")
     netloc = f"{parts.netloc}:{DEFAULT_HEAD_PORT}" if bare and port is None else parts.netloc
-    return urllib.parse.urlunsplit((parts.scheme, netloc, "", "", ""))
+    scheme = "https" if bare and not _is_loopback(parts.hostname) else parts.scheme
+    return urllib.parse.urlunsplit((scheme, netloc, "", "", ""))
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
 
 
 def client_token(token: Optional[str] = None, state_dir: Optional[PathLike] = None) -> str:

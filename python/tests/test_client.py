@@ -444,6 +444,9 @@ def test_a_head_address_is_read_as_the_cli_reads_it() -> None:
     for given, base in [
         ("127.0.0.1:7390", "http://127.0.0.1:7390"),
         ("127.0.0.1", "http://127.0.0.1:7380"),
+        ("head.example:9000", "https://head.example:9000"),
+        ("10.0.0.5", "https://10.0.0.5:7380"),
+        ("localhost:7390", "http://localhost:7390"),
         ("http://10.0.0.5:7380/", "http://10.0.0.5:7380"),
         ("https://head.example", "https://head.example"),
         ("[::1]:7380", "http://[::1]:7380"),

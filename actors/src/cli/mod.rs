@@ -107,6 +107,9 @@ pub const DEFAULT_HEAD_PORT: u16 = 7380;
 /// `--head` (or `$FTDRIVE_HEAD`) as a base URL. `HOST:PORT`; a bare `HOST`, on the head's
 /// default port (not http's 80, where no head listens); or `http(s)://HOST[:PORT]`, which keeps
 /// its scheme's port as any URL does. Anything else is bad input, not an unreachable head.
+/// Without a scheme, a loopback host means `http://` and any other `https://`, as a head serves
+/// plain HTTP only on loopback unless told otherwise: a token crosses the network in clear only
+/// where `http://` is written out.
 fn head_base_url(given: &str) -> Result<String, CliError> {
     let bad = |why: String| {
         CliError::BadInput(format!(
@@ -116,6 +119,9 @@ fn head_base_url(given: &str) -> Result<String, CliError> {
     let bare = !given.contains("://");
     let text = if bare { format!("http://{given}") } else { given.to_string() };
     let mut url = reqwest::Url::parse(&text).map_err(|e| bad(format!("not an address ({e})")))?;
+    if bare && !is_loopback(&url) {
+        url.set_scheme("https").expect("http and https swap");
+    }
     if !matches!(url.scheme(), "http" | "https") {
         return Err(bad(format!("`{}://` is not http:// or https://", url.scheme())));
     }
@@ -129,6 +135,12 @@ fn head_base_url(given: &str) -> Result<String, CliError> {
         url.set_port(Some(DEFAULT_HEAD_PORT)).expect("an http URL with a host takes a port");
     }
     Ok(url.as_str().trim_end_matches('/').to_string())
+}
+
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let host = url.host_str().unwrap_or_default();
+    let ip = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>();
+    ip.map_or_else(|_| host.eq_ignore_ascii_case("localhost"), |ip| ip.is_loopback())
 }
 
 /// The TLS config that `--tls-cert` and `--tls-key` give, if they are given.
@@ -183,11 +195,13 @@ mod tests {
     use super::head_base_url;
 
     #[test]
-    fn a_head_address_is_host_and_port_and_a_bare_host_means_the_heads_port() {
+    fn a_head_address_is_host_and_port_a_bare_host_means_the_heads_port_and_off_loopback_https() {
         for (given, base) in [
             ("127.0.0.1:7390", "http://127.0.0.1:7390"),
             ("127.0.0.1", "http://127.0.0.1:7380"),
-            ("head.example:9000", "http://head.example:9000"),
+            ("head.example:9000", "https://head.example:9000"),
+            ("10.0.0.5", "https://10.0.0.5:7380"),
+            ("localhost:7390", "http://localhost:7390"),
             ("http://10.0.0.5:7380/", "http://10.0.0.5:7380"),
             ("https://head.example", "https://head.example"),
             ("[::1]:7380", "http://[::1]:7380"),
