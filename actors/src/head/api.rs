@@ -438,9 +438,7 @@ fn body_error(e: actix_web::error::JsonPayloadError, path: &str) -> ApiError {
         E::Deserialize(e) => {
             ApiError::BadRequest(format!("the request body is not the JSON expected: {e}; {}", body_wanted(path)))
         }
-        other => {
-            ApiError::BadRequest(format!("the request body is not the JSON expected: {other}; {}", body_wanted(path)))
-        }
+        other => ApiError::BadRequest(format!("the request body is not the JSON expected: {other}")),
     }
 }
 
@@ -930,8 +928,9 @@ async fn job_logs(
         .body(bytes))
 }
 
+mod object;
+
 #[cfg(test)]
 mod fuzz;
-mod object;
 #[cfg(test)]
 mod tests;
