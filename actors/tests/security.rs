@@ -403,6 +403,27 @@ fn connections_held_open_to_an_agents_log_server_leave_it_descriptors_to_start_w
     assert!(c.nodes_json()[0]["problem"].is_null(), "{:#}", c.nodes_json());
 }
 
+/// A job's `LD_PRELOAD` loads into its own processes, not into the supervisor that stops them
+/// and records their end. The dynamic loader says in the attempt's log (the supervisor's
+/// stderr and the workers' alike) each time it meets a library it cannot preload: once, for
+/// the worker, and not twice.
+#[test]
+fn a_jobs_ld_preload_reaches_its_workers_and_not_its_supervisor() {
+    let c = Cluster::start(&["n1"]);
+    let missing = c.dir.path().join("no-such-preload.so");
+    let command = r#"echo "preload=$LD_PRELOAD""#;
+    let spec = c.spec(
+        "preload",
+        json!({"command": ["sh", "-c", command], "min_nodes": 1, "max_nodes": 1, "env": {"LD_PRELOAD": missing}}),
+    );
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it ends", |j| j["state"] == "SUCCEEDED");
+    let log = c.ftdrive(&["logs", &id]);
+    assert!(log.contains(&format!("preload={}\n", missing.display())), "the worker has it: {log}");
+    let loader_said = log.lines().filter(|l| l.contains("cannot be preloaded")).count();
+    assert_eq!(loader_said, 1, "only the worker loaded with it:\n{log}");
+}
+
 /// Every error body is JSON, an agent's log server's too (it answered an unknown path with an
 /// empty 404).
 #[test]

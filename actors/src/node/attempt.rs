@@ -21,6 +21,36 @@ use tokio::sync::mpsc::UnboundedSender;
 /// Environment variables no attempt may see: the agent's own credentials.
 pub const WITHHELD_ENV: [&str; 4] = ["FTDRIVE_TOKEN", "FTDRIVE_AGENT_TOKEN", "FTDRIVE_CA_CERT", "FTDRIVE_STATE_DIR"];
 
+/// Variables of a job's `env` that change how a program is loaded or what code runs in it
+/// (glibc's list of those it drops for a setuid program): given to the workers alone, so that
+/// a job's `LD_PRELOAD` loads into its processes and not into the supervisor that stops them
+/// and records their end.
+pub const WORKER_ONLY_ENV: [&str; 23] = [
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LD_AUDIT",
+    "LD_DEBUG",
+    "LD_DEBUG_OUTPUT",
+    "LD_DYNAMIC_WEAK",
+    "LD_HWCAP_MASK",
+    "LD_LIBRARY_PATH",
+    "LD_ORIGIN_PATH",
+    "LD_PRELOAD",
+    "LD_PROFILE",
+    "LD_SHOW_AUXV",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_TRACE",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TMPDIR",
+    "TZDIR",
+];
+
 /// What the agent keeps of an attempt while it may still need it (`record.json`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Record {
@@ -254,6 +284,11 @@ impl Start {
         if let Some(group) = &self.cgroup {
             cmd.arg("--cgroup").arg(group);
         }
+        let (workers_only, both): (Vec<_>, Vec<_>) =
+            spec.env.iter().partition(|(name, _)| WORKER_ONLY_ENV.contains(&name.as_str()));
+        for (name, value) in workers_only {
+            cmd.arg("--worker-env").arg(format!("{name}={value}"));
+        }
         cmd.arg("--").args(&spec.command);
         // The agent's own credentials are withheld; a variable the job's spec sets is its
         // user's to pass, whatever its name, except what the agent sets for each attempt (its
@@ -264,7 +299,7 @@ impl Start {
         // `PWD` names the directory the command starts in, as a shell or torchrun's worker
         // sees it, not the one the agent was started in; the job's own `PWD` is its to set.
         cmd.env("PWD", cwd)
-            .envs(&spec.env)
+            .envs(both)
             .envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir(cwd)
             .stdin(Stdio::null())

@@ -1,7 +1,9 @@
 //! The attempt supervisor, `ftdrive __attempt --dir DIR --reattach-grace-ms G [--workers N
-//! --group-rank R --stop-grace-ms S --log FILE --max-log-bytes B --cgroup DIR] -- COMMAND...`: a small
-//! process between the agent and one attempt's worker group (`workers.rs`), in its own
-//! session so that nothing the agent's terminal or process group receives reaches it.
+//! --group-rank R --stop-grace-ms S --log FILE --max-log-bytes B --cgroup DIR
+//! --worker-env NAME=VALUE...] -- COMMAND...`: a small process between the agent and one
+//! attempt's worker group (`workers.rs`), in its own session so that nothing the agent's
+//! terminal or process group receives reaches it. The job's loader variables (`LD_PRELOAD`
+//! and the like) come as `--worker-env`, for the workers alone.
 //!
 //! It exists so that restarting the agent loses no work (DESIGN §10), and so that nothing
 //! outlives its attempt:
@@ -112,7 +114,8 @@ pub fn run(args: &[String]) -> ! {
     let Some(args) = parse(args) else {
         crate::note!(
             "usage: ftdrive __attempt --dir DIR --reattach-grace-ms MS [--workers N --group-rank R \
-             --stop-grace-ms MS --log FILE --max-log-bytes N --cgroup DIR] -- COMMAND [ARGS...]"
+             --stop-grace-ms MS --log FILE --max-log-bytes N --cgroup DIR --worker-env NAME=VALUE] -- COMMAND \
+             [ARGS...]"
         );
         std::process::exit(2);
     };
@@ -161,6 +164,7 @@ pub fn run(args: &[String]) -> ! {
 fn parse(args: &[String]) -> Option<Args> {
     let (mut dir, mut grace, mut log, mut cgroup) = (None, None, None, None);
     let (mut workers, mut group_rank, mut stop_grace_ms, mut max_log_bytes) = (1, 0, 0, 0);
+    let mut env = Vec::new();
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let mut value = || rest.next().cloned();
@@ -173,12 +177,16 @@ fn parse(args: &[String]) -> Option<Args> {
             "--log" => log = value().map(PathBuf::from),
             "--max-log-bytes" => max_log_bytes = value()?.parse().ok()?,
             "--cgroup" => cgroup = value().map(PathBuf::from),
+            "--worker-env" => {
+                let (name, val) = value()?.split_once('=').map(|(n, v)| (n.to_string(), v.to_string()))?;
+                env.push((name, val));
+            }
             "--" => break,
             _ => return None,
         }
     }
     let command: Vec<String> = rest.cloned().collect();
-    let group = GroupSpec { command, workers, group_rank, log, dir: dir? };
+    let group = GroupSpec { command, workers, group_rank, log, dir: dir?, env };
     (!group.command.is_empty()).then_some(Args {
         reattach_grace_ms: grace?,
         stop_grace_ms,

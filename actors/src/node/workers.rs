@@ -34,6 +34,8 @@ pub struct GroupSpec {
     pub log: Option<PathBuf>,
     /// The attempt's own directory (absolute): worker error files are written there.
     pub dir: PathBuf,
+    /// The job's variables that reach the workers and not the supervisor (`WORKER_ONLY_ENV`).
+    pub env: Vec<(String, String)>,
 }
 
 /// The most of a worker's error file that is read: PyTorch's holds a message and a traceback.
@@ -151,6 +153,7 @@ fn start_worker(
 ) -> Result<Child, (std::io::Error, bool)> {
     let mut cmd = Command::new(&spec.command[0]);
     cmd.args(&spec.command[1..]);
+    cmd.envs(spec.env.iter().map(|(name, value)| (name, value)));
     // Worker 0's variables are already in the supervisor's environment.
     cmd.envs(ftdrive::driver::env_worker_vars(spec.group_rank, spec.workers, local_rank));
     cmd.env(ERROR_FILE_VAR, error_file(&spec.dir, local_rank));
