@@ -1,7 +1,8 @@
 //! How many connections a server of ftdrive's (the head's API, an agent's log server) takes at
 //! once: bounded by the process's open-file limit, so that whoever holds connections open
 //! (a client, a scanner, a flood) makes later ones wait to be accepted instead of taking the
-//! descriptors the daemon's own work needs (the head's store, an attempt's log and pipes).
+//! descriptors the daemon's own work needs (the head's store, an attempt's log and pipes);
+//! and the open-file limit a daemon raises to at start.
 
 /// Descriptors kept back from connections for the daemon's own files, pipes and outgoing
 /// connections.
@@ -17,12 +18,24 @@ pub fn per_worker(limit: u64, workers: usize, most: usize) -> usize {
 
 /// The process's open-file soft limit now (after a daemon raised it to the hard one).
 pub fn open_file_limit() -> u64 {
+    limits().map_or(1_024, |limit| limit.rlim_cur)
+}
+
+/// A daemon takes the hard limit of open files as its soft one, as servers do: the usual soft
+/// limit (1,024) is what a few hundred connections use up. `beyond` says what running out does.
+pub fn raise_open_file_limit(beyond: &str) {
+    let Some(mut limit) = limits().filter(|l| l.rlim_cur < l.rlim_max) else { return };
+    limit.rlim_cur = limit.rlim_max;
+    // SAFETY: setrlimit on this process with a valid struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+        tracing::warn!("cannot raise the open-file limit to {}: {beyond}", limit.rlim_max);
+    }
+}
+
+fn limits() -> Option<libc::rlimit> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit on this process with a valid struct.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return 1_024;
-    }
-    limit.rlim_cur
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0).then_some(limit)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
     super::init_logging();
     // One descriptor per agent connection: the usual soft limit (1,024) would stop a head at
     // about a thousand agents.
-    super::raise_open_file_limit("agents and clients beyond it wait to connect");
+    crate::connections::raise_open_file_limit("agents and clients beyond it wait to connect");
     let state_dir = args.state_dir.unwrap_or_else(paths::default_state_dir);
     let config = HeadConfig {
         heartbeat_interval_ms: args.heartbeat_interval_ms,

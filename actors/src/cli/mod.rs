@@ -167,21 +167,6 @@ fn read_text_file(path: &std::path::Path, what: &str, limit_bytes: u64, why: &st
     Ok(text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text))
 }
 
-/// A daemon takes the hard limit of open files as its soft one, as servers do: the usual soft
-/// limit (1,024) is what a few hundred connections use up. `beyond` says what running out does.
-fn raise_open_file_limit(beyond: &str) {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: get/setrlimit on this process with a valid struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
-            limit.rlim_cur = limit.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                tracing::warn!("cannot raise the open-file limit to {}: {beyond}", limit.rlim_max);
-            }
-        }
-    }
-}
-
 /// Logs for the daemons, to stderr; `$FTDRIVE_LOG` filters (default `info`).
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FTDRIVE_LOG").unwrap_or_else(|_| "info".into());

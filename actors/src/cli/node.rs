@@ -19,7 +19,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     super::init_logging();
     // Each attempt holds a few (its log, its supervisor's pipe), and its log server takes one
     // per connection.
-    super::raise_open_file_limit("attempts beyond it cannot start");
+    crate::connections::raise_open_file_limit("attempts beyond it cannot start");
     // Absolute: each attempt's supervisor runs in the job's own directory, and finds its
     // records by this path.
     let state_dir = absolute(args.state_dir.clone().unwrap_or_else(paths::default_state_dir), "--state-dir")?;
