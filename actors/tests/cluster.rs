@@ -1095,11 +1095,24 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     out
 }
 
+/// A clean stop leaves the database whole in `state.db`, its WAL empty: a copy of that one
+/// file, taken while the head is down, is the cluster's whole state.
 #[test]
-fn the_head_stops_cleanly_on_sigterm() {
+fn the_head_stops_cleanly_on_sigterm_with_its_database_in_one_file() {
     let mut c = Cluster::start(&["n1"]);
+    let spec = c.spec("done", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it ends", |j| j["state"] == "SUCCEEDED");
+    let wal = c.dir.path().join("state.db-wal");
+    assert!(std::fs::metadata(&wal).unwrap().len() > 0, "a running head writes through its WAL");
     let status = c.stop_head();
     assert!(status.success(), "{status:?}");
+    assert_eq!(std::fs::metadata(&wal).map_or(0, |m| m.len()), 0, "the WAL is copied back at a clean stop");
+    let copy = tempfile::tempdir().unwrap();
+    std::fs::copy(c.dir.path().join("state.db"), copy.path().join("state.db")).unwrap();
+    let db = rusqlite::Connection::open(copy.path().join("state.db")).unwrap();
+    let state: String = db.query_row("SELECT state FROM jobs WHERE id = ?1", [&id], |r| r.get(0)).unwrap();
+    assert_eq!(state, "SUCCEEDED");
 }
 
 /// An agent started before its head (with no token file yet) waits for both, and registers

@@ -19,7 +19,7 @@
 use super::store::{Store, StoreError};
 use super::{
     agents, start_actor, ApiError, Drain, Follow, Forget, HeadActor, Health, JobFilter, Jobs, LocateLog, Metrics,
-    Nodes, Stop, Stopping, Submit, Undrain,
+    Nodes, Stop, Stopped, Stopping, Submit, Undrain,
 };
 use crate::paths::Tokens;
 use actix::prelude::*;
@@ -118,6 +118,7 @@ impl Stopper {
         while self.connections.open() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
+        let _ = self.head.send(Stopped).await;
         self.handle.stop(true).await;
     }
 }

@@ -244,6 +244,23 @@ impl Store {
         let _ = self.batches.send(batch);
     }
 
+    /// Copies the whole WAL into the database and empties it, waiting for a commit under way:
+    /// for a head that is stopping, so that `state.db` alone holds everything (a copy of the
+    /// file taken while the head is down is complete) and the next start has no WAL to read.
+    /// The process exits with the store's threads still holding their connections, so SQLite's
+    /// own checkpoint at the last close never runs.
+    pub fn checkpoint_all(&self) -> Result<(), String> {
+        let writer = self.writer.lock().map_err(|_| "the store's writer panicked".to_string())?;
+        let (busy, wal_pages, copied): (i64, i64, i64) = writer
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| e.to_string())?;
+        if busy != 0 {
+            return Err(format!("the database was busy: {copied} of {wal_pages} WAL pages copied"));
+        }
+        Ok(())
+    }
+
     /// Commits a batch on the calling thread, synced when this returns. Only for a caller
     /// with nothing queued or being written: batches commit in order.
     pub fn write_now(&self, batch: Batch) -> Result<(), String> {
