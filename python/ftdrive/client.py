@@ -49,16 +49,21 @@ _UNTRUSTED_ISSUER = frozenset({2, 18, 19, 20, 21})
 _NAME_MISMATCH = frozenset({62, 64})
 #: How long the probe of whether an http:// head speaks TLS waits.
 _PROBE_S = 3.0
+#: The least time a request is given when a caller's deadline is that close or past: the
+#: deadline is checked after it, and a request given no time at all would not be sent.
+_SHORTEST_REQUEST_S = 0.05
 
 
 @dataclass(frozen=True)
 class Directions:
-    """How the caller gives the head's address and the CA certificate an https head is verified
-    with, in the caller's own terms: errors that need either fixed name them this way (the
-    torchx scheduler names its ``-cfg`` options)."""
+    """How the caller gives the head's address, the CA certificate an https head is verified
+    with and the state dir whose token file is read, in the caller's own terms: errors that need
+    one fixed name it this way (the torchx scheduler names its ``-cfg`` options, and has no
+    ``state_dir=``)."""
 
     head: str = "pass head= or set $FTDRIVE_HEAD"
     ca_cert: str = "ca_cert= or $FTDRIVE_CA_CERT"
+    state_dir: str = "state_dir=, $FTDRIVE_STATE_DIR, else ~/.ftdrive"
 
 
 T = TypeVar("T")
@@ -114,14 +119,16 @@ class Client:
         """One job, with its actors and attempt ledger."""
         return Job.from_json(self._json("GET", f"/v1/jobs/{_seg(job)}"))
 
-    def jobs(self, states: Optional[Sequence[str]] = None, limit: Optional[int] = None) -> List[Job]:
+    def jobs(self, states: Union[str, Sequence[str], None] = None, limit: Optional[int] = None) -> List[Job]:
         """The jobs the head keeps (running ones and recently finished ones), in submission
-        order: only those in ``states`` (e.g. ``["PENDING", "RUNNING"]``) when given, and only
-        the newest ``limit`` of them."""
+        order: only those in ``states`` (a state, or a list such as ``["PENDING", "RUNNING"]``)
+        when given, and only the newest ``limit`` of them."""
         query: Dict[str, str] = {}
         if states:
-            query["state"] = ",".join(states)
+            query["state"] = states if isinstance(states, str) else ",".join(states)
         if limit is not None:
+            if int(limit) < 1:
+                raise ArgumentError(f"limit={limit}: give the number of newest jobs to list, 1 or more")
             query["limit"] = str(int(limit))
         path = "/v1/jobs" + ("?" + urllib.parse.urlencode(query) if query else "")
         return [Job.from_json(j) for j in self._json("GET", path)]
@@ -147,17 +154,21 @@ class Client:
         away = HeadAway(self.base_url, head_return_timeout)
         while True:
             try:
-                view: Optional[Job] = self.status(job)
+                # No request outlasts the caller's deadline (``timeout`` bounds the whole call).
+                view: Optional[Job] = Job.from_json(
+                    self._json("GET", f"/v1/jobs/{_seg(job)}", timeout=self._request_timeout(deadline))
+                )
                 away.answered()
             except HeadUnreachableError as e:
                 away.ride_out(e)
                 view = None
             if view is not None and view.is_terminal:
                 return view
-            if deadline is not None and time.monotonic() >= deadline:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 where = view.state if view is not None else "unknown (the head cannot be reached)"
                 raise TimeoutError(f"job {job} is still {where} after {timeout} s")
-            time.sleep(poll_interval)
+            time.sleep(poll_interval if left is None else min(poll_interval, left))
 
     # ---- events -------------------------------------------------------------------------
 
@@ -247,7 +258,8 @@ class Client:
         actor is its index (``1``) or its name (``"j7/1"``, as ``Actor.name`` and the CLI's
         ``--actor`` have it)."""
         index = actor_index(job, index)
-        query: Dict[str, Any] = {"actor": index, "offset": offset}
+        _check_log_numbers(attempt, local_rank)
+        query: Dict[str, Any] = {"actor": index, "offset": _not_negative("offset", offset, "a byte offset into the log")}
         if attempt is not None:
             query["attempt"] = attempt
         if local_rank is not None:
@@ -287,6 +299,7 @@ class Client:
         output was read; it rides out a head restart as :meth:`wait` does, and goes on from
         where it was. The actor is its index or its name, as for :meth:`log_chunk`; a bad one
         is :class:`ArgumentError` here, before the head is asked."""
+        _check_log_numbers(attempt, local_rank)
         ask = functools.partial(self.log_chunk, job, actor_index(job, index), local_rank=local_rank)
         return _chunks(ask, attempt, follow, poll_interval, HeadAway(self.base_url, head_return_timeout))
 
@@ -354,8 +367,14 @@ class Client:
 
     # ---- HTTP ---------------------------------------------------------------------------
 
-    def _json(self, method: str, path: str, body: Any = None) -> Any:
-        conn, response, _ = self._open(method, path, body)
+    def _request_timeout(self, deadline: Optional[float]) -> float:
+        """``timeout``, or less when a caller's deadline comes sooner."""
+        if deadline is None:
+            return self.timeout
+        return max(min(self.timeout, deadline - time.monotonic()), _SHORTEST_REQUEST_S)
+
+    def _json(self, method: str, path: str, body: Any = None, timeout: Optional[float] = None) -> Any:
+        conn, response, _ = self._open(method, path, body, timeout)
         try:
             data = response.read()
         except (OSError, http.client.HTTPException) as e:
@@ -364,15 +383,14 @@ class Client:
             conn.close()
         return _parse(data.decode("utf-8", errors="replace"), path)
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self, timeout: Optional[float] = None) -> http.client.HTTPConnection:
+        timeout = self.timeout if timeout is None else timeout
         if self._scheme == "https":
-            return http.client.HTTPSConnection(
-                self._host, self._port, timeout=self.timeout, context=self._conn.ssl_context
-            )
-        return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._conn.ssl_context)
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def _open(
-        self, method: str, path: str, body: Any = None
+        self, method: str, path: str, body: Any = None, timeout: Optional[float] = None
     ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, Optional[socket.socket]]:
         """Sends a request; answers the open connection, a 2xx response and the socket it is
         read from, or raises."""
@@ -381,7 +399,7 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode("utf-8")
             headers["Content-Type"] = "application/json"
-        conn = self._connection()
+        conn = self._connection(timeout)
         try:
             conn.request(method, self._prefix + path, body=data, headers=headers)
             sock = conn.sock
@@ -407,7 +425,7 @@ class Client:
         certificate not trusted), as the CLI tells it; else the error and where to look."""
         why = self._tls_cause(error)
         if why is not None:
-            return HeadUnreachableError(f"cannot reach the head: {why}")
+            return HeadUnreachableError(f"cannot reach the head: {why}", lasting=True)
         return HeadUnreachableError(
             f"cannot reach the head at {self.base_url}: {error}; is `ftdrive head` running? {self.directions.head}"
         )
@@ -449,14 +467,14 @@ class Client:
         if source == TOKEN_VAR:
             fix = (
                 "set $FTDRIVE_TOKEN to the contents of the `token` file in the head's state dir, or unset it to use "
-                "that file from the state dir (state_dir=, $FTDRIVE_STATE_DIR, else ~/.ftdrive)"
+                f"that file from the state dir ({self.directions.state_dir})"
             )
         elif source == "token=":
             fix = "pass token= the contents of the `token` file in the head's state dir"
         else:
             fix = (
-                f"that file is another head's; pass state_dir= the state dir of the head at {head}, or set "
-                "$FTDRIVE_TOKEN to the contents of the `token` file there"
+                f"that file is another head's; give the state dir of the head at {head} "
+                f"({self.directions.state_dir}), or set $FTDRIVE_TOKEN to the contents of the `token` file there"
             )
         return f"the head at {head} refused {given}: it is not its client token; {fix}"
 
@@ -533,6 +551,8 @@ class HeadAway:
         when it never answered, that it could not be reached)."""
         if not isinstance(error, HeadUnreachableError) and not (isinstance(error, ApiError) and error.status == 502):
             raise error
+        if isinstance(error, HeadUnreachableError) and error.lasting:
+            raise error  # the head answered, and waiting will not mend how it was asked
         self._ever_answered = self._ever_answered or isinstance(error, ApiError)
         now = time.monotonic()
         self._since = now if self._since is None else self._since
@@ -592,6 +612,22 @@ def actor_index(job: str, actor: ActorRef) -> int:
     return index
 
 
+def _not_negative(name: str, value: int, what: str) -> int:
+    """``value`` as a whole number of 0 or more; else :class:`ArgumentError`, before the head is asked."""
+    number = int(value)
+    if number < 0:
+        raise ArgumentError(f"{name}={value}: give {what}, 0 or more")
+    return number
+
+
+def _check_log_numbers(attempt: Optional[int], local_rank: Optional[int]) -> None:
+    """An attempt is numbered from 1; a worker's local rank from 0."""
+    if attempt is not None and int(attempt) < 1:
+        raise ArgumentError(f"attempt={attempt}: attempts are numbered from 1 (leave it out for the latest)")
+    if local_rank is not None:
+        _not_negative("local_rank", local_rank, "a worker's local rank on its node")
+
+
 def not_started(view: Job, actor: Actor) -> str:
     """Why ``actor`` of ``view`` has no log: it has not started an attempt, and what the job
     waits for (or how it ended): the head words its 404 to such a log request the same way."""
@@ -626,9 +662,11 @@ def _lines(chunks: Iterator[LogChunk]) -> Iterator[str]:
     pending = ""
     for chunk in chunks:
         pending += decoder.decode(chunk.data)
-        lines = pending.splitlines(keepends=True)
-        pending = lines.pop() if lines and not lines[-1].endswith(("\n", "\r")) else ""
-        yield from lines
+        # Only "\n" ends a line, as for `ftdrive logs`: str.splitlines also breaks at "\r" (a
+        # progress bar's redraw, or the first half of a "\r\n" split across two chunks), form
+        # feeds and Unicode separators, which the program did not mean as lines.
+        *lines, pending = pending.split("\n")
+        yield from (line + "\n" for line in lines)
     pending += decoder.decode(b"", final=True)
     if pending:
         yield pending

@@ -31,7 +31,15 @@ class ConfigError(FtdriveError):
 
 
 class HeadUnreachableError(FtdriveError):
-    """The head could not be reached (refused, timed out, TLS failure, connection lost)."""
+    """The head could not be reached (refused, timed out, TLS failure, connection lost).
+
+    ``lasting`` is true when the cause will not pass by itself — TLS set up differently at the
+    two ends (a wrong scheme, a certificate not trusted here): calls that ride out a head's
+    restart raise it at once rather than wait for the head to come back."""
+
+    def __init__(self, message: str, *, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 class ApiError(FtdriveError):

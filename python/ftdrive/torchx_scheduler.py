@@ -136,6 +136,7 @@ _HEAD_WAYS = (
     "`head = http://HOST:PORT` in the [ftdrive] section of .torchxconfig, or $FTDRIVE_HEAD"
 )
 _CA_CERT_WAYS = "`-cfg ca_cert=PEM` (or `ca_cert` in the [ftdrive] section of .torchxconfig, or $FTDRIVE_CA_CERT)"
+_STATE_DIR_WAYS = "$FTDRIVE_STATE_DIR, else ~/.ftdrive"
 
 
 class UnknownAppError(FtdriveError, UnknownAppException):
@@ -163,6 +164,7 @@ class FtdriveOpts(TypedDict, total=False):
     system_retries: Optional[int]
     preemption_retries: Optional[int]
     strategy: Optional[str]
+    schedule_timeout_ms: Optional[int]
     node_selector: Optional[Dict[str, str]]
     non_retryable_exit_codes: Optional[List[str]]
 
@@ -178,6 +180,9 @@ class FtdriveRequest:
     ca_cert: Optional[str] = None
     notes: List[str] = field(default_factory=list)
     role_name: str = ""
+    #: What of the app the job leaves out: said as a warning when it is submitted, not only by
+    #: ``--dryrun``.
+    ignored: List[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         head = self.head or os.environ.get("FTDRIVE_HEAD") or "(no head: set $FTDRIVE_HEAD or -cfg head=URL)"
@@ -236,6 +241,13 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             "preemption_retries", type_=int, default=None, help="retries after preemptions (default: -1, no limit)"
         )
         opts.add("strategy", type_=str, default=None, help=f"placement: one of {', '.join(STRATEGIES)}")
+        opts.add(
+            "schedule_timeout_ms",
+            type_=int,
+            default=None,
+            help="fail the app once it has waited this long with fewer than its minimum nodes (default: wait for "
+            "ever, as for a cluster that is growing)",
+        )
         opts.add("node_selector", type_=Dict[str, str], default=None, help="node labels to match, e.g. zone:a;rack:r1")
         opts.add(
             "non_retryable_exit_codes",
@@ -260,7 +272,9 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             if not os.environ.get("FTDRIVE_HEAD"):
                 raise ConfigError(_NO_HEAD)
         client = Client(head=head, ca_cert=ca_cert or _torchxconfig("ca_cert"))
-        client.directions = Directions(head=f"the address came from {source}; {_HEAD_WAYS}", ca_cert=_CA_CERT_WAYS)
+        client.directions = Directions(
+            head=f"the address came from {source}; {_HEAD_WAYS}", ca_cert=_CA_CERT_WAYS, state_dir=_STATE_DIR_WAYS
+        )
         return client
 
     def _client_of(self, app_id: str) -> Client:
@@ -292,6 +306,8 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
     def schedule(self, dryrun_info: AppDryRunInfo[FtdriveRequest]) -> str:
         request = dryrun_info.request
         client = self._client(request.head, request.ca_cert)
+        for what in request.ignored:
+            logger.warning(what)
         try:
             job = client.submit(request.spec)
         except ApiError as e:
@@ -456,7 +472,7 @@ def _check_run_options(cfg: Mapping[str, Any]) -> None:
     for name, allowed in choices.items():
         if cfg.get(name) is not None and cfg[name] not in allowed:
             raise ArgumentError(f"-cfg {name}={cfg[name]}: must be one of {', '.join(allowed)}")
-    lowest = {"hot_spares": 0, "system_retries": -1, "preemption_retries": -1}
+    lowest = {"hot_spares": 0, "system_retries": -1, "preemption_retries": -1, "schedule_timeout_ms": 1}
     for name, low in lowest.items():
         if cfg.get(name) is not None and int(cfg[name]) < low:
             meaning = "" if low == 0 else f" ({low}: no limit)"
@@ -476,8 +492,10 @@ def to_request(app: AppDef, cfg: Mapping[str, Any]) -> FtdriveRequest:
     command, low, high, nproc = _launch_shape(role, str(cfg.get("python") or "python3"), notes)
     min_nodes, max_nodes, hot_spares, restart = _topology(role.retry_policy, low, high, cfg)
     command, env = _late_bound(command, dict(role.env))
+    ignored = []
     if role.mounts:
-        notes.append("mounts are ignored: ftdrive runs processes on the nodes' own filesystems")
+        ignored.append(f"role {role.name}: mounts are ignored: ftdrive runs processes on the nodes' own filesystems")
+    notes.extend(ignored)
     bundle, labels = _bundle(role, notes)
     spec = JobSpec(
         name=_job_name(app.name, role.name),
@@ -495,9 +513,16 @@ def to_request(app: AppDef, cfg: Mapping[str, Any]) -> FtdriveRequest:
     )
     if cfg.get("strategy"):
         spec.strategy = str(cfg["strategy"])
+    if cfg.get("schedule_timeout_ms") is not None:
+        spec.schedule_timeout_ms = int(cfg["schedule_timeout_ms"])
     spec.node_selector = {**labels, **dict(cfg.get("node_selector") or {})}
     return FtdriveRequest(
-        spec=spec, head=cfg.get("head"), ca_cert=cfg.get("ca_cert"), notes=notes, role_name=app.roles[0].name
+        spec=spec,
+        head=cfg.get("head"),
+        ca_cert=cfg.get("ca_cert"),
+        notes=notes,
+        role_name=app.roles[0].name,
+        ignored=ignored,
     )
 
 
@@ -902,11 +927,22 @@ def _error_record(message: str, code: Optional[int], at_ms: int) -> str:
     return json.dumps({"message": record})
 
 
-#: Fixes the head and agents word as job spec fields, as a torchx user makes them.
+#: What the head and agents word as job spec fields, as a torchx user gives them: the role's
+#: replicas and resource, and the run options.
 _TORCHX_TERMS = (
     (
         "set the job spec's `cwd` (default: the agent's --work-dir) to one that exists",
         "give `-cfg cwd=DIR` one that exists on every node (default: the directory `torchx run` ran in)",
+    ),
+    (
+        "add nodes, or lower min_nodes",
+        "add nodes, or lower the app's fewest nodes (dist.ddp: -j MIN:MAXxN; else the role's min_replicas)",
+    ),
+    ("infeasible: bundle needs ", "infeasible: one replica's resource needs "),
+    ("memory_mb=", "memMB="),
+    (
+        "no node matches node_selector ",
+        "no node matches the role's resource capabilities and -cfg node_selector: ",
     ),
 )
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 import re
 import shutil
 import signal
+import socket
 import sys
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import List
 
@@ -24,7 +27,9 @@ from ftdrive import (
     JobSpec,
     Retries,
 )
+from ftdrive.client import _lines
 from ftdrive.connection import head_url
+from ftdrive.models import LogChunk
 
 
 def check_env_spec(cluster: Cluster, name: str, nodes: int = 3, nproc: int = 2) -> JobSpec:
@@ -398,11 +403,37 @@ def test_bad_input_is_refused_with_the_heads_message_and_changes_nothing(
 
 
 def test_a_negative_number_in_a_query_is_refused_saying_what_numbers_may_be(cluster: Cluster) -> None:
+    # By the head, to any client:
+    token = (cluster.dir / "token").read_text().strip()
+    request = urllib.request.Request(f"{cluster.url}/v1/jobs?limit=-1", headers={"Authorization": f"Bearer {token}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=WAIT_S)
+    assert refused.value.code == 400
+    said = refused.value.read().decode()
+    assert "limit: 1 or more" in said, said
+    # And by this client before it asks, naming its own argument:
     client = cluster.client()
-    with pytest.raises(ApiError) as refused:
-        client.jobs(limit=-1)
-    assert refused.value.status == 400
-    assert "limit: 1 or more" in refused.value.message, refused.value.message
+    job_id = client.jobs()[0].id if client.jobs() else "j1"
+    refusals = [
+        (lambda: client.jobs(limit=0), "limit=0: give the number of newest jobs to list, 1 or more"),
+        (lambda: client.log_chunk(job_id, 0, offset=-5), "offset=-5: give a byte offset into the log, 0 or more"),
+        (lambda: client.logs(job_id, 0, attempt=0), "attempt=0: attempts are numbered from 1"),
+        (lambda: client.log_bytes(job_id, 0, attempt=-1), "attempt=-1: attempts are numbered from 1"),
+        (lambda: client.logs(job_id, 0, local_rank=-1), "local_rank=-1: give a worker's local rank on its node"),
+    ]
+    for call, said in refusals:
+        with pytest.raises(ArgumentError, match=re.escape(said)):
+            call()
+
+
+def test_jobs_takes_one_state_or_several(cluster: Cluster) -> None:
+    client = cluster.client()
+    done = client.submit(JobSpec(name="one-state", command=["true"], min_nodes=1, max_nodes=1)).id
+    assert client.wait(done, timeout=WAIT_S).state == "SUCCEEDED"
+    succeeded = client.jobs(states="SUCCEEDED")
+    assert done in [j.id for j in succeeded] and {j.state for j in succeeded} == {"SUCCEEDED"}
+    assert done not in [j.id for j in client.jobs(states="RUNNING")]
+    assert done in [j.id for j in client.jobs(states=["FAILED", "SUCCEEDED"])]
 
 
 def test_unknown_jobs_are_404(cluster: Cluster) -> None:
@@ -528,6 +559,38 @@ def test_a_head_that_never_answered_could_not_be_reached(tmp_path: Path) -> None
     message = str(never.value)
     assert "could not be reached, asked for 1 s and never answering" in message, message
     assert "did not come back" not in message and "is `ftdrive head` running?" in message, message
+
+
+def test_wait_keeps_its_timeout_when_the_head_accepts_and_never_answers() -> None:
+    """``timeout`` bounds the whole call, as ``Future.result(timeout)`` does: no request waits
+    out the client's own (here an hour) past it."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel accepts; nothing ever answers
+    client = Client(f"127.0.0.1:{silent.getsockname()[1]}", token="t", timeout=3600)
+    outcome: List[BaseException] = []
+
+    def wait() -> None:
+        try:
+            client.wait("j1", timeout=0.5)
+        except BaseException as e:  # noqa: B036 - handed to the test's thread
+            outcome.append(e)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    waiter.join(WAIT_S)  # a hang guard, an hour short of the request timeout
+    silent.close()
+    assert not waiter.is_alive(), "wait(timeout=0.5) waited on a request past its timeout"
+    assert len(outcome) == 1 and isinstance(outcome[0], TimeoutError), outcome
+    assert "job j1 is still unknown (the head cannot be reached) after 0.5 s" in str(outcome[0])
+
+
+def test_log_lines_end_only_at_newlines() -> None:
+    """As ``ftdrive logs`` splits them: a carriage return (a progress bar's redraw, or half of a
+    CRLF cut between two reads), a form feed or a Unicode separator is inside a line."""
+    parts = [b"50%\r100%\r\nA" + b"x" * 3 + b"\r", b"\nsep\xe2\x80\xa8ff\x0cend\n", b"\xe2\x80", b"\xa8last"]
+    chunks = [LogChunk(data=p, attempt=1, node="n1", running=False, next_offset=0) for p in parts]
+    assert list(_lines(iter(chunks))) == ["50%\r100%\r\n", "Axxx\r\n", "sep\u2028ff\x0cend\n", "\u2028last"]
 
 
 def test_a_refused_token_says_where_it_came_from_and_how_to_give_the_right_one(

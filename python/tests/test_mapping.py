@@ -5,6 +5,7 @@ refuses before it asks the head anything."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 from pathlib import Path
@@ -13,12 +14,12 @@ from typing import Any, Dict
 import pytest
 from torchx.components.dist import ddp
 from torchx.components.utils import python as utils_python
-from torchx.specs import AppDef, Resource, RetryPolicy, Role
+from torchx.specs import AppDef, BindMount, Resource, RetryPolicy, Role
 
 from ftdrive import ArgumentError, Client, ConfigError, FtdriveError, SpecError
 from ftdrive.spec import JobSpec
 from ftdrive.torchrun import translate
-from ftdrive.torchx_scheduler import create_scheduler, to_request
+from ftdrive.torchx_scheduler import _in_torchx_terms, create_scheduler, to_request
 
 CFG: Dict[str, Any] = {"cwd": "/srv/train", "python": "python3"}
 
@@ -133,6 +134,7 @@ def test_dryrun_is_the_spec_json_and_round_trips() -> None:
         ({"strategy": "spread"}, "-cfg strategy=spread: must be one of STRICT_SPREAD, SPREAD, PACK, STRICT_PACK"),
         ({"hot_spares": -1}, "-cfg hot_spares=-1: must be 0 or more"),
         ({"system_retries": -2}, r"-cfg system_retries=-2: must be -1 or more \(-1: no limit\)"),
+        ({"schedule_timeout_ms": 0}, "-cfg schedule_timeout_ms=0: must be 1 or more"),
     ],
 )
 def test_run_options_the_head_would_refuse_are_refused_naming_the_option(cfg: Dict[str, Any], said: str) -> None:
@@ -263,3 +265,46 @@ def test_a_role_the_head_would_refuse_is_refused_in_torchx_terms(app: AppDef, sa
     """Refused before submitting (a dry run too), naming the role's fields, not the spec's."""
     with pytest.raises(SpecError, match=said):
         create_scheduler("test").submit_dryrun(app, {"head": "h:1"})
+
+
+def test_a_schedule_timeout_is_a_run_option() -> None:
+    """So that an app no node can hold ends (and ``torchx run --wait`` with it) rather than wait for ever."""
+    app = ddp(script="train.py", j="2x1")
+    assert spec_of(app).schedule_timeout_ms is None
+    assert spec_of(app, schedule_timeout_ms=60_000).schedule_timeout_ms == 60_000
+    assert "schedule_timeout_ms" in {name for name, _ in create_scheduler("test").run_opts()}
+
+
+def test_mounts_the_job_leaves_out_are_said_when_it_is_submitted(caplog: pytest.LogCaptureFixture) -> None:
+    app = role_with(mounts=[BindMount(src_path="/data", dst_path="/mnt/data")])
+    request = to_request(app, CFG)
+    said = "role w: mounts are ignored: ftdrive runs processes on the nodes' own filesystems"
+    assert request.ignored == [said] and said in request.notes
+    assert to_request(role_with(), CFG).ignored == []
+    scheduler = create_scheduler("test", client=Client("http://127.0.0.1:9", token="t"))  # nothing listens there
+    with caplog.at_level(logging.WARNING, logger="ftdrive.torchx_scheduler"), pytest.raises(FtdriveError):
+        scheduler.schedule(scheduler.submit_dryrun(app, CFG))
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [said]
+
+
+@pytest.mark.parametrize(
+    "head_said, torchx_says",
+    [
+        (
+            "infeasible: min_nodes 4 bundles of cpu=2 do not fit on the 3 node(s) that could hold one, DEAD ones "
+            "included: 3 at most, even empty; add nodes, or lower min_nodes",
+            "add nodes, or lower the app's fewest nodes (dist.ddp: -j MIN:MAXxN; else the role's min_replicas)",
+        ),
+        (
+            "infeasible: bundle needs memory_mb=999999, largest node has memory_mb=4096 (n1)",
+            "infeasible: one replica's resource needs memMB=999999, largest node has memMB=4096 (n1)",
+        ),
+        (
+            "infeasible: no node matches node_selector zone=a",
+            "infeasible: no node matches the role's resource capabilities and -cfg node_selector: zone=a",
+        ),
+    ],
+)
+def test_why_an_app_waits_is_told_in_torchx_terms(head_said: str, torchx_says: str) -> None:
+    assert torchx_says in _in_torchx_terms(head_said)
+    assert "min_nodes" not in _in_torchx_terms(head_said).split(";")[-1]

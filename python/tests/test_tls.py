@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Callable, Iterator, List, Tuple
 
 import pytest
-from conftest import Cluster
+from conftest import WAIT_S, Cluster
 
 from ftdrive import Client, HeadUnreachableError, JobSpec
 
@@ -102,6 +103,35 @@ def test_tls_mistakes_are_told_with_their_fix(https_cluster: Tuple[Cluster, Path
     said = refusal(url, ca_cert=other_ca)
     assert f"presented a certificate that the CA in {other_ca} did not sign" in said, said
     assert said.endswith("give ca_cert= or $FTDRIVE_CA_CERT the CA that did"), said
+
+
+def test_calls_that_ride_out_a_restart_do_not_wait_on_a_tls_mistake(https_cluster: Tuple[Cluster, Path]) -> None:
+    """A head away is waited for (a restart loses no job), but a TLS mistake does not mend
+    itself: ``wait`` and a followed log raise it at once, as a one-off call does."""
+    cluster, _ = https_cluster
+    job_id = cluster.client().submit(JobSpec(name="seen", command=["true"], min_nodes=1, max_nodes=1)).id
+    plain = "http://" + cluster.url.split("://", 1)[1]
+    for head, said in [(cluster.url, "signed by a CA that is not trusted here"), (plain, "speaks HTTPS")]:
+        client = Client(head, state_dir=cluster.dir, timeout=10)
+        calls = [
+            lambda: client.wait(job_id, head_return_timeout=3600),
+            lambda: list(client.logs(job_id, 0, follow=True, head_return_timeout=3600)),
+        ]
+        for call in calls:
+            outcome: List[BaseException] = []
+            caller = threading.Thread(target=lambda: raised(call, outcome), daemon=True)
+            caller.start()
+            caller.join(WAIT_S)  # a hang guard, an hour short of head_return_timeout
+            assert not caller.is_alive(), f"{head}: waited for the head to come back over a TLS mistake"
+            assert len(outcome) == 1 and isinstance(outcome[0], HeadUnreachableError), outcome
+            assert said in str(outcome[0]) and "never answering" not in str(outcome[0]), outcome[0]
+
+
+def raised(call: Callable[[], object], into: List[BaseException]) -> None:
+    try:
+        call()
+    except BaseException as e:  # noqa: B036 - handed to the test's thread
+        into.append(e)
 
 
 def test_a_certificate_for_another_name_says_which(tmp_path: Path) -> None:
