@@ -461,6 +461,13 @@ def test_run_mistakes_are_told_in_torchx_terms(cluster: Cluster, torchx_cli: Lis
     assert "the address came from -cfg head; give the head's address" in done.stderr, done.stderr
     assert "pass head=" not in done.stderr, done.stderr
 
+    # A refused token: the state dir is named as a torchx user gives it (no state_dir= there).
+    bad_token = {**cluster.user_env(), "FTDRIVE_TOKEN": "bad"}
+    done = torchx(torchx_cli, cluster, "status", "ftdrive://torchx/j1", check=False, env=bad_token)
+    assert done.returncode != 0 and "refused the token from $FTDRIVE_TOKEN" in done.stderr, done.stderr
+    assert "from the state dir ($FTDRIVE_STATE_DIR, else ~/.ftdrive)" in done.stderr, done.stderr
+    assert "state_dir=" not in done.stderr, done.stderr
+
 
 def test_log_of_a_replica_that_never_started_says_why(cluster: Cluster, torchx_cli: List[str]) -> None:
     handle = launch(torchx_cli, cluster, "utils.sh", "--cpu", "64", "true")
