@@ -101,6 +101,11 @@ fn existing_token(file: &Path) -> std::io::Result<Option<String>> {
 /// A state directory only its owner can enter.
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    // Only when it is not so already: a chmod on a read-only disk fails even when it would
+    // change nothing, and an agent restarted there must still start, to re-attach (AG-6).
+    if std::fs::metadata(dir)?.permissions().mode() & 0o777 == 0o700 {
+        return Ok(());
+    }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
@@ -257,13 +262,21 @@ pub fn lock_in_turn(path: &Path) -> std::io::Result<std::fs::File> {
 }
 
 fn lock(path: &Path, operation: libc::c_int) -> std::io::Result<std::fs::File> {
-    let file = std::fs::OpenOptions::new()
+    let opened = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
+        .open(path);
+    let file = match opened {
+        // A lock file made before the disk turned read-only locks as well read-only: flock
+        // does not ask for write access.
+        Err(e) if e.raw_os_error() == Some(libc::EROFS) => {
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?
+        }
+        opened => opened?,
+    };
     // SAFETY: flock on a descriptor this function owns.
     if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), operation) } != 0 {
         return Err(std::io::Error::last_os_error());

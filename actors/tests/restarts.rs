@@ -398,6 +398,52 @@ fn an_agent_restarted_on_a_full_disk_keeps_its_processes_and_takes_no_new_work()
     c.wait_until("n1 can start work again", |c| n1(c)["state"] == "ALIVE" && n1(c).get("problem").is_none());
 }
 
+/// As on a full disk, on one the kernel turned read-only (ext4's `errors=remount-ro` after an
+/// I/O error; here a read-only bind mount over the node's state dir, which the running
+/// supervisors, holding their files open beneath it, do not see): the restarted agent starts,
+/// unhealthy, and re-attaches. It used to exit 2 at its first chmod, and the job's processes
+/// died after the grace.
+#[test]
+fn an_agent_restarted_on_a_read_only_disk_keeps_its_processes() {
+    let mut c = Cluster::start(&["n1", "n2"]);
+    let id = steady_job(&c, "through-a-read-only-disk", 2);
+    let on_n1 = pids(&c, Some("n1"));
+    c.kill_node("n1");
+    let Some(_read_only) = ReadOnly::over(&c.dir.path().join("node-n1")) else {
+        c.ftdrive(&["stop", &id]);
+        return eprintln!("read-only disk test SKIPPED: cannot bind-mount here (it needs root)");
+    };
+    c.add_node("n1");
+    let n1 = |c: &Cluster| c.nodes_json().as_array().unwrap().iter().find(|n| n["name"] == "n1").cloned().unwrap();
+    c.wait_until("n1 is back, unhealthy", |c| n1(c)["state"] == "ALIVE" && n1(c)["problem"].is_string());
+    let said = n1(&c)["problem"].as_str().unwrap().to_string();
+    assert!(said.contains("Read-only file system"), "{said}");
+    assert_eq!(pids(&c, Some("n1")), on_n1, "the same processes run under the new agent");
+    let done = c.wait_for_job(&id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
+    only_first_attempts_completed(&done, 2);
+}
+
+/// A read-only bind mount of a directory over itself, undone when dropped.
+struct ReadOnly(std::path::PathBuf);
+
+impl ReadOnly {
+    fn over(dir: &std::path::Path) -> Option<ReadOnly> {
+        let mount =
+            |args: &[&str]| Command::new("mount").args(args).arg(dir).arg(dir).status().is_ok_and(|s| s.success());
+        if !mount(&["--bind"]) {
+            return None;
+        }
+        let read_only = ReadOnly(dir.to_path_buf());
+        mount(&["-o", "remount,bind,ro"]).then_some(read_only)
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
 /// A head restarted with a longer node timeout lengthens the re-attach grace of supervisors
 /// already running: an agent away for longer than the old timeout, though within the new one,
 /// still finds its processes.
