@@ -83,6 +83,11 @@ pub struct ExitStatus {
     /// agent or the head was away) is recorded when it happened, not when it was heard of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_ms: Option<u64>,
+    /// Output the attempt's log never took, after the last of it that it did (a disk that
+    /// stayed full to the end): no line in the log can say so, so its ledger entry does. At
+    /// most `MAX_ERROR_CHARS` (`bounded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unlogged: Option<String>,
 }
 
 /// The most of a program's own error message that its attempt's record keeps: a sentence
@@ -127,6 +132,7 @@ impl ExitStatus {
             error: None,
             orphaned: false,
             ended_ms: None,
+            unlogged: None,
         }
     }
 
@@ -140,6 +146,7 @@ impl ExitStatus {
             error: None,
             orphaned: false,
             ended_ms: None,
+            unlogged: None,
         }
     }
 
@@ -167,8 +174,10 @@ impl ExitStatus {
         ExitStatus { error: (!error.is_empty()).then_some(error), ..self }
     }
 
-    /// As received from an agent, which the head trusts with no more than `MAX_ERROR_CHARS`.
+    /// As received from an agent, which the head trusts with no more than `MAX_ERROR_CHARS`
+    /// in each of its texts.
     pub fn bounded(mut self) -> Self {
+        self.unlogged = self.unlogged.map(|note| one_line(&note, MAX_ERROR_CHARS));
         match self.error.take() {
             Some(error) => self.with_error(&error),
             None => self,

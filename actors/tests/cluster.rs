@@ -1413,6 +1413,26 @@ fn a_node_that_cannot_start_work_fails_no_job_and_is_offered_again_once_it_can()
     c.wait_for_job(&again, "a two-node job runs on both", |j| j["state"] == "SUCCEEDED");
 }
 
+/// A disk that still takes the probe's few KiB but has less free than `--min-free-disk-mb`
+/// (here a bound no disk meets) takes no new work, saying why: an attempt started there would
+/// run with its log lost.
+#[test]
+fn a_node_whose_disk_is_nearly_full_takes_no_new_work_and_says_why() {
+    let mut c = Cluster::start(&[]);
+    let agent = c.node_command("n1").args(["--min-free-disk-mb", "1000000000"]).spawn().unwrap();
+    c.nodes.insert("n1".into(), agent);
+    let problem = |c: &Cluster| c.nodes_json()[0]["problem"].as_str().map(str::to_string);
+    c.wait_until("n1 registered, saying why it takes no work", |c| {
+        c.nodes_json().as_array().unwrap().len() == 1 && problem(c).is_some()
+    });
+    let said = problem(&c).unwrap();
+    assert!(said.contains("MiB free, under --min-free-disk-mb 1000000000: free space on its disk"), "{said}");
+    let id = c.submit_no_wait(&c.spec("waits", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1})));
+    let job = c.wait_for_job(&id, "it says why it waits", |j| j["waiting"].is_string());
+    assert!(job["waiting"].as_str().unwrap().contains("1 cannot start work"), "{job:#}");
+    assert!(job["ledger"].as_array().unwrap().is_empty(), "nothing was started there: {job:#}");
+}
+
 /// A program that succeeded on a node whose state dir takes no record of the end (here the
 /// record's path is a directory) is reported as it ended, not as a lost supervisor: the
 /// supervisor hands the end to the agent on its connection (SV-2).
@@ -1451,6 +1471,12 @@ fn a_program_prints_on_though_its_log_takes_no_write() {
     let job = c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
     assert_eq!(job["state"], "SUCCEEDED", "{job:#}");
     assert_eq!(job["ledger"][0]["cause"], "completed", "{job:#}");
+    // The log can say nothing of output it never took after its last write: the ledger does.
+    let said = job["ledger"][0]["evidence"].as_str().unwrap();
+    let unlogged = "12 bytes of output at its end were not logged: the log took no write (No space left on device";
+    assert!(said.contains(unlogged), "{said}");
+    let shown = c.ftdrive(&["status", &id]);
+    assert!(shown.contains("were not logged"), "{shown}");
 }
 
 /// A healthy agent probes its state dir now and then (every 10 s): a disk that fills up is

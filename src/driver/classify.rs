@@ -147,7 +147,22 @@ pub fn classify(job: &JobContext, run: &Run, ending: Ending) -> Verdict {
         Ending::EndedAfterSuccess(reason) => stop_verdict(reason, "; it had exited 0"),
         Ending::GangSucceeded => (Cause::Completed, succeeded(job.nproc_per_node)),
     };
+    let evidence = match unlogged(run, &ending) {
+        Some(note) => format!("{evidence}; {note}"),
+        None => evidence,
+    };
     Verdict { fault: fault_of(run, &ending, cause), ..charge_to(job, cause, evidence) }
+}
+
+/// What the attempt's log never took at its end, said in the ledger since the log cannot:
+/// from its exit as reported, or as kept while it waited for its gang after exiting 0.
+fn unlogged<'a>(run: &'a Run, ending: &Ending<'a>) -> Option<&'a str> {
+    let status = match ending {
+        Ending::Exited { status, .. } => Some(*status),
+        Ending::GangSucceeded | Ending::EndedAfterSuccess(_) => run.exited.as_ref().map(|(status, _)| status),
+        Ending::SpawnFailed { .. } | Ending::NodeLost(_) => None,
+    };
+    status?.unlogged.as_deref()
 }
 
 /// The node-level fault a `node_lost` or `preempted` end came from: the drain that stopped
@@ -473,6 +488,25 @@ mod tests {
         let of_the_stop = ExitStatus::signal(15, true);
         let v = classify(&job(&policy, None), &stopped, Ending::Exited { status: &of_the_stop, reacting_to: None });
         assert_eq!((v.cause, v.evidence.as_str()), (Cause::Collateral, "stopped with its gang after j3/2 failed"));
+    }
+
+    #[test]
+    fn output_the_log_never_took_at_its_end_is_said_in_the_evidence() {
+        let policy = RetryPolicy::default();
+        let note = "8388608 bytes of output at its end were not logged: the log took no write (disk full)";
+        let status = ExitStatus { unlogged: Some(note.into()), ..ExitStatus::code(3) };
+        let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: None });
+        assert_eq!(v.evidence, format!("process exited with code 3 on n1; {note}"));
+        // Exited 0 and kept while its gang finished: said when the gang succeeds.
+        let waited = Run {
+            exited: Some((ExitStatus { unlogged: Some(note.into()), ..ExitStatus::code(0) }, Instant::ZERO)),
+            ..run()
+        };
+        let v = classify(&job(&policy, None), &waited, Ending::GangSucceeded);
+        assert!(v.evidence.ends_with(&format!("; {note}")), "{}", v.evidence);
+        let most = crate::protocol::MAX_ERROR_CHARS;
+        let sent = ExitStatus { unlogged: Some("x ".repeat(most)), ..ExitStatus::code(0) };
+        assert_eq!(sent.bounded().unlogged.unwrap().chars().count(), most, "an agent's note is cut");
     }
 
     #[test]

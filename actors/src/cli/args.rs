@@ -7,6 +7,9 @@ use std::path::PathBuf;
 /// container runtime rotates a container's log, a job that prints without end must not fill
 /// its node's disk.
 pub const DEFAULT_MAX_LOG_MB: u64 = 1_024;
+/// `ftdrive node --min-free-disk-mb`: room for a while of an attempt's output and its records,
+/// as kubelet keeps free space before it reports DiskPressure and takes no new pods.
+pub const DEFAULT_MIN_FREE_DISK_MB: u64 = 64;
 /// `ftdrive node --keep-logs-hours`: as long as the head keeps a finished job by default.
 pub const DEFAULT_KEEP_LOGS_HOURS: u64 = 168;
 
@@ -184,6 +187,11 @@ pub struct NodeArgs {
     /// and `ftdrive logs` says so); 0 keeps everything.
     #[arg(long, default_value_t = DEFAULT_MAX_LOG_MB)]
     pub max_log_mb: u64,
+    /// The node takes no new work while the disk of its state dir has less than this many MiB
+    /// free (`ftdrive nodes` says so): an attempt started there could keep no log. 0: only a
+    /// disk that takes no write at all.
+    #[arg(long, default_value_t = DEFAULT_MIN_FREE_DISK_MB)]
+    pub min_free_disk_mb: u64,
     /// The logs of an attempt that ended are deleted once nothing was written to them for this
     /// many hours (its end counts as a write); 0 keeps them. The head forgets finished jobs
     /// after its --retain-finished-hours, 168 too.

@@ -168,6 +168,7 @@ impl LocalCluster {
                 drain_deadline_ms: 5_000,
                 reattach_grace_ms: None,
                 max_log_bytes: super::args::DEFAULT_MAX_LOG_MB << 20,
+                min_free_disk_bytes: super::args::DEFAULT_MIN_FREE_DISK_MB << 20,
                 // A run's directory is the user's to keep: `ftdrive submit` prints where it is.
                 keep_logs: None,
                 head_tls: None,

@@ -70,6 +70,8 @@ pub struct NodeOptions {
     pub reattach_grace_ms: Option<u64>,
     /// About how much of each attempt log is kept on disk (its end); 0: all of it.
     pub max_log_bytes: u64,
+    /// The node takes no new work while its state dir's disk has less free (`health::probe`).
+    pub min_free_disk_bytes: u64,
     /// How long an ended attempt's logs stay once nothing more is written to them; `None`:
     /// for ever (`retention.rs`).
     pub keep_logs: Option<Duration>,
@@ -347,8 +349,8 @@ impl NodeAgent {
     /// `health::probe`, off this thread: a sick disk may take long to answer, and heartbeats go
     /// from here. `None`: the probe's thread panicked (the next probe tries again).
     fn probe(&self) -> impl std::future::Future<Output = Option<Option<String>>> + 'static {
-        let state_dir = self.opts.state_dir.clone();
-        async { tokio::task::spawn_blocking(move || health::probe(&state_dir)).await.ok() }
+        let (state_dir, min_free_bytes) = (self.opts.state_dir.clone(), self.opts.min_free_disk_bytes);
+        async move { tokio::task::spawn_blocking(move || health::probe(&state_dir, min_free_bytes)).await.ok() }
     }
 
     /// The node cannot start work: the protocol tells the head (AG-6), and the probing for its
@@ -541,7 +543,7 @@ impl Actor for NodeAgent {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.set_heartbeat(ftdrive::agent::DEFAULT_HEARTBEAT_MS, ctx);
-        if let Some(problem) = health::probe(&self.opts.state_dir) {
+        if let Some(problem) = health::probe(&self.opts.state_dir, self.opts.min_free_disk_bytes) {
             // Before the link registers (the actor starts first): a restart on a full disk.
             self.fall_ill(problem, ctx);
         }

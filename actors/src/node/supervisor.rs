@@ -265,7 +265,8 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args, cap: Option<
                     if let Some(cap) = cap {
                         cap.apply();
                     }
-                    let ended = ExitStatus { ended_ms: Some(ended_ms), ..progress.outcome(&args.group) };
+                    let (ended_ms, unlogged) = (Some(ended_ms), group.unlogged());
+                    let ended = ExitStatus { ended_ms, unlogged, ..progress.outcome(&args.group) };
                     finish(&ended, args, agent.as_mut().map(|(_, s)| s));
                     // Not recorded, and no agent took it: held for the next one, a grace from now.
                     unrecorded = Some(ended);

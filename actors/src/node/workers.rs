@@ -64,6 +64,8 @@ pub struct Group {
     /// One message per relay that has copied all its worker wrote.
     relayed: Receiver<()>,
     relays: usize,
+    /// The attempt's log, as the relays write it.
+    combined: Arc<Mutex<AttemptLog<std::fs::File>>>,
 }
 
 impl Group {
@@ -76,6 +78,18 @@ impl Group {
                 return;
             }
         }
+    }
+
+    /// Output the attempt's log dropped after the last write it took, and why: once the
+    /// workers have ended, no later write can note it in the log itself.
+    pub fn unlogged(&self) -> Option<String> {
+        let log = self.combined.lock().unwrap_or_else(|e| e.into_inner());
+        (log.dropped_bytes > 0).then(|| {
+            format!(
+                "{} bytes of output at its end were not logged: the log took no write ({})",
+                log.dropped_bytes, log.why
+            )
+        })
     }
 }
 
@@ -123,7 +137,7 @@ pub fn start(spec: &GroupSpec) -> Result<Group, StartError> {
     let combined = Arc::new(Mutex::new(AttemptLog::new(std::fs::File::from(stdout))));
     let (done, relayed) = channel();
     let relays = spec.workers as usize;
-    let mut group = Group { children: Vec::new(), pgids: Vec::new(), relayed, relays };
+    let mut group = Group { children: Vec::new(), pgids: Vec::new(), relayed, relays, combined: combined.clone() };
     for local_rank in 0..spec.workers {
         match start_worker(spec, local_rank, &combined, &done) {
             Ok(child) => {
