@@ -311,4 +311,28 @@ fn agents_are_discovered_through_the_head_and_keep_the_port_they_are_given() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("give another --log-port"), "{stderr}");
+
+    // A DEAD node stays a target (its `up` goes 0) until it is forgotten, across a head
+    // restart too: the head keeps each node's last log server with the node.
+    c.kill_node("fixed");
+    let targets = |c: &Cluster| {
+        let (status, body) = get(&format!("{}/v1/metrics/targets", c.url), Some(&c.token()));
+        assert_eq!(status, 200, "{body}");
+        let groups: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+        let mut nodes: Vec<String> = groups.iter().map(|g| g["labels"]["node"].as_str().unwrap().to_string()).collect();
+        nodes.sort();
+        nodes
+    };
+    let fixed_is = |c: &Cluster, state: &str| {
+        c.nodes_json().as_array().unwrap().iter().any(|n| n["name"] == "fixed" && n["state"] == state)
+    };
+    c.wait_until("fixed is DEAD", |c| fixed_is(c, "DEAD"));
+    assert_eq!(targets(&c), ["any", "fixed"]);
+    c.restart_head();
+    c.wait_until("the restarted head knows fixed", |c| {
+        c.try_ftdrive(&["nodes"]).status.success() && fixed_is(c, "DEAD")
+    });
+    assert_eq!(targets(&c), ["any", "fixed"], "a DEAD node is a target after a head restart");
+    c.ftdrive(&["forget", "fixed"]);
+    assert_eq!(targets(&c), ["any"], "a forgotten node is not");
 }

@@ -230,7 +230,10 @@ impl Handler<Nodes> for HeadActor {
             None => self.head.node_views(),
         };
         for view in &mut views {
-            view.metrics_url = self.log_servers.get(view.name.as_str()).map(|s| format!("{}/metrics", s.url));
+            // A node's agent now, else the one it last had (a DEAD node after a head restart).
+            let url =
+                self.log_servers.get(view.name.as_str()).map(|s| &s.url).or(self.log_urls.get(view.name.as_str()));
+            view.metrics_url = url.map(|url| format!("{url}/metrics"));
         }
         views
     }
@@ -460,6 +463,7 @@ impl HeadActor {
             let digest = identity_digest(&registration.identity);
             self.refuse_a_stranger_while_not_dead(node, &digest)?;
             self.identities.insert(node.clone(), digest);
+            self.log_urls.insert(node.clone(), registration.log_url.clone());
             let identity = registration.identity.clone();
             let session = Session { id: msg.session, tx: msg.tx.clone(), identity, last_heartbeat: None };
             self.sessions.insert(node.clone(), session);

@@ -145,6 +145,9 @@ pub struct HeadActor {
     /// The digest of the identity each node's agent last registered with (`admit`, AI-1),
     /// kept in the state database so that it holds across head restarts.
     identities: BTreeMap<NodeId, String>,
+    /// The log and metrics server each node's agent last registered with (`admit`), kept in
+    /// the state database: a DEAD node stays a scrape target after a head restart.
+    log_urls: BTreeMap<NodeId, String>,
     /// The final snapshot of each followed job that ended in a step whose events wait for
     /// their commit: by the time they go out a later step may have forgotten the job
     /// (`--retain-finished 0`), and its followers waited for an end that never came.
@@ -205,6 +208,7 @@ impl HeadActor {
             sessions: BTreeMap::new(),
             foreign_sessions: BTreeSet::new(),
             identities: store.identities().iter().map(|(n, d)| (NodeId::from(n.as_str()), d.clone())).collect(),
+            log_urls: store.log_urls().iter().map(|(n, u)| (NodeId::from(n.as_str()), u.clone())).collect(),
             final_snapshots: BTreeMap::new(),
             log_servers: BTreeMap::new(),
             followers: Vec::new(),
@@ -405,6 +409,7 @@ impl HeadActor {
                 Some(Write::Node {
                     record: serde_json::to_string(&record).expect("serializes"),
                     identity: self.identities.get(&name).cloned(),
+                    log_url: self.log_urls.get(&name).cloned(),
                     name: name.to_string(),
                 })
             }
@@ -414,6 +419,7 @@ impl HeadActor {
             }
             Durable::ForgottenNode(name) => {
                 self.identities.remove(&name);
+                self.log_urls.remove(&name);
                 Some(Write::ForgetNode { name: name.to_string() })
             }
             Durable::Job(id) => self.job_write(&id),

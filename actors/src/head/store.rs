@@ -15,6 +15,7 @@
 //! | `attempts` | one row per attempt started: key, node, rank, port, start time |
 //! | `nodes` | every node the head knows, with its agent's address and incarnation |
 //! | `identities` | a digest of the identity each node's agent last registered with (AI-1 holds across head restarts) |
+//! | `log_urls` | the log and metrics server each node's agent last registered with: a DEAD node stays a scrape target, `up` 0, across head restarts |
 //!
 //! Each commit is synced, so its cost is the pages it touches: every table is keyed by what it
 //! is looked up with and has no other index, so a submission writes one page and a start two.
@@ -52,6 +53,7 @@ const SCHEMA: &str = "
         PRIMARY KEY (pg, actor, attempt)) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, record TEXT NOT NULL) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS identities (name TEXT PRIMARY KEY, digest TEXT NOT NULL) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS log_urls (name TEXT PRIMARY KEY, url TEXT NOT NULL) WITHOUT ROWID;
 ";
 
 /// Schema 1 keyed jobs by id with a second index on their group, and every other table by job
@@ -133,6 +135,8 @@ pub enum Write {
         record: String,
         /// The digest of its agent's identity, when the head has one (AI-1).
         identity: Option<String>,
+        /// Its agent's log server, when the head has one.
+        log_url: Option<String>,
     },
     Forget {
         pg: u64,
@@ -168,6 +172,8 @@ pub struct Store {
     cluster_id: String,
     /// Each node's agent identity digest as last written (AI-1), read once at open.
     identities: BTreeMap<String, String>,
+    /// Each node's agent log server as last written, read once at open.
+    log_urls: BTreeMap<String, String>,
     _lock: std::fs::File,
 }
 
@@ -211,7 +217,10 @@ impl Store {
         prepare(&conn, &path)?;
         let state = load(&conn).map_err(|e| StoreError::Unreadable(path.clone(), e))?;
         let cluster_id = load_cluster_id(&conn).map_err(|e| StoreError::Unreadable(path.clone(), e))?;
-        let identities = load_identities(&conn).map_err(|e| StoreError::Unreadable(path.clone(), e))?;
+        let identities = load_pairs(&conn, "SELECT name, digest FROM identities")
+            .map_err(|e| StoreError::Unreadable(path.clone(), e))?;
+        let log_urls =
+            load_pairs(&conn, "SELECT name, url FROM log_urls").map_err(|e| StoreError::Unreadable(path.clone(), e))?;
         let (batches, incoming) = channel::<Batch>();
         #[allow(clippy::disallowed_methods)]
         let crash_after = std::env::var(CRASH_AFTER_COMMITS).ok().and_then(|n| n.parse().ok());
@@ -222,7 +231,7 @@ impl Store {
             .name("ftdrive-store".into())
             .spawn(move || write_loop(&thread_writer, incoming, on_commit))
             .map_err(|e| StoreError::Io(path.clone(), e))?;
-        Ok((Store { batches, writer, path, cluster_id, identities, _lock: lock }, state))
+        Ok((Store { batches, writer, path, cluster_id, identities, log_urls, _lock: lock }, state))
     }
 
     pub fn path(&self) -> &Path {
@@ -236,6 +245,11 @@ impl Store {
     /// Each node's agent identity digest as the database held it at open.
     pub fn identities(&self) -> &BTreeMap<String, String> {
         &self.identities
+    }
+
+    /// Each node's agent log server as the database held it at open.
+    pub fn log_urls(&self) -> &BTreeMap<String, String> {
+        &self.log_urls
     }
 
     /// Queues a batch for the writer thread; its commit is reported in order.
@@ -322,8 +336,9 @@ fn load_cluster_id(conn: &Connection) -> Result<String, String> {
     Ok(format!("{id:016x}"))
 }
 
-fn load_identities(conn: &Connection) -> Result<BTreeMap<String, String>, String> {
-    let mut rows = conn.prepare("SELECT name, digest FROM identities").map_err(|e| e.to_string())?;
+/// A table of node names and one text each, by `select`.
+fn load_pairs(conn: &Connection, select: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut rows = conn.prepare(select).map_err(|e| e.to_string())?;
     let pairs = rows.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|e| e.to_string())?;
     pairs.collect::<Result<_, _>>().map_err(|e| e.to_string())
 }
@@ -481,12 +496,16 @@ fn apply(tx: &rusqlite::Transaction, write: &Write) -> rusqlite::Result<()> {
             )?
             .execute(params![*pg as i64, actor, attempt, cycle, node, rank, port, *start_ms as i64])?;
         }
-        Write::Node { name, record, identity } => {
+        Write::Node { name, record, identity, log_url } => {
             tx.prepare_cached("INSERT OR REPLACE INTO nodes (name, record) VALUES (?1, ?2)")?
                 .execute(params![name, record])?;
             if let Some(digest) = identity {
                 tx.prepare_cached("INSERT OR REPLACE INTO identities (name, digest) VALUES (?1, ?2)")?
                     .execute(params![name, digest])?;
+            }
+            if let Some(url) = log_url {
+                tx.prepare_cached("INSERT OR REPLACE INTO log_urls (name, url) VALUES (?1, ?2)")?
+                    .execute(params![name, url])?;
             }
         }
         Write::Forget { pg } => {
@@ -501,6 +520,7 @@ fn apply(tx: &rusqlite::Transaction, write: &Write) -> rusqlite::Result<()> {
         Write::ForgetNode { name } => {
             tx.prepare_cached("DELETE FROM nodes WHERE name = ?1")?.execute([name])?;
             tx.prepare_cached("DELETE FROM identities WHERE name = ?1")?.execute([name])?;
+            tx.prepare_cached("DELETE FROM log_urls WHERE name = ?1")?.execute([name])?;
         }
         Write::Counters(c) => {
             let set = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)";
@@ -596,7 +616,7 @@ mod tests {
         let wal = dir.path().join(format!("{DATABASE}-wal"));
         let mut largest_wal = 0;
         for n in 0..600 {
-            let write = Write::Node { name: format!("n{n}"), record: record.clone(), identity: None };
+            let write = Write::Node { name: format!("n{n}"), record: record.clone(), identity: None, log_url: None };
             store.write_now(Batch { seq: n, writes: vec![write] }).unwrap();
             largest_wal = largest_wal.max(std::fs::metadata(&wal).unwrap().len());
         }
@@ -606,8 +626,8 @@ mod tests {
         assert!(database > written / 2, "the database holds {database} bytes of {written} written");
     }
 
-    /// AI-1 across restarts: each node's last identity digest is read back at open, a
-    /// forgotten node's goes with it, and a schema 2 database gains the table, empty.
+    /// AI-1 across restarts: each node's last identity digest (and log server) is read back
+    /// at open, a forgotten node's goes with it, and a schema 2 database gains the table, empty.
     #[test]
     fn identities_are_kept_until_their_node_is_forgotten() {
         let dir = tempfile::tempdir().unwrap();
@@ -618,6 +638,7 @@ mod tests {
                 r#"{{"name":"{name}","resources":{{}},"labels":{{}},"addr":"a","incarnation":1,"state":"ALIVE"}}"#
             ),
             identity: identity.map(str::to_string),
+            log_url: identity.map(|digest| format!("http://{digest}")),
         };
         let writes = vec![node("n1", Some("d1")), node("n2", Some("d2")), node("n1", None), node("n3", None)];
         store.write_now(Batch { seq: 1, writes }).unwrap();
@@ -626,12 +647,14 @@ mod tests {
         let (store, _) = Store::open(dir.path(), |_| {}).unwrap();
         let kept: Vec<_> = store.identities().iter().map(|(n, d)| (n.as_str(), d.as_str())).collect();
         assert_eq!(kept, [("n1", "d1")], "a write without a digest keeps the last one");
+        let urls: Vec<_> = store.log_urls().iter().map(|(n, u)| (n.as_str(), u.as_str())).collect();
+        assert_eq!(urls, [("n1", "http://d1")], "and without a log server, the last one");
         drop(store);
         let conn = Connection::open(dir.path().join(DATABASE)).unwrap();
-        conn.execute_batch("DROP TABLE identities; PRAGMA user_version = 2;").unwrap();
+        conn.execute_batch("DROP TABLE identities; DROP TABLE log_urls; PRAGMA user_version = 2;").unwrap();
         drop(conn);
         let (store, _) = Store::open(dir.path(), |_| {}).unwrap();
-        assert!(store.identities().is_empty());
+        assert!(store.identities().is_empty() && store.log_urls().is_empty());
     }
 
     /// An upgrade that fails names the file and changes nothing.
