@@ -708,6 +708,25 @@ fn logs_follow_every_actor_at_once_in_whole_lines() {
     assert_eq!(header("no newline"), rank1, "an unfinished last line ends with its log: {seen:?}");
 }
 
+/// A line longer than a follower holds back goes out unfinished; the next actor's header
+/// still starts a line of its own, as `tail` puts it (it was glued to the cut line's end).
+#[test]
+fn a_header_after_a_cut_line_starts_a_line_of_its_own() {
+    let c = Cluster::start(&["n1", "n2"]);
+    let script = r#"head -c 300000 /dev/zero | tr '\0' b; sleep 2; echo; echo "end $RANK""#;
+    let spec = c.spec("long", json!({"command": ["sh", "-c", script], "min_nodes": 2, "max_nodes": 2}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "both ranks ran", |j| j["actors"].as_array().unwrap().iter().all(|a| a["attempt"] == 1));
+    let out = c.command().args(["logs", &id, "--follow"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(shown.matches('b').count(), 600_000, "every byte of both ranks");
+    let headers = shown.match_indices("==> ").map(|(at, _)| at);
+    let glued: Vec<usize> = headers.filter(|at| *at > 0 && shown.as_bytes()[at - 1] != b'\n').collect();
+    assert!(glued.is_empty(), "headers in mid-line at {glued:?}");
+    assert!(shown.contains("\nend 0\n") && shown.contains("\nend 1\n"));
+}
+
 /// A follower that began on attempt 1 stays on it: the retry that starts while it is polling
 /// is a different file, and reading it at attempt 1's byte offset would print the middle of
 /// someone else's output. `--follow` ends with its attempt, as `kubectl logs -f` does, and

@@ -257,6 +257,8 @@ struct Printed {
     partial: std::collections::BTreeMap<u32, (String, Vec<u8>)>,
     /// The actors whose header went out at least once.
     shown: std::collections::BTreeSet<u32>,
+    /// The last byte out ended no line: a line past `MAX_HELD_LINE_BYTES` went out unfinished.
+    mid_line: bool,
 }
 
 impl Printer {
@@ -297,9 +299,16 @@ impl Printer {
 
     fn print_under(state: &mut Printed, actor: u32, header: String, bytes: &[u8]) -> Result<(), CliError> {
         if state.last.as_ref() != Some(&header) {
+            // A header starts a line of its own, as `tail` puts it, even after a cut line.
+            if state.mid_line {
+                out::bytes(b"\n")?;
+            }
             out::line(&header)?;
             state.last = Some(header);
             state.shown.insert(actor);
+        }
+        if let Some(last) = bytes.last() {
+            state.mid_line = !matches!(last, b'\n' | b'\r');
         }
         out::bytes(bytes)
     }
