@@ -811,8 +811,9 @@ fn a_failed_write_is_an_error_to_the_client_and_the_job_never_exists() {
         other => Some(other),
     });
     let (status, body) = failure.expect("the writes failed at some point").expect("an answer");
-    assert_eq!(status, 500, "{body}");
+    assert_eq!(status, 503, "a head going away, to be asked again once back: {body}");
     assert!(body.contains("cannot write the state database"), "{body}");
+    assert!(body.contains("make the state dir writable, with room on its disk, and start the head again"), "{body}");
     let start = Instant::now();
     while head.try_wait().unwrap().is_none() {
         assert!(start.elapsed() < WAIT, "the head stops after a failed write");

@@ -38,6 +38,9 @@ KEEPALIVES_MISSED = 3
 #: How long ``wait`` and a followed log ask again a head that cannot be reached (restarting,
 #: say) before giving up.
 HEAD_RETURN_TIMEOUT_S = 120.0
+#: A head's answers that say it is away for now: an agent it needs not reached yet (502), or
+#: itself stopping (503: its state database failed it, and it changed nothing).
+_AWAY = (502, 503)
 #: The first and the longest pause between asking a head that is away again.
 _AWAY_PAUSE_S = (0.1, 2.0)
 #: What OpenSSL reports when an ``https://`` request is answered in plain http (by version).
@@ -530,7 +533,7 @@ def _silence_limit(keepalive_ms: Optional[str]) -> Optional[float]:
 class HeadAway:
     """How long a head has been away, for the calls that ride out its restart (a restart loses
     no job): away is unreachable, or back but not yet reconnected to the agent a request needs
-    (502). Used by :meth:`Client.wait`, a followed log and the torchx scheduler."""
+    (502), or stopping (503). Used by :meth:`Client.wait`, a followed log and the torchx scheduler."""
 
     def __init__(self, base_url: str, timeout_s: float) -> None:
         self.base_url = base_url
@@ -549,7 +552,7 @@ class HeadAway:
         """Returns if ``error`` is the head's being away, for less than ``timeout_s`` so far;
         raises otherwise: the error itself, or one saying that the head did not come back (or,
         when it never answered, that it could not be reached)."""
-        if not isinstance(error, HeadUnreachableError) and not (isinstance(error, ApiError) and error.status == 502):
+        if not isinstance(error, HeadUnreachableError) and not (isinstance(error, ApiError) and error.status in _AWAY):
             raise error
         if isinstance(error, HeadUnreachableError) and error.lasting:
             raise error  # the head answered, and waiting will not mend how it was asked

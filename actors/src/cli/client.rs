@@ -110,6 +110,9 @@ impl Client {
                 CliError::BadInput(format!("the head refused the token from {}: {message}", self.token_from))
             }
             reqwest::StatusCode::BAD_GATEWAY => CliError::Unavailable(message),
+            // The head is stopping (its state database failed it) and changed nothing: as a
+            // head that cannot be reached, a follower waits for it to be back.
+            reqwest::StatusCode::SERVICE_UNAVAILABLE => CliError::Unreachable(message),
             // At a bound that passes (followers at once): nothing to fix in the command.
             reqwest::StatusCode::TOO_MANY_REQUESTS => CliError::Unavailable(message),
             // Refused as asked (a bad spec, an unknown job, a node that is not DEAD): the command

@@ -586,6 +586,7 @@ impl ResponseError for ApiError {
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::BAD_GATEWAY,
+            ApiError::Stopping(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -596,7 +597,7 @@ impl ResponseError for ApiError {
 }
 
 fn mailbox(e: MailboxError) -> ApiError {
-    ApiError::Internal(format!("the head is shutting down ({e})"))
+    ApiError::Stopping(format!("the head is shutting down ({e})"))
 }
 
 // ---- handlers ---------------------------------------------------------------------------

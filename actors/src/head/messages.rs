@@ -21,14 +21,14 @@ impl HeadActor {
         answer: impl FnOnce(&HeadActor, Reply) -> Result<T, ApiError>,
     ) -> ResponseFuture<Result<T, ApiError>> {
         if let Some(error) = &self.failed {
-            let error = ApiError::Unavailable(error.clone());
+            let error = ApiError::Stopping(error.clone());
             return Box::pin(async move { Err(error) });
         }
         let answer = self.input(input, ctx).map_err(ApiError::from).and_then(|reply| answer(self, reply));
         let durable = self.when_durable();
         Box::pin(async move {
             let answer = answer?;
-            durable.await.map_err(ApiError::Internal)?;
+            durable.await.map_err(ApiError::Stopping)?;
             Ok(answer)
         })
     }

@@ -52,8 +52,13 @@ pub enum ApiError {
     /// Over a bound on concurrent use, such as event followers or jobs held (429).
     #[error("{0}")]
     TooMany(String),
+    /// What the request needs cannot be reached now: an agent (502).
     #[error("{0}")]
     Unavailable(String),
+    /// The head is stopping, its state database having failed it: nothing was changed, and a
+    /// client may ask again once it is back (503).
+    #[error("{0}")]
+    Stopping(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -361,10 +366,18 @@ impl HeadActor {
     /// Nothing acknowledged may be lost: answer what waits with the error, and stop. Started
     /// again, the head recovers from what is durable.
     fn write_failed(&mut self, error: String, ctx: &mut Context<Self>) {
+        let path = self.store.path();
+        // SQLite words a read-only disk as an I/O error: the dir's own write says which.
+        let dir = path.parent().unwrap_or(path);
+        let why = match crate::paths::check_writable(dir) {
+            Err(e) => format!("{error} ({} takes no write: {e})", dir.display()),
+            Ok(()) => error,
+        };
         let message = format!(
-            "cannot write the state database {}: {error}; the head stops so that nothing is acknowledged \
-             that is not durable",
-            self.store.path().display()
+            "cannot write the state database {}: {why}; the head stops so that nothing is acknowledged that is \
+             not durable (nothing acknowledged is lost): make the state dir writable, with room on its disk, and \
+             start the head again",
+            path.display()
         );
         tracing::error!("{message}");
         for held in self.held.drain(..) {
