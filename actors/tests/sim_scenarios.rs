@@ -681,6 +681,12 @@ fn a_printed_swarm_case_saved_as_a_file_runs() {
     std::fs::write(&file, &printed.stdout).unwrap();
     let replayed = sim(&[file.to_str().unwrap()]);
     assert!(replayed.status.success(), "{}", String::from_utf8_lossy(&replayed.stderr));
+    // Several seeds would print several objects, which no scenario file is: refused.
+    let several = sim(&["--swarm", "--seeds", "2", "--print-scenario"]);
+    assert_eq!(several.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&several.stderr)
+        .contains("--print-scenario prints one seed's scenario file: give --seeds 1"));
+    assert!(several.stdout.is_empty());
 }
 
 /// A file the command reads whole is bounded: `ftdrive sim /dev/zero` and `ftdrive submit

@@ -352,7 +352,8 @@ pub struct SimArgs {
     /// Run each seed twice and compare the hashes of the traces.
     #[arg(long)]
     pub check_determinism: bool,
-    /// Print each generated scenario (to replay or edit it as a file).
+    /// Print the seed's generated scenario as a scenario file (to replay or edit it; with
+    /// `--seeds 1`).
     #[arg(long)]
     pub print_scenario: bool,
 }

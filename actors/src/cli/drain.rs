@@ -44,10 +44,11 @@ pub fn run(args: DrainArgs) -> Result<Outcome, CliError> {
             (NodeState::Alive | NodeState::Draining, Some(deadline_ms)) => {
                 format!("draining {node} (deadline {deadline_ms} ms): its work is stopped and moves elsewhere, and it")
             }
-            (NodeState::Alive | NodeState::Draining, None) => format!(
-                "{node} was already draining and keeps the deadline it was first given (not {} ms); it",
-                args.deadline_ms
-            ),
+            (NodeState::Alive | NodeState::Draining, None) => {
+                format!(
+                    "{node} was already draining, with the deadline it was first given (a second drain sets none); it"
+                )
+            }
         };
         out::line(&format!("{now} takes no new work, across restarts and reboots, until `ftdrive undrain {node}`"))?;
         Ok(Outcome::Done)

@@ -73,6 +73,12 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
         ));
     }
     let (start, seeds) = (args.start_seed.unwrap_or(0), args.seeds.unwrap_or(DEFAULT_SEEDS));
+    if args.print_scenario && seeds != 1 {
+        // Standard output is then one scenario file, which holds one object.
+        return Err(CliError::BadInput(format!(
+            "--print-scenario prints one seed's scenario file: give --seeds 1 (and --start-seed N), not {seeds} seeds"
+        )));
+    }
     let end = start.checked_add(seeds).ok_or_else(|| CliError::BadInput("--start-seed + --seeds overflows".into()))?;
     let json = args.output == Output::Json;
     // With `--print-scenario` standard output is the scenario file: `> case.json` must run.
