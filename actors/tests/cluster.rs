@@ -233,6 +233,13 @@ fn a_followed_submit_with_json_output_prints_only_the_document() {
     assert_eq!(shown["spec"]["stop_grace_ms"], 10_000, "{shown:#}");
     let listed: serde_json::Value = serde_json::from_str(&c.ftdrive(&["status", "--output", "json"])).unwrap();
     assert!(listed[0].get("spec").is_none(), "a list stays small: {listed:#}");
+    assert_eq!(job["spec"], shown["spec"], "a followed submission's document is the job's document");
+    // So is the answer to a submission, printed by `--no-wait --output json`.
+    let out = c.command().args(["submit", "--no-wait", "--output", "json"]).arg(&spec).output().unwrap();
+    let accepted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(accepted["spec"], shown["spec"], "{accepted:#}");
+    let accepted = accepted["id"].as_str().unwrap().to_string();
+    c.wait_for_job(&accepted, "it ends", |j| j["state"] == "SUCCEEDED");
 
     // A listing filters by state and keeps the newest; a state that does not exist is named.
     let long = c.submit_no_wait(&c.spec("long", json!({"command": ["sleep", "30"], "min_nodes": 1, "max_nodes": 1})));
@@ -242,7 +249,10 @@ fn a_followed_submit_with_json_output_prints_only_the_document() {
         out.as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect()
     };
     assert_eq!(ids(&["status", "--state", "running", "--output", "json"]), [long.as_str()]);
-    assert_eq!(ids(&["status", "--state", "SUCCEEDED,FAILED", "--output", "json"]), [job["id"].as_str().unwrap()]);
+    assert_eq!(
+        ids(&["status", "--state", "SUCCEEDED,FAILED", "--output", "json"]),
+        [job["id"].as_str().unwrap(), &accepted]
+    );
     assert_eq!(ids(&["status", "--limit", "1", "--output", "json"]), [long.as_str()], "the newest");
     let out = c.try_ftdrive(&["status", "--state", "DONE"]);
     let said = String::from_utf8_lossy(&out.stderr);

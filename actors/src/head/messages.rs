@@ -46,7 +46,7 @@ impl Handler<Submit> for HeadActor {
     fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) -> Self::Result {
         let input = Input::Submit { id: None, spec: Box::new(msg.spec) };
         self.durable_answer(input, ctx, |act, reply| match reply {
-            Reply::Submitted(id) => Ok(act.view(&id).expect("just submitted")),
+            Reply::Submitted(id) => Ok(act.document(&id).expect("just submitted")),
             Reply::Done => unreachable!("a submission is answered with its id"),
         })
     }
@@ -168,11 +168,7 @@ impl Handler<Jobs> for HeadActor {
     type Result = Result<Vec<JobView>, ApiError>;
     fn handle(&mut self, msg: Jobs, _: &mut Context<Self>) -> Self::Result {
         match msg.job {
-            Some(job) => {
-                let mut view = self.view(&job).ok_or_else(|| self.no_job(&job))?;
-                view.spec = self.head.driver(&job).map(|d| d.spec().clone());
-                Ok(vec![view])
-            }
+            Some(job) => Ok(vec![self.document(&job).ok_or_else(|| self.no_job(&job))?]),
             None => {
                 let JobFilter { states, limit } = msg.filter;
                 Ok(self.head.job_views_where(|s| states.is_empty() || states.contains(&s), limit))
@@ -417,6 +413,14 @@ impl Handler<FromAgent> for HeadActor {
 }
 
 impl HeadActor {
+    /// One job's document: its view with its spec as accepted, every default filled in (as
+    /// `kubectl get -o yaml` shows a pod's). Lists and event snapshots leave the spec out.
+    fn document(&self, job: &JobId) -> Option<JobView> {
+        let mut view = self.view(job)?;
+        view.spec = self.head.driver(job).map(|d| d.spec().clone());
+        Some(view)
+    }
+
     /// An agent that runs, or owes the end of, attempts of another cluster (its head ran on
     /// another state dir; this one is new, or the wrong one) is refused, and nothing is said to
     /// it again in that session: those attempts are not this head's to stop, and the same job
