@@ -187,6 +187,14 @@ async function checkTimeline(page, actor) {
   const marks = await count(page.locator('#timeline-canvas g.cycle-mark'));
   const second = await count(page.locator('#timeline-canvas g.cycle-mark[data-cycle="2"]'));
   if (marks < 1 || second < 1) fail(`the timeline marks ${marks} cycle start(s), none for cycle 2`);
+  // A label cut at the image's edge would name another cycle ("cycle 1" of "cycle 11").
+  const cut = await page.evaluate(() => {
+    const svg = document.querySelector('#timeline-canvas svg');
+    const edge = svg.getBoundingClientRect().right;
+    return [...svg.querySelectorAll('g.cycle-mark text')]
+      .filter((label) => label.getBoundingClientRect().right > edge + 0.5).map((label) => label.textContent);
+  });
+  if (cut.length) fail(`cycle labels cut at the timeline's right edge: ${cut.join(', ')}`);
   await textContains(page.locator('#timeline-legend'), 'node_lost', 'the timeline legend');
   // The job's hot spare, refilled after the promotion, waits with its bundle: a bar from then.
   const standby = page.locator('#timeline-canvas g.attempt[data-cause="standby"]');
@@ -226,10 +234,12 @@ async function checkSilentHead(page, s) {
   process.kill(s.headPid, 'SIGSTOP');
   try {
     await liveStatus(page, 'reconnecting', 'while the head is stopped');
+    // What the page shows is then as last heard, and it says since when.
+    await textContains(page.locator('#live-text'), 'Not live since', 'the live indicator while the head is stopped');
   } finally {
     process.kill(s.headPid, 'SIGCONT');
   }
-  ok('a stopped head is noticed: the page says it is reconnecting');
+  ok('a stopped head is noticed: the page says it is reconnecting, and since when it is not live');
   await liveStatus(page, 'live', 'once the head resumes');
   ok('the page follows again once the head resumes');
 }
@@ -237,6 +247,8 @@ async function checkSilentHead(page, s) {
 async function waitForTheEnd(page, s) {
   // A value only this page load holds: a reload would lose it.
   await page.evaluate(() => { window.ftdriveTestMarker = 'still the same page'; });
+  // A keyboard user's place: a link with no key of its own, kept through the live updates.
+  await page.locator('nav.breadcrumb a').first().focus();
   const started = Date.now();
   await page.waitForFunction(
     () => document.querySelector('[data-job-state]')?.textContent.trim() === 'SUCCEEDED',
@@ -249,6 +261,12 @@ async function waitForTheEnd(page, s) {
   const marker = await page.evaluate(() => window.ftdriveTestMarker);
   if (marker !== 'still the same page') fail('the page reloaded; the update must come live');
   ok(`the page shows SUCCEEDED ${((Date.now() - started) / 1000).toFixed(1)} s later, without a reload`);
+  const focused = await page.evaluate(() => {
+    const active = document.activeElement;
+    return active?.closest('nav.breadcrumb') ? active.textContent.trim() : active?.tagName;
+  });
+  if (focused !== 'Jobs') fail(`keyboard focus left the breadcrumb's Jobs link on the live update (now on ${focused})`);
+  ok('keyboard focus stays on the link it was on through the live updates');
   await textContains(page.locator('#announce'), 'SUCCEEDED', 'the aria-live announcement');
   ok('the state change is announced in the aria-live region');
   const completed = await count(page.locator('#ledger tbody tr[data-cause="completed"]'));

@@ -388,7 +388,7 @@ function noteJobStates(data) {
 function render({ moveFocus }) {
   const view = $('view');
   const page = PAGES[app.route.page];
-  const focusKey = document.activeElement?.closest?.('[data-focus-key]')?.dataset.focusKey;
+  const refocus = focusedSpot(view);
   document.title = `${page.title(app.route)} · ftdrive`;
   const content = app.data
     ? page.render(app.data)
@@ -397,10 +397,32 @@ function render({ moveFocus }) {
   // A reload keeps focus where it was without scrolling to it: the reader may have scrolled away.
   if (moveFocus) {
     view.querySelector('h1')?.focus();
-  } else if (focusKey) {
-    view.querySelector(`[data-focus-key="${CSS.escape(focusKey)}"]`)?.focus({ preventScroll: true });
+  } else if (refocus) {
+    refocus(view)?.focus({ preventScroll: true });
   }
   if (app.route.page === 'job') drawTimeline();
+}
+
+/**
+ * Where keyboard focus is in `view`, as a way to find the same control once the view is
+ * rebuilt: by its `data-focus-key` where it has one; else the same kind of element with the
+ * same link target (its text may change: "3 of 5 nodes alive"), or a button with the same
+ * text, the n-th of its like. Null when focus is not in the view.
+ */
+function focusedSpot(view) {
+  const active = document.activeElement;
+  if (!active || active === view || !view.contains(active)) return null;
+  const keyed = active.closest('[data-focus-key]');
+  if (keyed) {
+    const selector = `[data-focus-key="${CSS.escape(keyed.dataset.focusKey)}"]`;
+    return (rebuilt) => rebuilt.querySelector(selector);
+  }
+  const href = active.getAttribute('href');
+  const text = active.textContent;
+  const alike = (candidate) => candidate.tagName === active.tagName &&
+    (href !== null ? candidate.getAttribute('href') === href : candidate.textContent === text);
+  const nth = [...view.querySelectorAll(active.tagName)].filter(alike).indexOf(active);
+  return (rebuilt) => [...rebuilt.querySelectorAll(active.tagName)].filter(alike)[nth];
 }
 
 /** Before the first load of a page: "Loading…", or why it could not be loaded. */
@@ -670,7 +692,8 @@ function drawTimeline() {
 function growLiveBars() {
   const canvas = $('timeline-canvas');
   const scale = canvas?.timelineScale;
-  if (!scale) return;
+  // Not live, the page does not know that they still run: they stay as last heard.
+  if (!scale || $('live').dataset.status !== 'live') return;
   const now = serverNow();
   if (now > scale.t1) {
     drawTimeline();
@@ -717,7 +740,7 @@ function timelineSvg(job, attempts, actors, width, now, canvas) {
     timeAxis(t0, t1, x, height, plotWidth),
     rowLabels(job, actors, rowY),
     ...attempts.map((a) => attemptBar(a, x, rowY(a.actor), nextStartX(a, attempts, x, width))),
-    cycleMarks(job.cycle_starts || [], x, height),
+    cycleMarks(job.cycle_starts || [], x, width, height),
   );
   if (!TERMINAL_JOB_STATES.has(job.state)) {
     const mark = svgEl('g', { class: 'now-mark', 'aria-hidden': 'true' },
@@ -833,18 +856,24 @@ function barLabel(attempt, room) {
   return candidates.find((text) => text.length * 7 <= room) ?? '';
 }
 
-/** A dashed line at each cycle start; labels where they fit, the newest cycles first. */
-function cycleMarks(cycleStarts, x, height) {
+/**
+ * A dashed line at each cycle start; labels where they fit whole (before the next label, or
+ * the image's right edge: a label cut there, "cycle 1" of "cycle 11", would name another
+ * cycle), the newest cycles first.
+ */
+function cycleMarks(cycleStarts, x, width, height) {
   const T = TIMELINE;
   const group = svgEl('g', { class: 'cycles' });
-  let nextLabelX = Infinity;
+  let nextLabelX = width;
   for (const start of [...cycleStarts].reverse()) {
     const at = x(start.at_ms);
     const mark = svgEl('g', { class: 'cycle-mark', dataset: { cycle: start.cycle } },
       svgEl('title', {}, `cycle ${start.cycle} formed at ${formatTime(start.at_ms)}, world size ${start.world_size}`),
       svgEl('line', { x1: at, x2: at, y1: T.top - 10, y2: height - T.bottom }));
-    if (nextLabelX - at >= 58) {
-      mark.append(svgEl('text', { x: at + 3, y: T.top - 13 }, `cycle ${start.cycle}`));
+    const label = `cycle ${start.cycle}`;
+    // About 7 px a character (bold 12 px), 3 px from the line and some room before the next.
+    if (at + 3 + label.length * 7 + 4 <= nextLabelX) {
+      mark.append(svgEl('text', { x: at + 3, y: T.top - 13 }, label));
       nextLabelX = at;
     }
     group.prepend(mark);
@@ -959,8 +988,8 @@ function stopFollowing() {
 
 async function followLoop(signal) {
   let delay = 1000;
-  setLive('connecting');
   while (!signal.aborted) {
+    setLive('connecting');
     try {
       const response = await fetch('/v1/events', { headers: authHeaders(), signal, cache: 'no-store' });
       if (response.status === 401) {
@@ -1041,13 +1070,20 @@ function sleep(ms, signal) {
   });
 }
 
+/**
+ * The top bar's word on the event stream. Once it is lost, it says since when what the page
+ * shows has not been updated: the tables stay as they were, and would otherwise look current.
+ */
 function setLive(status, retryMs) {
   const live = $('live');
+  if (status === 'live') app.notLiveSince = null;
+  else if (live.dataset.status === 'live') app.notLiveSince = Date.now();
   live.dataset.status = status;
+  const since = app.notLiveSince ? `Not live since ${new Date(app.notLiveSince).toLocaleTimeString()} · ` : '';
   $('live-text').textContent = {
-    connecting: 'Connecting…',
+    connecting: `${since}Connecting…`,
     live: 'Live',
-    reconnecting: `Reconnecting in ${Math.round((retryMs || 0) / 1000)} s`,
+    reconnecting: `${since}Reconnecting in ${Math.round((retryMs || 0) / 1000)} s`,
   }[status];
 }
 
