@@ -97,16 +97,31 @@ pub const MAX_ERROR_CHARS: usize = 300;
 /// The most of a spawn failure's message that a report carries and the ledger keeps.
 pub const MAX_SPAWN_MESSAGE_CHARS: usize = 1_000;
 
+/// Unicode's bidirectional formatting characters (marks, embeddings, overrides, isolates): one
+/// left open in a job's text (a program's name, its error) reverses the sentence ftdrive writes
+/// around it, in a terminal or the dashboard, as "Trojan Source" reorders code.
+const BIDI_CONTROLS: [char; 12] = [
+    '\u{061C}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}', '\u{2066}',
+    '\u{2067}', '\u{2068}', '\u{2069}',
+];
+
+/// A character no text ftdrive shows may hold as it is: a control character, or one that
+/// reorders the text around it.
+pub fn unprintable(c: char) -> bool {
+    c.is_control() || BIDI_CONTROLS.contains(&c)
+}
+
 /// Text a job wrote, made fit for the ledger and a terminal: whitespace runs made one space,
 /// other control characters (a terminal's escape sequences: erasing a line, writing the
-/// clipboard) shown as `?`, and cut to `max_chars` (the last one then `…`).
+/// clipboard) and bidirectional overrides shown as `?`, and cut to `max_chars` (the last one
+/// then `…`).
 pub fn one_line(text: &str, max_chars: usize) -> String {
     let mut line = String::new();
     for word in text.split_whitespace() {
         if !line.is_empty() {
             line.push(' ');
         }
-        line.extend(word.chars().map(|c| if c.is_control() { '?' } else { c }));
+        line.extend(word.chars().map(|c| if unprintable(c) { '?' } else { c }));
     }
     if let Some((cut, _)) = line.char_indices().nth(max_chars.saturating_sub(1)) {
         line.truncate(cut);
@@ -422,6 +437,10 @@ mod tests {
     fn a_programs_words_carry_no_terminal_control() {
         let said = ExitStatus::code(1).with_error("\x1b[2K\x1b[1G fake row \x1b]52;c;ZWNobw==\x07\u{9b}31m");
         assert_eq!(said.error.as_deref(), Some("?[2K?[1G fake row ?]52;c;ZWNobw==??31m"));
+        // Nor a bidirectional override left open, which reversed the sentence written around it.
+        let said = ExitStatus::code(1).with_error("no such file \u{202E}txt.exe\u{2066}x\u{200F}");
+        assert_eq!(said.error.as_deref(), Some("no such file ?txt.exe?x?"));
+        assert_eq!(one_line("שלום عربي 🙂", 50), "שלום عربي 🙂", "right-to-left text itself stays");
     }
 
     /// Statuses with nothing said read and write as they did before there was anything to say:

@@ -202,14 +202,15 @@ pub fn check_labels(labels: &Labels) -> Result<(), String> {
     if labels.len() > MAX_LABELS {
         return Err(format!("has {} labels; at most {MAX_LABELS} are allowed", labels.len()));
     }
-    let control = |text: &str| text.chars().any(char::is_control);
+    let control = |text: &str| text.chars().any(crate::protocol::unprintable);
     let bad = |(k, v): &(&String, &String)| {
         k.is_empty() || k.len() > MAX_LABEL_BYTES || v.len() > MAX_LABEL_BYTES || control(k) || control(v)
     };
     match labels.iter().find(bad) {
         Some((key, _)) => Err(format!(
-            "label `{}` has an empty or over-long key, an over-long value, or a control character; keys are 1 to \
-             {MAX_LABEL_BYTES} bytes, values at most {MAX_LABEL_BYTES}, both printable",
+            "label `{}` has an empty or over-long key, an over-long value, or a control or bidirectional \
+             formatting character; keys are 1 to {MAX_LABEL_BYTES} bytes, values at most {MAX_LABEL_BYTES}, both \
+             printable",
             key.chars().take(40).collect::<String>().escape_debug()
         )),
         None => Ok(()),
@@ -399,7 +400,9 @@ mod tests {
         assert!(check_labels(&parse_labels("zone=a").unwrap()).is_ok());
         let bell = Labels::from([("zone".to_string(), "a\u{1}".to_string())]);
         let said = check_labels(&bell).unwrap_err();
-        assert!(said.contains("a control character"), "{said}");
+        assert!(said.contains("a control or bidirectional formatting character"), "{said}");
+        let reversing = Labels::from([("zone".to_string(), "\u{202E}evil".to_string())]);
+        assert!(check_labels(&reversing).is_err(), "a right-to-left override is no printable value");
     }
 
     #[test]

@@ -37,6 +37,22 @@ pub struct Gpus {
     pub model: Option<String>,
 }
 
+/// `--gpus` naming devices this machine does not show: allowed (the driver's `/proc` entries
+/// and `nvidia-smi` may be out of reach where the devices are not, in some containers), but
+/// said, since jobs given them would find no such GPU.
+fn warn_of_unseen(given: Devices, seen: Devices) {
+    if seen.contains_all(given) {
+        return;
+    }
+    let list = |d: Devices| d.indices().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+    let shown = if seen.is_empty() { "no NVIDIA GPU".to_string() } else { format!("GPUs {}", list(seen)) };
+    tracing::warn!(
+        "--gpus {}: this machine shows {shown} (in {NVIDIA_PROC_DIR} or `nvidia-smi -L`); jobs given a device it \
+         does not have will not find it",
+        list(given)
+    );
+}
+
 impl Gpus {
     /// The NVIDIA GPUs of this machine: from the kernel driver's `/proc` entries, or else from
     /// `nvidia-smi -L`; none when neither is there.
@@ -65,7 +81,9 @@ impl Gpus {
         if devices.count() as usize != indices.len() {
             return Err(format!("`{text}` names a device twice"));
         }
-        Ok(Gpus { devices, model: Gpus::detect().model })
+        let detected = Gpus::detect();
+        warn_of_unseen(devices, detected.devices);
+        Ok(Gpus { devices, model: detected.model })
     }
 
     /// The `gpu.model` label value: the model with spaces as dashes.
