@@ -159,6 +159,9 @@ pub struct Scheduler {
     fault: PolicyFault,
     /// Passes run so far: shows that nothing spins while nothing changes.
     passes: u64,
+    /// The groups whose blocked items held capacity in the last pass (protected: a replacement,
+    /// or an item past `starvation_ms`): the only work ahead a waiting reason may name.
+    holding: BTreeSet<PgId>,
 }
 
 /// What one pass has learnt so far.
@@ -184,6 +187,7 @@ impl Scheduler {
             dirty: false,
             fault: PolicyFault::None,
             passes: 0,
+            holding: BTreeSet::new(),
         }
     }
 
@@ -551,6 +555,7 @@ impl Scheduler {
             return;
         }
         self.passes += 1;
+        self.holding.clear();
         let mut pass = PassState::default();
         let mut suspects_held = false;
         for class in policy::class_order(self.fault) {
@@ -649,6 +654,7 @@ impl Scheduler {
                 let aging_off = self.fault == PolicyFault::NoAgingHolds && key.class != QueueClass::Replacement;
                 if policy::is_protected(&key, now, self.config.starvation_ms) && !aging_off {
                     pass.holds.add(key.pg, &self.pgs);
+                    self.holding.insert(key.pg);
                 }
             }
         }

@@ -646,6 +646,29 @@ fn room_held_for_a_starving_gang_is_named_as_held_for_work_ahead() {
     );
 }
 
+/// Work ahead that has not waited `starvation_ms` holds nothing: a pending job submitted a
+/// moment before the request was named with the starving gang as what the room was held for.
+#[test]
+fn a_held_request_names_only_work_ahead_that_holds_room() {
+    let mut s = sched();
+    for name in ["a", "b", "c"] {
+        join(&mut s, name, 1, &[]);
+    }
+    s.create_pg(9, pg(1, 1, Strategy::StrictSpread, 0));
+    s.request_gang(9);
+    pass(&mut s, 0);
+    s.create_pg(1, pg(3, 3, Strategy::StrictSpread, 0)); // needs a, b and c
+    s.request_gang(1);
+    for young in [4, 5] {
+        s.create_pg(young, pg(1, 1, Strategy::StrictSpread, 9_999)); // fits on b or c
+        s.request_gang(young);
+    }
+    assert!(pass(&mut s, 10_000).is_empty(), "gang 1 starves and holds b and c");
+    let held = "waiting: the matching nodes have room for it now, held for work ahead of it in the queue (j1)";
+    assert_eq!(waiting(&s, 4).as_deref(), Some(held));
+    assert_eq!(waiting(&s, 5).as_deref(), Some(held), "not j4, which holds nothing");
+}
+
 /// Work ahead that could not use the room the request waits on holds nothing from it, so the
 /// reason does not name it.
 #[test]

@@ -210,7 +210,10 @@ impl Scheduler {
         };
         let (mut ahead, mut looked_at): (Vec<PgId>, BTreeSet<PgId>) = Default::default();
         for key in self.queue.active().take_while(|k| **k < request.key).take(MAX_AHEAD_EXAMINED) {
-            let blocks = matches!(key.class, QueueClass::Replacement | QueueClass::PendingGang);
+            // Only what held capacity in the last pass: an item ahead that has not waited
+            // `starvation_ms` holds nothing, and naming it sent operators to the wrong job.
+            let blocks = matches!(key.class, QueueClass::Replacement | QueueClass::PendingGang)
+                && self.holding.contains(&key.pg);
             // A group with several items ahead (a job's restorations) is looked at once.
             if blocks && key.pg != request.key.pg && looked_at.insert(key.pg) && could_hold(&self.pgs[&key.pg]) {
                 ahead.push(key.pg);
