@@ -163,10 +163,15 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
                 .node()
                 .map(|n| n.name.to_string())
                 .or_else(|| a.run.as_ref().map(|r| r.node.to_string()))
-                // An ended actor shows where it last ran; a waiting one shows none, as a pending
-                // pod or job does: its last node (perhaps DEAD) is not where it will run.
+                // An ended actor shows where it last was (a spare that stood by: where it stood
+                // by, not where its last attempt ran); a waiting one shows none, as a pending pod
+                // or job does: its last node (perhaps DEAD) is not where it will run.
                 .or_else(|| match a.state.is_terminal() {
-                    true => d.ledger().iter().rev().find(|e| e.actor == a.name).map(|e| e.node.clone()),
+                    true => a
+                        .last_node
+                        .as_ref()
+                        .map(|n| n.to_string())
+                        .or_else(|| d.ledger().iter().rev().find(|e| e.actor == a.name).map(|e| e.node.clone())),
                     false => None,
                 }),
             rank: a.rank,

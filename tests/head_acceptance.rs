@@ -249,6 +249,28 @@ fn hot_spare_takes_the_failed_rank_and_ends_gracefully() {
     }
 }
 
+/// A lost rank's actor re-placed as the spare stands by on another node; ended with the job,
+/// it is shown there, not on the DEAD node of its last attempt (its stand-by made no entry).
+#[test]
+fn a_spare_that_stood_by_and_ended_is_shown_where_it_stood_by() {
+    let mut c = three_node_cluster();
+    c.join("n4", cpu(1));
+    let mut s = spec("hs", 2, 2);
+    s.hot_spares = 1;
+    let job = c.submit(s);
+    let node_of = |c: &TestCluster, actor: usize| c.view(&job).actors[actor].node.clone().unwrap();
+    let lost = node_of(&c, 1);
+    c.crash(&lost);
+    c.advance(10_000);
+    assert_eq!(c.actor_state(&job, 1), Standby, "{:?}", c.view(&job).actors);
+    let stood_by = node_of(&c, 1);
+    assert_ne!(stood_by, lost);
+    c.finish(&job);
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Succeeded);
+    assert_eq!((view.actors[1].state, view.actors[1].node.as_deref()), (TaskCompleted, Some(stood_by.as_str())));
+}
+
 #[test]
 fn a_node_cannot_report_on_another_nodes_attempt() {
     let mut c = TestCluster::new(config());

@@ -232,6 +232,10 @@ pub struct Actor {
     /// While it is STANDBY: since when (the dashboard draws the wait as a bar).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub standby_since: Option<Instant>,
+    /// The node of the last bundle it held, once it holds none: where an ended actor is shown
+    /// (a spare that stood by and ended has no ledger entry to say where).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_node: Option<NodeId>,
 }
 
 impl Actor {
@@ -248,6 +252,7 @@ impl Actor {
             slot,
             rank: None,
             standby_since: None,
+            last_node: None,
         }
     }
 

@@ -123,7 +123,11 @@ impl Driver {
             Bundle::Requested { .. } => DriverEffect::Cancel { actor: ix },
             Bundle::Placed { .. } => DriverEffect::Release { actor: ix },
         };
-        self.actors[ix as usize].bundle = Bundle::None;
+        let actor = &mut self.actors[ix as usize];
+        if let Some(node) = actor.bundle.node() {
+            actor.last_node = Some(node.name.clone());
+        }
+        actor.bundle = Bundle::None;
         self.effects.push_back(effect);
     }
 
