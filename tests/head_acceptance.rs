@@ -269,6 +269,19 @@ fn a_spare_that_stood_by_and_ended_is_shown_where_it_stood_by() {
     let view = c.view(&job);
     assert_eq!(view.state, JobState::Succeeded);
     assert_eq!((view.actors[1].state, view.actors[1].node.as_deref()), (TaskCompleted, Some(stood_by.as_str())));
+
+    // A spare that never ran is shown where it stood by too.
+    let mut c = three_node_cluster();
+    let mut s = spec("idle-spare", 2, 2);
+    s.hot_spares = 1;
+    let job = c.submit(s);
+    let stood_by = node_of_in(&c, &job, 2);
+    c.finish(&job);
+    assert_eq!(c.view(&job).actors[2].node, Some(stood_by), "{:?}", c.view(&job).actors);
+}
+
+fn node_of_in(c: &TestCluster, job: &ftdrive::JobId, actor: usize) -> String {
+    c.view(job).actors[actor].node.clone().unwrap()
 }
 
 #[test]
