@@ -46,9 +46,9 @@ class ApiError(FtdriveError):
     """The head answered with an error status.
 
     ``status`` is the HTTP status code (400 bad input, 401/403 credentials, 404 unknown job,
-    node or actor, 502 an agent could not be reached, 503 the head is stopping and changed nothing); ``message`` is the head's own
-    explanation, taken from its ``{"error": ...}`` body (or the body's text when the head
-    answered something else).
+    node or actor, 502 an agent could not be reached, 503 the head is stopping and changed
+    nothing); ``message`` is the head's own explanation, taken from its ``{"error": ...}`` body
+    (or the body's text when the head answered something else).
     """
 
     def __init__(self, status: int, message: str, method: str = "", path: str = "") -> None:

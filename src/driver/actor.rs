@@ -239,6 +239,14 @@ pub struct Actor {
 }
 
 impl Actor {
+    /// Gives up its bundle, remembering the node it was on (`last_node`).
+    pub fn clear_bundle(&mut self) {
+        if let Some(node) = self.bundle.node() {
+            self.last_node = Some(node.name.clone());
+        }
+        self.bundle = Bundle::None;
+    }
+
     pub fn new(name: ActorId, role: Role, slot: Option<u32>) -> Self {
         Actor {
             name,

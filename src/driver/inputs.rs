@@ -69,8 +69,7 @@ impl Driver {
         for &ix in actors {
             let actor = &mut self.actors[ix as usize];
             assert!(actor.bundle.is_placed(), "{} lost a bundle it did not hold", actor.name);
-            actor.last_node = actor.bundle.node().map(|n| n.name.clone());
-            actor.bundle = Bundle::None;
+            actor.clear_bundle();
             actor.lost_at = Some(now);
             if let Some(run) = actor.run.as_ref().filter(|r| r.exited.is_none()) {
                 let record = LossRecord {

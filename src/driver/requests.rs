@@ -123,11 +123,7 @@ impl Driver {
             Bundle::Requested { .. } => DriverEffect::Cancel { actor: ix },
             Bundle::Placed { .. } => DriverEffect::Release { actor: ix },
         };
-        let actor = &mut self.actors[ix as usize];
-        if let Some(node) = actor.bundle.node() {
-            actor.last_node = Some(node.name.clone());
-        }
-        actor.bundle = Bundle::None;
+        self.actors[ix as usize].clear_bundle();
         self.effects.push_back(effect);
     }
 

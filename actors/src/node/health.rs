@@ -1,7 +1,7 @@
 //! Whether this node can start work (AG-6 in `src/agent.rs`): after a start failed because of
 //! the node, the agent probes what a start needs — its attempts' and logs' directories taking
-//! a synced write, and their disk keeping `--min-free-disk-mb` free — every `PROBE_EVERY`, and says it is healthy again once they do and its
-//! cool-down is over. The cool-down doubles with each failure in a row (`cool_down`): a fault
+//! a synced write, and their disk keeping `--min-free-disk-mb` free — every `PROBE_EVERY`,
+//! and says it is healthy again once they do and its cool-down is over. The cool-down doubles with each failure in a row (`cool_down`): a fault
 //! the probe cannot see (forks refused now and then) would otherwise make the node well again
 //! at every probe, and fail a start of some job, charged, at every episode.
 
