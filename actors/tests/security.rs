@@ -651,8 +651,10 @@ fn escapes_end_with_their_attempt(c: &mut Cluster) {
     }
 
     // kill -9 of the supervisor: its workers die with it, and the agent kills their groups —
-    // and, where the attempt has a cgroup, what left them (`setsid`).
-    let escape = if cgroup.is_some() { "setsid sleep 300 & sleep 300 & wait" } else { "sleep 300 & wait" };
+    // and, where the attempt has a cgroup, what left them (`setsid`): here a process holding
+    // 256 MiB, whose exit takes long enough that the head's acknowledgement comes before it is
+    // gone, unless the agent waits for the group to be empty before reporting.
+    let escape = if cgroup.is_some() { &format!("setsid {HOLDER} & sleep 300 & wait") } else { "sleep 300 & wait" };
     let killed = c.spec(
         "orphaned",
         json!({"command": ["sh", "-c", escape], "min_nodes": 1, "max_nodes": 1, "retries": {"system": 0, "user": 0}}),
@@ -662,6 +664,9 @@ fn escapes_end_with_their_attempt(c: &mut Cluster) {
     let expected = if cgroup.is_some() { 4 } else { 3 };
     c.wait_until("its sleeps are up", |c| c.processes(None).len() >= expected);
     let killed_cgroup = attempts_cgroup(c);
+    if killed_cgroup.is_some() {
+        c.wait_until("the holder holds its memory", |c| c.processes(None).into_iter().any(|p| resident_mib(p) >= 256));
+    }
     let supervisor = c.processes(None).into_iter().find(|pid| is_supervisor(*pid)).expect("a supervisor");
     // SAFETY: signalling a process this test's cluster started.
     unsafe { libc::kill(supervisor as i32, libc::SIGKILL) };
@@ -671,6 +676,18 @@ fn escapes_end_with_their_attempt(c: &mut Cluster) {
         c.wait_until("the dead supervisor's cgroup is removed", |_| !cgroup.exists());
     }
     c.nodes.remove("n1").map(|mut n| n.kill());
+}
+
+/// Holds 256 MiB, every page written, until killed.
+const HOLDER: &str = r#"python3 -c 'import time; held = b"x" * (256 << 20); time.sleep(300)'"#;
+
+/// How much of `pid`'s memory is resident, in MiB (0 once it is gone).
+fn resident_mib(pid: u32) -> u64 {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page_bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    (pages * page_bytes) >> 20
 }
 
 /// The cgroup every process of the one running attempt is in, when the agent gave it one
@@ -692,10 +709,12 @@ fn attempts_cgroup(c: &Cluster) -> Option<std::path::PathBuf> {
     assert!(!off, "--cgroup-parent off, and still a cgroup: {}", dir.display());
     let mount = cgroup2_mount().expect("a cgroup v2 mount holds the attempt's cgroup");
     let relative = format!("/{}", dir.strip_prefix(&mount).unwrap().display());
-    for pid in pids {
-        // The supervisor left it for the parent once its workers ran (CG-2).
-        let expected = if pid == supervisor { relative.rsplit_once('/').unwrap().0 } else { relative.as_str() };
-        assert_eq!(cgroup_of(pid), expected, "process {pid} of the attempt (supervisor {supervisor})");
+    // The supervisor leaves it for the parent once its workers started (CG-2) — which may be
+    // after they started processes of their own.
+    let parent = relative.rsplit_once('/').unwrap().0;
+    c.wait_until("the supervisor left its workers' cgroup", |_| cgroup_of(supervisor) == parent);
+    for pid in pids.into_iter().filter(|pid| *pid != supervisor) {
+        assert_eq!(cgroup_of(pid), relative, "process {pid} of the attempt (supervisor {supervisor})");
     }
     Some(dir)
 }

@@ -466,6 +466,7 @@ async fn attach(
             }
         }
         let end = told_end.unwrap_or_else(|| ended(&dir));
+        emptied(&dir).await;
         // Workers that ended before the supervisor took our connection: it went without a
         // word, but they ran (their groups are recorded), as an attached agent would have heard.
         if !told_started && matches!(end, Report::Ended(_)) {
@@ -518,6 +519,15 @@ fn ended(dir: &Path) -> Report {
     Report::Ended(ExitStatus::supervisor_lost())
 }
 
+/// Returns once what is left in the attempt's cgroup (what `ended` killed, a supervisor that
+/// could not leave it) is gone, or after a bounded wait: the end is acknowledged at once once
+/// reported, and the acknowledgement removes the group (`forget`, CG-4), which must be empty.
+async fn emptied(dir: &Path) {
+    if let Some(group) = recorded_cgroup(dir) {
+        cgroup::emptied(&group).await;
+    }
+}
+
 /// What an earlier run of this agent left in its state dir: supervisors still running (now
 /// re-attached, their reports going to `reports`), ends not yet acknowledged, and the command
 /// channels of the re-attached ones.
@@ -552,7 +562,9 @@ pub async fn recover(
                 continue;
             }
         }
-        let report = match ended(&dir) {
+        let end = ended(&dir);
+        emptied(&dir).await;
+        let report = match end {
             Report::SpawnFailed(message) => EndReport::SpawnFailed { message, node_fault: false },
             Report::Ended(status) => EndReport::Exited(status),
             Report::Started { .. } => unreachable!("ended() reports an end"),

@@ -16,7 +16,9 @@
 //!   the group with any the job made inside it.
 //! - **CG-4 a dead supervisor's cgroup is killed by the agent**: without a supervisor to reap
 //!   them, a worker's `setsid` children are in no recorded process group, but they are in the
-//!   cgroup. The agent removes it when the head has the end (`forget`).
+//!   cgroup. The agent reports the end once the group is empty (`emptied`, bounded: a
+//!   process with much memory takes a while to exit) and removes it when the head has the end
+//!   (`forget`).
 //!
 //! Without cgroup v2 (none mounted, or no right to create groups: a container, an unprivileged
 //! agent) the subreaper and the process groups keep SV-3 and SV-6 alone, as before.
@@ -31,6 +33,9 @@ const DEFAULT_PARENT: &str = "ftdrive";
 const MAX_KILL_ROUNDS: usize = 64;
 /// How long a supervisor waits for its emptied cgroup's last processes to be gone (CG-3).
 const EMPTY_WAIT_MS: u64 = 1_000;
+/// How long an agent holds an attempt's end for its cgroup to be empty (`emptied`): exiting
+/// frees the memory a process held, about a tenth of a second per GiB.
+const REPORT_EMPTY_WAIT_MS: u64 = 30_000;
 
 /// Where attempts' cgroups are made (`--cgroup-parent`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -249,6 +254,17 @@ pub fn leave_and_remove(dir: &Path) {
         std::thread::sleep(Duration::from_millis(5));
     }
     remove(dir);
+}
+
+/// Waits, at most `REPORT_EMPTY_WAIT_MS`, for the processes `kill` signalled in `dir` to be
+/// gone: the kill only sends SIGKILL, a process with much memory takes a while to exit, and a
+/// group still populated when the head acknowledges the end cannot be removed (`remove`; rmdir:
+/// EBUSY).
+pub async fn emptied(dir: &Path) {
+    let deadline = Instant::now() + Duration::from_millis(REPORT_EMPTY_WAIT_MS);
+    while populated(dir) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Whether a live process is still in `dir` (`cgroup.events`: `populated 1`).
