@@ -189,7 +189,7 @@ fn a_lower_job_taking_what_a_starving_gang_could_use_is_caught() {
     let name = "starving_gang_holds_what_it_could_use";
     let found = caught(name, PolicyFault::NoAgingHolds);
     let late = "late/0 was placed on n2 while a starving item (waiting 38000 ms, starvation_ms 30000) big/0, \
-                ahead of it, waited and could use it";
+                ahead of it, waited and could use the room it took";
     assert_eq!(found, [format!("starved_item_held: {late}")]);
 }
 

@@ -288,9 +288,16 @@ impl Node {
 
     /// How many more bundles of `demand` fit, capped at `cap` (so an empty demand is finite).
     pub fn room_for(&self, demand: &Demand, cap: u32) -> u32 {
-        let mut room = cap.min(self.port_room());
+        self.room_after(demand, cap, &Demand::default(), 0)
+    }
+
+    /// `room_for`, were `count` bundles of `taken` placed here first.
+    pub fn room_after(&self, demand: &Demand, cap: u32, taken: &Demand, count: u32) -> u32 {
+        let mut room = cap.min(self.port_room().saturating_sub(count));
         for &(r, d) in &demand.0 {
-            let free = self.capacity_of(r).saturating_sub(self.allocated_of(r));
+            let taken_of_r =
+                taken.0.iter().find(|(t, _)| *t == r).map_or(0, |(_, q)| q.saturating_mul(u64::from(count)));
+            let free = self.capacity_of(r).saturating_sub(self.allocated_of(r)).saturating_sub(taken_of_r);
             room = room.min(u32::try_from(free / d).unwrap_or(u32::MAX));
         }
         room

@@ -20,8 +20,9 @@
 //!
 //! Backfill with aging: an item that cannot be placed does not stop lower items, unless it is
 //! *protected* — a replacement (always), or anything that has waited `starvation_ms`. A
-//! protected item holds every node it could use now; lower items may not take those, except a
-//! restoration of a job whose reservation it waits for (HO-1, in `policy`).
+//! protected item holds the room it could use now on every node; lower items may take the rest
+//! of a node, not that, except a restoration of a job whose reservation it waits for (HO-1, in
+//! `policy`).
 //! An item that fails keeps its key, hence its place. Infeasible groups (no node ever seen
 //! could hold a bundle) are reported at once and re-checked when a node joins. Why a feasible
 //! item still waits is worked out when a view asks (`waiting.rs`), never by a pass.
@@ -634,13 +635,16 @@ impl Scheduler {
                     if self.fault == PolicyFault::IgnoreSuspects { &BTreeSet::new() } else { &self.suspects };
                 let unfiltered = self.fault == PolicyFault::IgnoreStaticFilters;
                 let ignore_health = self.fault == PolicyFault::PlaceOnUnhealthy;
+                // Judged as if the most the strategy allows landed on one node: a PACK item
+                // whose bundles could share a node must leave held room even so.
+                let per_node = policy::most_per_node(pg, count);
                 let ok = |ix: NodeIx| {
                     let node = cluster.node(ix);
                     (feasibility::usable(node, pg)
                         || unfiltered && node.state == NodeState::Alive
                         || ignore_health && feasibility::usable_if_healthy(node, pg))
                         && !suspects.contains(&ix)
-                        && (holds.is_empty() || !holds.held(node, ix, pgs))
+                        && (holds.is_empty() || !holds.held(node, ix, &pg.demand, per_node, pgs))
                 };
                 select::prepare(cluster, pg, count, &ok)
             }

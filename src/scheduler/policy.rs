@@ -11,16 +11,17 @@
 //! Classes are offered capacity in that order ([`class_order`]). Backfill with aging: an item
 //! that cannot be placed lets lower items use capacity unless it is *protected* — a replacement
 //! always, anything else once it has waited `starvation_ms` ([`is_protected`]); a protected
-//! item holds every node it could use now ([`Holds`]), but never from the restoration of a job
-//! whose reservation it waits for (HO-1).
+//! item holds the room it could use now on each node ([`Holds`]), but never from the
+//! restoration of a job whose reservation it waits for (HO-1).
 //!
 //! A new queue rule belongs here; the recipe is in `docs/structure.md`.
 
-use super::cluster::{Cluster, Node, NodeIx};
+use super::cluster::{Cluster, Demand, Node, NodeIx};
 use super::feasibility::{could_use_now, could_use_once_freed};
 use super::pg::PlacementGroup;
 use super::queue::{QueueClass, QueueKey};
 use super::{PgId, PolicyFault};
+use crate::spec::Strategy;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -87,8 +88,11 @@ pub fn is_protected(key: &QueueKey, now: Instant, starvation_ms: u64) -> bool {
     key.class == QueueClass::Replacement || now.ms_since(key.since) >= starvation_ms
 }
 
-/// Capacity lower items must not take: every node a blocked, protected group could use, and
-/// single nodes set aside for the bundles of suspect nodes.
+/// Capacity lower items must not take: on every node a blocked, protected group could use, the
+/// room it could use there ([`room_wanted_per_node`]); and single nodes set aside whole for
+/// the bundles of suspect nodes. What is left of a node beside a hold stays free for anyone, as
+/// Slurm's backfill does: a starving gang that needs one GPU per node keeps one GPU of each
+/// node, not all eight.
 ///
 /// HO-1: a hold never binds the restoration of a job that holds a reservation the held group
 /// could use once freed ([`Holds::binding`]). That job runs again, and so ends and frees what
@@ -159,13 +163,47 @@ pub fn hold_lifted(asker: &PlacementGroup, class: QueueClass, held: &PlacementGr
 }
 
 impl HeldFrom<'_> {
-    /// Is `node` capacity a binding held group could use now, or set aside?
-    pub fn held(&self, node: &Node, ix: NodeIx, pgs: &BTreeMap<PgId, PlacementGroup>) -> bool {
-        self.nodes.contains(&ix) || self.groups.iter().any(|id| could_use_now(node, ix, &pgs[id]))
+    /// Would `count` bundles of `demand` on `node` take room a binding held group could use
+    /// now, or is the node set aside?
+    pub fn held(
+        &self,
+        node: &Node,
+        ix: NodeIx,
+        demand: &Demand,
+        count: u32,
+        pgs: &BTreeMap<PgId, PlacementGroup>,
+    ) -> bool {
+        self.nodes.contains(&ix) || self.groups.iter().any(|id| takes_held_room(node, ix, &pgs[id], demand, count))
     }
 
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty() && self.nodes.is_empty()
+    }
+}
+
+/// Would `count` bundles of `demand` on `node` take room the blocked group `held` could use
+/// there now: its room on the node, counted up to what it could place on one node, would shrink.
+pub fn takes_held_room(node: &Node, ix: NodeIx, held: &PlacementGroup, demand: &Demand, count: u32) -> bool {
+    let wanted = room_wanted_per_node(held);
+    could_use_now(node, ix, held)
+        && node.room_after(&held.demand, wanted, demand, count) < node.room_for(&held.demand, wanted)
+}
+
+/// The most bundles a blocked group could want on one node: one under STRICT_SPREAD, else its
+/// whole gang (PACK and SPREAD may put several on a node; STRICT_PACK puts them all on one).
+pub fn room_wanted_per_node(pg: &PlacementGroup) -> u32 {
+    match pg.strategy {
+        Strategy::StrictSpread => 1,
+        Strategy::Spread | Strategy::Pack | Strategy::StrictPack => pg.required.max(1),
+    }
+}
+
+/// The most bundles of one item that may land on one node: its strategy's limit, as far as a
+/// hold is concerned (`HeldFrom::held` is asked for this many at once).
+pub fn most_per_node(pg: &PlacementGroup, count: u32) -> u32 {
+    match pg.strategy {
+        Strategy::StrictSpread => 1,
+        Strategy::Spread | Strategy::Pack | Strategy::StrictPack => count.max(1),
     }
 }
 

@@ -90,6 +90,50 @@ fn backfill_until_the_blocked_gang_starves() {
     assert!(nodes_of(&placed, 3).is_empty(), "nothing left for gang 3");
 }
 
+/// A starving gang holds the room it could use on each node, not the whole node: under
+/// STRICT_SPREAD one bundle's worth per node, and the rest of the node stays free for anyone.
+#[test]
+fn a_starving_gang_holds_its_room_on_a_node_and_leaves_the_rest() {
+    let two_cpus = |bundles, strategy, submit| PgSpec {
+        bundle: Resources::units(&[("cpu", 2)]),
+        ..pg(bundles, bundles, strategy, submit)
+    };
+    // c is full, so gang 1 is feasible (three nodes could hold it) but blocked.
+    let cluster = |nodes: &[(&str, u64)]| {
+        let mut s = sched();
+        join(&mut s, "c", 2, &[]);
+        assert_eq!(admit(&mut s, 9, two_cpus(1, Strategy::StrictSpread, 0), 0), ["c"]);
+        for (name, cpu) in nodes {
+            join(&mut s, name, *cpu, &[]);
+        }
+        s
+    };
+    let mut s = cluster(&[("a", 4), ("b", 4)]);
+    s.create_pg(1, two_cpus(3, Strategy::StrictSpread, 0));
+    s.request_gang(1);
+    assert!(pass(&mut s, 10_000).is_empty(), "gang 1 starves: it holds 2 CPUs on a and on b");
+    s.create_pg(2, pg(1, 1, Strategy::StrictSpread, 1));
+    s.request_gang(2);
+    s.create_pg(3, PgSpec { bundle: Resources::units(&[("cpu", 3)]), ..pg(1, 1, Strategy::StrictSpread, 2) });
+    s.request_gang(3);
+    let placed = pass(&mut s, 10_001);
+    assert_eq!(nodes_of(&placed, 2), ["a"], "1 CPU of a's 4 leaves the 2 held for gang 1");
+    assert!(nodes_of(&placed, 3).is_empty(), "3 CPUs would take held room on either node: {placed:?}");
+
+    // A PACK gang could put two of its bundles on a: it holds room for both there.
+    let mut s = cluster(&[("a", 5)]);
+    s.create_pg(1, two_cpus(3, Strategy::Pack, 0)); // 6 CPUs; a has 5 free, c none
+    s.request_gang(1);
+    assert!(pass(&mut s, 10_000).is_empty(), "gang 1 starves: it holds 4 CPUs of a (two bundles)");
+    s.create_pg(2, pg(1, 1, Strategy::StrictSpread, 1));
+    s.request_gang(2);
+    s.create_pg(3, two_cpus(1, Strategy::StrictSpread, 2));
+    s.request_gang(3);
+    let placed = pass(&mut s, 10_001);
+    assert_eq!(nodes_of(&placed, 2), ["a"], "the fifth CPU is no use to gang 1");
+    assert!(nodes_of(&placed, 3).is_empty(), "2 CPUs would leave gang 1 room for one bundle, not two: {placed:?}");
+}
+
 #[test]
 fn a_waiting_replacement_keeps_its_place_and_nothing_spins() {
     let mut s = sched();

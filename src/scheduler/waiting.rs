@@ -183,7 +183,7 @@ impl Scheduler {
     }
 
     /// There is room, so a hold kept it: a protected item ahead (a replacement, or an item
-    /// waiting past `starvation_ms`) that could use a node with that room and whose hold binds
+    /// waiting past `starvation_ms`) that could use the room on a node and whose hold binds
     /// this request (`policy::hold_lifted`), or a suspect node's bundles.
     fn held_for_others(
         &self,
@@ -202,7 +202,8 @@ impl Scheduler {
                     return true; // past the limit: name it rather than look further
                 }
                 checks_left -= 1;
-                if could_use_now(self.cluster.node(ix), ix, held) {
+                let per_node = policy::most_per_node(pg, request.count);
+                if policy::takes_held_room(self.cluster.node(ix), ix, held, &pg.demand, per_node) {
                     return true;
                 }
             }

@@ -13,8 +13,8 @@
 //! | `rendezvous_port_once` | a group rank 0 starting (it listens on `MASTER_PORT`) finds no rank 0 of another actor, whose attempt the head has not ended, listening on that port of the same machine (port space) |
 //! | `busy_port_twice_at_most` | on a network that loses and reorders nothing, an actor's rank 0 starts at most twice on one port of its machine that a process outside ftdrive listens on (PS-4 moves the bundle) |
 //! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
-//! | `replacement_first` | no lower class placed on a node a waiting replacement could use |
-//! | `starved_item_held` | once a pending gang, spare or growth item has waited `starvation_ms` since its job's submission, nothing below it in the queue (a lower class, a lower priority, a later submission) is placed on a node it could use (DESIGN §3, backfill with aging) |
+//! | `replacement_first` | no lower class takes room on a node that a waiting replacement could use there |
+//! | `starved_item_held` | once a pending gang, spare or growth item has waited `starvation_ms` since its job's submission, nothing below it in the queue (a lower class, a lower priority, a later submission) takes room on a node that it could use there — the rest of the node stays free (DESIGN §3, backfill with aging) |
 //! | `suspect_held` | no lower class placed on the last node a bundle of a surely-suspect node could use: one whose machine was lost long enough ago that the head must have missed a heartbeat, not yet declared DEAD (DESIGN §3) |
 //! | `budget` | each ledger charge follows the cause table; remaining counts down, never below 0 |
 //! | `legal_transition` | every actor transition is an edge of DESIGN §2, from the state it was in |
@@ -555,7 +555,7 @@ impl Checker {
         }
     }
 
-    /// No lower-class placement took capacity on a node one of `waiting` could use (a still
+    /// No lower-class placement took room on a node that one of `waiting` could use there (a still
     /// waiting replacement, or a bundle whose capacity is held).
     fn check_lower_placements(
         &mut self,
@@ -587,12 +587,25 @@ impl Checker {
                     *free_before.entry(r.to_string()).or_default() -= i128::from(q);
                 }
             }
+            for (job, _) in self.placed_after_lower(node, taken, &still_held) {
+                for (r, q) in self.specs[&job].bundle.iter() {
+                    *free_before.entry(r.to_string()).or_default() += i128::from(q);
+                }
+            }
+            let mut free_after = free_before.clone();
+            for (job, _) in &still_held {
+                for (r, q) in self.specs[job].bundle.iter() {
+                    *free_after.entry(r.to_string()).or_default() -= i128::from(q);
+                }
+            }
             for w in waiting {
                 if self.placed_on.get(&(w.job.clone(), w.actor)) != Some(node)
                     && self.could_use(w, node, &n, &free_before)
+                    && self.held_room(w, &free_after) < self.held_room(w, &free_before)
                 {
                     let detail = format!(
-                        "{}/{} was placed on {node} while {what} {}/{}, ahead of it, waited and could use it",
+                        "{}/{} was placed on {node} while {what} {}/{}, ahead of it, waited and could use the room \
+                         it took",
                         still_held[0].0, still_held[0].1, w.job, w.actor
                     );
                     self.violation(invariant, detail);
@@ -616,6 +629,37 @@ impl Checker {
             .filter(|&i| self.placed_on.get(&moves[i].1) != Some(node))
             .map(|i| moves[i].1.clone())
             .collect()
+    }
+
+    /// How many of `w`'s job's bundles fit in `free`, up to what it could want on one node (one
+    /// under STRICT_SPREAD, else its gang): the room a hold keeps for it (DESIGN §3).
+    fn held_room(&self, w: &WaitingBundle, free: &BTreeMap<String, i128>) -> i128 {
+        let spec = &self.specs[&w.job];
+        let wanted = if spec.strategy == Strategy::StrictSpread { 1 } else { i128::from(spec.min_nodes.max(1)) };
+        let fits = |(r, q): (&str, u64)| free.get(r).copied().unwrap_or(0).max(0) / i128::from(q.max(1));
+        spec.bundle.iter().filter(|(_, q)| *q > 0).map(fits).fold(wanted, i128::min)
+    }
+
+    /// Bundles placed on `node` later in the step than the first of `lower`, none of `taken`,
+    /// and still there: they took no room yet when it was placed. A growth bundle placed beside
+    /// a blocked replacement, leaving the room it could use, gave its job a reservation there;
+    /// HO-1 then let that job's restoration take the rest, the same step (swarm seed 6641933).
+    fn placed_after_lower(&self, node: &NodeId, taken: &[ActorKey], lower: &[&ActorKey]) -> Vec<ActorKey> {
+        let placed_at = |key: &ActorKey| self.step_moves.iter().rposition(|(n, k, p)| n == node && k == key && *p);
+        let Some(first) = lower.iter().filter_map(|k| placed_at(k)).min() else { return Vec::new() };
+        let later = self.step_moves[first + 1..].iter().filter(|(n, k, p)| *p && n == node && !taken.contains(k));
+        let mut keys: Vec<ActorKey> = later.map(|(_, k, _)| k.clone()).collect();
+        keys.sort();
+        keys.dedup();
+        // Whether it was on the node then: its last move before says, else its first after (a
+        // release: it was; a placement: it was not).
+        let on_node = |(n, k, _): &&(NodeId, ActorKey, bool), key: &ActorKey| n == node && k == key;
+        let there_then = |key: &ActorKey| match self.step_moves[..first].iter().rev().find(|m| on_node(m, key)) {
+            Some((_, _, placed)) => *placed,
+            None => self.step_moves[first + 1..].iter().find(|m| on_node(m, key)).is_some_and(|(_, _, placed)| !placed),
+        };
+        keys.retain(|k| self.placed_on.get(k) == Some(node) && !there_then(k));
+        keys
     }
 
     fn could_use(&self, w: &WaitingBundle, node: &NodeId, n: &NodeCheck, free: &BTreeMap<String, i128>) -> bool {
