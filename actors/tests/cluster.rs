@@ -965,6 +965,28 @@ fn a_log_follower_whose_reader_went_away_ends() {
     assert_eq!(c.job(&id)["state"], "RUNNING");
 }
 
+/// `ftdrive logs j1 | less`: a reader slower than the head's idle limit on a connection (5 s)
+/// still gets the whole log. The client reused the connection it fetched the first MiB on,
+/// which the head had closed meanwhile, and exited 4 saying the head could not be reached.
+#[test]
+fn a_slow_reader_of_a_long_log_gets_all_of_it() {
+    use std::io::Read;
+    let c = Cluster::start(&["n1"]);
+    let lines = 30_000; // 100 bytes each: about 3 MiB, three of the client's requests
+    let print = format!("i=0; while [ $i -lt {lines} ]; do printf '%099d\\n' $i; i=$((i+1)); done");
+    let spec = c.spec("chatty", json!({"command": ["sh", "-c", print], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
+    let mut reader = c.command().args(["logs", &id]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(6)); // the pipe is full long before
+    let mut out = Vec::new();
+    reader.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    let mut stderr = String::new();
+    reader.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(reader.wait().unwrap().success(), "{stderr}");
+    assert_eq!(out.len(), lines * 100, "{stderr}");
+}
+
 #[test]
 fn an_agent_stopped_with_sigterm_drains_its_work_as_preempted() {
     let mut c = Cluster::start(&["n1", "n2"]);

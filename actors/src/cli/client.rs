@@ -281,8 +281,13 @@ impl Client {
 
 /// Connect and keep-alive limits for a client of the head (timeouts per request are set on
 /// each, as an event stream must have none).
+/// How long a connection may sit idle and still be used again: the head closes one idle for
+/// 5 s (actix-web's keep-alive), and a request sent on it as it closes breaks ("connection
+/// closed before message completed") — `ftdrive logs j1 | less` stopped after its first MiB.
+const POOL_IDLE: Duration = Duration::from_secs(2);
+
 fn bounded(builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
-    builder.connect_timeout(CONNECT_TIMEOUT).tcp_keepalive(Duration::from_secs(30))
+    builder.connect_timeout(CONNECT_TIMEOUT).tcp_keepalive(Duration::from_secs(30)).pool_idle_timeout(POOL_IDLE)
 }
 
 fn silent_stream(base: &str, waited: Duration) -> CliError {
