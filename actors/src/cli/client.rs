@@ -23,6 +23,14 @@ const KEEPALIVES_MISSED: u32 = 3;
 /// An NDJSON stream's lines, as they arrive (keep-alive lines left out).
 pub type Lines = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<String, CliError>> + Send>>;
 
+/// Whether a request changes something at the head (a submission, a stop): one that broke
+/// after it was sent may have been carried out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    None,
+    Acts,
+}
+
 pub struct Client {
     base: String,
     token: String,
@@ -76,8 +84,26 @@ impl Client {
     }
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, CliError> {
+        self.send_as(request, Effect::None).await
+    }
+
+    async fn send_as(&self, request: reqwest::RequestBuilder, effect: Effect) -> Result<reqwest::Response, CliError> {
         let response = match request.bearer_auth(&self.token).send().await {
             Ok(response) => response,
+            // Sent, and then the connection broke or the answer was late: the head may have
+            // done it. "Is the head running?" sent a script to submit the job again.
+            Err(e) if effect == Effect::Acts && !e.is_connect() => {
+                return Err(CliError::Unreachable(format!(
+                    "the head at {} took the request, and then {}: it may have done it; look (`ftdrive status`) \
+                     before sending it again",
+                    self.base,
+                    if e.is_timeout() {
+                        format!("sent no answer within {} s", REQUEST_TIMEOUT.as_secs())
+                    } else {
+                        format!("the connection broke ({})", root_cause(&e))
+                    }
+                )))
+            }
             Err(e) => return Err(self.unreachable(e).await),
         };
         if response.status().is_success() {
@@ -173,13 +199,14 @@ impl Client {
     }
 
     pub async fn post<T: DeserializeOwned>(&self, path: &str, body: Value) -> Result<T, CliError> {
-        let response =
-            self.send(self.http.post(format!("{}{path}", self.base)).json(&body).timeout(REQUEST_TIMEOUT)).await?;
+        let request = self.http.post(format!("{}{path}", self.base)).json(&body).timeout(REQUEST_TIMEOUT);
+        let response = self.send_as(request, Effect::Acts).await?;
         response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
     }
 
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
-        let response = self.send(self.http.delete(format!("{}{path}", self.base)).timeout(REQUEST_TIMEOUT)).await?;
+        let request = self.http.delete(format!("{}{path}", self.base)).timeout(REQUEST_TIMEOUT);
+        let response = self.send_as(request, Effect::Acts).await?;
         response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
     }
 
