@@ -41,6 +41,10 @@ pub struct JobView {
     pub remaining: Remaining,
     pub actors: Vec<ActorView>,
     pub ledger: Vec<LedgerEntry>,
+    /// Ledger entries a list left out, the oldest (`keep_last_ledger_entries`); 0 in one job's
+    /// view, which has them all.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ledger_omitted: u64,
     pub placement_groups: Vec<PgView>,
     /// When the recent cycles formed (for a timeline's cycle boundaries).
     #[serde(default)]
@@ -53,6 +57,21 @@ pub struct JobView {
     /// lists or event snapshots, which it would swell by its environment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<JobSpec>,
+}
+
+impl JobView {
+    /// Keeps the last `keep` ledger entries, counting those left out: a list's view. A job
+    /// retried without bound (`"user": -1`) has up to 100,000, and a list carried them all in
+    /// every poll (1.2 MB for one job after 4,400 attempts).
+    pub fn keep_last_ledger_entries(&mut self, keep: usize) {
+        let omitted = self.ledger.len().saturating_sub(keep);
+        self.ledger.drain(..omitted);
+        self.ledger_omitted += omitted as u64;
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -203,6 +222,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
         remaining: d.remaining(),
         actors,
         ledger: d.ledger().to_vec(),
+        ledger_omitted: 0,
         placement_groups: vec![pg_view(d, scheduler, pg)],
         cycle_starts: d.cycle_starts().to_vec(),
         rendezvous: d.master().cloned(),

@@ -965,6 +965,24 @@ fn a_log_follower_whose_reader_went_away_ends() {
     assert_eq!(c.job(&id)["state"], "RUNNING");
 }
 
+/// A list carries each job's newest 100 ledger entries and counts the rest; the job's own
+/// document has them all. A job retried without bound carried up to 100,000 in every list.
+#[test]
+fn a_list_carries_the_newest_of_a_long_ledger_and_counts_the_rest() {
+    let c = Cluster::start(&["n1"]);
+    let retries = json!({"user": 104, "backoff_ms": {"initial": 1, "max": 1}});
+    let spec = c.spec("crashes", json!({"command": ["false"], "min_nodes": 1, "max_nodes": 1, "retries": retries}));
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "it fails at last", |j| j["state"] == "FAILED");
+    let ledger = job["ledger"].as_array().unwrap();
+    assert_eq!(ledger.len(), 105, "one job's document has every attempt");
+    assert!(job.get("ledger_omitted").is_none(), "{:?}", job.get("ledger_omitted"));
+    let list: serde_json::Value = serde_json::from_str(&c.ftdrive(&["status", "--output", "json"])).unwrap();
+    let listed = &list[0];
+    assert_eq!(listed["ledger_omitted"], 5);
+    assert_eq!(listed["ledger"].as_array().unwrap()[..], ledger[5..], "the newest 100");
+}
+
 /// `ftdrive logs j1 | less`: a reader slower than the head's idle limit on a connection (5 s)
 /// still gets the whole log. The client reused the connection it fetched the first MiB on,
 /// which the head had closed meanwhile, and exited 4 saying the head could not be reached.

@@ -212,6 +212,9 @@ class Job:
     priority: int = 0
     #: The current (or last) cycle's rendezvous, once one formed.
     rendezvous: Optional[Rendezvous] = None
+    #: Ledger entries a list (:meth:`Client.jobs`) left out, the oldest: it carries each job's
+    #: newest 100. ``Client.job(id)`` has them all (0 here).
+    ledger_omitted: int = 0
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -252,6 +255,7 @@ class Job:
             cycle_starts=[CycleStart.from_json(c) for c in data.get("cycle_starts") or []],
             priority=int(data.get("priority", 0)),
             rendezvous=Rendezvous.from_json(data["rendezvous"]) if data.get("rendezvous") else None,
+            ledger_omitted=int(data.get("ledger_omitted", 0)),
             raw=dict(data),
         )
 

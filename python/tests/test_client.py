@@ -20,6 +20,7 @@ from conftest import WAIT_S, Cluster, wait_for
 from ftdrive import (
     ApiError,
     ArgumentError,
+    Backoff,
     Client,
     ConfigError,
     Event,
@@ -434,6 +435,18 @@ def test_jobs_takes_one_state_or_several(cluster: Cluster) -> None:
     assert done in [j.id for j in succeeded] and {j.state for j in succeeded} == {"SUCCEEDED"}
     assert done not in [j.id for j in client.jobs(states="RUNNING")]
     assert done in [j.id for j in client.jobs(states=["FAILED", "SUCCEEDED"])]
+
+
+def test_a_list_carries_the_newest_100_ledger_entries_and_counts_the_rest(cluster: Cluster) -> None:
+    client = cluster.client()
+    retries = Retries(user=104, backoff_ms=Backoff(initial=1, max=1))
+    spec = JobSpec(name="crashes", command=["false"], min_nodes=1, max_nodes=1, retries=retries)
+    job_id = client.submit(spec).id
+    job = client.wait(job_id, timeout=WAIT_S)
+    assert (job.state, len(job.ledger), job.ledger_omitted) == ("FAILED", 105, 0)
+    [listed] = [j for j in client.jobs() if j.id == job_id]
+    assert listed.ledger_omitted == 5
+    assert [e.attempt for e in listed.ledger] == [e.attempt for e in job.ledger[5:]]
 
 
 def test_unknown_jobs_are_404(cluster: Cluster) -> None:
