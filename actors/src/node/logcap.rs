@@ -110,18 +110,26 @@ fn say_unbounded(log: &Path, error: &std::io::Error) {
 pub fn read_from(path: &Path, offset: u64, max: u64) -> std::io::Result<(Vec<u8>, u64)> {
     let mut file = File::open(path)?;
     let Some(data) = next_data(&file, offset) else { return Ok((Vec::new(), offset)) };
-    let mut bytes = Vec::new();
-    if data > offset {
-        let said = format!(
-            "[ftdrive: {} bytes of this log were dropped here: it passed its node's --max-log-mb]\n",
-            data - offset
-        );
-        bytes.extend_from_slice(said.as_bytes());
-    }
     file.seek(SeekFrom::Start(data))?;
-    let read = file.take(max).read_to_end(&mut bytes)? as u64;
+    let mut kept = Vec::new();
+    let read = file.take(max).read_to_end(&mut kept)? as u64;
+    if data == offset {
+        return Ok((kept, data + read));
+    }
+    // Holes are punched in whole blocks, mid-line: the rest of the cut line goes with the
+    // dropped part, so that what follows the note starts a line, as a rotated log does.
+    let cut_line = kept.iter().take(MAX_CUT_LINE_BYTES).position(|b| *b == b'\n').map_or(0, |at| at + 1);
+    let said = format!(
+        "[ftdrive: {} bytes of this log were dropped here: it passed its node's --max-log-mb]\n",
+        data - offset + cut_line as u64
+    );
+    let mut bytes = said.into_bytes();
+    bytes.extend_from_slice(&kept[cut_line..]);
     Ok((bytes, data + read))
 }
+
+/// The longest end of a cut line dropped with the hole before it; a longer one is kept as is.
+const MAX_CUT_LINE_BYTES: usize = 64 * 1024;
 
 /// Where data starts at or after `offset`; `None` past the end. A file system that does not
 /// track holes answers `offset` itself.
@@ -156,8 +164,11 @@ mod tests {
         writer.write_all(b"the end\n").unwrap();
         let (bytes, next) = read_from(&log, 0, 1 << 20).unwrap();
         let text = String::from_utf8(bytes).unwrap();
-        let said =
-            format!("[ftdrive: {dropped} bytes of this log were dropped here: it passed its node's --max-log-mb]\n");
+        // The hole ends mid-line: the rest of that line is dropped with it.
+        let to_line_end = dropped.div_ceil(100) * 100;
+        let said = format!(
+            "[ftdrive: {to_line_end} bytes of this log were dropped here: it passed its node's --max-log-mb]\n{line}"
+        );
         assert!(text.starts_with(&said), "{}", &text[..200]);
         assert!(text.ends_with("x\nthe end\n"));
         assert_eq!(next, 100_008, "offsets stay those of the whole log");
