@@ -41,8 +41,8 @@ pub struct JobView {
     pub remaining: Remaining,
     pub actors: Vec<ActorView>,
     pub ledger: Vec<LedgerEntry>,
-    /// Ledger entries a list left out, the oldest (`keep_last_ledger_entries`); 0 in one job's
-    /// view, which has them all.
+    /// Ledger entries a list left out, the oldest (`LIST_LEDGER_ENTRIES`); 0 in one job's view,
+    /// which has them all.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ledger_omitted: u64,
     pub placement_groups: Vec<PgView>,
@@ -59,16 +59,10 @@ pub struct JobView {
     pub spec: Option<JobSpec>,
 }
 
-impl JobView {
-    /// Keeps the last `keep` ledger entries, counting those left out: a list's view. A job
-    /// retried without bound (`"user": -1`) has up to 100,000, and a list carried them all in
-    /// every poll (1.2 MB for one job after 4,400 attempts).
-    pub fn keep_last_ledger_entries(&mut self, keep: usize) {
-        let omitted = self.ledger.len().saturating_sub(keep);
-        self.ledger.drain(..omitted);
-        self.ledger_omitted += omitted as u64;
-    }
-}
+/// The most ledger entries a job carries in a list (the newest): a job retried without bound
+/// (`"user": -1`) has up to 100,000, and a list carried them all in every poll (1.2 MB for one
+/// job after 4,400 attempts). One job's view has them all.
+pub const LIST_LEDGER_ENTRIES: usize = 100;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
@@ -170,7 +164,9 @@ impl JobView {
 }
 
 /// A job as its driver and the scheduler see it; `waiting` is why it waits, when it does.
-pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<String>) -> JobView {
+/// A job's view, with its newest `ledger_kept` ledger entries (all: `usize::MAX`).
+pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<String>, ledger_kept: usize) -> JobView {
+    let ledger_omitted = d.ledger().len().saturating_sub(ledger_kept);
     let actors = d
         .actors()
         .iter()
@@ -221,8 +217,8 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
         waiting,
         remaining: d.remaining(),
         actors,
-        ledger: d.ledger().to_vec(),
-        ledger_omitted: 0,
+        ledger: d.ledger()[ledger_omitted..].to_vec(),
+        ledger_omitted: ledger_omitted as u64,
         placement_groups: vec![pg_view(d, scheduler, pg)],
         cycle_starts: d.cycle_starts().to_vec(),
         rendezvous: d.master().cloned(),

@@ -702,12 +702,13 @@ impl Head {
     }
 
     pub fn job_view(&self, job: &JobId) -> Option<JobView> {
-        self.job_view_sharing(job, &mut WaitingMemo::default())
+        self.job_view_sharing(job, &mut WaitingMemo::default(), usize::MAX)
     }
 
-    fn job_view_sharing(&self, job: &JobId, memo: &mut WaitingMemo) -> Option<JobView> {
+    fn job_view_sharing(&self, job: &JobId, memo: &mut WaitingMemo, ledger_kept: usize) -> Option<JobView> {
         let slot = self.jobs.get(job)?;
-        Some(view::job_view(&slot.driver, &self.scheduler, slot.pg, self.waiting_reason(slot.pg, memo)))
+        let waiting = self.waiting_reason(slot.pg, memo);
+        Some(view::job_view(&slot.driver, &self.scheduler, slot.pg, waiting, ledger_kept))
     }
 
     /// Why a job waits: for the agents after a restart (nothing is placed meanwhile, DU-3), or
@@ -746,13 +747,23 @@ impl Head {
         self.job_views_where(|_| true, usize::MAX)
     }
 
-    /// The newest `limit` jobs in a state `wanted` takes, in submission order: a listing builds
-    /// only the views it shows (`ftdrive status --state RUNNING --limit 20`).
+    /// The newest `limit` jobs in a state `wanted` takes, in submission order, whole.
     pub fn job_views_where(&self, wanted: impl Fn(JobState) -> bool, limit: usize) -> Vec<JobView> {
+        self.views_where(wanted, limit, usize::MAX)
+    }
+
+    /// A listing (`ftdrive status --state RUNNING --limit 20`): the views `job_views_where`
+    /// gives, each with its newest `LIST_LEDGER_ENTRIES` ledger entries.
+    pub fn job_list(&self, wanted: impl Fn(JobState) -> bool, limit: usize) -> Vec<JobView> {
+        self.views_where(wanted, limit, view::LIST_LEDGER_ENTRIES)
+    }
+
+    /// Builds only the views it shows.
+    fn views_where(&self, wanted: impl Fn(JobState) -> bool, limit: usize, ledger_kept: usize) -> Vec<JobView> {
         let mut memo = WaitingMemo::default();
         let shown = self.by_pg.values().rev().filter(|id| wanted(self.jobs[*id].driver.state())).take(limit);
         let mut views: Vec<JobView> =
-            shown.map(|id| self.job_view_sharing(id, &mut memo).expect("a job of by_pg")).collect();
+            shown.map(|id| self.job_view_sharing(id, &mut memo, ledger_kept).expect("a job of by_pg")).collect();
         views.reverse();
         views
     }

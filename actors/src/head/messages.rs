@@ -164,9 +164,6 @@ impl JobFilter {
     pub const ALL: JobFilter = JobFilter { states: Vec::new(), limit: usize::MAX };
 }
 
-/// The most ledger entries a job carries in a list (the newest); one job's document has all.
-pub const LIST_LEDGER_ENTRIES: usize = 100;
-
 impl Handler<Jobs> for HeadActor {
     type Result = Result<Vec<JobView>, ApiError>;
     fn handle(&mut self, msg: Jobs, _: &mut Context<Self>) -> Self::Result {
@@ -174,11 +171,7 @@ impl Handler<Jobs> for HeadActor {
             Some(job) => Ok(vec![self.document(&job).ok_or_else(|| self.no_job(&job))?]),
             None => {
                 let JobFilter { states, limit } = msg.filter;
-                let mut views = self.head.job_views_where(|s| states.is_empty() || states.contains(&s), limit);
-                for view in &mut views {
-                    view.keep_last_ledger_entries(LIST_LEDGER_ENTRIES);
-                }
-                Ok(views)
+                Ok(self.head.job_list(|s| states.is_empty() || states.contains(&s), limit))
             }
         }
     }

@@ -541,6 +541,7 @@ pub async fn recover(
     let Ok(entries) = std::fs::read_dir(attempts_dir(state_dir)) else { return (recovered, attached) };
     let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
     dirs.sort();
+    let mut ended_dirs = Vec::new();
     for dir in dirs {
         let Some(record) = read_record(&dir) else {
             let _ = std::fs::remove_dir_all(&dir);
@@ -562,15 +563,18 @@ pub async fn recover(
                 continue;
             }
         }
-        let end = ended(&dir);
-        emptied(&dir).await;
-        let report = match end {
+        let report = match ended(&dir) {
             Report::SpawnFailed(message) => EndReport::SpawnFailed { message, node_fault: false },
             Report::Ended(status) => EndReport::Exited(status),
             Report::Started { .. } => unreachable!("ended() reports an end"),
         };
         recovered.finished.push(key.clone());
         recovered.ended.push((key, report));
+        ended_dirs.push(dir);
+    }
+    // Every cgroup `ended` killed was killed first, so their processes exit side by side.
+    for dir in ended_dirs {
+        emptied(&dir).await;
     }
     (recovered, attached)
 }
