@@ -672,6 +672,47 @@ fn logs_follow_a_running_attempt_and_show_a_finished_one() {
     assert!(no_actor.contains(&format!("has actors {id}/0 to {id}/0; there is no actor 7")), "{no_actor}");
 }
 
+/// `--tail N` prints the last N lines of a log, and under `--follow` what comes after them, as
+/// `tail -n N -f` and `kubectl logs --tail N -f` do; the API refuses a tail from an offset.
+#[test]
+fn logs_tail_prints_the_last_lines_and_follows_on_from_them() {
+    let c = Cluster::start(&["n1"]);
+    let gate = c.dir.path().join("gate");
+    let script = format!(
+        "for i in $(seq 1 500); do echo line $i; done; while [ ! -e {} ]; do sleep 0.1; done; echo after",
+        gate.display()
+    );
+    let spec = c.spec("tailed", json!({"command": ["sh", "-c", script], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    c.wait_until("every line is written", |c| c.ftdrive(&["logs", &id, "--tail", "1"]) == "line 500\n");
+    assert_eq!(c.ftdrive(&["logs", &id, "--tail", "3"]), "line 498\nline 499\nline 500\n");
+    assert_eq!(c.ftdrive(&["logs", &id, "--tail", "0"]), "");
+    let mut follower = c
+        .command()
+        .args(["logs", &id, "--tail", "2", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = follower.stdout.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { break };
+            let _ = lines_tx.send(line);
+        }
+    });
+    let tail: Vec<String> = (0..2).map_while(|_| lines.recv_timeout(WAIT).ok()).collect();
+    std::fs::write(&gate, "").unwrap();
+    let status = follower.wait().unwrap();
+    let rest: Vec<String> = lines.iter().collect();
+    assert_eq!((tail, rest), (vec!["line 499".to_string(), "line 500".into()], vec!["after".to_string()]));
+    assert_eq!(status.code(), Some(0));
+    let both = http(&c.url, "GET", &format!("/v1/jobs/{id}/logs?actor=0&tail=2&offset=5"), Some(&c.token()), "");
+    assert!(both.starts_with("HTTP/1.1 400") && both.contains("offset and tail do not go together"), "{both}");
+}
+
 /// A job's logs followed without `--actor` follow every actor at once: a rank that speaks
 /// while rank 0 is quiet is heard then, not once rank 0's attempt has ended (one actor was
 /// followed after the other, so a failing node stayed out of sight behind rank 0's). Lines of

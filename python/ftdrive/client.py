@@ -256,13 +256,18 @@ class Client:
         attempt: Optional[int] = None,
         local_rank: Optional[int] = None,
         offset: int = 0,
+        tail: Optional[int] = None,
     ) -> LogChunk:
-        """One read of an attempt's log from ``offset`` (default attempt: the latest). The
-        actor is its index (``1``) or its name (``"j7/1"``, as ``Actor.name`` and the CLI's
-        ``--actor`` have it)."""
+        """One read of an attempt's log from ``offset``, or of its last ``tail`` lines (default
+        attempt: the latest); ``next_offset`` says where to read on. The actor is its index
+        (``1``) or its name (``"j7/1"``, as ``Actor.name`` and the CLI's ``--actor`` have it)."""
         index = actor_index(job, index)
         _check_log_numbers(attempt, local_rank)
         query: Dict[str, Any] = {"actor": index, "offset": _not_negative("offset", offset, "a byte offset into the log")}
+        if tail is not None:
+            if offset:
+                raise ArgumentError(f"offset={offset} and tail={tail}: give one (a tail is read from the log's end)")
+            query["tail"] = _not_negative("tail", tail, "a number of lines")
         if attempt is not None:
             query["attempt"] = attempt
         if local_rank is not None:
@@ -294,17 +299,21 @@ class Client:
         follow: bool = False,
         poll_interval: float = 0.3,
         head_return_timeout: float = HEAD_RETURN_TIMEOUT_S,
+        tail: Optional[int] = None,
     ) -> Iterator[LogChunk]:
         """The chunks of one attempt's log (stdout and stderr together; with several workers,
         their lines interleaved and each prefixed ``[rankR]: ``, or one worker's with
-        ``local_rank``). Default attempt: the latest when called, kept while following.
+        ``local_rank``), or of its last ``tail`` lines and what follows them. Default attempt:
+        the latest when called, kept while following.
         ``follow`` keeps reading while the attempt runs and ends once it ended and all of its
         output was read; it rides out a head restart as :meth:`wait` does, and goes on from
         where it was. The actor is its index or its name, as for :meth:`log_chunk`; a bad one
         is :class:`ArgumentError` here, before the head is asked."""
         _check_log_numbers(attempt, local_rank)
+        if tail is not None:
+            _not_negative("tail", tail, "a number of lines")
         ask = functools.partial(self.log_chunk, job, actor_index(job, index), local_rank=local_rank)
-        return _chunks(ask, attempt, follow, poll_interval, HeadAway(self.base_url, head_return_timeout))
+        return _chunks(ask, attempt, follow, poll_interval, HeadAway(self.base_url, head_return_timeout), tail)
 
     def logs(
         self,
@@ -316,6 +325,7 @@ class Client:
         follow: bool = False,
         poll_interval: float = 0.3,
         head_return_timeout: float = HEAD_RETURN_TIMEOUT_S,
+        tail: Optional[int] = None,
     ) -> Iterator[str]:
         """As :meth:`log_bytes`, as text lines (each with its ``\\n``, but for an unfinished
         last line). A bad actor (a negative index, another job's name) is :class:`ArgumentError`
@@ -328,6 +338,7 @@ class Client:
             follow=follow,
             poll_interval=poll_interval,
             head_return_timeout=head_return_timeout,
+            tail=tail,
         )
         return _lines(chunks)
 
@@ -642,15 +653,21 @@ def not_started(view: Job, actor: Actor) -> str:
 
 
 def _chunks(
-    ask_at: Callable[..., LogChunk], attempt: Optional[int], follow: bool, poll_interval: float, away: HeadAway
+    ask_at: Callable[..., LogChunk],
+    attempt: Optional[int],
+    follow: bool,
+    poll_interval: float,
+    away: HeadAway,
+    tail: Optional[int] = None,
 ) -> Iterator[LogChunk]:
-    """The chunks ``ask_at(attempt=, offset=)`` reads, from offset 0 on (see ``log_bytes``)."""
+    """The chunks ``ask_at(attempt=, offset=, tail=)`` reads, from offset 0 on or from the last
+    ``tail`` lines on (see ``log_bytes``)."""
     offset = 0
     while True:
-        ask = functools.partial(ask_at, attempt=attempt, offset=offset)
+        ask = functools.partial(ask_at, attempt=attempt, offset=offset, tail=tail)
         chunk = away.ask(ask) if follow else ask()
         attempt = chunk.attempt or attempt
-        offset = chunk.next_offset
+        offset, tail = chunk.next_offset, None
         if chunk.data:
             yield chunk
             continue

@@ -131,6 +131,26 @@ def test_logs_follow_a_running_attempt(cluster: Cluster, tmp_path: Path) -> None
     assert client.wait(job_id, timeout=30).state == "SUCCEEDED"
 
 
+def test_logs_tail_the_last_lines_and_follow_on_from_them(cluster: Cluster, tmp_path: Path) -> None:
+    client = cluster.client()
+    printer = [sys.executable, "-c", "for i in range(10): print('line', i)"]
+    done = client.wait(client.submit(JobSpec(name="tail", command=printer, min_nodes=1, max_nodes=1)).id, timeout=45)
+    assert done.state == "SUCCEEDED", done
+    assert list(client.logs(done.id, 0, tail=3)) == ["line 7\n", "line 8\n", "line 9\n"]
+    end = client.log_chunk(done.id, 0, tail=0)
+    assert (end.data, end.next_offset) == (b"", sum(len(f"line {i}\n") for i in range(10)))
+    gate = tmp_path / "gate"
+    script = str(cluster.work / "gated.py")
+    spec = JobSpec(name="tail-follow", command=[sys.executable, "-u", script, str(gate)], min_nodes=1, max_nodes=1)
+    job_id = client.submit(spec).id
+    cluster.wait_job(job_id, "its actor runs", lambda j: j.actors[0].state == "RUNNING")
+    wait_for("its first line is written", lambda: list(client.logs(job_id, 0, tail=1)) == ["line 0\n"])
+    lines = client.logs(job_id, 0, follow=True, poll_interval=0.1, tail=1)
+    assert next(lines) == "line 0\n"
+    gate.touch()
+    assert list(lines) == [f"line {i}\n" for i in range(1, 6)]
+
+
 def test_events_of_a_job_start_with_a_snapshot_and_end_with_it(cluster: Cluster, tmp_path: Path) -> None:
     client = cluster.client()
     gate = tmp_path / "gate"
@@ -418,6 +438,8 @@ def test_a_negative_number_in_a_query_is_refused_saying_what_numbers_may_be(clus
     refusals = [
         (lambda: client.jobs(limit=0), "limit=0: give the number of newest jobs to list, 1 or more"),
         (lambda: client.log_chunk(job_id, 0, offset=-5), "offset=-5: give a byte offset into the log, 0 or more"),
+        (lambda: client.log_chunk(job_id, 0, offset=5, tail=2), "offset=5 and tail=2: give one"),
+        (lambda: client.logs(job_id, 0, tail=-1), "tail=-1: give a number of lines, 0 or more"),
         (lambda: client.logs(job_id, 0, attempt=0), "attempt=0: attempts are numbered from 1"),
         (lambda: client.log_bytes(job_id, 0, attempt=-1), "attempt=-1: attempts are numbered from 1"),
         (lambda: client.logs(job_id, 0, local_rank=-1), "local_rank=-1: give a worker's local rank on its node"),

@@ -278,6 +278,9 @@ pub struct LogsArgs {
     /// global rank).
     #[arg(long)]
     pub local_rank: Option<u32>,
+    /// Only the last N lines of each log (with `--follow`, then what comes after them).
+    #[arg(long, value_name = "N")]
+    pub tail: Option<u32>,
     /// Keep printing as the attempt writes, until it ends.
     #[arg(long)]
     pub follow: bool,

@@ -41,6 +41,13 @@ pub struct Client {
     http: reqwest::Client,
 }
 
+/// Where a read of a log starts: at a byte offset, or so many lines before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFrom {
+    Offset(u64),
+    Tail(u32),
+}
+
 /// A slice of an attempt's log.
 pub struct LogChunk {
     pub bytes: bytes::Bytes,
@@ -274,9 +281,16 @@ impl Client {
         actor: u32,
         attempt: Option<u32>,
         local_rank: Option<u32>,
-        offset: u64,
+        at: LogFrom,
     ) -> Result<LogChunk, CliError> {
+        let (offset, tail) = match at {
+            LogFrom::Offset(offset) => (offset, None),
+            LogFrom::Tail(lines) => (0, Some(lines)),
+        };
         let mut url = format!("{}/v1/jobs/{job}/logs?actor={actor}&offset={offset}", self.base);
+        if let Some(lines) = tail {
+            url.push_str(&format!("&tail={lines}"));
+        }
         if let Some(attempt) = attempt {
             url.push_str(&format!("&attempt={attempt}"));
         }

@@ -1,10 +1,10 @@
-//! `ftdrive logs JOB [--actor A] [--attempt N] [--local-rank L] [--follow]`: an attempt's
+//! `ftdrive logs JOB [--actor A] [--attempt N] [--local-rank L] [--tail N] [--follow]`: an attempt's
 //! output (stdout and stderr together; of several workers per node, their lines interleaved,
 //! each prefixed `[rankR]: `), or one worker's, fetched through the head from the agent that
 //! ran it.
 
 use super::args::LogsArgs;
-use super::client::Client;
+use super::client::{Client, LogFrom};
 use super::error::{CliError, Outcome};
 use super::out;
 use super::reconnect::{is_passing, until_answered};
@@ -40,7 +40,7 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
             // A follower keeps to the attempt that is the latest now (`Cursor`), even if its
             // first read fails and a retry starts meanwhile.
             let latest = args.follow.then(|| view.actors[actor as usize].attempt);
-            let which = Which { actor, attempt: args.attempt.or(latest), local_rank: args.local_rank };
+            let which = Which { actor, attempt: args.attempt.or(latest), local_rank: args.local_rank, tail: args.tail };
             let (client, job, printer) = (&client, &view.id, &printer);
             async move {
                 // Every name was checked against the job: what the head still cannot give (a
@@ -213,14 +213,17 @@ fn actor_index(actor: &str, job: &str, count: usize) -> Result<u32, CliError> {
     })
 }
 
-/// Whose output: an actor's attempt (default the latest), all its workers or one.
+/// Whose output: an actor's attempt (default the latest), all its workers or one; all of it or
+/// its last lines.
 struct Which {
     actor: u32,
     attempt: Option<u32>,
     local_rank: Option<u32>,
+    tail: Option<u32>,
 }
 
-/// Where a follower stands: which attempt it reads and how far. The first answer names the
+/// Where a follower stands: which attempt it reads and from where (a tail first, then
+/// offsets, as `tail -n N -f` does). The first answer names the
 /// attempt when none was asked for; from then on the follower keeps to it, so that an attempt
 /// started meanwhile (a retry, or one that began while the head was restarting) is never read
 /// at the byte offset of the one before. A new attempt is followed by asking again, as
@@ -228,13 +231,13 @@ struct Which {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Cursor {
     attempt: Option<u32>,
-    offset: u64,
+    from: LogFrom,
 }
 
 impl Cursor {
     fn advance(&mut self, chunk_attempt: u32, next_offset: u64) {
         self.attempt.get_or_insert(chunk_attempt);
-        self.offset = next_offset;
+        self.from = LogFrom::Offset(next_offset);
     }
 }
 
@@ -329,14 +332,14 @@ async fn print_attempt(
     follow: bool,
     printer: &Printer,
 ) -> Result<u32, CliError> {
-    let Which { actor, attempt, local_rank } = which;
-    let mut at = Cursor { attempt, offset: 0 };
+    let Which { actor, attempt, local_rank, tail } = which;
+    let mut at = Cursor { attempt, from: tail.map_or(LogFrom::Offset(0), LogFrom::Tail) };
     let mut header = None;
     loop {
-        let Cursor { attempt, offset } = at;
-        let chunk = match client.log_chunk(job, actor, attempt, local_rank, offset).await {
+        let Cursor { attempt, from } = at;
+        let chunk = match client.log_chunk(job, actor, attempt, local_rank, from).await {
             Err(e) if follow && is_passing(&e) => {
-                until_answered(e, || client.log_chunk(job, actor, attempt, local_rank, offset)).await?
+                until_answered(e, || client.log_chunk(job, actor, attempt, local_rank, from)).await?
             }
             answer => answer?,
         };
@@ -358,7 +361,7 @@ async fn print_attempt(
 
 #[cfg(test)]
 mod tests {
-    use super::{actor_index, Cursor};
+    use super::{actor_index, Cursor, LogFrom};
 
     #[test]
     fn an_actor_is_named_by_its_index_or_its_full_name_of_this_job_only() {
@@ -372,17 +375,21 @@ mod tests {
 
     #[test]
     fn a_follower_keeps_to_the_attempt_it_began_reading() {
-        let mut at = Cursor { attempt: None, offset: 0 };
+        let mut at = Cursor { attempt: None, from: LogFrom::Tail(10) };
         at.advance(1, 120);
-        assert_eq!(at, Cursor { attempt: Some(1), offset: 120 }, "the latest attempt, once named, is pinned");
+        assert_eq!(
+            at,
+            Cursor { attempt: Some(1), from: LogFrom::Offset(120) },
+            "the latest attempt, once named, is pinned"
+        );
         at.advance(2, 0);
         assert_eq!(at.attempt, Some(1), "an answer can never move a follower to another attempt");
     }
 
     #[test]
     fn an_asked_for_attempt_is_kept() {
-        let mut at = Cursor { attempt: Some(3), offset: 0 };
+        let mut at = Cursor { attempt: Some(3), from: LogFrom::Offset(0) };
         at.advance(3, 40);
-        assert_eq!(at, Cursor { attempt: Some(3), offset: 40 });
+        assert_eq!(at, Cursor { attempt: Some(3), from: LogFrom::Offset(40) });
     }
 }

@@ -7,7 +7,7 @@
 //! | `GET /v1/jobs`, `GET /v1/jobs/{id}` | job views (DESIGN §7 shapes) |
 //! | `POST /v1/jobs/{id}/stop` | stop a job |
 //! | `GET /v1/jobs/{id}/events`, `GET /v1/events` | NDJSON event stream (a job's ends with it) |
-//! | `GET /v1/jobs/{id}/logs?actor=&attempt=&offset=&local_rank=` | an attempt's log (or one worker's), fetched from its agent |
+//! | `GET /v1/jobs/{id}/logs?actor=&attempt=&offset=&local_rank=&tail=` | an attempt's log (or one worker's), fetched from its agent |
 //! | `GET /v1/nodes`, `GET /v1/nodes/{name}`, `POST /v1/nodes/{name}/drain` | nodes; the operator's drain (a preemption notice, and no new work until undrained) |
 //! | `POST /v1/nodes/{name}/undrain` | withdraw the operator's drain: the node takes new work again |
 //! | `DELETE /v1/nodes/{name}` | forget a DEAD node (409 for a live one); answers the node as it was |
@@ -837,6 +837,8 @@ struct LogQuery {
     offset: u64,
     /// One worker's output instead of the group's.
     local_rank: Option<u32>,
+    /// The last lines instead of what follows `offset`.
+    tail: Option<u32>,
 }
 
 /// The most the head reads of one answer from an agent's log server: an agent serves at most
@@ -869,6 +871,12 @@ async fn job_logs(
     id: web::Path<String>,
     query: web::Query<LogQuery>,
 ) -> Result<HttpResponse, ApiError> {
+    if query.tail.is_some() && query.offset > 0 {
+        return Err(ApiError::BadRequest(
+            "offset and tail do not go together: a tail ends the log, and its x-ftdrive-next-offset says where to read on"
+                .into(),
+        ));
+    }
     let job = JobId::from(id.into_inner());
     let locate = LocateLog { job, actor: query.actor, attempt: query.attempt, local_rank: query.local_rank };
     let source = state.head.send(locate).await.map_err(mailbox)??;
@@ -886,9 +894,10 @@ async fn job_logs(
         ApiError::Unavailable(format!("the head cannot reach the agent on {}: {why}", source.node))
     };
     let worker = query.local_rank.map(|l| format!("&local_rank={l}")).unwrap_or_default();
+    let tail = query.tail.map(|lines| format!("&tail={lines}")).unwrap_or_default();
     let response = state
         .http
-        .get(format!("{}?offset={}{worker}", source.url, query.offset))
+        .get(format!("{}?offset={}{worker}{tail}", source.url, query.offset))
         .bearer_auth(&source.token)
         .send()
         .await

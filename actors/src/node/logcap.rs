@@ -128,6 +128,50 @@ pub fn read_from(path: &Path, offset: u64, max: u64) -> std::io::Result<(Vec<u8>
     Ok((bytes, data + read))
 }
 
+/// The last `lines` lines of `path` (`ftdrive logs --tail`), from at most its last `max`
+/// bytes, and the offset to read from next: the end of what was read. What is answered starts
+/// a line; a tail that reaches back into a dropped part starts with the note `read_from`
+/// gives there.
+pub fn read_tail(path: &Path, lines: u32, max: u64) -> std::io::Result<(Vec<u8>, u64)> {
+    let mut file = File::open(path)?;
+    let end = file.metadata()?.len();
+    let kept = next_data(&file, 0).unwrap_or(end);
+    let from = end.saturating_sub(max).max(kept);
+    // One byte before the window, where there is one to read, says whether it starts a line.
+    let before = if from > kept { from - 1 } else { from };
+    file.seek(SeekFrom::Start(before))?;
+    let mut window = Vec::new();
+    file.take(end - before).read_to_end(&mut window)?;
+    let next = before + window.len() as u64;
+    let (start, whole) = tail_start(&window, lines, before > 0);
+    if whole || before != kept || kept == 0 {
+        return Ok((window[start..].to_vec(), next));
+    }
+    let said = format!(
+        "[ftdrive: {} bytes of this log were dropped here: it passed its node's --max-log-mb]\n",
+        kept + start as u64
+    );
+    let mut bytes = said.into_bytes();
+    bytes.extend_from_slice(&window[start..]);
+    Ok((bytes, next))
+}
+
+/// Where the last `lines` lines of `window` start, and whether there were that many. A last
+/// line not ended yet counts as one. Short of them, a window that starts mid-line (`cut_first`:
+/// it starts past the log's start) goes from its first whole line.
+fn tail_start(window: &[u8], lines: u32, cut_first: bool) -> (usize, bool) {
+    if lines == 0 {
+        return (window.len(), true);
+    }
+    let body = window.strip_suffix(b"\n").unwrap_or(window);
+    let mut ends = body.iter().enumerate().rev().filter(|(_, b)| **b == b'\n').map(|(at, _)| at + 1);
+    if let Some(start) = ends.nth(lines as usize - 1) {
+        return (start, true);
+    }
+    let first_whole = if cut_first { window.iter().position(|b| *b == b'\n').map_or(0, |at| at + 1) } else { 0 };
+    (first_whole, false)
+}
+
 /// The longest end of a cut line dropped with the hole before it; a longer one is kept as is.
 const MAX_CUT_LINE_BYTES: usize = 64 * 1024;
 
@@ -177,6 +221,58 @@ mod tests {
         let blocks = std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&log).unwrap());
         assert!(blocks * 512 < 40_000, "the dropped part takes no disk: {blocks} blocks");
         assert_eq!(bound(&capped, dropped, 40_000).unwrap(), dropped, "within the bound again");
+    }
+
+    #[test]
+    fn a_tail_is_the_last_lines_and_says_where_the_log_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("attempt-1.log");
+        std::fs::write(&log, b"a\nb\nc\n").unwrap();
+        assert_eq!(read_tail(&log, 2, 1 << 20).unwrap(), (b"b\nc\n".to_vec(), 6));
+        assert_eq!(read_tail(&log, 0, 1 << 20).unwrap(), (Vec::new(), 6), "none, from the end on");
+        assert_eq!(read_tail(&log, 9, 1 << 20).unwrap(), (b"a\nb\nc\n".to_vec(), 6), "all there is");
+        std::fs::write(&log, b"a\nb\nc").unwrap();
+        assert_eq!(read_tail(&log, 1, 1 << 20).unwrap(), (b"c".to_vec(), 5), "an unfinished line counts");
+        assert_eq!(read_tail(&log, 2, 1 << 20).unwrap(), (b"b\nc".to_vec(), 5));
+        std::fs::write(&log, b"").unwrap();
+        assert_eq!(read_tail(&log, 3, 1 << 20).unwrap(), (Vec::new(), 0));
+    }
+
+    #[test]
+    fn a_tail_past_its_bound_in_bytes_starts_at_a_whole_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("attempt-1.log");
+        let lines: String = (0..1_000).map(|i| format!("{i:099}\n")).collect();
+        std::fs::write(&log, &lines).unwrap();
+        for max in [1_000, 1_050, 1_099] {
+            let (bytes, next) = read_tail(&log, 50, max).unwrap();
+            assert_eq!(next, 100_000);
+            let text = String::from_utf8(bytes).unwrap();
+            let kept = (max / 100) as usize;
+            assert_eq!(text.lines().count(), kept, "max {max}: the whole lines within it");
+            assert!(text.starts_with(&format!("{:099}\n", 1_000 - kept)), "max {max}: {}", &text[..120]);
+        }
+        let (bytes, _) = read_tail(&log, 3, 1_000).unwrap();
+        assert_eq!(bytes, &lines.as_bytes()[99_700..]);
+    }
+
+    #[test]
+    fn a_tail_that_reaches_a_dropped_part_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("attempt-1.log");
+        let line = format!("{}\n", "x".repeat(99));
+        std::fs::write(&log, line.repeat(1_000)).unwrap();
+        let capped = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+        let dropped = bound(&capped, 0, 40_000).unwrap();
+        let (bytes, next) = read_tail(&log, 3, 1 << 20).unwrap();
+        assert_eq!((bytes, next), (line.repeat(3).into_bytes(), 100_000), "within the kept part: no note");
+        let (bytes, _) = read_tail(&log, 1_000, 1 << 20).unwrap();
+        let to_line_end = dropped.div_ceil(100) * 100;
+        let said = format!(
+            "[ftdrive: {to_line_end} bytes of this log were dropped here: it passed its node's --max-log-mb]\n"
+        );
+        let kept = (100_000 - to_line_end) as usize / 100;
+        assert_eq!(String::from_utf8(bytes).unwrap(), said + &line.repeat(kept));
     }
 
     #[test]

@@ -59,6 +59,8 @@ struct LogQuery {
     offset: u64,
     /// One worker's own log instead of the group's.
     local_rank: Option<u32>,
+    /// The last lines instead of what follows `offset` (`ftdrive logs --tail`).
+    tail: Option<u32>,
 }
 
 /// The file a query reads: the attempt's log, or one worker's. A single worker writes only the
@@ -187,13 +189,22 @@ async fn read_log(req: HttpRequest, state: web::Data<LogState>) -> HttpResponse 
     };
     let query = match web::Query::<LogQuery>::from_query(req.query_string()) {
         Ok(query) => query,
-        Err(e) => return bad(format!("bad query: {e}; offset and local_rank are whole numbers, 0 or more")),
+        Err(e) => return bad(format!("bad query: {e}; offset, local_rank and tail are whole numbers, 0 or more")),
     };
     let Some(file) = log_path(&state.dir, job, actor, attempt) else {
         return bad("bad job id".into());
     };
     let file = chosen_file(file, query.local_rank);
-    match super::logcap::read_from(&file, query.offset, MAX_CHUNK) {
+    let read =
+        match query.tail {
+            Some(_) if query.offset > 0 => return bad(
+                "bad query: offset and tail do not go together (a tail ends the log; its answer says where to read on)"
+                    .into(),
+            ),
+            Some(lines) => super::logcap::read_tail(&file, lines, MAX_CHUNK),
+            None => super::logcap::read_from(&file, query.offset, MAX_CHUNK),
+        };
+    match read {
         Ok((bytes, next)) => HttpResponse::Ok()
             .insert_header((NEXT_OFFSET_HEADER, next.to_string()))
             .content_type("text/plain; charset=utf-8")
