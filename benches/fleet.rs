@@ -382,7 +382,10 @@ impl SimAgent {
                     self.input(AgentInput::Exited { key, status: ExitStatus::signal(libc::SIGTERM, true) });
                 }
                 AgentEffect::HeartbeatEvery { interval_ms } => self.new_interval_ms = Some(interval_ms),
-                AgentEffect::Forget { .. } | AgentEffect::JoinedCluster { .. } | AgentEffect::ShutDown => {}
+                AgentEffect::Fenced { .. }
+                | AgentEffect::Forget { .. }
+                | AgentEffect::JoinedCluster { .. }
+                | AgentEffect::ShutDown => {}
             }
         }
         Ok(())

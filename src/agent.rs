@@ -25,10 +25,17 @@
 //!   hears so (`ToHead::Health`, then in every heartbeat and registration) before it hears of
 //!   the failure: the head must not place the attempt's next try back here. Only the runtime,
 //!   once what failed works again, makes it healthy (`AgentInput::Health(None)`).
+//! - **AG-7 a fenced agent stops its work.** With a fence (`ftdrive node --fence-after-ms`),
+//!   an agent that has heard nothing from a head that let it in for that long (no message, no
+//!   answer to its pings: `AgentInput::HeadHeard`; a head that refuses it, say one of another
+//!   cluster, does not count) stops every attempt it runs, once, and reports each
+//!   end as `fenced`: a head that is up has declared the node lost and placed the work
+//!   elsewhere, and a rank must not run twice. Without one (the default) an agent keeps its
+//!   work however long the head is silent (DESIGN §10).
 //!
 //! The heartbeat cadence is the runtime's: it feeds `AgentInput::Heartbeat` on its own
 //! periodic timer (at the interval the head's welcome names, `AgentEffect::HeartbeatEvery`).
-//! The agent's own timer is the shutdown deadline.
+//! The agent's own timers are the shutdown deadline and the fence (AG-7).
 //!
 //! Over 600 lines, about 130 of them the unit tests beside the state machine.
 
@@ -91,6 +98,8 @@ pub enum AgentInput {
     LinkUp,
     LinkDown,
     FromHead(ToAgent),
+    /// The head answered a ping: it hears this agent (AG-7).
+    HeadHeard,
     /// The runtime's heartbeat timer fired.
     Heartbeat,
     /// The TCP ports listening on this machine now, as the runtime read them (lowest first).
@@ -152,6 +161,12 @@ pub enum AgentEffect {
     HeartbeatEvery {
         interval_ms: u64,
     },
+    /// The fence closed (AG-7): nothing was heard from the head for `silent_ms`, and these
+    /// attempts are being stopped (each also has its `Stop`).
+    Fenced {
+        silent_ms: u64,
+        attempts: Vec<AttemptKey>,
+    },
     /// Shutdown is complete: the agent may exit.
     ShutDown,
 }
@@ -187,6 +202,8 @@ struct Proc {
     started: bool,
     /// The agent asked for it to stop.
     signalled: bool,
+    /// The stop was the fence's (AG-7).
+    fenced: bool,
     stop_grace_ms: u64,
 }
 
@@ -220,6 +237,12 @@ pub struct Agent {
     listening: Option<Vec<u16>>,
     /// What keeps this node from starting work (AG-6).
     problem: Option<String>,
+    /// Stop everything after hearing nothing from the head for this long (AG-7).
+    fence_after_ms: Option<u64>,
+    /// When the head was last heard (or this agent began, before it ever was).
+    last_heard: Option<Instant>,
+    /// The head on this link let the agent in (welcomed it): its answers count as heard.
+    welcomed: bool,
 }
 
 impl Agent {
@@ -240,12 +263,15 @@ impl Agent {
             effects: Effects::default(),
             listening: None,
             problem: None,
+            fence_after_ms: None,
+            last_heard: None,
+            welcomed: false,
         };
         for key in recovered.finished {
             agent.remember(key);
         }
         for (key, stop_grace_ms) in recovered.running {
-            agent.procs.insert(key, Proc { started: true, signalled: false, stop_grace_ms });
+            agent.procs.insert(key, Proc { started: true, signalled: false, fenced: false, stop_grace_ms });
         }
         for (key, report) in recovered.ended {
             agent.remember(key.clone());
@@ -254,21 +280,39 @@ impl Agent {
         agent
     }
 
+    /// AG-7: this agent stops its work after hearing nothing from the head for `fence_after_ms`.
+    pub fn with_fence(mut self, fence_after_ms: Option<u64>) -> Self {
+        self.fence_after_ms = fence_after_ms;
+        self
+    }
+
     // ---- the state-machine shape ---------------------------------------------------------
 
     pub fn handle(&mut self, now: Instant, input: AgentInput) {
+        // Before the head is first heard, silence counts from this agent's first input.
+        self.last_heard.get_or_insert(now);
         match input {
             AgentInput::LinkUp => {
                 self.linked = true;
+                self.welcomed = false;
                 self.register();
                 self.resend_notice(now); // AG-5
                 self.resend_reports();
             }
             AgentInput::LinkDown => {
                 self.linked = false;
+                self.welcomed = false;
                 self.check_shutdown_done(now);
             }
-            AgentInput::FromHead(msg) => self.on_head_message(now, msg),
+            AgentInput::FromHead(msg) => {
+                self.heard_from(now, &msg);
+                self.on_head_message(now, msg)
+            }
+            AgentInput::HeadHeard => {
+                if self.welcomed {
+                    self.last_heard = Some(now);
+                }
+            }
             AgentInput::Heartbeat => self.heartbeat(now),
             AgentInput::Listening(mut ports) => {
                 ports.truncate(crate::protocol::MAX_LISTENING_PORTS);
@@ -287,7 +331,9 @@ impl Agent {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.last_heard.get_or_insert(now);
         self.check_shutdown_done(now);
+        self.check_fence(now);
     }
 
     pub fn poll_effect(&mut self) -> Option<AgentEffect> {
@@ -295,7 +341,11 @@ impl Agent {
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.notice.filter(|n| n.shutdown).map(|n| n.deadline)
+        let shutdown = self.notice.filter(|n| n.shutdown).map(|n| n.deadline);
+        match (shutdown, self.fence_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     // ---- read access -----------------------------------------------------------------------
@@ -533,7 +583,7 @@ impl Agent {
         if self.notice.is_some_and(|n| n.shutdown) {
             return self.report_never_started(key);
         }
-        let proc = Proc { started: false, signalled: false, stop_grace_ms: spec.stop_grace_ms };
+        let proc = Proc { started: false, signalled: false, fenced: false, stop_grace_ms: spec.stop_grace_ms };
         self.procs.insert(key, proc);
         // Over a real link the agent holds the only copy; the simulator shares the head's.
         self.effects.push(AgentEffect::Spawn(Box::new(Arc::unwrap_or_clone(spec))));
@@ -575,7 +625,8 @@ impl Agent {
         // on its own while its gang's stop was on the way did not end of it). A supervisor
         // that died leaves no word: the agent's sending then decides.
         let reached = status.signalled_by_agent || status.supervisor_lost;
-        let status = ExitStatus { signalled_by_agent: proc.signalled && reached, ..status };
+        let by_agent = proc.signalled && reached;
+        let status = ExitStatus { signalled_by_agent: by_agent, fenced: by_agent && proc.fenced, ..status };
         self.report(key, EndReport::Exited(status));
         self.check_shutdown_done(now);
     }
@@ -605,6 +656,51 @@ impl Agent {
         while self.finished_order.len() > MAX_REMEMBERED {
             let old = self.finished_order.pop_front().expect("non-empty");
             self.finished.remove(&old);
+        }
+    }
+
+    // ---- the fence (AG-7) ------------------------------------------------------------------
+
+    /// When the fence closes: only with a fence, and only while something runs here that it
+    /// has not stopped yet.
+    fn fence_deadline(&self) -> Option<Instant> {
+        let fence_ms = self.fence_after_ms?;
+        let last_heard = self.last_heard?;
+        self.procs.values().any(|p| !p.fenced).then(|| last_heard.plus_ms(fence_ms))
+    }
+
+    /// What comes from a head that let this agent in is heard (AG-7); a refusal is not.
+    fn heard_from(&mut self, now: Instant, msg: &ToAgent) {
+        match msg {
+            ToAgent::Welcome { .. } => self.welcomed = true,
+            ToAgent::Refused { .. } | ToAgent::NameInUse { .. } => return,
+            ToAgent::Start(_) | ToAgent::Stop { .. } | ToAgent::AckExit { .. } => {}
+        }
+        if self.welcomed {
+            self.last_heard = Some(now);
+        }
+    }
+
+    fn check_fence(&mut self, now: Instant) {
+        let Some(deadline) = self.fence_deadline() else { return };
+        if now < deadline {
+            return;
+        }
+        let silent_ms = self.last_heard.map_or(0, |heard| now.ms_since(heard));
+        let mut attempts = Vec::new();
+        let mut stops = Vec::new();
+        for (key, proc) in self.procs.iter_mut().filter(|(_, p)| !p.fenced) {
+            proc.fenced = true;
+            attempts.push(key.clone());
+            // One stopped already (its gang's stop, a shutdown) keeps that stop and its grace.
+            if !proc.signalled {
+                proc.signalled = true;
+                stops.push(AgentEffect::Stop { key: key.clone(), grace_ms: proc.stop_grace_ms });
+            }
+        }
+        self.effects.push(AgentEffect::Fenced { silent_ms, attempts });
+        for stop in stops {
+            self.effects.push(stop);
         }
     }
 
@@ -937,5 +1033,60 @@ mod tests {
             [AgentEffect::Send(notice)],
             "a restarted head must not take the drain for the operator's"
         );
+    }
+
+    /// AG-7: an agent with a fence stops its work once, when the head has been silent that
+    /// long, and says each end was the fence's; anything heard from the head moves the fence.
+    #[test]
+    fn a_fenced_agent_stops_its_work_once_the_head_is_silent_that_long() {
+        let at = |ms| Instant::ZERO.plus_ms(ms);
+        let mut a = agent(Recovered::default()).with_fence(Some(2_000));
+        a.handle(Instant::ZERO, welcome("c1"));
+        effects(&mut a);
+        assert_eq!(a.poll_timeout(), None, "nothing runs: nothing to fence");
+        from_head(&mut a, ToAgent::Start(Arc::new(spec(0))));
+        a.handle(Instant::ZERO, AgentInput::Spawned { key: key(0) });
+        effects(&mut a);
+        a.handle(at(1_000), AgentInput::HeadHeard);
+        assert_eq!(a.poll_timeout(), Some(at(3_000)));
+        // A head that does not let this agent in (a link to another cluster's) is not heard.
+        a.handle(at(1_500), AgentInput::LinkDown);
+        a.handle(at(1_500), AgentInput::LinkUp);
+        let refusal = ToAgent::Refused { reason: "another cluster's".into(), register_again: false };
+        a.handle(at(2_000), AgentInput::FromHead(refusal));
+        a.handle(at(2_500), AgentInput::HeadHeard);
+        effects(&mut a);
+        assert_eq!(a.poll_timeout(), Some(at(3_000)));
+        a.handle_timeout(at(2_999));
+        assert_eq!(effects(&mut a), []);
+        a.handle_timeout(at(3_000));
+        let fenced = AgentEffect::Fenced { silent_ms: 2_000, attempts: vec![key(0)] };
+        assert_eq!(effects(&mut a), [fenced, AgentEffect::Stop { key: key(0), grace_ms: 500 }]);
+        assert_eq!(a.poll_timeout(), None, "once");
+        a.handle_timeout(at(9_000));
+        assert_eq!(effects(&mut a), []);
+        a.handle(at(3_400), AgentInput::Exited { key: key(0), status: ExitStatus::signal(15, true) });
+        let status = ExitStatus { fenced: true, ..ExitStatus::signal(15, true) };
+        let report = ToHead::Exited { node: NodeId::new("n1"), key: key(0), status };
+        assert_eq!(effects(&mut a), [AgentEffect::Send(report)]);
+
+        // The head lets it in again: a start runs until the next silence.
+        a.handle(at(4_000), welcome("c1"));
+        from_head(&mut a, ToAgent::Start(Arc::new(spec(1))));
+        a.handle(at(5_000), AgentInput::HeadHeard);
+        assert_eq!(a.poll_timeout(), Some(at(7_000)));
+    }
+
+    /// Without a fence an agent keeps its work however long the head is silent (DESIGN §10).
+    #[test]
+    fn an_agent_without_a_fence_keeps_its_work_through_any_silence() {
+        let mut a = agent(Recovered::default());
+        from_head(&mut a, ToAgent::Start(Arc::new(spec(0))));
+        a.handle(Instant::ZERO, AgentInput::Spawned { key: key(0) });
+        a.handle(Instant::ZERO, AgentInput::LinkDown);
+        effects(&mut a);
+        assert_eq!(a.poll_timeout(), None);
+        a.handle_timeout(Instant::ZERO.plus_ms(86_400_000));
+        assert_eq!(effects(&mut a), []);
     }
 }

@@ -79,6 +79,11 @@ pub struct ExitStatus {
     /// `signalled_by_agent`): its agent went and stayed away.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub orphaned: bool,
+    /// Its agent stopped it after hearing nothing from the head for `ftdrive node
+    /// --fence-after-ms` (AG-7; with `signalled_by_agent`): the node was cut off, not the
+    /// program at fault.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fenced: bool,
     /// When the attempt ended, as its supervisor saw it (Unix ms): an end reported late (its
     /// agent or the head was away) is recorded when it happened, not when it was heard of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,6 +151,7 @@ impl ExitStatus {
             supervisor_lost: false,
             error: None,
             orphaned: false,
+            fenced: false,
             ended_ms: None,
             unlogged: None,
         }
@@ -160,6 +166,7 @@ impl ExitStatus {
             supervisor_lost: false,
             error: None,
             orphaned: false,
+            fenced: false,
             ended_ms: None,
             unlogged: None,
         }

@@ -186,6 +186,67 @@ fn a_follower_of_a_silent_head_takes_it_as_lost_and_follows_again_once_it_answer
     assert_eq!(code, Some(3), "the follower saw the job stopped: {}", std::fs::read_to_string(&err).unwrap());
 }
 
+/// AG-7: an agent started with `--fence-after-ms` stops its work once it has heard nothing
+/// from the head for that long (a head hung here; a network cut alike), so that no rank runs
+/// twice once the head has placed it elsewhere; the head, back, charges the attempt to the
+/// lost node (system) and runs it again. An agent without a fence keeps its work through the
+/// same silence, nothing charged (DESIGN §10).
+#[test]
+fn a_fenced_agent_stops_its_work_when_the_head_goes_silent_and_an_unfenced_one_keeps_it() {
+    let mut c = Cluster::start(&[]);
+    let said_by_fenced = c.dir.path().join("fenced.err");
+    let fenced = c
+        .node_command("fenced")
+        .args(["--fence-after-ms", "600"])
+        .stderr(std::fs::File::create(&said_by_fenced).unwrap())
+        .spawn()
+        .unwrap();
+    c.nodes.insert("fenced".into(), fenced);
+    c.add_node("kept");
+    c.wait_until("both agents registered", |c| c.nodes_json().as_array().unwrap().len() == 2);
+    let jobs: Vec<String> = (0..2).map(|_| c.submit_no_wait(&steady_spec(&c, "one-node", 1))).collect();
+    for id in &jobs {
+        c.wait_for_job(id, "it runs", |j| running(j, 1));
+    }
+    for node in ["fenced", "kept"] {
+        c.wait_until("its rank's processes run", |c| {
+            c.processes(Some(node)).into_iter().filter(|p| is_sleep(*p)).count() == 1
+        });
+    }
+    let node_of = |id: &str| actor_on_rank(&c.job(id), 0).1;
+    let on_fenced = jobs.iter().find(|id| node_of(id) == "fenced").expect("a job on each node").clone();
+    let on_kept = jobs.iter().find(|id| node_of(id) == "kept").expect("a job on each node").clone();
+    let kept_pids = pids(&c, Some("kept"));
+    assert!(!kept_pids.is_empty() && !pids(&c, Some("fenced")).is_empty());
+    let head = c.head.id() as i32;
+    // SAFETY: signalling the head process this test started.
+    unsafe { libc::kill(head, libc::SIGSTOP) };
+    let fenced_off = std::panic::catch_unwind(|| {
+        c.wait_until("the fenced agent's work is stopped", |c| pids(c, Some("fenced")).is_empty());
+        std::thread::sleep(Duration::from_millis(1_000));
+    });
+    // SAFETY: as above.
+    unsafe { libc::kill(head, libc::SIGCONT) };
+    fenced_off.unwrap();
+    assert_eq!(pids(&c, Some("kept")), kept_pids, "the agent without a fence kept its work");
+    let job = c.wait_for_job(&on_fenced, "the fenced attempt is in the ledger", |j| {
+        !j["ledger"].as_array().unwrap().is_empty()
+    });
+    let entry = &job["ledger"][0];
+    assert_eq!((entry["cause"].as_str(), entry["budget"].as_str()), (Some("node_lost"), Some("system")), "{job:#}");
+    let evidence = entry["evidence"].as_str().unwrap();
+    assert!(evidence.contains("heard nothing from the head for its --fence-after-ms"), "{evidence}");
+    c.wait_for_job(&on_fenced, "it runs again", |j| j["actors"][0]["attempt"] == 2 && running(j, 1));
+    let said = std::fs::read_to_string(&said_by_fenced).unwrap();
+    assert!(said.contains("heard nothing from the head for") && said.contains("--fence-after-ms"), "{said}");
+    let kept = c.job(&on_kept);
+    assert_eq!((kept["ledger"].as_array().map(Vec::len), &kept["actors"][0]["attempt"]), (Some(0), &json!(1)));
+    assert_eq!(pids(&c, Some("kept")), kept_pids, "{kept:#}");
+    for id in &jobs {
+        c.ftdrive(&["stop", id]);
+    }
+}
+
 /// The child's exit code and output, once it ends (within `limit`).
 fn output_within(child: &mut Ended, limit: Duration) -> (Option<i32>, String, String) {
     let start = Instant::now();

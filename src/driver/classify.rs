@@ -230,6 +230,15 @@ fn exited(job: &JobContext, run: &Run, status: &ExitStatus, reacting_to: Option<
             format!("the attempt supervisor of the {who} on {node} died without a record; the agent ended its workers"),
         );
     }
+    if status.fenced {
+        return (
+            Cause::NodeLost,
+            format!(
+                "the agent on {node} heard nothing from the head for its --fence-after-ms and stopped the {who} \
+                 (it {status}): the node was cut off"
+            ),
+        );
+    }
     if status.orphaned {
         // Its own supervisor sent the signal: "not sent by the agent", as the status reads
         // it, would say the program was killed by someone else (a user error elsewhere).
@@ -470,6 +479,17 @@ mod tests {
         let status = ExitStatus { orphaned: true, ..ExitStatus::signal(9, false) };
         let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: None });
         assert!(v.evidence.ends_with("the process's supervisor ended it with signal 9"), "{}", v.evidence);
+    }
+
+    /// An attempt its agent stopped at the fence (AG-7) is the node's loss, and says why.
+    #[test]
+    fn an_attempt_stopped_at_the_fence_is_charged_to_the_system_budget() {
+        let policy = RetryPolicy::default();
+        let status = ExitStatus { fenced: true, ..ExitStatus::signal(15, true) };
+        let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: None });
+        assert_eq!((v.cause, v.budget), (Cause::NodeLost, BudgetKind::System));
+        let says = "the agent on n1 heard nothing from the head for its --fence-after-ms and stopped the process";
+        assert!(v.evidence.starts_with(says), "{}", v.evidence);
     }
 
     /// Two ranks of a gang fail together: the second's supervisor says the gang's stop came

@@ -798,7 +798,9 @@ impl Simulation {
                 AgentEffect::Send(msg) => self.send_to_head(ix, msg),
                 AgentEffect::Spawn(spec) => self.spawn(ix, *spec),
                 AgentEffect::Stop { key, grace_ms } => self.signal_stop(ix, key, grace_ms),
-                AgentEffect::Forget { .. }
+                // Its stops follow as their own effects.
+                AgentEffect::Fenced { .. }
+                | AgentEffect::Forget { .. }
                 | AgentEffect::HeartbeatEvery { .. }
                 | AgentEffect::JoinedCluster { .. }
                 | AgentEffect::ShutDown => {}

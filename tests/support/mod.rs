@@ -437,7 +437,8 @@ impl TestCluster {
                         agent.protocol.handle(now, AgentInput::Exited { key, status: ExitStatus::signal(15, true) });
                     }
                 }
-                AgentEffect::Forget { .. }
+                AgentEffect::Fenced { .. }
+                | AgentEffect::Forget { .. }
                 | AgentEffect::HeartbeatEvery { .. }
                 | AgentEffect::JoinedCluster { .. }
                 | AgentEffect::ShutDown => {}

@@ -183,6 +183,13 @@ pub struct NodeArgs {
     /// timeout after the agent's last heartbeat).
     #[arg(long)]
     pub reattach_grace_ms: Option<u64>,
+    /// Stop every attempt here after hearing nothing from the head for this long (a network
+    /// cut, or a head down that long), so that no rank runs twice once the head has placed it
+    /// elsewhere; charged `node_lost` (system). Default: keep them however long the head is
+    /// silent. Below the head's node timeout less a heartbeat interval and each job's
+    /// `stop_grace_ms`, nothing runs twice (`docs/runtime.md`).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(100..=ftdrive::spec::MAX_DELAY_MS))]
+    pub fence_after_ms: Option<u64>,
     /// Each attempt log keeps its last this many MiB on disk, or about (the start is dropped,
     /// and `ftdrive logs` says so); 0 keeps everything.
     #[arg(long, default_value_t = DEFAULT_MAX_LOG_MB)]

@@ -167,6 +167,7 @@ impl LocalCluster {
                 work_dir: work_dir.clone(),
                 drain_deadline_ms: 5_000,
                 reattach_grace_ms: None,
+                fence_after_ms: None,
                 max_log_bytes: super::args::DEFAULT_MAX_LOG_MB << 20,
                 min_free_disk_bytes: super::args::DEFAULT_MIN_FREE_DISK_MB << 20,
                 // A run's directory is the user's to keep: `ftdrive submit` prints where it is.

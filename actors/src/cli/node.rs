@@ -64,6 +64,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         work_dir: work_dir(args.work_dir.clone())?,
         drain_deadline_ms: args.drain_deadline_ms,
         reattach_grace_ms: args.reattach_grace_ms,
+        fence_after_ms: args.fence_after_ms,
         max_log_bytes: args.max_log_mb.saturating_mul(1 << 20),
         min_free_disk_bytes: args.min_free_disk_mb.saturating_mul(1 << 20),
         keep_logs: (args.keep_logs_hours > 0).then(|| Duration::from_secs(args.keep_logs_hours.saturating_mul(3_600))),

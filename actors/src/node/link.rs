@@ -3,7 +3,7 @@
 //! its recovery window). The credential is read again before every attempt, so a rotated or
 //! re-created token file is picked up. Messages both ways go through `NodeAgent`.
 
-use super::{FromHead, Linked, NodeAgent, Unlinked};
+use super::{FromHead, HeadHeard, Linked, NodeAgent, Unlinked};
 use crate::paths::Credential;
 use actix::Addr;
 use ftdrive::protocol::{ToAgent, ToHead};
@@ -25,7 +25,7 @@ pub async fn maintain(
     head_url: String,
     credential: Credential,
     tls: Option<Arc<rustls::ClientConfig>>,
-    heartbeat_ms: Arc<AtomicU64>,
+    (heartbeat_ms, ping): (Arc<AtomicU64>, bool),
 ) {
     let ws_url = format!("{}/v1/agent", head_url.replacen("http://", "ws://", 1).replacen("https://", "wss://", 1));
     let mut backoff = FIRST_BACKOFF_MS;
@@ -35,7 +35,8 @@ pub async fn maintain(
             Ok(socket) => {
                 backoff = FIRST_BACKOFF_MS;
                 last_logged = None;
-                carry(&agent, socket).await;
+                let pings = ping.then_some(&*heartbeat_ms);
+                carry(&agent, socket, pings).await;
                 agent.do_send(Unlinked);
             }
             Err(e) if last_logged.is_none_or(|t| t.elapsed() >= Duration::from_millis(LOG_EVERY_MS)) => {
@@ -142,13 +143,24 @@ async fn connect(
     Ok(socket)
 }
 
-/// Relays until the socket closes or the agent lets go of the link.
-async fn carry(agent: &Addr<NodeAgent>, socket: Socket) {
+/// Relays until the socket closes or the agent lets go of the link. With `pings` (an agent
+/// with a fence, AG-7), it pings the head every heartbeat interval, and tells the agent of each
+/// answer: a head that does not answer is silent even where the socket seems up.
+async fn carry(agent: &Addr<NodeAgent>, socket: Socket, pings: Option<&AtomicU64>) {
     let (mut sink, mut stream) = socket.split();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ToHead>();
     agent.do_send(Linked { tx });
+    let next = || pings.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms.load(Ordering::Relaxed)));
+    let mut next_ping = next();
     loop {
+        let ping_at = next_ping.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
+            _ = tokio::time::sleep_until(ping_at), if next_ping.is_some() => {
+                next_ping = next();
+                if sink.send(Message::Ping(Vec::new().into())).await.is_err() {
+                    return;
+                }
+            }
             incoming = stream.next() => match incoming {
                 Some(Ok(Message::Text(text))) => match serde_json::from_str::<ToAgent>(text.as_str()) {
                     Ok(msg) => agent.do_send(FromHead(msg)),
@@ -159,6 +171,7 @@ async fn carry(agent: &Addr<NodeAgent>, socket: Socket) {
                         return;
                     }
                 }
+                Some(Ok(Message::Pong(_))) => agent.do_send(HeadHeard),
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
                 Some(Ok(_)) => {}
             },

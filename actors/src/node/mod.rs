@@ -68,6 +68,9 @@ pub struct NodeOptions {
     pub drain_deadline_ms: u64,
     /// How long supervisors wait for a restarted agent (default: the head's node timeout).
     pub reattach_grace_ms: Option<u64>,
+    /// Stop every attempt after hearing nothing from the head for this long (AG-7); `None`:
+    /// keep them however long it is silent.
+    pub fence_after_ms: Option<u64>,
     /// About how much of each attempt log is kept on disk (its end); 0: all of it.
     pub max_log_bytes: u64,
     /// The node takes no new work while its state dir's disk has less free (`health::probe`).
@@ -131,6 +134,8 @@ pub struct NodeAgent {
     refusals_said: std::collections::BTreeSet<String>,
     /// The grace warning went out (once per start: every welcome brings the same).
     grace_warned: bool,
+    /// The fence warning went out (as the grace's).
+    fence_warned: bool,
     /// A read of the machine's listening ports is under way (`watch_listeners`).
     reading_listeners: bool,
     /// Ends of attempts held back until a read of what listens that starts after them is in
@@ -167,7 +172,7 @@ impl NodeAgent {
             .map(|(key, commands)| (key, Supervision::Attached { commands, pgids: Vec::new(), reattached: true }))
             .collect();
         NodeAgent {
-            protocol: Agent::new(identity, crate::paths::incarnation(), recovered),
+            protocol: Agent::new(identity, crate::paths::incarnation(), recovered).with_fence(opts.fence_after_ms),
             opts,
             epoch: std::time::Instant::now(),
             link: None,
@@ -178,6 +183,7 @@ impl NodeAgent {
             grace,
             refusals_said: std::collections::BTreeSet::new(),
             grace_warned: false,
+            fence_warned: false,
             reading_listeners: false,
             ends_awaiting_listeners: Vec::new(),
             head_token,
@@ -220,6 +226,19 @@ impl NodeAgent {
                 AgentEffect::HeartbeatEvery { interval_ms } => self.set_heartbeat(interval_ms, ctx),
                 AgentEffect::JoinedCluster { cluster, previous } => self.joined_cluster(&cluster, &previous),
                 AgentEffect::ShutDown => self.close_link_then_finish(ctx),
+                AgentEffect::Fenced { silent_ms, attempts } => {
+                    let keys: Vec<String> = attempts.iter().map(|k| k.to_string()).collect();
+                    tracing::warn!(
+                        "heard nothing from the head for {silent_ms} ms (--fence-after-ms): stopping {} so that \
+                         none runs twice (the head places them elsewhere): {}",
+                        if keys.len() == 1 {
+                            "its attempt".to_string()
+                        } else {
+                            format!("its {} attempts", keys.len())
+                        },
+                        keys.join(", ")
+                    );
+                }
             }
         }
         self.arm_timer(ctx);
@@ -615,6 +634,11 @@ impl Handler<FromHead> for NodeAgent {
                     self.grace_warned = true;
                 }
                 self.grace.set_ms(grace_ms);
+                let fence = fence_warning(self.opts.fence_after_ms, *node_timeout_ms, *heartbeat_interval_ms);
+                if let Some(warning) = fence.filter(|_| !self.fence_warned) {
+                    tracing::warn!("{warning}");
+                    self.fence_warned = true;
+                }
             }
             ToAgent::Refused { reason, .. } => self.log_refusal(reason),
             ToAgent::NameInUse { reason } => {
@@ -626,6 +650,34 @@ impl Handler<FromHead> for NodeAgent {
         }
         self.input(AgentInput::FromHead(msg), ctx);
     }
+}
+
+/// The head answered a ping of the link (AG-7).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct HeadHeard;
+
+impl Handler<HeadHeard> for NodeAgent {
+    type Result = ();
+    fn handle(&mut self, _: HeadHeard, ctx: &mut Context<Self>) {
+        self.input(AgentInput::HeadHeard, ctx);
+    }
+}
+
+/// What a fence that cannot keep a rank from running twice is told: the head places a silent
+/// node's work elsewhere a node timeout after its last heartbeat, and this agent hears the
+/// head about a heartbeat interval less often than that.
+fn fence_warning(fence_after_ms: Option<u64>, node_timeout_ms: u64, heartbeat_interval_ms: u64) -> Option<String> {
+    let fence_ms = fence_after_ms?;
+    let most_ms = node_timeout_ms.saturating_sub(heartbeat_interval_ms);
+    (fence_ms >= most_ms).then(|| {
+        format!(
+            "--fence-after-ms {fence_ms} is not below the head's node timeout less a heartbeat interval \
+             ({node_timeout_ms} - {heartbeat_interval_ms} ms): the head places a silent node's attempts elsewhere \
+             before this agent stops them, so a rank can run twice meanwhile; give a shorter fence, or start the \
+             head with a longer --node-timeout-ms"
+        )
+    })
 }
 
 /// A supervisor reported on its attempt.
@@ -702,6 +754,8 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
         );
     }
     let (head_url, credential, head_tls) = (opts.head_url.clone(), opts.credential.clone(), opts.head_tls.clone());
+    // Only a fence needs to know that the head hears: without one nothing pings it.
+    let opts_fenced = opts.fence_after_ms.is_some();
     metrics.reattached(recovered.running.len());
     let identity = AgentIdentity {
         name: opts.name.clone(),
@@ -726,7 +780,8 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
             forward.do_send(Supervised(key, report));
         }
     });
-    actix::spawn(link::maintain(agent.clone(), head_url, credential, head_tls, heartbeat_ms));
+    let ping = opts_fenced;
+    actix::spawn(link::maintain(agent.clone(), head_url, credential, head_tls, (heartbeat_ms, ping)));
     Ok(NodeHandle { agent, logs, refused })
 }
 
