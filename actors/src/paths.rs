@@ -68,6 +68,39 @@ pub fn check_head_tokens(state_dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Where the head's tokens come from, for its log: each variable set in place of its file,
+/// and said louder where that file holds another token (clients and agents reading the file
+/// are refused).
+pub fn token_sources(state_dir: &Path) -> Vec<(String, bool)> {
+    let files = [("FTDRIVE_TOKEN", token_file(state_dir)), ("FTDRIVE_AGENT_TOKEN", agent_token_file(state_dir))];
+    files
+        .into_iter()
+        .map(|(var, file)| match given(var) {
+            None => (format!("{} in {}", token_kind(var), file.display()), false),
+            Some(token) => match existing_token(&file) {
+                Ok(Some(stored)) if !constant_time_eq(stored.as_bytes(), token.as_bytes()) => (
+                    format!(
+                        "{} from ${var}, which is not the one in {}: clients and agents that read that file are \
+                         refused",
+                        token_kind(var),
+                        file.display()
+                    ),
+                    true,
+                ),
+                _ => (format!("{} from ${var} (no file written)", token_kind(var)), false),
+            },
+        })
+        .collect()
+}
+
+fn token_kind(var: &str) -> &'static str {
+    if var == "FTDRIVE_TOKEN" {
+        "client token"
+    } else {
+        "agent token"
+    }
+}
+
 fn given(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|t| !t.is_empty())
 }

@@ -202,8 +202,10 @@ fn draining_a_node_preempts_its_actor_and_undrain_takes_it_back() {
 
     // The operator takes the node back: a job needing both nodes runs on it.
     let said = c.ftdrive(&["undrain", &node]);
-    assert!(said.contains(&format!("{node} is ALIVE")), "{said}");
+    assert_eq!(said.trim(), format!("undrained {node}: it is ALIVE, and new work may be placed there"));
     assert_eq!(state_of(&c, &node), "ALIVE");
+    let again = c.ftdrive(&["undrain", &node]);
+    assert_eq!(again.trim(), format!("{node} was not drained: it is ALIVE, and new work may be placed there"));
     let both = c.spec("both", json!({"command": ["true"], "min_nodes": 2, "max_nodes": 2}));
     let both = c.submit_no_wait(&both);
     let job = c.wait_for_job(&both, "it succeeds on both nodes", |j| j["state"] == "SUCCEEDED");
@@ -254,6 +256,9 @@ fn a_followed_submit_with_json_output_prints_only_the_document() {
         [job["id"].as_str().unwrap(), &accepted]
     );
     assert_eq!(ids(&["status", "--limit", "1", "--output", "json"]), [long.as_str()], "the newest");
+    let none = c.try_ftdrive(&["status", "--state", "pending,stopped"]);
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert_eq!((none.status.code(), said.trim()), (Some(0), "ftdrive: no job is PENDING or STOPPED"));
     let out = c.try_ftdrive(&["status", "--state", "DONE"]);
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{said}");
@@ -1556,8 +1561,9 @@ fn an_end_the_state_dir_takes_no_record_of_still_reaches_the_head() {
     let id = c.submit_no_wait(&spec);
     c.wait_for_job(&id, "it runs", |j| running(j, 1));
     let attempts = c.dir.path().join("node-n1").join("attempts");
+    // The start is confirmed as the supervisor spawns; its record may follow a moment later.
+    c.wait_until("the attempt's record is written", |_| find_files(&attempts, "record.json").len() == 1);
     let records = find_files(&attempts, "record.json");
-    assert_eq!(records.len(), 1, "{records:?}");
     std::fs::create_dir(records[0].with_file_name("exit")).unwrap();
     let job = c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
     let ledger = job["ledger"].as_array().unwrap();

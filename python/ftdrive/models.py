@@ -306,7 +306,9 @@ class Drain:
     """The head's answer to a drain or an undrain: the node as it is then. ``cordoned``: the
     operator's drain stands (until undrained, even across the node's death); ``leaving``: its
     own agent announced that the machine is going away. ``deadline_ms`` only for a drain that
-    set the deadline in force: a node already draining keeps the deadline it was first given."""
+    set the deadline in force: a node already draining keeps the deadline it was first given.
+    ``lifted``, for an undrain: whether there was an operator's drain to lift (``False``: the
+    node was not drained; ``None`` for a drain)."""
 
     node: str
     draining: bool
@@ -314,6 +316,7 @@ class Drain:
     state: str = ""
     cordoned: bool = False
     leaving: bool = False
+    lifted: Optional[bool] = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Drain":
@@ -325,6 +328,7 @@ class Drain:
             state=data.get("state", ""),
             cordoned=bool(data.get("cordoned", False)),
             leaving=bool(data.get("leaving", False)),
+            lifted=None if data.get("lifted") is None else bool(data["lifted"]),
         )
 
 

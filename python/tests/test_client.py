@@ -346,8 +346,11 @@ def test_drain_and_undrain_a_node(cluster: Cluster) -> None:
         nodes = {n.name: n for n in client.nodes()}
         assert (nodes["drained"].state, nodes["drained"].cordoned) == ("DRAINING", True)
         assert (nodes["n1"].state, nodes["n1"].cordoned) == ("ALIVE", False)
+        assert answer.lifted is None
         undone = client.undrain("drained")
         assert (undone.state, undone.draining, undone.cordoned, undone.deadline_ms) == ("ALIVE", False, False, None)
+        assert undone.lifted is True
+        assert client.undrain("drained").lifted is False, "nothing left to lift"
         assert {n.name: n.state for n in client.nodes()}["drained"] == "ALIVE"
     finally:
         cluster.kill_node("drained")

@@ -129,7 +129,10 @@ impl Head {
             let why = if left {
                 format!("the agent on {node} restarted; its processes were lost")
             } else {
-                format!("the agent on {node} restarted offering less than what is allocated there; it is a new machine")
+                format!(
+                    "the agent on {node} restarted without what is allocated there (less of a resource, or not every \
+                     GPU device a bundle holds); it is a new machine"
+                )
             };
             self.lose_node(now, ix, why);
         }

@@ -15,7 +15,7 @@ pub fn run(args: NodeArg) -> Result<Outcome, CliError> {
             return Ok(Outcome::Done);
         }
         let node = &args.node;
-        let cordon = if body["cordoned"].as_bool() == Some(true) { ", and so is its drain" } else { "" };
+        let cordon = if body["cordoned"].as_bool() == Some(true) { " and its drain" } else { "" };
         out::line(&format!("forgot {node}{cordon}: a node that registers as {node} joins as a new one"))?;
         Ok(Outcome::Done)
     })

@@ -50,10 +50,12 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
         if let Err(e) = paths::write_atomic(&state_dir.join("head.url"), url.as_bytes()) {
             tracing::warn!("cannot record the head's address in {}: {e}", state_dir.display());
         }
-        tracing::info!(
-            "head listening on {url}; token in {} (or $FTDRIVE_TOKEN)",
-            paths::token_file(&state_dir).display()
-        );
+        let sources = paths::token_sources(&state_dir);
+        let said: Vec<&str> = sources.iter().map(|(said, _)| said.as_str()).collect();
+        tracing::info!("head listening on {url}; {}", said.join("; "));
+        for (said, _) in sources.iter().filter(|(_, loud)| *loud) {
+            tracing::warn!("{said}");
+        }
         running.await.map_err(|e| CliError::Failed(e.to_string()))?;
         tracing::info!("head stopped");
         Ok(Outcome::Done)

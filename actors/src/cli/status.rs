@@ -28,10 +28,23 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
                     Output::Json => out::json(&views)?,
                     Output::Text => out::text(&render::jobs_table(&views))?,
                 }
+                // On stderr, as kubectl's "No resources found": the table stays what scripts read.
+                if views.is_empty() && args.out.output == Output::Text {
+                    crate::note!("ftdrive: {}", no_jobs(&args.state));
+                }
             }
         }
         Ok(Outcome::Done)
     })
+}
+
+/// What an empty listing says: that the head holds no job, or none in the states asked for.
+fn no_jobs(states: &[JobState]) -> String {
+    if states.is_empty() {
+        return "no jobs (`ftdrive submit JOB.json` submits one)".to_string();
+    }
+    let names: Vec<String> = states.iter().map(JobState::to_string).collect();
+    format!("no job is {}", names.join(" or "))
 }
 
 /// `/v1/jobs`, with the filters given.

@@ -17,23 +17,23 @@ pub fn run(args: NodeArg) -> Result<Outcome, CliError> {
             return Ok(Outcome::Done);
         }
         let forgotten = body["forgotten"].as_bool() == Some(true);
+        // An older head does not say: read as lifted, as it then said.
+        let lifted = body["lifted"].as_bool() != Some(false);
         let answer = DrainAnswer::read(body)?;
         let node = &args.node;
+        let done = if lifted { format!("undrained {node}") } else { format!("{node} was not drained") };
         let text = match answer.state {
             NodeState::Dead if forgotten => format!(
-                "{node} is not drained; it was DEAD, and with its drain lifted `--retain-dead-nodes` forgot it: a \
+                "undrained {node}; it was DEAD, and with its drain lifted `--retain-dead-nodes` forgot it: a \
                  machine registering as {node} joins as a new node"
             ),
             NodeState::Alive => match &answer.problem {
-                None => format!("{node} is ALIVE: new work may be placed there"),
+                None => format!("{done}: it is ALIVE, and new work may be placed there"),
                 Some(problem) => {
-                    format!("{node} is ALIVE, but is given no new work until its agent can start it: {problem}")
+                    format!("{done}: it is ALIVE, but is given no new work until its agent can start it: {problem}")
                 }
             },
-            NodeState::Dead => {
-                // Whether it was drained before or not, it is not now.
-                format!("{node} is not drained; it is DEAD, and takes work once its agent registers")
-            }
+            NodeState::Dead => format!("{done}: it is DEAD, and takes work once its agent registers"),
             NodeState::Draining => format!(
                 "{node} is no longer drained by the operator, but its agent announced that the machine is going \
                  away: it stays DRAINING, and takes work once its agent starts anew and registers"

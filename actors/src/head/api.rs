@@ -805,9 +805,11 @@ async fn undrain_node(
     name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let node = NodeId::from(name.into_inner());
-    let (view, forgotten) = state.head.send(Undrain { node }).await.map_err(mailbox)??;
-    let mut answer = drain_answer(&view, None);
-    if forgotten {
+    let undrained = state.head.send(Undrain { node }).await.map_err(mailbox)??;
+    let mut answer = drain_answer(&undrained.view, None);
+    // Whether the operator's drain was there to lift (`kubectl uncordon`'s "already uncordoned").
+    answer["lifted"] = undrained.lifted.into();
+    if undrained.forgotten {
         answer["forgotten"] = true.into();
     }
     Ok(HttpResponse::Ok().json(answer))
@@ -920,7 +922,11 @@ async fn job_logs(
         // An attempt just started may not have written its log yet: nothing to show so far.
         reqwest::StatusCode::NOT_FOUND if source.running => Bytes::new(),
         reqwest::StatusCode::NOT_FOUND => {
-            return Err(ApiError::NotFound(format!("node {} has no log for attempt {}", source.node, source.attempt)))
+            return Err(ApiError::NotFound(format!(
+                "node {} has no log for attempt {}: its agent deletes an ended attempt's logs after its \
+                 --keep-logs-hours (default 168), or its state dir was cleared",
+                source.node, source.attempt
+            )))
         }
         _ => bytes,
     };

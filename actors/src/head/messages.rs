@@ -90,22 +90,31 @@ impl Handler<Drain> for HeadActor {
 /// Withdraw the operator's drain of a node; answers the node as it is then, and whether it is
 /// gone: a DEAD node no longer cordoned may be forgotten at once by `--retain-dead-nodes`.
 #[derive(Message)]
-#[rtype(result = "Result<(NodeView, bool), ApiError>")]
+#[rtype(result = "Result<Undrained, ApiError>")]
 pub struct Undrain {
     pub node: NodeId,
 }
 
+/// A node after `Undrain`: as it is now (as it was, where retention forgot it), and whether
+/// there was an operator's drain to lift.
+pub struct Undrained {
+    pub view: NodeView,
+    pub forgotten: bool,
+    pub lifted: bool,
+}
+
 impl Handler<Undrain> for HeadActor {
-    type Result = ResponseFuture<Result<(NodeView, bool), ApiError>>;
+    type Result = ResponseFuture<Result<Undrained, ApiError>>;
     fn handle(&mut self, msg: Undrain, ctx: &mut Context<Self>) -> Self::Result {
         let node = msg.node.clone();
         let before = self.head.node_view(&node);
+        let lifted = before.as_ref().is_some_and(|v| v.cordoned);
         self.durable_answer(Input::Undrain { node: msg.node }, ctx, move |act, _| match act.head.node_view(&node) {
-            Some(view) => Ok((view, false)),
+            Some(view) => Ok(Undrained { view, forgotten: false, lifted }),
             None => {
                 let mut view = before.ok_or_else(|| ApiError::Internal(format!("node `{node}` vanished")))?;
                 view.cordoned = false;
-                Ok((view, true))
+                Ok(Undrained { view, forgotten: true, lifted })
             }
         })
     }
@@ -428,14 +437,21 @@ impl HeadActor {
     fn refuse_another_clusters_work(&self, msg: &FromAgent) -> Option<ToAgent> {
         let ToHead::Register(registration) = &msg.msg else { return None };
         let (theirs, ours) = (registration.cluster.as_str(), self.store.cluster_id());
-        let work = registration.running.len() + registration.ended.len();
-        if theirs.is_empty() || theirs == ours || work == 0 {
+        let (running, owed) = (registration.running.len(), registration.ended.len());
+        if theirs.is_empty() || theirs == ours || running + owed == 0 {
             return None;
         }
+        // What moves the machine here: ends it owes reach only their own head (or are dropped
+        // with the agent's attempt records); processes must end first.
+        let how = match running {
+            0 => "point the agent at that cluster's head once, which takes the ends and lets it go; or drop them with \
+                  the `attempts` directory of the agent's state dir (that head then never hears how they ended)",
+            _ => "let its attempts end (or end their processes), then point it at that cluster's head once for their ends",
+        };
         let reason = format!(
-            "node {}'s agent runs or owes the ends of {work} attempt(s) of cluster {theirs}, and this head, on state \
-             dir {}, is cluster {ours}: start the head on the state dir it ran with; to move that machine to this \
-             cluster, let its attempts end (or end their processes) first",
+            "node {}'s agent runs {running} and owes the ends of {owed} attempt(s) of cluster {theirs}, and this \
+             head, on state dir {}, is cluster {ours}: start the head on the state dir it ran with; to move that \
+             machine to this cluster, {how}",
             registration.node,
             self.store.path().parent().map_or_else(|| ".".into(), |d| d.display().to_string()),
         );

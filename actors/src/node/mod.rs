@@ -360,7 +360,10 @@ impl NodeAgent {
         ctx.spawn(swept.into_actor(self).map(move |swept, _, _| {
             if let Some(swept) = swept.filter(|s| s.files > 0) {
                 let (files, mib) = (swept.files, swept.bytes as f64 / f64::from(1 << 20));
-                tracing::info!("deleted {files} log(s) of attempts that ended over {keep:?} ago ({mib:.1} MiB)");
+                tracing::info!(
+                    "deleted {files} log(s) of attempts that ended over {keep:?} ago (--keep-logs-hours), freeing \
+                     {mib:.1} MiB"
+                );
             }
         }));
     }

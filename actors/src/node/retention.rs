@@ -25,6 +25,8 @@ pub fn log_key(key: &AttemptKey) -> LogKey {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Swept {
     pub files: u64,
+    /// The disk they took: a log bounded by `--max-log-mb` is mostly a hole, so its length
+    /// says nothing of what deleting it frees.
     pub bytes: u64,
 }
 
@@ -55,7 +57,7 @@ pub fn sweep(logs_dir: &Path, keep: Duration, live: &BTreeSet<LogKey>, now: Syst
                     match std::fs::remove_file(file.path()) {
                         Ok(()) => {
                             swept.files += 1;
-                            swept.bytes += meta.len();
+                            swept.bytes += std::os::unix::fs::MetadataExt::blocks(&meta) * 512;
                         }
                         Err(e) => tracing::warn!("cannot delete the old log {}: {e}", file.path().display()),
                     }
@@ -129,8 +131,11 @@ mod tests {
         write(&logs.join("j3/1/attempt-4.log"), 30 * day);
         write(&logs.join("j3/1/notes.txt"), 30 * day);
         let live = BTreeSet::from([("j3".to_string(), 1, 4)]);
+        let on_disk =
+            |path: &str| std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(logs.join(path)).unwrap()) * 512;
+        let bytes = ["j1/0/attempt-1.log", "j1/0/attempt-1.0.log", "j2/0/attempt-1.log"].map(on_disk).iter().sum();
         let swept = sweep(logs, 7 * day, &live, SystemTime::now());
-        assert_eq!(swept, Swept { files: 3, bytes: 15 });
+        assert_eq!(swept, Swept { files: 3, bytes });
         assert!(!logs.join("j1/0/attempt-1.log").exists() && !logs.join("j1/0/attempt-1.0.log").exists());
         assert!(logs.join("j1/0/attempt-2.log").exists(), "a day old");
         assert!(!logs.join("j2").exists(), "an emptied job's directory goes too");
