@@ -1650,3 +1650,94 @@ fn a_closed_standard_error_ends_no_process() {
     drop(refused.stderr.take());
     assert_eq!(refused.wait().unwrap().code(), Some(2), "a missing file is bad input, said or not");
 }
+
+/// A TCP relay on loopback whose connections can be made to die silently: `go_stale` stops
+/// every connection made so far from passing anything, either way, while leaving both of its
+/// sockets open (a NAT or load balancer that lost them); connections made afterwards pass.
+struct StaleningRelay {
+    addr: std::net::SocketAddr,
+    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl StaleningRelay {
+    fn to(upstream: &str) -> StaleningRelay {
+        use std::sync::atomic::Ordering;
+        let upstream: std::net::SocketAddr = upstream.trim_start_matches("http://").parse().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let generation = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let current = generation.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let (Ok(client), Ok(server)) = (client, std::net::TcpStream::connect(upstream)) else { continue };
+                let born = current.load(Ordering::SeqCst);
+                for (from, to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
+                    let current = current.clone();
+                    std::thread::spawn(move || Self::pump(from, to, born, &current));
+                }
+            }
+        });
+        StaleningRelay { addr, generation }
+    }
+
+    /// Copies `from` to `to` while its connection is current; past that, reads and drops.
+    fn pump(
+        mut from: std::net::TcpStream,
+        mut to: std::net::TcpStream,
+        born: u64,
+        current: &std::sync::atomic::AtomicU64,
+    ) {
+        use std::io::{Read, Write};
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n @ 1..) = from.read(&mut buf) {
+            if current.load(std::sync::atomic::Ordering::SeqCst) == born && to.write_all(&buf[..n]).is_err() {
+                return;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    }
+
+    fn go_stale(&self) {
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A link that dies without closing (both sockets open, nothing passing) is taken as lost
+/// once the head has answered nothing for its node timeout: the agent connects again and the
+/// node takes work again, each rank running once. The agent waited on the dead link for as
+/// long as the kernel kept it (about a quarter of an hour), the head declaring the node DEAD
+/// and running its rank elsewhere, twice all the while.
+#[test]
+fn an_agent_whose_link_dies_silently_connects_again() {
+    let mut c = Cluster::start(&["n2"]);
+    let relay = StaleningRelay::to(&c.url);
+    let said = c.dir.path().join("n1.err");
+    let agent = c
+        .node_command("n1")
+        .env("FTDRIVE_HEAD", format!("http://{}", relay.addr))
+        .stderr(std::fs::File::create(&said).unwrap())
+        .spawn()
+        .unwrap();
+    c.nodes.insert("n1".into(), agent);
+    c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 2);
+    let both = json!({"command": ["sleep", "300"], "min_nodes": 2, "max_nodes": 2, "restart": "actor"});
+    let id = c.submit_no_wait(&c.spec("two", both));
+    c.wait_for_job(&id, "both ranks run", |j| running(j, 2));
+    c.wait_until("its rank runs on n1", |c| !c.processes(Some("n1")).is_empty());
+    relay.go_stale();
+    let node_state = |c: &Cluster| {
+        let nodes = c.nodes_json();
+        nodes.as_array().unwrap().iter().find(|n| n["name"] == "n1").map(|n| n["state"].as_str().unwrap().to_string())
+    };
+    let said_so = |text: &str| std::fs::read_to_string(&said).is_ok_and(|t| t.contains(text));
+    c.wait_until("n1 takes its link as lost", |_| said_so("answered nothing for 1000 ms"));
+    // Back before the head's own timeout ran out, it is re-adopted; after, it is a DEAD node
+    // registering again, whose stale attempt the head stops. Either way, one run of each rank.
+    c.wait_until("n1 is ALIVE again, each rank running once", |c| {
+        let job = c.job(&id);
+        let on_n1 = job["actors"].as_array().unwrap().iter().any(|a| a["node"] == "n1" && a["state"] == "RUNNING");
+        node_state(c).as_deref() == Some("ALIVE") && running(&job, 2) && on_n1 != c.processes(Some("n1")).is_empty()
+    });
+    assert!(said_so("reconnecting"));
+    c.ftdrive(&["stop", &id]);
+}

@@ -1,7 +1,12 @@
 //! The agent's link to the head: a WebSocket re-established whenever it drops, with a backoff
-//! that never exceeds the heartbeat interval (after a head restart, agents must be back within
-//! its recovery window). The credential is read again before every attempt, so a rotated or
-//! re-created token file is picked up. Messages both ways go through `NodeAgent`.
+//! that never exceeds half the heartbeat interval (after a head restart or a short cut, agents
+//! must be back before the head's node timeout). The agent pings the head every heartbeat
+//! interval, and a link on which the head has answered nothing for its node timeout is taken
+//! as dropped: a connection that died without closing (a NAT or load balancer that lost it, a
+//! cut one way) is otherwise kept until the kernel gives up on it, about a quarter of an hour,
+//! while the head has placed the node's work elsewhere. The credential is read again before
+//! every attempt, so a rotated or re-created token file is picked up. Messages both ways go
+//! through `NodeAgent`.
 
 use super::{FromHead, HeadHeard, Linked, NodeAgent, Unlinked};
 use crate::paths::Credential;
@@ -16,6 +21,28 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
 const FIRST_BACKOFF_MS: u64 = 50;
+/// How long a silent head is waited for before any head has said its node timeout.
+pub const DEFAULT_SILENCE_MS: u64 = 10_000;
+
+/// What paces the link, as the head's welcome sets it: the heartbeat interval (pings, and the
+/// backoff's cap) and how long a head that answers nothing is waited for (its node timeout).
+#[derive(Clone)]
+pub struct LinkTiming {
+    pub heartbeat_ms: Arc<AtomicU64>,
+    pub silence_ms: Arc<AtomicU64>,
+    /// Tell the agent of every answer to a ping (a fence counts them, AG-7).
+    pub report_pongs: bool,
+}
+
+impl LinkTiming {
+    fn every(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_ms.load(Ordering::Relaxed).max(10))
+    }
+
+    fn silence(&self) -> Duration {
+        Duration::from_millis(self.silence_ms.load(Ordering::Relaxed).max(100))
+    }
+}
 /// A failure is logged at most this often (the link retries much faster).
 const LOG_EVERY_MS: u64 = 10_000;
 
@@ -25,18 +52,23 @@ pub async fn maintain(
     head_url: String,
     credential: Credential,
     tls: Option<Arc<rustls::ClientConfig>>,
-    (heartbeat_ms, ping): (Arc<AtomicU64>, bool),
+    timing: LinkTiming,
 ) {
     let ws_url = format!("{}/v1/agent", head_url.replacen("http://", "ws://", 1).replacen("https://", "wss://", 1));
     let mut backoff = FIRST_BACKOFF_MS;
     let mut last_logged: Option<std::time::Instant> = None;
     while agent.connected() {
-        match connect(&ws_url, &credential, tls.clone()).await {
+        // A handshake the head never answers (a cut one way) is a failure, not a wait for ever.
+        let silence = timing.silence();
+        let attempt = tokio::time::timeout(silence, connect(&ws_url, &credential, tls.clone())).await;
+        let connected = attempt.unwrap_or_else(|_| Err(format!("no answer within {} ms", silence.as_millis()).into()));
+        match connected {
             Ok(socket) => {
                 backoff = FIRST_BACKOFF_MS;
-                last_logged = None;
-                let pings = ping.then_some(&*heartbeat_ms);
-                carry(&agent, socket, pings).await;
+                if last_logged.take().is_some() {
+                    tracing::info!("reached the head at {head_url} again");
+                }
+                carry(&agent, socket, &timing, &head_url).await;
                 agent.do_send(Unlinked);
             }
             Err(e) if last_logged.is_none_or(|t| t.elapsed() >= Duration::from_millis(LOG_EVERY_MS)) => {
@@ -58,7 +90,7 @@ pub async fn maintain(
             Err(_) => {}
         }
         tokio::time::sleep(Duration::from_millis(backoff)).await;
-        backoff = (backoff * 2).min(heartbeat_ms.load(Ordering::Relaxed).max(FIRST_BACKOFF_MS));
+        backoff = (backoff * 2).min((timing.heartbeat_ms.load(Ordering::Relaxed) / 2).max(FIRST_BACKOFF_MS));
     }
 }
 
@@ -143,38 +175,51 @@ async fn connect(
     Ok(socket)
 }
 
-/// Relays until the socket closes or the agent lets go of the link. With `pings` (an agent
-/// with a fence, AG-7), it pings the head every heartbeat interval, and tells the agent of each
-/// answer: a head that does not answer is silent even where the socket seems up.
-async fn carry(agent: &Addr<NodeAgent>, socket: Socket, pings: Option<&AtomicU64>) {
+/// Relays until the socket closes, the head has answered nothing for the silence bound, or
+/// the agent lets go of the link. The head is pinged every heartbeat interval; with a fence
+/// (AG-7) the agent hears of each answer.
+async fn carry(agent: &Addr<NodeAgent>, socket: Socket, timing: &LinkTiming, head_url: &str) {
     let (mut sink, mut stream) = socket.split();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ToHead>();
     agent.do_send(Linked { tx });
-    let next = || pings.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms.load(Ordering::Relaxed)));
-    let mut next_ping = next();
+    let mut heard = tokio::time::Instant::now();
+    let mut next_ping = heard + timing.every();
     loop {
-        let ping_at = next_ping.unwrap_or_else(tokio::time::Instant::now);
+        let silent_at = heard + timing.silence();
         tokio::select! {
-            _ = tokio::time::sleep_until(ping_at), if next_ping.is_some() => {
-                next_ping = next();
+            _ = tokio::time::sleep_until(next_ping) => {
+                next_ping = tokio::time::Instant::now() + timing.every();
                 if sink.send(Message::Ping(Vec::new().into())).await.is_err() {
                     return;
                 }
             }
-            incoming = stream.next() => match incoming {
-                Some(Ok(Message::Text(text))) => match serde_json::from_str::<ToAgent>(text.as_str()) {
-                    Ok(msg) => agent.do_send(FromHead(msg)),
-                    Err(e) => tracing::warn!("unreadable message from the head: {e}"),
-                },
-                Some(Ok(Message::Ping(data))) => {
-                    if sink.send(Message::Pong(data)).await.is_err() {
-                        return;
+            _ = tokio::time::sleep_until(silent_at) => {
+                tracing::warn!(
+                    "the head at {head_url} answered nothing for {} ms (no message, no answer to a ping): the link \
+                     is taken as lost; reconnecting",
+                    timing.silence().as_millis()
+                );
+                return;
+            }
+            incoming = stream.next() => {
+                let Some(Ok(frame)) = incoming else { return };
+                heard = tokio::time::Instant::now();
+                match frame {
+                    Message::Text(text) => match serde_json::from_str::<ToAgent>(text.as_str()) {
+                        Ok(msg) => agent.do_send(FromHead(msg)),
+                        Err(e) => tracing::warn!("unreadable message from the head: {e}"),
+                    },
+                    Message::Ping(data) => {
+                        let answered = sink.send(Message::Pong(data)).await;
+                        if answered.is_err() {
+                            return;
+                        }
                     }
+                    Message::Pong(_) if timing.report_pongs => agent.do_send(HeadHeard),
+                    Message::Close(_) => return,
+                    _ => {}
                 }
-                Some(Ok(Message::Pong(_))) => agent.do_send(HeadHeard),
-                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
-                Some(Ok(_)) => {}
-            },
+            }
             outgoing = rx.recv() => match outgoing {
                 Some(msg) => {
                     let text = serde_json::to_string(&msg).expect("agent messages serialize");

@@ -126,6 +126,8 @@ pub struct NodeAgent {
     heartbeat: Option<SpawnHandle>,
     /// The heartbeat interval, shared with the link (its reconnect backoff stays below it).
     heartbeat_ms: Arc<AtomicU64>,
+    /// How long the link waits on a head that answers nothing: its node timeout, once told.
+    silence_ms: Arc<AtomicU64>,
     supervisors: BTreeMap<AttemptKey, Supervision>,
     reports: UnboundedSender<(AttemptKey, Report)>,
     /// The re-attach grace every supervisor is told, once known.
@@ -178,6 +180,7 @@ impl NodeAgent {
             link: None,
             heartbeat: None,
             heartbeat_ms: Arc::new(AtomicU64::new(ftdrive::agent::DEFAULT_HEARTBEAT_MS)),
+            silence_ms: Arc::new(AtomicU64::new(link::DEFAULT_SILENCE_MS)),
             supervisors,
             reports,
             grace,
@@ -637,6 +640,9 @@ impl Handler<FromHead> for NodeAgent {
                     self.grace_warned = true;
                 }
                 self.grace.set_ms(grace_ms);
+                // The head waits this long on a silent node; the link as long on a silent head.
+                let silence_ms = (*node_timeout_ms).max(heartbeat_interval_ms.saturating_mul(2));
+                self.silence_ms.store(silence_ms, Ordering::Relaxed);
                 let fence = fence_warning(self.opts.fence_after_ms, *node_timeout_ms, *heartbeat_interval_ms);
                 if let Some(warning) = fence.filter(|_| !self.fence_warned) {
                     tracing::warn!("{warning}");
@@ -757,7 +763,6 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
         );
     }
     let (head_url, credential, head_tls) = (opts.head_url.clone(), opts.credential.clone(), opts.head_tls.clone());
-    // Only a fence needs to know that the head hears: without one nothing pings it.
     let opts_fenced = opts.fence_after_ms.is_some();
     metrics.reattached(recovered.running.len());
     let identity = AgentIdentity {
@@ -775,7 +780,12 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
     let (refused_tx, refused) = tokio::sync::oneshot::channel();
     let shared = Shared { reports, grace, head_token };
     let agent = NodeAgent::new(opts, identity, (recovered, attached), shared, metrics, refused_tx);
-    let heartbeat_ms = agent.heartbeat_ms.clone();
+    let timing = link::LinkTiming {
+        heartbeat_ms: agent.heartbeat_ms.clone(),
+        silence_ms: agent.silence_ms.clone(),
+        // Only a fence needs to know that the head hears.
+        report_pongs: opts_fenced,
+    };
     let agent = agent.start();
     let forward = agent.clone();
     actix::spawn(async move {
@@ -783,8 +793,7 @@ pub async fn start(opts: NodeOptions) -> std::io::Result<NodeHandle> {
             forward.do_send(Supervised(key, report));
         }
     });
-    let ping = opts_fenced;
-    actix::spawn(link::maintain(agent.clone(), head_url, credential, head_tls, (heartbeat_ms, ping)));
+    actix::spawn(link::maintain(agent.clone(), head_url, credential, head_tls, timing));
     Ok(NodeHandle { agent, logs, refused })
 }
 
