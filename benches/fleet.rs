@@ -448,6 +448,12 @@ impl SimAgent {
         let (mut sink, mut stream) = socket.split();
         self.input(AgentInput::LinkUp);
         let mut beat = heartbeat_timer(self.ix, self.protocol.heartbeat_interval_ms());
+        // As `ftdrive node`'s link (without a fence): a ping twice within the silence
+        // bound, and one unanswered (nothing heard since) for as long as that is a lost link.
+        let silence = Duration::from_millis(ftdrive_actors::node::link::silence_ms(NODE_TIMEOUT_MS));
+        let ping_every = silence / ftdrive_actors::node::link::PINGS_PER_SILENCE as u32;
+        let mut pings = heartbeat_timer(self.ix, ping_every.as_millis() as u64);
+        let mut unanswered_since: Option<tokio::time::Instant> = None;
         loop {
             if let Err(ended) = self.carry_out(&mut sink).await {
                 return ended;
@@ -455,13 +461,24 @@ impl SimAgent {
             if let Some(interval_ms) = self.new_interval_ms.take() {
                 beat = heartbeat_timer(self.ix, interval_ms);
             }
+            let silent_at = unanswered_since.map(|asked| asked + silence);
             let step = tokio::select! {
                 _ = &mut *kill => Err(Ended::Killed),
                 due = beat.tick() => {
                     self.heartbeat(due);
                     Ok(())
                 }
-                frame = stream.next() => self.frame(frame),
+                asked = pings.tick() => {
+                    unanswered_since.get_or_insert(asked);
+                    sink.send(Message::Ping(Vec::new().into())).await.map_err(|_| Ended::Dropped)
+                }
+                _ = tokio::time::sleep_until(silent_at.unwrap_or_else(tokio::time::Instant::now)), if silent_at.is_some() => Err(Ended::Dropped),
+                frame = stream.next() => {
+                    if matches!(frame, Some(Ok(_))) {
+                        unanswered_since = None;
+                    }
+                    self.frame(frame)
+                }
             };
             if let Err(ended) = step {
                 return ended;
@@ -522,7 +539,7 @@ async fn run_agent(
             _ = &mut kill => return,
             _ = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
         }
-        backoff_ms = (backoff_ms * 2).min(HEARTBEAT_MS);
+        backoff_ms = (backoff_ms * 2).min(HEARTBEAT_MS / 2);
     }
 }
 

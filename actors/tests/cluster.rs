@@ -1703,7 +1703,8 @@ impl StaleningRelay {
 }
 
 /// A link that dies without closing (both sockets open, nothing passing) is taken as lost
-/// once the head has answered nothing for its node timeout: the agent connects again and the
+/// once the head has answered nothing for twice its node timeout, and at least 10 s: the
+/// agent connects again and the
 /// node takes work again, each rank running once. The agent waited on the dead link for as
 /// long as the kernel kept it (about a quarter of an hour), the head declaring the node DEAD
 /// and running its rank elsewhere, twice all the while.
@@ -1730,7 +1731,7 @@ fn an_agent_whose_link_dies_silently_connects_again() {
         nodes.as_array().unwrap().iter().find(|n| n["name"] == "n1").map(|n| n["state"].as_str().unwrap().to_string())
     };
     let said_so = |text: &str| std::fs::read_to_string(&said).is_ok_and(|t| t.contains(text));
-    c.wait_until("n1 takes its link as lost", |_| said_so("answered nothing for 1000 ms"));
+    c.wait_until("n1 takes its link as lost", |_| said_so("answered nothing for 10000 ms"));
     // Back before the head's own timeout ran out, it is re-adopted; after, it is a DEAD node
     // registering again, whose stale attempt the head stops. Either way, one run of each rank.
     c.wait_until("n1 is ALIVE again, each rank running once", |c| {

@@ -1,12 +1,13 @@
 //! The agent's link to the head: a WebSocket re-established whenever it drops, with a backoff
 //! that never exceeds half the heartbeat interval (after a head restart or a short cut, agents
-//! must be back before the head's node timeout). The agent pings the head every heartbeat
-//! interval, and a link on which the head has answered nothing for its node timeout is taken
-//! as dropped: a connection that died without closing (a NAT or load balancer that lost it, a
-//! cut one way) is otherwise kept until the kernel gives up on it, about a quarter of an hour,
-//! while the head has placed the node's work elsewhere. The credential is read again before
-//! every attempt, so a rotated or re-created token file is picked up. Messages both ways go
-//! through `NodeAgent`.
+//! must be back before the head's node timeout). The agent pings the head (every heartbeat
+//! interval with a fence, AG-7; twice within the silence bound otherwise), and a link on
+//! which a ping has gone unanswered (nor anything else come) for twice the head's node timeout,
+//! and at least `MIN_SILENCE_MS`, is taken as dropped: a connection that died without closing (a NAT or
+//! load balancer that lost it, a cut one way) is otherwise kept until the kernel gives up on
+//! it, about a quarter of an hour, while the head has placed the node's work elsewhere. The
+//! credential is read again before every attempt, so a rotated or re-created token file is
+//! picked up. Messages both ways go through `NodeAgent`.
 
 use super::{FromHead, HeadHeard, Linked, NodeAgent, Unlinked};
 use crate::paths::Credential;
@@ -23,6 +24,20 @@ use tokio_tungstenite::tungstenite::Message;
 const FIRST_BACKOFF_MS: u64 = 50;
 /// How long a silent head is waited for before any head has said its node timeout.
 pub const DEFAULT_SILENCE_MS: u64 = 10_000;
+/// The least a silent head is waited for: a head stalled past its node timeout (swapping,
+/// starved, stopped) keeps its nodes because their heartbeats wait in its sockets, and reads
+/// them before it expires anyone; a link dropped sooner loses them (at 10,000 agents, a 5 s
+/// stall with links dropped after 3 s cost 579 nodes).
+pub const MIN_SILENCE_MS: u64 = 10_000;
+
+/// Pings sent within the silence bound, without a fence.
+pub const PINGS_PER_SILENCE: u64 = 2;
+
+/// How long a link waits on a head that answers nothing, for a head whose node timeout is
+/// `node_timeout_ms`.
+pub fn silence_ms(node_timeout_ms: u64) -> u64 {
+    node_timeout_ms.saturating_mul(2).max(MIN_SILENCE_MS)
+}
 
 /// What paces the link, as the head's welcome sets it: the heartbeat interval (pings, and the
 /// backoff's cap) and how long a head that answers nothing is waited for (its node timeout).
@@ -35,8 +50,17 @@ pub struct LinkTiming {
 }
 
 impl LinkTiming {
+    /// How often the head is pinged: every heartbeat interval for a fence, which counts from
+    /// the last answer; otherwise twice within the silence bound, enough to tell a dead
+    /// link from a quiet one (a pong is a frame the head writes: at 10,000 agents, one every
+    /// 2.5 s from each took about 0.1 of a core of the head's 0.35).
     fn every(&self) -> Duration {
-        Duration::from_millis(self.heartbeat_ms.load(Ordering::Relaxed).max(10))
+        let heartbeat_ms = self.heartbeat_ms.load(Ordering::Relaxed).max(10);
+        let every_ms = match self.report_pongs {
+            true => heartbeat_ms,
+            false => heartbeat_ms.max(self.silence_ms.load(Ordering::Relaxed) / PINGS_PER_SILENCE),
+        };
+        Duration::from_millis(every_ms)
     }
 
     fn silence(&self) -> Duration {
@@ -182,18 +206,22 @@ async fn carry(agent: &Addr<NodeAgent>, socket: Socket, timing: &LinkTiming, hea
     let (mut sink, mut stream) = socket.split();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ToHead>();
     agent.do_send(Linked { tx });
-    let mut heard = tokio::time::Instant::now();
-    let mut next_ping = heard + timing.every();
+    // Silence is counted from the first ping the head has not answered (nor said anything
+    // since): quiet between pings is no silence, so pings may be rare.
+    let mut unanswered_since: Option<tokio::time::Instant> = None;
+    let mut next_ping = tokio::time::Instant::now() + timing.every();
     loop {
-        let silent_at = heard + timing.silence();
+        let silent_at = unanswered_since.map(|asked| asked + timing.silence());
         tokio::select! {
             _ = tokio::time::sleep_until(next_ping) => {
-                next_ping = tokio::time::Instant::now() + timing.every();
+                let now = tokio::time::Instant::now();
+                next_ping = now + timing.every();
+                unanswered_since.get_or_insert(now);
                 if sink.send(Message::Ping(Vec::new().into())).await.is_err() {
                     return;
                 }
             }
-            _ = tokio::time::sleep_until(silent_at) => {
+            _ = tokio::time::sleep_until(silent_at.unwrap_or(next_ping)), if silent_at.is_some() => {
                 tracing::warn!(
                     "the head at {head_url} answered nothing for {} ms (no message, no answer to a ping): the link \
                      is taken as lost; reconnecting",
@@ -203,7 +231,7 @@ async fn carry(agent: &Addr<NodeAgent>, socket: Socket, timing: &LinkTiming, hea
             }
             incoming = stream.next() => {
                 let Some(Ok(frame)) = incoming else { return };
-                heard = tokio::time::Instant::now();
+                unanswered_since = None;
                 match frame {
                     Message::Text(text) => match serde_json::from_str::<ToAgent>(text.as_str()) {
                         Ok(msg) => agent.do_send(FromHead(msg)),

@@ -12,7 +12,7 @@ mod attempt;
 pub mod cgroup;
 pub mod detect;
 mod health;
-mod link;
+pub mod link;
 mod logcap;
 pub mod logs;
 mod metrics;
@@ -640,9 +640,7 @@ impl Handler<FromHead> for NodeAgent {
                     self.grace_warned = true;
                 }
                 self.grace.set_ms(grace_ms);
-                // The head waits this long on a silent node; the link as long on a silent head.
-                let silence_ms = (*node_timeout_ms).max(heartbeat_interval_ms.saturating_mul(2));
-                self.silence_ms.store(silence_ms, Ordering::Relaxed);
+                self.silence_ms.store(link::silence_ms(*node_timeout_ms), Ordering::Relaxed);
                 let fence = fence_warning(self.opts.fence_after_ms, *node_timeout_ms, *heartbeat_interval_ms);
                 if let Some(warning) = fence.filter(|_| !self.fence_warned) {
                     tracing::warn!("{warning}");
