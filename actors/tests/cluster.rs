@@ -1480,7 +1480,8 @@ fn a_log_follower_ends_when_its_machine_is_lost_and_the_other_logs_still_show() 
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
         said.contains(&format!(
-            "node {victim} is DEAD: the log of {actor} attempt 1, where it ended node_lost, stays on that machine"
+            "node {victim} is DEAD: the log of {actor} attempt 1, which the head counts lost with it (a machine \
+             only cut off may still run it until it reconnects), stays on that machine"
         )),
         "{said}"
     );

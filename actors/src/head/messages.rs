@@ -343,7 +343,17 @@ impl Handler<LocateLog> for HeadActor {
         };
         if let Some(gone) = self.node_gone(&node) {
             // For good, not for a reconnect: a follower ends here instead of waiting for it.
-            let ended = ended.map(|e| format!(", where it ended {},", e.cause)).unwrap_or_default();
+            let ended = ended.map(|e| match e.cause {
+                // The head's verdict, not the machine's: one only cut off runs it on until it
+                // reconnects (or its fence stops it).
+                ftdrive::driver::Cause::NodeLost => {
+                    ", which the head counts lost with it (a machine only cut off may still run it until it \
+                     reconnects),"
+                        .to_string()
+                }
+                cause => format!(", where it ended {cause},"),
+            });
+            let ended = ended.unwrap_or_default();
             let latest = if actor.attempt > attempt {
                 format!("; attempt {} is the latest (`ftdrive logs {} --actor {}`)", actor.attempt, msg.job, msg.actor)
             } else {
