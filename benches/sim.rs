@@ -25,6 +25,7 @@ fn cluster(nodes: usize, jobs: usize, hours_ms: u64, churn_every_ms: u64) -> Sce
                 resources: Resources::units(&[("cpu", 8)]),
                 labels,
                 port_space: String::new(),
+                fence_after_ms: None,
             }
         })
         .collect();

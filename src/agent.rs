@@ -202,8 +202,11 @@ struct Proc {
     started: bool,
     /// The agent asked for it to stop.
     signalled: bool,
-    /// The stop was the fence's (AG-7).
-    fenced: bool,
+    /// The stop was the fence's, closed then (AG-7).
+    fence: Option<Instant>,
+    /// Started by an earlier run of this agent, which may have stopped it (its supervisor
+    /// says so; this run cannot know).
+    reattached: bool,
     stop_grace_ms: u64,
 }
 
@@ -271,7 +274,8 @@ impl Agent {
             agent.remember(key);
         }
         for (key, stop_grace_ms) in recovered.running {
-            agent.procs.insert(key, Proc { started: true, signalled: false, fenced: false, stop_grace_ms });
+            let proc = Proc { started: true, signalled: false, fence: None, reattached: true, stop_grace_ms };
+            agent.procs.insert(key, proc);
         }
         for (key, report) in recovered.ended {
             agent.remember(key.clone());
@@ -583,7 +587,13 @@ impl Agent {
         if self.notice.is_some_and(|n| n.shutdown) {
             return self.report_never_started(key);
         }
-        let proc = Proc { started: false, signalled: false, fenced: false, stop_grace_ms: spec.stop_grace_ms };
+        let proc = Proc {
+            started: false,
+            signalled: false,
+            fence: None,
+            reattached: false,
+            stop_grace_ms: spec.stop_grace_ms,
+        };
         self.procs.insert(key, proc);
         // Over a real link the agent holds the only copy; the simulator shares the head's.
         self.effects.push(AgentEffect::Spawn(Box::new(Arc::unwrap_or_clone(spec))));
@@ -624,9 +634,12 @@ impl Agent {
         // ended: a runtime's supervisor says whether the stop came first (a rank that failed
         // on its own while its gang's stop was on the way did not end of it). A supervisor
         // that died leaves no word: the agent's sending then decides.
+        // One an earlier agent run started may have had its stop from that run (its fence, then
+        // a restart within the grace): the supervisor's word stands.
         let reached = status.signalled_by_agent || status.supervisor_lost;
-        let by_agent = proc.signalled && reached;
-        let status = ExitStatus { signalled_by_agent: by_agent, fenced: by_agent && proc.fenced, ..status };
+        let by_agent = (proc.signalled && reached) || (proc.reattached && status.signalled_by_agent);
+        let fence = proc.fence.filter(|_| by_agent).map(|at| at.as_ms());
+        let status = ExitStatus { signalled_by_agent: by_agent, fence, ..status };
         self.report(key, EndReport::Exited(status));
         self.check_shutdown_done(now);
     }
@@ -666,7 +679,7 @@ impl Agent {
     fn fence_deadline(&self) -> Option<Instant> {
         let fence_ms = self.fence_after_ms?;
         let last_heard = self.last_heard?;
-        self.procs.values().any(|p| !p.fenced).then(|| last_heard.plus_ms(fence_ms))
+        self.procs.values().any(|p| p.fence.is_none()).then(|| last_heard.plus_ms(fence_ms))
     }
 
     /// What comes from a head that let this agent in is heard (AG-7); a refusal is not.
@@ -689,8 +702,8 @@ impl Agent {
         let silent_ms = self.last_heard.map_or(0, |heard| now.ms_since(heard));
         let mut attempts = Vec::new();
         let mut stops = Vec::new();
-        for (key, proc) in self.procs.iter_mut().filter(|(_, p)| !p.fenced) {
-            proc.fenced = true;
+        for (key, proc) in self.procs.iter_mut().filter(|(_, p)| p.fence.is_none()) {
+            proc.fence = Some(now);
             attempts.push(key.clone());
             // One stopped already (its gang's stop, a shutdown) keeps that stop and its grace.
             if !proc.signalled {
@@ -1066,7 +1079,7 @@ mod tests {
         a.handle_timeout(at(9_000));
         assert_eq!(effects(&mut a), []);
         a.handle(at(3_400), AgentInput::Exited { key: key(0), status: ExitStatus::signal(15, true) });
-        let status = ExitStatus { fenced: true, ..ExitStatus::signal(15, true) };
+        let status = ExitStatus { fence: Some(3_000), ..ExitStatus::signal(15, true) };
         let report = ToHead::Exited { node: NodeId::new("n1"), key: key(0), status };
         assert_eq!(effects(&mut a), [AgentEffect::Send(report)]);
 
@@ -1088,5 +1101,25 @@ mod tests {
         assert_eq!(a.poll_timeout(), None);
         a.handle_timeout(Instant::ZERO.plus_ms(86_400_000));
         assert_eq!(effects(&mut a), []);
+    }
+
+    /// An attempt an earlier run of this agent started, and stopped (its fence, then a
+    /// restart within the grace), ends as its supervisor says: stopped by the agent, not
+    /// killed by someone else and charged to the program.
+    #[test]
+    fn a_reattached_attempt_stopped_by_an_earlier_agent_run_says_so() {
+        let running = vec![(key(0), 500), (key(1), 500)];
+        let mut a = agent(Recovered { running, ..Recovered::default() });
+        effects(&mut a);
+        a.handle(Instant::ZERO, AgentInput::Exited { key: key(0), status: ExitStatus::signal(15, true) });
+        a.handle(Instant::ZERO, AgentInput::Exited { key: key(1), status: ExitStatus::signal(15, false) });
+        let reports: Vec<bool> = effects(&mut a)
+            .into_iter()
+            .filter_map(|e| match e {
+                AgentEffect::Send(ToHead::Exited { status, .. }) => Some(status.signalled_by_agent),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reports, [true, false], "the supervisor's word stands; a signal it did not get is another's");
     }
 }

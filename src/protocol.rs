@@ -81,9 +81,10 @@ pub struct ExitStatus {
     pub orphaned: bool,
     /// Its agent stopped it after hearing nothing from the head for `ftdrive node
     /// --fence-after-ms` (AG-7; with `signalled_by_agent`): the node was cut off, not the
-    /// program at fault.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub fenced: bool,
+    /// program at fault. When that fence closed, on the agent's clock (ms): the attempts one
+    /// fence stops share it, and are one fault (FC-1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
     /// When the attempt ended, as its supervisor saw it (Unix ms): an end reported late (its
     /// agent or the head was away) is recorded when it happened, not when it was heard of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -151,7 +152,7 @@ impl ExitStatus {
             supervisor_lost: false,
             error: None,
             orphaned: false,
-            fenced: false,
+            fence: None,
             ended_ms: None,
             unlogged: None,
         }
@@ -166,7 +167,7 @@ impl ExitStatus {
             supervisor_lost: false,
             error: None,
             orphaned: false,
-            fenced: false,
+            fence: None,
             ended_ms: None,
             unlogged: None,
         }

@@ -396,6 +396,15 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(restarts.len(), 2);
         assert!(restarts.iter().all(|e| e["reattached"] == 1 && e["lost"] == 0), "{restarts:?}");
     }),
+    ("a_fenced_agent_stops_its_work_in_a_long_head_outage", |r| {
+        // The head is down 5 s; n1's agent hears nothing past its 2 s fence and stops its
+        // work (AG-7), charged to the system as the node's loss; n2's keeps it, uncharged.
+        assert_eq!(r.ledger("f"), vec![pair("node_lost", "system"), pair("completed", "none")]);
+        let fenced = r.entry("f", "node_lost")["evidence"].as_str().unwrap();
+        assert!(fenced.contains("heard nothing from the head for its --fence-after-ms"), "{fenced}");
+        assert_eq!(r.ledger("k"), vec![pair("completed", "none")], "an agent without a fence keeps its work");
+        assert_eq!((r.state("f"), r.state("k")), ("SUCCEEDED", "SUCCEEDED"));
+    }),
     ("head_restart_readopts_running_work", |r| {
         assert_eq!(r.state("h"), "SUCCEEDED");
         assert_eq!(r.job("h")["cycles"], 1);

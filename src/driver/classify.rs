@@ -175,6 +175,11 @@ fn fault_of(run: &Run, ending: &Ending, cause: Cause) -> Option<Fault> {
         (Some(StopReason::Drain { node, deadline, .. }), _) => Some(Fault { node: node.clone(), at: *deadline }),
         (_, Ending::NodeLost(loss)) => Some(Fault { node: loss.node.clone(), at: loss.silent_since }),
         (_, Ending::SpawnFailed { node_fault: Some(since), .. }) => Some(Fault { node: run.node.clone(), at: *since }),
+        // On the agent's clock: it tells one fence of that node from another, which is all
+        // FC-1 asks of it.
+        (_, Ending::Exited { status, .. }) => {
+            status.fence.map(|ms| Fault { node: run.node.clone(), at: Instant::from_ms(ms) })
+        }
         _ => None,
     }
 }
@@ -230,7 +235,7 @@ fn exited(job: &JobContext, run: &Run, status: &ExitStatus, reacting_to: Option<
             format!("the attempt supervisor of the {who} on {node} died without a record; the agent ended its workers"),
         );
     }
-    if status.fenced {
+    if status.fence.is_some() {
         return (
             Cause::NodeLost,
             format!(
@@ -485,9 +490,11 @@ mod tests {
     #[test]
     fn an_attempt_stopped_at_the_fence_is_charged_to_the_system_budget() {
         let policy = RetryPolicy::default();
-        let status = ExitStatus { fenced: true, ..ExitStatus::signal(15, true) };
+        let status = ExitStatus { fence: Some(9_000), ..ExitStatus::signal(15, true) };
         let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: None });
         assert_eq!((v.cause, v.budget), (Cause::NodeLost, BudgetKind::System));
+        let fault = Fault { node: NodeId::new("n1"), at: Instant::from_ms(9_000) };
+        assert_eq!(v.fault, Some(fault), "FC-1: the attempts one fence stops are one fault");
         let says = "the agent on n1 heard nothing from the head for its --fence-after-ms and stopped the process";
         assert!(v.evidence.starts_with(says), "{}", v.evidence);
     }

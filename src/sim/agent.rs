@@ -39,6 +39,10 @@ pub struct SimAgent {
     pub port_space: String,
     /// The machine's disk takes no write until then (`Fault::DiskFull`), across reboots.
     pub disk_full_until: Option<Instant>,
+    /// `NodeDef::fence_after_ms`, for each agent run.
+    pub fence_after_ms: Option<u64>,
+    /// When the agent protocol's timer is queued for (its fence, AG-7), if it is.
+    pub timer_at: Option<Instant>,
 }
 
 impl SimAgent {
@@ -46,6 +50,8 @@ impl SimAgent {
         let identity = identity(&name, &resources, &labels, &port_space);
         SimAgent {
             agent: Agent::new(identity, 0, Recovered::default()),
+            fence_after_ms: None,
+            timer_at: None,
             name,
             processes: BTreeMap::new(),
             up: false,
@@ -80,7 +86,8 @@ impl SimAgent {
         self.incarnation += 1;
         self.up = true;
         let identity = identity(&self.name, &self.resources, &self.labels, &self.port_space);
-        self.agent = Agent::new(identity, self.incarnation, recovered);
+        self.agent = Agent::new(identity, self.incarnation, recovered).with_fence(self.fence_after_ms);
+        self.timer_at = None;
     }
 
     /// The machine (or the agent) dies: its processes die with it.

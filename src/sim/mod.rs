@@ -146,6 +146,12 @@ enum SimEvent {
         node: u32,
         boot: u64,
     },
+    /// The agent protocol's own timer (its fence, AG-7), for one agent run.
+    AgentTimer {
+        node: u32,
+        incarnation: u64,
+        at: Instant,
+    },
     Heal,
 }
 
@@ -416,6 +422,13 @@ impl Simulation {
                     }
                 }
             }
+            SimEvent::AgentTimer { node, incarnation, at } => {
+                if self.is_current(node, incarnation) && self.agents[node as usize].timer_at == Some(at) {
+                    self.agents[node as usize].timer_at = None;
+                    self.agents[node as usize].agent.handle_timeout(self.now);
+                    self.carry_out_agent_effects(node);
+                }
+            }
             SimEvent::Heal => self.heal(),
         }
     }
@@ -560,6 +573,7 @@ impl Simulation {
             Some(&ix) => {
                 let agent = &mut self.agents[ix as usize];
                 (agent.resources, agent.labels, agent.port_space) = (def.resources, def.labels, def.port_space);
+                agent.fence_after_ms = def.fence_after_ms;
                 if agent.up {
                     self.crash(ix);
                 }
@@ -567,7 +581,9 @@ impl Simulation {
             }
             None => {
                 let ix = self.agents.len() as u32;
-                self.agents.push(SimAgent::new(def.name.clone(), def.resources, def.labels, def.port_space));
+                let mut machine = SimAgent::new(def.name.clone(), def.resources, def.labels, def.port_space);
+                machine.fence_after_ms = def.fence_after_ms;
+                self.agents.push(machine);
                 self.agent_of.insert(def.name, ix);
                 ix
             }
@@ -777,6 +793,10 @@ impl Simulation {
         let now = self.now;
         self.read_listening(ix);
         self.probe_health(ix);
+        // A fenced agent pings the head; a head that is up answers (AG-7).
+        if self.head_up && self.agents[ix as usize].fence_after_ms.is_some() {
+            self.agent_input(ix, AgentInput::HeadHeard);
+        }
         self.agent_input(ix, AgentInput::Heartbeat);
         let interval = self.head.config().heartbeat_interval_ms;
         self.next_seq += 1;
@@ -793,18 +813,43 @@ impl Simulation {
     /// One input to a machine's agent, and its effects carried out by the machine.
     fn agent_input(&mut self, ix: u32, input: AgentInput) {
         self.agents[ix as usize].agent.handle(self.now, input);
+        self.carry_out_agent_effects(ix);
+    }
+
+    /// The agent's effects, carried out by the machine; then its timer, queued where it moved.
+    fn carry_out_agent_effects(&mut self, ix: u32) {
         while let Some(effect) = self.agents[ix as usize].agent.poll_effect() {
             match effect {
                 AgentEffect::Send(msg) => self.send_to_head(ix, msg),
                 AgentEffect::Spawn(spec) => self.spawn(ix, *spec),
                 AgentEffect::Stop { key, grace_ms } => self.signal_stop(ix, key, grace_ms),
                 // Its stops follow as their own effects.
-                AgentEffect::Fenced { .. }
-                | AgentEffect::Forget { .. }
+                AgentEffect::Fenced { .. } => {
+                    if let Some(checker) = self.checker.as_mut() {
+                        checker.agent_fenced(&self.agents[ix as usize].name);
+                    }
+                }
+                AgentEffect::Forget { .. }
                 | AgentEffect::HeartbeatEvery { .. }
                 | AgentEffect::JoinedCluster { .. }
                 | AgentEffect::ShutDown => {}
             }
+        }
+        self.arm_agent_timer(ix);
+    }
+
+    /// Queues the agent protocol's timer where it stands now; one queued before, found moved
+    /// when it fires, does nothing. Only a fenced agent has one here (no shutdown is simulated).
+    fn arm_agent_timer(&mut self, ix: u32) {
+        let machine = &mut self.agents[ix as usize];
+        let at = machine.agent.poll_timeout();
+        if at == machine.timer_at {
+            return;
+        }
+        machine.timer_at = at;
+        if let Some(at) = at {
+            let incarnation = machine.incarnation;
+            self.push(at.max(self.now), SimEvent::AgentTimer { node: ix, incarnation, at });
         }
     }
 
@@ -918,8 +963,17 @@ impl Simulation {
             ToHead::Heartbeat { incarnation, .. } => Some(*incarnation),
             _ => None,
         };
+        let registered = match &msg {
+            ToHead::Register(r) => Some(r.incarnation),
+            _ => None,
+        };
         match self.head.handle(self.now, Input::from(msg)) {
-            Ok(_) | Err(Rejected::StaleIncarnation(_)) => {}
+            Ok(_) => {
+                if let Some(incarnation) = registered {
+                    self.welcome(from, incarnation);
+                }
+            }
+            Err(Rejected::StaleIncarnation(_)) => {}
             Err(Rejected::UnknownNode(_)) => {
                 if let Some(incarnation) = incarnation {
                     let fate = self.network.fate();
@@ -930,6 +984,24 @@ impl Simulation {
             }
             Err(other) => self.violation("unexpected_rejection", other.to_string()),
         }
+    }
+
+    /// The daemon answers a registration it took with a welcome, on the same link (the core
+    /// head has no part in it). Only a fenced agent heeds it (AG-7: a head that let it in is
+    /// heard), so only a fenced agent gets one here, at once: the network's draws, and so every
+    /// other seed, stay as they were.
+    fn welcome(&mut self, ix: u32, incarnation: u64) {
+        if !self.is_current(ix, incarnation) || self.agents[ix as usize].fence_after_ms.is_none() {
+            return;
+        }
+        let config = self.head.config();
+        let welcome = ToAgent::Welcome {
+            heartbeat_interval_ms: config.heartbeat_interval_ms,
+            node_timeout_ms: config.node_timeout_ms,
+            log_token: None,
+            cluster: String::new(),
+        };
+        self.agent_input(ix, AgentInput::FromHead(welcome));
     }
 
     fn violation(&mut self, invariant: &str, detail: String) {

@@ -59,6 +59,10 @@ pub struct NodeDef {
     /// machine of its own.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub port_space: String,
+    /// Its agent stops its work after hearing nothing from the head for this long (`ftdrive
+    /// node --fence-after-ms`, AG-7); none: it keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_after_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,6 +221,9 @@ impl Scenario {
         let mut nodes: BTreeSet<&NodeId> = BTreeSet::new();
         for (i, node) in self.nodes.iter().enumerate() {
             check_name(format!("nodes[{i}].name"), node.name.as_str())?;
+            if node.fence_after_ms == Some(0) {
+                return Err(err(format!("nodes[{i}].fence_after_ms"), "must be 1 or more (leave it out for no fence)"));
+            }
             if !nodes.insert(&node.name) {
                 return Err(err(
                     format!("nodes[{i}].name"),

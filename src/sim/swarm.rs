@@ -41,7 +41,8 @@ impl Gen {
 /// end every job must have ended (`liveness_at_ms`).
 pub fn generate(seed: u64) -> Scenario {
     let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x5357_4152_4d00));
-    let nodes = gen_nodes(&mut g);
+    let mut nodes = gen_nodes(&mut g);
+    gen_fences(seed, &mut nodes);
     let jobs: Vec<JobDef> = (0..g.range(1, 6)).map(|i| gen_job(&mut g, i, &nodes)).collect();
     let fault_ms = g.range(20_000, 180_000);
     let mut events = gen_faults(&mut g, &nodes, &jobs, fault_ms);
@@ -101,6 +102,7 @@ fn gen_nodes(g: &mut Gen) -> Vec<NodeDef> {
                 resources: Resources::units(&[("cpu", g.range(1, 4)), ("gpu", gpu)]),
                 labels,
                 port_space: machine_of(i as usize),
+                fence_after_ms: None,
             }
         })
         .collect()
@@ -300,6 +302,19 @@ fn gen_full_disks(seed: u64, nodes: &[NodeDef], fault_ms: u64) -> Vec<FaultEvent
         .collect()
 }
 
+/// For a quarter of the seeds, agents with a fence (AG-7), each its own, longer than the
+/// heartbeat interval (at which a head that is up is heard) and often shorter than a head
+/// restart lasts (up to 3 s). A stream of its own, so that every seed's other draws stay as they were.
+fn gen_fences(seed: u64, nodes: &mut [NodeDef]) {
+    let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x4645_4e43_4553));
+    if !g.chance(25) {
+        return;
+    }
+    for node in nodes {
+        node.fence_after_ms = g.chance(70).then(|| g.range(1_500, 5_000));
+    }
+}
+
 /// For a tenth of the seeds, a network that loses, repeats and reorders nothing, on which
 /// `busy_port_twice_at_most` is checked: drawn from the network above, the delays were never
 /// equal and the check never ran in the swarm. A stream of its own, so that every seed's
@@ -329,6 +344,7 @@ fn new_node(g: &mut Gen, index: usize) -> NodeDef {
         resources: Resources::units(&[("cpu", g.range(1, 4))]),
         labels,
         port_space: machine_of(index),
+        fence_after_ms: None,
     }
 }
 

@@ -676,6 +676,13 @@ impl Handler<HeadHeard> for NodeAgent {
 /// head about a heartbeat interval less often than that.
 fn fence_warning(fence_after_ms: Option<u64>, node_timeout_ms: u64, heartbeat_interval_ms: u64) -> Option<String> {
     let fence_ms = fence_after_ms?;
+    if fence_ms <= heartbeat_interval_ms {
+        return Some(format!(
+            "--fence-after-ms {fence_ms} is not longer than the head's heartbeat interval ({heartbeat_interval_ms} \
+             ms), at which this agent hears the head at best: the fence will stop its work while the head is up; \
+             give a longer one"
+        ));
+    }
     let most_ms = node_timeout_ms.saturating_sub(heartbeat_interval_ms);
     (fence_ms >= most_ms).then(|| {
         format!(

@@ -26,7 +26,7 @@
 //! | `one_charge_per_fault` | a job is charged at most once per fault of a node (a death, a drain, an agent restart), however many of its ranks the fault ends: each charge is matched to its own fault of that node among those its attempt lived through; a `node_lost` or `preempted` end goes free only when its job was charged for a fault of that node |
 //! | `forget_only_dead` | a node forgotten (by the operator, by retention, to make room) is DEAD, holds no bundle, and is not under an operator's drain the operator did not withdraw |
 //! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no attempt starts on one — not a rank restarting on its own bundle, not a spare promoted from standing by there (DESIGN §6) |
-//! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine or one whose disk filled up, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
+//! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, one whose disk filled up or one whose agent stopped its work at its fence (AG-7), a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
 //! Every checker is here or in a child module (`aging`, `placement`, `ranks`), so that all of
 //! them stay apart from the code under test and share one accounting.
@@ -108,6 +108,8 @@ pub struct Checker {
     lost_machines: BTreeSet<NodeId>,
     /// Machines whose disk filled up (`Fault::DiskFull`): their failed starts are charged.
     sick_machines: BTreeSet<NodeId>,
+    /// Machines whose agent stopped its work at its fence (AG-7): those ends are charged.
+    fenced_machines: BTreeSet<NodeId>,
     /// Nodes the head has said cannot start work, since its last restart.
     unhealthy: BTreeSet<NodeId>,
     /// Machines lost and not yet declared DEAD (or back), with when they went silent.
@@ -173,6 +175,13 @@ impl Checker {
     pub fn machine_lost(&mut self, node: &NodeId, at: Instant) {
         self.lost_machines.insert(node.clone());
         self.silent_since.insert(node.clone(), at);
+    }
+
+    /// A machine's agent heard nothing from the head past its fence and stopped its work
+    /// (AG-7): a fault of the node, as its loss is.
+    pub fn agent_fenced(&mut self, node: &NodeId) {
+        self.fenced_machines.insert(node.clone());
+        *self.fault_epoch.entry(node.clone()).or_default() += 1;
     }
 
     /// A machine's disk filled up.
@@ -848,7 +857,7 @@ impl Checker {
         let lost = self.lost_machines.contains(&node);
         let explained = match entry.cause {
             Cause::UserError => self.failed_by_fault.contains(&(actor.clone(), entry.attempt)),
-            Cause::NodeLost => lost || self.sick_machines.contains(&node),
+            Cause::NodeLost => lost || self.sick_machines.contains(&node) || self.fenced_machines.contains(&node),
             Cause::Preempted => self.drained.contains(&node) || (lost && preemptible),
             _ => true,
         };
