@@ -224,6 +224,11 @@ struct Notice {
 #[repr(C)]
 pub struct Agent {
     linked: bool,
+    /// It has a fence (AG-7); beside `linked`, in what was padding, so that an agent without
+    /// one reads nothing more for it.
+    fenced: bool,
+    /// The head on this link let the agent in (welcomed it): its answers count as heard.
+    welcomed: bool,
     seq: u64,
     incarnation: u64,
     name: NodeId,
@@ -244,8 +249,6 @@ pub struct Agent {
     fence_after_ms: Option<u64>,
     /// When the head was last heard (or this agent began, before it ever was).
     last_heard: Option<Instant>,
-    /// The head on this link let the agent in (welcomed it): its answers count as heard.
-    welcomed: bool,
 }
 
 impl Agent {
@@ -269,6 +272,7 @@ impl Agent {
             fence_after_ms: None,
             last_heard: None,
             welcomed: false,
+            fenced: false,
         };
         for key in recovered.finished {
             agent.remember(key);
@@ -287,6 +291,7 @@ impl Agent {
     /// AG-7: this agent stops its work after hearing nothing from the head for `fence_after_ms`.
     pub fn with_fence(mut self, fence_after_ms: Option<u64>) -> Self {
         self.fence_after_ms = fence_after_ms;
+        self.fenced = fence_after_ms.is_some();
         self
     }
 
@@ -294,7 +299,9 @@ impl Agent {
 
     pub fn handle(&mut self, now: Instant, input: AgentInput) {
         // Before the head is first heard, silence counts from this agent's first input.
-        self.last_heard.get_or_insert(now);
+        if self.fenced {
+            self.last_heard.get_or_insert(now);
+        }
         match input {
             AgentInput::LinkUp => {
                 self.linked = true;
@@ -335,7 +342,9 @@ impl Agent {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.last_heard.get_or_insert(now);
+        if self.fenced {
+            self.last_heard.get_or_insert(now);
+        }
         self.check_shutdown_done(now);
         self.check_fence(now);
     }
@@ -677,6 +686,9 @@ impl Agent {
     /// When the fence closes: only with a fence, and only while something runs here that it
     /// has not stopped yet.
     fn fence_deadline(&self) -> Option<Instant> {
+        if !self.fenced {
+            return None;
+        }
         let fence_ms = self.fence_after_ms?;
         let last_heard = self.last_heard?;
         self.procs.values().any(|p| p.fence.is_none()).then(|| last_heard.plus_ms(fence_ms))

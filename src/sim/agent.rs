@@ -25,6 +25,8 @@ pub struct SimAgent {
     pub up: bool,
     /// Has a heartbeat timer queued (a rebooted agent keeps its timer and phase).
     pub ticking: bool,
+    /// Its agent runs have a fence (`fence_after_ms`); beside `up`, in what was padding.
+    pub fenced: bool,
     /// The agent protocol of the current agent run.
     pub agent: Agent,
     pub processes: BTreeMap<AttemptKey, SimProcess>,
@@ -51,6 +53,7 @@ impl SimAgent {
         SimAgent {
             agent: Agent::new(identity, 0, Recovered::default()),
             fence_after_ms: None,
+            fenced: false,
             timer_at: None,
             name,
             processes: BTreeMap::new(),
@@ -86,6 +89,7 @@ impl SimAgent {
         self.incarnation += 1;
         self.up = true;
         let identity = identity(&self.name, &self.resources, &self.labels, &self.port_space);
+        self.fenced = self.fence_after_ms.is_some();
         self.agent = Agent::new(identity, self.incarnation, recovered).with_fence(self.fence_after_ms);
         self.timer_at = None;
     }

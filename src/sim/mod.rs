@@ -794,7 +794,7 @@ impl Simulation {
         self.read_listening(ix);
         self.probe_health(ix);
         // A fenced agent pings the head; a head that is up answers (AG-7).
-        if self.head_up && self.agents[ix as usize].fence_after_ms.is_some() {
+        if self.head_up && self.agents[ix as usize].fenced {
             self.agent_input(ix, AgentInput::HeadHeard);
         }
         self.agent_input(ix, AgentInput::Heartbeat);
@@ -842,6 +842,9 @@ impl Simulation {
     /// when it fires, does nothing. Only a fenced agent has one here (no shutdown is simulated).
     fn arm_agent_timer(&mut self, ix: u32) {
         let machine = &mut self.agents[ix as usize];
+        if !machine.fenced {
+            return;
+        }
         let at = machine.agent.poll_timeout();
         if at == machine.timer_at {
             return;
@@ -991,7 +994,7 @@ impl Simulation {
     /// heard), so only a fenced agent gets one here, at once: the network's draws, and so every
     /// other seed, stay as they were.
     fn welcome(&mut self, ix: u32, incarnation: u64) {
-        if !self.is_current(ix, incarnation) || self.agents[ix as usize].fence_after_ms.is_none() {
+        if !self.is_current(ix, incarnation) || !self.agents[ix as usize].fenced {
             return;
         }
         let config = self.head.config();
