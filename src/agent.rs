@@ -647,7 +647,7 @@ impl Agent {
         // a restart within the grace): the supervisor's word stands.
         let reached = status.signalled_by_agent || status.supervisor_lost;
         let by_agent = (proc.signalled && reached) || (proc.reattached && status.signalled_by_agent);
-        let fence = proc.fence.filter(|_| by_agent).map(|at| at.as_ms());
+        let fence = proc.fence.filter(|_| by_agent).map(fence_id);
         let status = ExitStatus { signalled_by_agent: by_agent, fence, ..status };
         self.report(key, EndReport::Exited(status));
         self.check_shutdown_done(now);
@@ -763,6 +763,11 @@ impl Agent {
             self.effects.push(AgentEffect::ShutDown);
         }
     }
+}
+
+/// What names a fence in the end reports of the attempts it stopped (`ExitStatus::fence`).
+fn fence_id(closed: Instant) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(closed.as_ms() as u32).unwrap_or(std::num::NonZeroU32::MIN)
 }
 
 #[cfg(test)]
@@ -1091,7 +1096,7 @@ mod tests {
         a.handle_timeout(at(9_000));
         assert_eq!(effects(&mut a), []);
         a.handle(at(3_400), AgentInput::Exited { key: key(0), status: ExitStatus::signal(15, true) });
-        let status = ExitStatus { fence: Some(3_000), ..ExitStatus::signal(15, true) };
+        let status = ExitStatus { fence: std::num::NonZeroU32::new(3_000), ..ExitStatus::signal(15, true) };
         let report = ToHead::Exited { node: NodeId::new("n1"), key: key(0), status };
         assert_eq!(effects(&mut a), [AgentEffect::Send(report)]);
 

@@ -81,10 +81,12 @@ pub struct ExitStatus {
     pub orphaned: bool,
     /// Its agent stopped it after hearing nothing from the head for `ftdrive node
     /// --fence-after-ms` (AG-7; with `signalled_by_agent`): the node was cut off, not the
-    /// program at fault. When that fence closed, on the agent's clock (ms): the attempts one
-    /// fence stops share it, and are one fault (FC-1).
+    /// program at fault. When that fence closed, on the agent's clock (ms, in 32 bits: it
+    /// only tells one fence from another, and so fits where the flags leave room, keeping every
+    /// message that holds a status as small as it was): the attempts one fence stops share it,
+    /// and are one fault (FC-1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fence: Option<u64>,
+    pub fence: Option<std::num::NonZeroU32>,
     /// When the attempt ended, as its supervisor saw it (Unix ms): an end reported late (its
     /// agent or the head was away) is recorded when it happened, not when it was heard of.
     #[serde(default, skip_serializing_if = "Option::is_none")]

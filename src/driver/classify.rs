@@ -178,7 +178,7 @@ fn fault_of(run: &Run, ending: &Ending, cause: Cause) -> Option<Fault> {
         // On the agent's clock: it tells one fence of that node from another, which is all
         // FC-1 asks of it.
         (_, Ending::Exited { status, .. }) => {
-            status.fence.map(|ms| Fault { node: run.node.clone(), at: Instant::from_ms(ms) })
+            status.fence.map(|ms| Fault { node: run.node.clone(), at: Instant::from_ms(ms.get().into()) })
         }
         _ => None,
     }
@@ -490,7 +490,7 @@ mod tests {
     #[test]
     fn an_attempt_stopped_at_the_fence_is_charged_to_the_system_budget() {
         let policy = RetryPolicy::default();
-        let status = ExitStatus { fence: Some(9_000), ..ExitStatus::signal(15, true) };
+        let status = ExitStatus { fence: std::num::NonZeroU32::new(9_000), ..ExitStatus::signal(15, true) };
         let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: None });
         assert_eq!((v.cause, v.budget), (Cause::NodeLost, BudgetKind::System));
         let fault = Fault { node: NodeId::new("n1"), at: Instant::from_ms(9_000) };
