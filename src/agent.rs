@@ -28,16 +28,16 @@
 //! - **AG-7 a fenced agent stops its work.** With a fence (`ftdrive node --fence-after-ms`),
 //!   an agent that has heard nothing from a head that let it in for that long (no message, no
 //!   answer to its pings: `AgentInput::HeadHeard`; a head that refuses it, say one of another
-//!   cluster, does not count) stops every attempt it runs, once, and reports each
-//!   end as `fenced`: a head that is up has declared the node lost and placed the work
-//!   elsewhere, and a rank must not run twice. Without one (the default) an agent keeps its
+//!   cluster, does not count) stops every attempt it runs, once, and reports each end with
+//!   that fence (`ExitStatus::fence`, one fault for all of them): a head that is up has
+//!   declared the node lost and placed the work elsewhere, and a rank must not run twice. Without one (the default) an agent keeps its
 //!   work however long the head is silent (DESIGN §10).
 //!
 //! The heartbeat cadence is the runtime's: it feeds `AgentInput::Heartbeat` on its own
 //! periodic timer (at the interval the head's welcome names, `AgentEffect::HeartbeatEvery`).
 //! The agent's own timers are the shutdown deadline and the fence (AG-7).
 //!
-//! Over 600 lines, about 130 of them the unit tests beside the state machine.
+//! About 1,100 lines, a third of them the unit tests beside the state machine.
 
 use crate::ids::NodeId;
 use crate::protocol::{AttemptKey, ExitStatus, Registration, StartSpec, ToAgent, ToHead};

@@ -677,6 +677,18 @@ fn logs_follow_a_running_attempt_and_show_a_finished_one() {
     assert!(no_actor.contains(&format!("has actors {id}/0 to {id}/0; there is no actor 7")), "{no_actor}");
 }
 
+/// The lines a child writes to `stdout`, as they come, read on a thread of their own.
+fn lines_of(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { break };
+            let _ = lines_tx.send(line);
+        }
+    });
+    lines
+}
+
 /// `--tail N` prints the last N lines of a log, and under `--follow` what comes after them, as
 /// `tail -n N -f` and `kubectl logs --tail N -f` do; the API refuses a tail from an offset.
 #[test]
@@ -700,14 +712,7 @@ fn logs_tail_prints_the_last_lines_and_follows_on_from_them() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = follower.stdout.take().unwrap();
-    let (lines_tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
-            let Ok(line) = line else { break };
-            let _ = lines_tx.send(line);
-        }
-    });
+    let lines = lines_of(follower.stdout.take().unwrap());
     let tail: Vec<String> = (0..2).map_while(|_| lines.recv_timeout(WAIT).ok()).collect();
     std::fs::write(&gate, "").unwrap();
     let status = follower.wait().unwrap();
@@ -735,14 +740,7 @@ fn logs_follow_every_actor_at_once_in_whole_lines() {
     c.wait_for_job(&id, "both ranks ran", |j| j["actors"].as_array().unwrap().iter().all(|a| a["attempt"] == 1));
     let mut follower =
         c.command().args(["logs", &id, "--follow"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let stdout = follower.stdout.take().unwrap();
-    let (lines_tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
-            let Ok(line) = line else { break };
-            let _ = lines_tx.send(line);
-        }
-    });
+    let lines = lines_of(follower.stdout.take().unwrap());
     let mut seen = Vec::new();
     while !seen.iter().any(|l: &String| l == "early") {
         let Ok(line) = lines.recv_timeout(WAIT) else {
