@@ -569,11 +569,11 @@ impl Simulation {
     }
 
     fn join(&mut self, def: NodeDef) {
+        let fence_after_ms = def.fence_after_ms;
         let ix = match self.agent_of.get(&def.name) {
             Some(&ix) => {
                 let agent = &mut self.agents[ix as usize];
                 (agent.resources, agent.labels, agent.port_space) = (def.resources, def.labels, def.port_space);
-                agent.fence_after_ms = def.fence_after_ms;
                 if agent.up {
                     self.crash(ix);
                 }
@@ -581,13 +581,12 @@ impl Simulation {
             }
             None => {
                 let ix = self.agents.len() as u32;
-                let mut machine = SimAgent::new(def.name.clone(), def.resources, def.labels, def.port_space);
-                machine.fence_after_ms = def.fence_after_ms;
-                self.agents.push(machine);
+                self.agents.push(SimAgent::new(def.name.clone(), def.resources, def.labels, def.port_space));
                 self.agent_of.insert(def.name, ix);
                 ix
             }
         };
+        self.agents[ix as usize].fence_after_ms = fence_after_ms;
         self.boot(ix);
     }
 

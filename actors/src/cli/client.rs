@@ -283,14 +283,11 @@ impl Client {
         local_rank: Option<u32>,
         at: LogFrom,
     ) -> Result<LogChunk, CliError> {
-        let (offset, tail) = match at {
-            LogFrom::Offset(offset) => (offset, None),
-            LogFrom::Tail(lines) => (0, Some(lines)),
+        let (offset, from) = match at {
+            LogFrom::Offset(offset) => (offset, format!("offset={offset}")),
+            LogFrom::Tail(lines) => (0, format!("tail={lines}")),
         };
-        let mut url = format!("{}/v1/jobs/{job}/logs?actor={actor}&offset={offset}", self.base);
-        if let Some(lines) = tail {
-            url.push_str(&format!("&tail={lines}"));
-        }
+        let mut url = format!("{}/v1/jobs/{job}/logs?actor={actor}&{from}", self.base);
         if let Some(attempt) = attempt {
             url.push_str(&format!("&attempt={attempt}"));
         }

@@ -2,12 +2,12 @@
 //! that never exceeds half the heartbeat interval (after a head restart or a short cut, agents
 //! must be back before the head's node timeout). The agent pings the head (every heartbeat
 //! interval with a fence, AG-7; twice within the silence bound otherwise), and a link on
-//! which a ping has gone unanswered (nor anything else come) for twice the head's node timeout,
-//! and at least `MIN_SILENCE_MS`, is taken as dropped: a connection that died without closing (a NAT or
-//! load balancer that lost it, a cut one way) is otherwise kept until the kernel gives up on
-//! it, about a quarter of an hour, while the head has placed the node's work elsewhere. The
-//! credential is read again before every attempt, so a rotated or re-created token file is
-//! picked up. Messages both ways go through `NodeAgent`.
+//! which a ping has gone unanswered, with nothing else heard since, for twice the head's node
+//! timeout and at least `MIN_SILENCE_MS` is taken as dropped: a connection that died without
+//! closing (a NAT or load balancer that lost it, a cut one way) is otherwise kept until the
+//! kernel gives up on it, about a quarter of an hour, while the head has placed the node's
+//! work elsewhere. The credential is read again before every attempt, so a rotated or
+//! re-created token file is picked up. Messages both ways go through `NodeAgent`.
 
 use super::{FromHead, HeadHeard, Linked, NodeAgent, Unlinked};
 use crate::paths::Credential;
@@ -22,8 +22,6 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
 const FIRST_BACKOFF_MS: u64 = 50;
-/// How long a silent head is waited for before any head has said its node timeout.
-pub const DEFAULT_SILENCE_MS: u64 = 10_000;
 /// The least a silent head is waited for: a head stalled past its node timeout (swapping,
 /// starved, stopped) keeps its nodes because their heartbeats wait in its sockets, and reads
 /// them before it expires anyone; a link dropped sooner loses them (at 10,000 agents, a 5 s
@@ -34,13 +32,13 @@ pub const MIN_SILENCE_MS: u64 = 10_000;
 pub const PINGS_PER_SILENCE: u64 = 2;
 
 /// How long a link waits on a head that answers nothing, for a head whose node timeout is
-/// `node_timeout_ms`.
+/// `node_timeout_ms` (0 before any head has said: the least).
 pub fn silence_ms(node_timeout_ms: u64) -> u64 {
     node_timeout_ms.saturating_mul(2).max(MIN_SILENCE_MS)
 }
 
 /// What paces the link, as the head's welcome sets it: the heartbeat interval (pings, and the
-/// backoff's cap) and how long a head that answers nothing is waited for (its node timeout).
+/// backoff's cap) and how long a head that answers nothing is waited for (`silence_ms`).
 #[derive(Clone)]
 pub struct LinkTiming {
     pub heartbeat_ms: Arc<AtomicU64>,
@@ -53,7 +51,7 @@ impl LinkTiming {
     /// How often the head is pinged: every heartbeat interval for a fence, which counts from
     /// the last answer; otherwise twice within the silence bound, enough to tell a dead
     /// link from a quiet one (a pong is a frame the head writes: at 10,000 agents, one every
-    /// 2.5 s from each took about 0.1 of a core of the head's 0.35).
+    /// 5 s from each costs the head about 0.06 of a core; `docs/benchmarks.md`).
     fn every(&self) -> Duration {
         let heartbeat_ms = self.heartbeat_ms.load(Ordering::Relaxed).max(10);
         let every_ms = match self.report_pongs {
@@ -64,7 +62,7 @@ impl LinkTiming {
     }
 
     fn silence(&self) -> Duration {
-        Duration::from_millis(self.silence_ms.load(Ordering::Relaxed).max(100))
+        Duration::from_millis(self.silence_ms.load(Ordering::Relaxed))
     }
 }
 /// A failure is logged at most this often (the link retries much faster).
@@ -199,8 +197,8 @@ async fn connect(
     Ok(socket)
 }
 
-/// Relays until the socket closes, the head has answered nothing for the silence bound, or
-/// the agent lets go of the link. The head is pinged every heartbeat interval; with a fence
+/// Relays until the socket closes, a ping has gone unanswered for the silence bound, or the
+/// agent lets go of the link. The head is pinged as `LinkTiming::every` says; with a fence
 /// (AG-7) the agent hears of each answer.
 async fn carry(agent: &Addr<NodeAgent>, socket: Socket, timing: &LinkTiming, head_url: &str) {
     let (mut sink, mut stream) = socket.split();

@@ -119,11 +119,7 @@ pub fn read_from(path: &Path, offset: u64, max: u64) -> std::io::Result<(Vec<u8>
     // Holes are punched in whole blocks, mid-line: the rest of the cut line goes with the
     // dropped part, so that what follows the note starts a line, as a rotated log does.
     let cut_line = kept.iter().take(MAX_CUT_LINE_BYTES).position(|b| *b == b'\n').map_or(0, |at| at + 1);
-    let said = format!(
-        "[ftdrive: {} bytes of this log were dropped here: it passed its node's --max-log-mb]\n",
-        data - offset + cut_line as u64
-    );
-    let mut bytes = said.into_bytes();
+    let mut bytes = dropped_note(data - offset + cut_line as u64);
     bytes.extend_from_slice(&kept[cut_line..]);
     Ok((bytes, data + read))
 }
@@ -147,11 +143,7 @@ pub fn read_tail(path: &Path, lines: u32, max: u64) -> std::io::Result<(Vec<u8>,
     if whole || before != kept || kept == 0 {
         return Ok((window[start..].to_vec(), next));
     }
-    let said = format!(
-        "[ftdrive: {} bytes of this log were dropped here: it passed its node's --max-log-mb]\n",
-        kept + start as u64
-    );
-    let mut bytes = said.into_bytes();
+    let mut bytes = dropped_note(kept + start as u64);
     bytes.extend_from_slice(&window[start..]);
     Ok((bytes, next))
 }
@@ -170,6 +162,11 @@ fn tail_start(window: &[u8], lines: u32, cut_first: bool) -> (usize, bool) {
     }
     let first_whole = if cut_first { window.iter().position(|b| *b == b'\n').map_or(0, |at| at + 1) } else { 0 };
     (first_whole, false)
+}
+
+/// The line a reader gets in place of `bytes` dropped from a log.
+fn dropped_note(bytes: u64) -> Vec<u8> {
+    format!("[ftdrive: {bytes} bytes of this log were dropped here: it passed its node's --max-log-mb]\n").into_bytes()
 }
 
 /// The longest end of a cut line dropped with the hole before it; a longer one is kept as is.

@@ -126,7 +126,8 @@ pub struct NodeAgent {
     heartbeat: Option<SpawnHandle>,
     /// The heartbeat interval, shared with the link (its reconnect backoff stays below it).
     heartbeat_ms: Arc<AtomicU64>,
-    /// How long the link waits on a head that answers nothing: its node timeout, once told.
+    /// How long the link waits on a head that answers nothing (`link::silence_ms` of the
+    /// head's node timeout, once told).
     silence_ms: Arc<AtomicU64>,
     supervisors: BTreeMap<AttemptKey, Supervision>,
     reports: UnboundedSender<(AttemptKey, Report)>,
@@ -180,7 +181,7 @@ impl NodeAgent {
             link: None,
             heartbeat: None,
             heartbeat_ms: Arc::new(AtomicU64::new(ftdrive::agent::DEFAULT_HEARTBEAT_MS)),
-            silence_ms: Arc::new(AtomicU64::new(link::DEFAULT_SILENCE_MS)),
+            silence_ms: Arc::new(AtomicU64::new(link::silence_ms(0))),
             supervisors,
             reports,
             grace,
