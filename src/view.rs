@@ -146,10 +146,27 @@ pub struct NodeView {
     /// runs there and is given nothing new until the agent can again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// The head has not heard from this node as it should (DESIGN §3 suspect nodes): what it
+    /// knows, so that an operator sees a node about to be declared DEAD before it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspect: Option<Suspect>,
     /// Where the node's agent serves its Prometheus metrics (the runtime knows; the core does
     /// not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_url: Option<String>,
+}
+
+/// A suspect node (DESIGN §3): its agent's connection dropped or a heartbeat was missed.
+/// Capacity its bundles could be re-placed on is held for them until it is heard from again
+/// (nothing moved) or declared DEAD (they are re-placed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suspect {
+    /// Its agent's connection dropped (rather than a heartbeat going missing on a live one).
+    pub link_lost: bool,
+    /// How long since the head last heard from it.
+    pub silent_ms: u64,
+    /// How long until it is declared DEAD unless it is heard from first.
+    pub dead_in_ms: u64,
 }
 
 impl JobView {
@@ -261,12 +278,13 @@ pub struct NodeMarks {
     pub addr: String,
     pub cordoned: bool,
     pub leaving: bool,
+    pub suspect: Option<Suspect>,
 }
 
 /// One node as the scheduler sees it, with the head's marks on it.
 pub fn node_view(scheduler: &Scheduler, ix: NodeIx, marks: NodeMarks) -> NodeView {
     let node = scheduler.node(ix);
-    let NodeMarks { addr, cordoned, leaving } = marks;
+    let NodeMarks { addr, cordoned, leaving, suspect } = marks;
     NodeView {
         name: node.name.to_string(),
         state: node.state,
@@ -279,6 +297,7 @@ pub fn node_view(scheduler: &Scheduler, ix: NodeIx, marks: NodeMarks) -> NodeVie
         cordoned,
         leaving,
         problem: node.problem.clone(),
+        suspect,
         metrics_url: None,
     }
 }

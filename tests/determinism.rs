@@ -63,7 +63,7 @@ fn random_run(seed: u64, steps: usize) -> (Vec<String>, TestCluster) {
                 let name = NODE_NAMES[pick(&mut rng, 8) as usize];
                 let alive = c
                     .head
-                    .node_views()
+                    .node_views(c.now)
                     .iter()
                     .any(|n| n.name == name && n.state == ftdrive::scheduler::NodeState::Alive);
                 if alive {

@@ -10,7 +10,7 @@ use ftdrive::{HeadConfig, Labels, NodeId};
 use support::{config, cpu, spec, TestCluster};
 
 fn names(c: &TestCluster) -> Vec<String> {
-    c.head.node_views().into_iter().map(|v| v.name).collect()
+    c.head.node_views(c.now).into_iter().map(|v| v.name).collect()
 }
 
 fn cluster(config: HeadConfig, nodes: &[&str]) -> TestCluster {
@@ -59,7 +59,7 @@ fn a_forgotten_node_is_gone_and_a_machine_in_its_name_is_new() {
     // the old one (FG-2).
     let labels = Labels::from([("zone".to_string(), "b".to_string())]);
     c.join_labelled("n2", cpu(4), labels);
-    let view = c.head.node_view(&NodeId::new("n2")).expect("joined");
+    let view = c.head.node_view(&NodeId::new("n2"), c.now).expect("joined");
     assert_eq!((view.state, view.cordoned, view.resources.milli("cpu")), (NodeState::Alive, false, 4_000));
 }
 
@@ -92,7 +92,7 @@ fn past_the_retention_bound_the_longest_dead_go_but_never_a_drained_one() {
     }
     c.advance(5_000);
     let dead = |c: &TestCluster| {
-        c.head.node_views().into_iter().filter(|v| v.state == NodeState::Dead).map(|v| v.name).collect::<Vec<_>>()
+        c.head.node_views(c.now).into_iter().filter(|v| v.state == NodeState::Dead).map(|v| v.name).collect::<Vec<_>>()
     };
     assert_eq!(dead(&c), ["b", "d", "e"], "a and c, the longest dead, were forgotten; b is cordoned");
     c.restart_head();

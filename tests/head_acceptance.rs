@@ -561,7 +561,7 @@ fn an_agent_restarted_with_other_labels_keeps_its_running_work() {
     assert!(view.ledger.is_empty(), "nothing lost or charged: {:?}", view.ledger);
     assert_eq!(c.running_of(&job).cloned().collect::<Vec<_>>(), running, "the same attempt runs, alone");
     assert_eq!(c.agents["n1"].running.len(), 1);
-    let node = c.head.node_view(&ftdrive::NodeId::new("n1")).unwrap();
+    let node = c.head.node_view(&ftdrive::NodeId::new("n1"), c.now).unwrap();
     assert_eq!(
         (node.labels, node.resources.milli("cpu"), node.allocated.milli("cpu")),
         (gpu_type.clone(), 4_000, 1_000)

@@ -14,7 +14,7 @@ use support::{config, cpu, spec, TestCluster};
 const FULL: &str = "cannot create /var/lib/ftdrive/attempts/j1-0-1-1: No space left on device (os error 28)";
 
 fn problem(c: &TestCluster, node: &str) -> Option<String> {
-    c.head.node_view(&NodeId::new(node)).expect("known node").problem
+    c.head.node_view(&NodeId::new(node), c.now).expect("known node").problem
 }
 
 fn health_events(c: &TestCluster) -> Vec<(String, Option<String>)> {

@@ -66,6 +66,38 @@ fn a_hung_agent_s_workers_end_while_it_hangs() {
     c.ftdrive(&["stop", &id]);
 }
 
+/// A node the head has stopped hearing from is shown as suspect before it is declared DEAD
+/// (as Slurm's `idle*` and Kubernetes' `Unknown` are), in `ftdrive nodes`, its JSON and the
+/// metrics, and is no longer once it is heard from again.
+#[test]
+fn a_silent_node_is_shown_suspect_until_it_is_heard_from_again() {
+    // Heartbeats each second (suspect after two missed) so that a busy machine does not make n1
+    // suspect meanwhile.
+    let c = Cluster::start_with(&["n1", "n2"], &["--heartbeat-interval-ms", "1000", "--node-timeout-ms", "60000"]);
+    let agent = c.nodes["n2"].id() as i32;
+    let suspect = |c: &Cluster| c.nodes_json().as_array().unwrap().iter().find(|n| n["name"] == "n2").unwrap().clone();
+    // SAFETY: signalling a child process this test started.
+    unsafe { libc::kill(agent, libc::SIGSTOP) };
+    c.wait_until("n2 is suspect", |c| suspect(c).get("suspect").is_some());
+    let view = suspect(&c);
+    assert_eq!(view["state"], "ALIVE", "suspect, not yet DEAD: {view:#}");
+    assert!(view["suspect"]["silent_ms"].as_u64().unwrap() >= 2_000, "two heartbeat intervals: {view:#}");
+    assert!(view["suspect"]["dead_in_ms"].as_u64().unwrap() <= 58_000, "{view:#}");
+    let table = c.ftdrive(&["nodes"]);
+    let row = table.lines().find(|l| l.starts_with("n2 ")).unwrap();
+    assert!(row.contains(" ALIVE (suspect) "), "{table}");
+    assert!(table.contains("node n2 is suspect: ") && table.contains("declared DEAD in"), "{table}");
+    assert!(!table.contains("node n1 is suspect"), "{table}");
+    let metrics = http(&c.url, "GET", "/metrics", Some(&c.token()), "");
+    assert!(metrics.contains("\nftdrive_nodes_suspect 1\n"), "{metrics}");
+    // SAFETY: as above.
+    unsafe { libc::kill(agent, libc::SIGCONT) };
+    c.wait_until("n2 is heard from again", |c| suspect(c).get("suspect").is_none());
+    assert_eq!(suspect(&c)["state"], "ALIVE");
+    let metrics = http(&c.url, "GET", "/metrics", Some(&c.token()), "");
+    assert!(metrics.contains("\nftdrive_nodes_suspect 0\n"), "{metrics}");
+}
+
 /// ftdrive's own attempt supervisor killed outright is ftdrive's failure: the attempt ends as
 /// `node_lost` charged to `system`, with evidence naming the supervisor, not as a user error.
 #[test]

@@ -24,6 +24,7 @@ from .models import (
     PlacementGroup,
     Remaining,
     Rendezvous,
+    Suspect,
 )
 from .spec import Backoff, JobSpec, Retries
 
@@ -53,4 +54,5 @@ __all__ = [
     "Rendezvous",
     "SpecError",
     "Retries",
+    "Suspect",
 ]

@@ -261,6 +261,26 @@ class Job:
 
 
 @dataclass
+class Suspect:
+    """Why the head suspects a node (not heard from as it should be) and what comes next."""
+
+    #: Its agent's connection dropped (rather than a heartbeat going missing).
+    link_lost: bool
+    #: How long since the head last heard from it.
+    silent_ms: int
+    #: How long until it is declared DEAD unless it is heard from first.
+    dead_in_ms: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Suspect":
+        return cls(
+            link_lost=bool(data["link_lost"]),
+            silent_ms=int(data["silent_ms"]),
+            dead_in_ms=int(data["dead_in_ms"]),
+        )
+
+
+@dataclass
 class Node:
     """A node as ``ftdrive nodes --output json`` shows it."""
 
@@ -280,6 +300,9 @@ class Node:
     #: What keeps its agent from starting work (its state dir takes no write): it keeps what
     #: runs there and is given nothing new until the agent can again.
     problem: Optional[str] = None
+    #: Set while the head has not heard from it as it should: room for its bundles is held
+    #: until it is heard from again or declared DEAD.
+    suspect: Optional[Suspect] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -297,6 +320,7 @@ class Node:
             leaving=bool(data.get("leaving", False)),
             metrics_url=data.get("metrics_url"),
             problem=data.get("problem"),
+            suspect=Suspect.from_json(data["suspect"]) if data.get("suspect") else None,
             raw=dict(data),
         )
 

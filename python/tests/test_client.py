@@ -382,6 +382,18 @@ def test_a_node_that_cannot_start_work_says_why(cluster: Cluster) -> None:
         cluster.kill_node("full")
 
 
+def test_a_node_whose_agent_is_gone_is_suspect_until_declared_dead(cluster: Cluster) -> None:
+    client = cluster.client()
+    cluster.add_node("cut")
+    wait_for("cut joins", lambda: any(n.name == "cut" and n.suspect is None for n in client.nodes()))
+    cluster.kill_node("cut")  # its connection drops: suspect at once, DEAD after the node timeout
+    suspect = wait_for("cut is suspect", lambda: {n.name: n for n in client.nodes()}["cut"].suspect)
+    assert suspect.link_lost and suspect.dead_in_ms <= 1000, suspect
+    wait_for("cut is DEAD", lambda: {n.name: n.state for n in client.nodes()}["cut"] == "DEAD")
+    assert {n.name: n for n in client.nodes()}["cut"].suspect is None, "a DEAD node is no longer suspect"
+    client.forget("cut")
+
+
 def test_forget_a_dead_node_but_never_a_live_one(cluster: Cluster) -> None:
     client = cluster.client()
     cluster.add_node("gone")

@@ -6,6 +6,7 @@
 
 use crate::scheduler::NodeIx;
 use crate::time::Instant;
+use crate::view::Suspect;
 use std::collections::{BTreeSet, VecDeque};
 
 /// What the head knows of one node's agent.
@@ -30,6 +31,14 @@ pub struct NodeRecord {
     /// undrain`, whatever happens meanwhile (agent and head restarts, the node's death and a
     /// new machine in its name), as a Kubernetes cordon or a Slurm DRAIN does.
     pub cordoned: bool,
+}
+
+impl NodeRecord {
+    /// The one test of suspicion (DESIGN §3): an alive node whose connection dropped, or that
+    /// was not heard from for `after_ms` (a missed heartbeat).
+    fn is_suspect(&self, now: Instant, after_ms: u64) -> bool {
+        self.alive && (self.link_lost || now >= self.last_heard.plus_ms(after_ms))
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -92,9 +101,21 @@ impl Liveness {
     /// Alive nodes that are suspect (DESIGN §3): their connection dropped, or nothing was heard
     /// from them for `after_ms` (a missed heartbeat).
     pub fn suspects(&self, now: Instant, after_ms: u64) -> BTreeSet<NodeIx> {
-        let silent = |r: &NodeRecord| r.link_lost || now >= r.last_heard.plus_ms(after_ms);
         let records = self.records.iter().enumerate();
-        records.filter(|(_, r)| r.as_ref().is_some_and(|r| r.alive && silent(r))).map(|(ix, _)| ix as NodeIx).collect()
+        records
+            .filter(|(_, r)| r.as_ref().is_some_and(|r| r.is_suspect(now, after_ms)))
+            .map(|(ix, _)| ix as NodeIx)
+            .collect()
+    }
+
+    /// Why the node is suspect, if it is, as its view shows it.
+    pub fn suspect(&self, ix: NodeIx, now: Instant, after_ms: u64) -> Option<Suspect> {
+        let record = self.get(ix).filter(|r| r.is_suspect(now, after_ms))?;
+        Some(Suspect {
+            link_lost: record.link_lost,
+            silent_ms: now.ms_since(record.last_heard),
+            dead_in_ms: record.deadline.ms_since(now),
+        })
     }
 
     /// The node was forgotten: nothing of it is kept (a stale expiry finds no record).
@@ -163,5 +184,22 @@ mod tests {
         assert_eq!(l.next_expiry(), Some(t(5000)), "stale entries of node 0 were dropped");
         assert!(l.pop_expired(t(4999)).is_empty());
         assert_eq!(l.pop_expired(t(5000)), vec![0]);
+    }
+
+    #[test]
+    fn a_node_is_suspect_after_a_missed_heartbeat_or_a_dropped_link_until_heard_from() {
+        let t = Instant::from_ms;
+        let mut l = Liveness::default();
+        l.register(0, "a".into(), 1, t(0), 3000);
+        l.register(1, "b".into(), 1, t(0), 3000);
+        l.heard(0, t(1000), 3000);
+        assert_eq!(l.suspect(0, t(2999), 2000), None, "heard 1999 ms ago, within two heartbeats");
+        assert_eq!(l.suspect(1, t(2000), 2000), Some(Suspect { link_lost: false, silent_ms: 2000, dead_in_ms: 1000 }));
+        l.lose_link(0);
+        assert_eq!(l.suspect(0, t(1500), 2000), Some(Suspect { link_lost: true, silent_ms: 500, dead_in_ms: 2500 }));
+        assert_eq!(l.suspects(t(2000), 2000), BTreeSet::from([0, 1]), "the set and each view agree");
+        l.heard(0, t(1600), 3000);
+        l.mark_dead(1);
+        assert_eq!((l.suspect(0, t(1700), 2000), l.suspect(1, t(5000), 2000)), (None, None), "heard from; DEAD");
     }
 }

@@ -768,18 +768,19 @@ impl Head {
         views
     }
 
-    /// Every node ever seen, by name.
-    pub fn node_views(&self) -> Vec<NodeView> {
-        self.scheduler.nodes().map(|(ix, _)| self.view_of_node(ix)).collect()
+    /// Every node ever seen, by name, as of `now` (which of them are suspect).
+    pub fn node_views(&self, now: Instant) -> Vec<NodeView> {
+        self.scheduler.nodes().map(|(ix, _)| self.view_of_node(ix, now)).collect()
     }
 
-    pub fn node_view(&self, node: &NodeId) -> Option<NodeView> {
-        self.scheduler.node_ix(node).map(|ix| self.view_of_node(ix))
+    pub fn node_view(&self, node: &NodeId, now: Instant) -> Option<NodeView> {
+        self.scheduler.node_ix(node).map(|ix| self.view_of_node(ix, now))
     }
 
-    fn view_of_node(&self, ix: NodeIx) -> NodeView {
+    fn view_of_node(&self, ix: NodeIx, now: Instant) -> NodeView {
         let r = self.liveness.get(ix).expect("known node has a record");
-        let marks = view::NodeMarks { addr: r.addr.clone(), cordoned: r.cordoned, leaving: r.leaving };
+        let suspect = self.liveness.suspect(ix, now, self.config.suspect_after_ms());
+        let marks = view::NodeMarks { addr: r.addr.clone(), cordoned: r.cordoned, leaving: r.leaving, suspect };
         view::node_view(&self.scheduler, ix, marks)
     }
 

@@ -247,7 +247,7 @@ impl TestCluster {
 
     /// The state `ftdrive nodes` shows for `node`.
     pub fn node_state(&self, node: &str) -> ftdrive::scheduler::NodeState {
-        self.head.node_views().into_iter().find(|v| v.name == node).expect("known node").state
+        self.head.node_views(self.now).into_iter().find(|v| v.name == node).expect("known node").state
     }
 
     pub fn input(&mut self, input: Input) -> Reply {

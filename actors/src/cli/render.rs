@@ -3,7 +3,7 @@
 use ftdrive::driver::{ActorState, Budget};
 use ftdrive::event::{Event, EventLine, JobEvent};
 use ftdrive::scheduler::NodeState;
-use ftdrive::view::{JobView, NodeView};
+use ftdrive::view::{JobView, NodeView, Suspect};
 use ftdrive::JobId;
 use std::fmt::Write;
 
@@ -269,11 +269,14 @@ pub fn jobs_table(views: &[JobView]) -> String {
 
 /// The state, and who drained the node: `leaving` its own agent, `operator` the operator (a
 /// DEAD node the operator drained comes back DRAINING); `unhealthy`: its agent cannot start
-/// work (why is said below the table).
+/// work; `suspect`: the head has not heard from it as it should (why, for both, is said below
+/// the table).
 fn node_state_text(n: &NodeView) -> String {
     let leaving = n.leaving && n.state == NodeState::Draining;
-    let by: Vec<&str> = [(leaving, "leaving"), (n.cordoned, "operator"), (n.problem.is_some(), "unhealthy")]
+    let marks = [(leaving, "leaving"), (n.cordoned, "operator"), (n.problem.is_some(), "unhealthy")];
+    let by: Vec<&str> = marks
         .into_iter()
+        .chain([(n.suspect.is_some(), "suspect")])
         .filter_map(|(marked, name)| marked.then_some(name))
         .collect();
     let state = state_text(&n.state);
@@ -316,8 +319,23 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
         if let Some(problem) = &n.problem {
             let _ = writeln!(out, "node {} is given no new work: {problem}", n.name);
         }
+        if let Some(suspect) = &n.suspect {
+            let _ = writeln!(out, "node {} is suspect: {}", n.name, suspect_text(suspect, !n.allocated.is_empty()));
+        }
     }
     out
+}
+
+/// Why a node is suspect, and what happens next (DESIGN §3): room for the bundles it holds
+/// is kept for them meanwhile.
+fn suspect_text(s: &Suspect, holds_bundles: bool) -> String {
+    let why = if s.link_lost { "its agent's connection dropped; nothing heard" } else { "no heartbeat" };
+    let held = if holds_bundles { ". Room for its bundles is held meanwhile" } else { "" };
+    format!(
+        "{why} for {:.1} s; declared DEAD in {:.1} s unless heard from{held}",
+        s.silent_ms as f64 / 1000.0,
+        s.dead_in_ms as f64 / 1000.0
+    )
 }
 
 /// What a node's bundles hold, with the GPU devices among them.
@@ -346,6 +364,7 @@ mod tests {
             cordoned,
             leaving,
             problem: None,
+            suspect: None,
             metrics_url: None,
         }
     }
@@ -369,6 +388,31 @@ mod tests {
         );
         let addr_at = lines[0].find("ADDR").unwrap();
         assert!(lines[1..].iter().all(|l| l.find("127.") == Some(addr_at)), "{table}");
+    }
+
+    #[test]
+    fn a_suspect_node_is_marked_and_said_why_below_the_table() {
+        let mut cut = node("n1", NodeState::Alive, false, false);
+        cut.suspect = Some(Suspect { link_lost: true, silent_ms: 1_200, dead_in_ms: 1_800 });
+        cut.allocated = ftdrive::resources::Resources::units(&[("cpu", 1)]);
+        let mut late = node("n2", NodeState::Draining, true, false);
+        late.suspect = Some(Suspect { link_lost: false, silent_ms: 2_400, dead_in_ms: 600 });
+        let table = nodes_table(&[cut, late, node("n3", NodeState::Alive, false, false)]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(
+            lines[1].contains(" ALIVE (suspect) ") && lines[2].contains(" DRAINING (operator, suspect) "),
+            "{table}"
+        );
+        assert!(lines[3].contains(" ALIVE ") && !lines[3].contains("suspect"), "{table}");
+        assert_eq!(
+            &lines[4..],
+            [
+                "node n1 is suspect: its agent's connection dropped; nothing heard for 1.2 s; declared DEAD in 1.8 s \
+                 unless heard from. Room for its bundles is held meanwhile",
+                "node n2 is suspect: no heartbeat for 2.4 s; declared DEAD in 0.6 s unless heard from"
+            ],
+            "{table}"
+        );
     }
 
     fn job(state: &str, message: Option<&str>) -> JobView {

@@ -81,7 +81,7 @@ impl Handler<Drain> for HeadActor {
     type Result = ResponseFuture<Result<(NodeView, bool), ApiError>>;
     fn handle(&mut self, msg: Drain, ctx: &mut Context<Self>) -> Self::Result {
         let node = msg.node.clone();
-        let was_alive = self.head.node_view(&node).is_some_and(|v| v.state == NodeState::Alive);
+        let was_alive = self.head.node_view(&node, self.now()).is_some_and(|v| v.state == NodeState::Alive);
         let input = Input::Drain { node: msg.node, deadline_ms: msg.deadline_ms };
         self.durable_answer(input, ctx, move |act, _| act.node_after(&node).map(|view| (view, was_alive)))
     }
@@ -107,14 +107,16 @@ impl Handler<Undrain> for HeadActor {
     type Result = ResponseFuture<Result<Undrained, ApiError>>;
     fn handle(&mut self, msg: Undrain, ctx: &mut Context<Self>) -> Self::Result {
         let node = msg.node.clone();
-        let before = self.head.node_view(&node);
+        let before = self.head.node_view(&node, self.now());
         let lifted = before.as_ref().is_some_and(|v| v.cordoned);
-        self.durable_answer(Input::Undrain { node: msg.node }, ctx, move |act, _| match act.head.node_view(&node) {
-            Some(view) => Ok(Undrained { view, forgotten: false, lifted }),
-            None => {
-                let mut view = before.ok_or_else(|| ApiError::Internal(format!("node `{node}` vanished")))?;
-                view.cordoned = false;
-                Ok(Undrained { view, forgotten: true, lifted })
+        self.durable_answer(Input::Undrain { node: msg.node }, ctx, move |act, _| {
+            match act.head.node_view(&node, act.now()) {
+                Some(view) => Ok(Undrained { view, forgotten: false, lifted }),
+                None => {
+                    let mut view = before.ok_or_else(|| ApiError::Internal(format!("node `{node}` vanished")))?;
+                    view.cordoned = false;
+                    Ok(Undrained { view, forgotten: true, lifted })
+                }
             }
         })
     }
@@ -130,7 +132,7 @@ pub struct Forget {
 impl Handler<Forget> for HeadActor {
     type Result = ResponseFuture<Result<NodeView, ApiError>>;
     fn handle(&mut self, msg: Forget, ctx: &mut Context<Self>) -> Self::Result {
-        let before = self.head.node_view(&msg.node);
+        let before = self.head.node_view(&msg.node, self.now());
         let node = msg.node.clone();
         self.durable_answer(Input::Forget { node: msg.node }, ctx, move |_, _| {
             before.ok_or_else(|| ApiError::Internal(format!("node `{node}` was forgotten unseen")))
@@ -141,7 +143,7 @@ impl Handler<Forget> for HeadActor {
 impl HeadActor {
     /// Why a node's agent will not serve logs again: it is DEAD, or the head forgot it.
     fn node_gone(&self, node: &str) -> Option<&'static str> {
-        match self.head.node_view(&NodeId::from(node.to_string())).map(|v| v.state) {
+        match self.head.node_view(&NodeId::from(node.to_string()), self.now()).map(|v| v.state) {
             None => Some("is no longer known to the head"),
             Some(NodeState::Dead) => Some("is DEAD"),
             Some(_) => None,
@@ -150,7 +152,7 @@ impl HeadActor {
 
     /// A node the head just took an input about (so it knows it).
     fn node_after(&self, node: &NodeId) -> Result<NodeView, ApiError> {
-        self.head.node_view(node).ok_or_else(|| ApiError::Internal(format!("node `{node}` vanished")))
+        self.head.node_view(node, self.now()).ok_or_else(|| ApiError::Internal(format!("node `{node}` vanished")))
     }
 }
 
@@ -216,7 +218,7 @@ pub struct Metrics;
 impl Handler<Metrics> for HeadActor {
     type Result = String;
     fn handle(&mut self, _: Metrics, _: &mut Context<Self>) -> String {
-        self.metrics.render(&self.head)
+        self.metrics.render(&self.head, self.now())
     }
 }
 
@@ -231,8 +233,8 @@ impl Handler<Nodes> for HeadActor {
     type Result = Vec<NodeView>;
     fn handle(&mut self, msg: Nodes, _: &mut Context<Self>) -> Self::Result {
         let mut views = match &msg.node {
-            Some(node) => self.head.node_view(node).into_iter().collect(),
-            None => self.head.node_views(),
+            Some(node) => self.head.node_view(node, self.now()).into_iter().collect(),
+            None => self.head.node_views(self.now()),
         };
         for view in &mut views {
             // A node's agent now, else the one it last had (a DEAD node after a head restart).

@@ -50,6 +50,7 @@ pub struct HeadMetrics {
     actors: Family<StateLabel, Gauge>,
     nodes: Family<StateLabel, Gauge>,
     unhealthy_nodes: Gauge,
+    suspect_nodes: Gauge,
     queue_depth: Family<ClassLabel, Gauge>,
     attempts: Family<AttemptLabels, Counter>,
     submissions: Counter,
@@ -74,6 +75,7 @@ impl HeadMetrics {
             actors: Family::default(),
             nodes: Family::default(),
             unhealthy_nodes: Gauge::default(),
+            suspect_nodes: Gauge::default(),
             queue_depth: Family::default(),
             attempts: Family::default(),
             submissions: Counter::default(),
@@ -114,6 +116,11 @@ impl HeadMetrics {
             "nodes_unhealthy",
             "Nodes whose agents cannot start work (a full disk): given no new work",
             self.unhealthy_nodes.clone(),
+        );
+        r.register(
+            "nodes_suspect",
+            "Alive nodes not heard from as they should be (a connection dropped, a heartbeat missed): capacity is held for their bundles until they are heard from or declared DEAD",
+            self.suspect_nodes.clone(),
         );
         r.register("queue_depth", "Bundles waiting to be placed, by queue class", self.queue_depth.clone());
         r.register("attempts", "Ended attempts, by cause and the budget charged", self.attempts.clone());
@@ -212,14 +219,14 @@ impl HeadMetrics {
     }
 
     /// The text exposition, with the gauges read from `head` now.
-    pub fn render(&mut self, head: &Head) -> String {
-        self.read_gauges(head);
+    pub fn render(&mut self, head: &Head, now: ftdrive::time::Instant) -> String {
+        self.read_gauges(head, now);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String cannot fail");
         text
     }
 
-    fn read_gauges(&mut self, head: &Head) {
+    fn read_gauges(&mut self, head: &Head, now: ftdrive::time::Instant) {
         for family in [&self.jobs, &self.actors, &self.nodes] {
             family.clear();
         }
@@ -232,12 +239,14 @@ impl HeadMetrics {
                 self.actors.get_or_create(&StateLabel { state: actor.state.to_string() }).inc();
             }
         }
-        let mut unhealthy = 0;
-        for node in head.node_views() {
+        let (mut unhealthy, mut suspect) = (0, 0);
+        for node in head.node_views(now) {
             self.nodes.get_or_create(&StateLabel { state: label(&node.state) }).inc();
             unhealthy += i64::from(node.problem.is_some());
+            suspect += i64::from(node.suspect.is_some());
         }
         self.unhealthy_nodes.set(unhealthy);
+        self.suspect_nodes.set(suspect);
         for (class, bundles) in head.scheduler().waiting_bundles() {
             self.queue_depth.get_or_create(&ClassLabel { class: label(&class) }).inc_by(i64::from(bundles));
         }

@@ -942,7 +942,15 @@ function drainNote(node) {
   if (node.leaving && node.state === 'DRAINING') by.push('machine leaving');
   if (node.cordoned) by.push('drained by the operator until undrained');
   if (node.problem) by.push(`given no new work: ${node.problem}`);
+  if (node.suspect) by.push(suspectNote(node.suspect));
   return by.length === 0 ? null : el('span', { class: 'muted drain-note' }, ` ${by.join('; ')}`);
+}
+
+/** Why the head suspects the node (DESIGN §3), and when it will be declared DEAD unless heard from. */
+function suspectNote(suspect) {
+  const why = suspect.link_lost ? 'connection dropped' : 'no heartbeat';
+  const secs = (ms) => (ms / 1000).toFixed(1);
+  return `suspect: ${why} for ${secs(suspect.silent_ms)} s, DEAD in ${secs(suspect.dead_in_ms)} s unless heard from`;
 }
 
 /** "cpu 1 of 1" per resource, with a meter. */
