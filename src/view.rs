@@ -2,11 +2,12 @@
 //! (DESIGN §7, §8), and how they are built from the core's state. Field names here are a
 //! contract: tests and users read them.
 
-use crate::driver::{ActorState, Bundle, CycleStart, Driver, JobState, LedgerEntry, Master, Remaining, Role};
-use crate::ids::ActorId;
+use crate::driver::{ActorState, Bundle, CycleStart, Driver, JobState, LedgerEntry, Master, Remaining, Role, Timer};
+use crate::ids::{ActorId, ActorIx};
 use crate::resources::{Devices, Labels, Resources};
 use crate::scheduler::{BundleState, NodeIx, NodeState, PgId, PgState, Scheduler};
 use crate::spec::{JobSpec, Strategy};
+use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 
 fn one() -> u32 {
@@ -49,6 +50,12 @@ pub struct JobView {
     /// When the recent cycles formed (for a timeline's cycle boundaries).
     #[serde(default)]
     pub cycle_starts: Vec<CycleStart>,
+    /// While the job backs off before its next cycle after a charged failure
+    /// (`retries.backoff_ms`, gang restarts): when that cycle may form at the earliest, on
+    /// `submit_ms`'s clock. Clients say "in N s" against their own clock, as `kubectl` gives
+    /// an object's age; a time gone by means the backoff is over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_at_ms: Option<u64>,
     /// The current (or last) cycle's rendezvous: rank 0's node, `MASTER_ADDR`, `MASTER_PORT`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendezvous: Option<Master>,
@@ -85,6 +92,10 @@ pub struct ActorView {
     /// The GPU devices its bundle holds (`CUDA_VISIBLE_DEVICES`).
     #[serde(default)]
     pub devices: Devices,
+    /// While it backs off before its next attempt after a charged failure (`restart:
+    /// "actor"`): when that attempt may start at the earliest, as the job's `restart_at_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_at_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,10 +195,13 @@ impl JobView {
 /// A job's view, with its newest `ledger_kept` ledger entries (all: `usize::MAX`).
 pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<String>, ledger_kept: usize) -> JobView {
     let ledger_omitted = d.ledger().len().saturating_sub(ledger_kept);
+    // An ended job restarts nothing, whatever timer it was left with.
+    let backoff = |timer| d.timers().get(timer).filter(|_| !d.state().is_terminal()).map(Instant::as_ms);
     let actors = d
         .actors()
         .iter()
-        .map(|a| ActorView {
+        .enumerate()
+        .map(|(ix, a)| ActorView {
             name: a.name.clone(),
             state: a.state,
             node: a
@@ -215,6 +229,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
                 Bundle::Placed { devices, .. } => *devices,
                 _ => a.run.as_ref().map_or(Devices::NONE, |r| r.devices),
             },
+            restart_at_ms: backoff(Timer::ActorBackoff(ix as ActorIx)),
         })
         .collect();
     JobView {
@@ -238,6 +253,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
         ledger_omitted: ledger_omitted as u64,
         placement_groups: vec![pg_view(d, scheduler, pg)],
         cycle_starts: d.cycle_starts().to_vec(),
+        restart_at_ms: backoff(Timer::CycleBackoff),
         rendezvous: d.master().cloned(),
         spec: None,
     }

@@ -529,3 +529,42 @@ fn a_crash_loop_with_an_unlimited_budget_fails_once_its_ledger_is_full() {
     let message = view.message.as_deref().unwrap();
     assert!(message.contains("the job's ledger is full: 50 attempts ended"), "{message}");
 }
+
+/// A job backing off before a restart says until when (Kubernetes' CrashLoopBackOff): the next
+/// cycle's earliest start in gang mode, the failed actor's in actor mode; nothing once the
+/// restart is made.
+#[test]
+fn a_backoff_shows_in_the_view_until_the_restart_is_made() {
+    for mode in [RestartMode::Gang, RestartMode::Actor] {
+        let mut s = spec("backoff", 2, 2);
+        s.restart = mode;
+        s.retries.user = Budget::from_i64(3).unwrap();
+        (s.retries.backoff_ms.initial, s.retries.backoff_ms.max) = (10_000, 10_000);
+        let (mut c, job) = one_job(&["n1", "n2"], s);
+        c.exit_rank(&job, 1, 1);
+        // Actor mode waits a moment for a node loss that would explain the failure.
+        while c.view(&job).actors.iter().any(|a| a.state == ActorState::Failing) {
+            c.advance(100);
+        }
+        let view = c.view(&job);
+        let failed = view.actors.iter().find(|a| a.attempt == 1 && a.state == ActorState::Scheduling);
+        let (job_at, actor_at) = (view.restart_at_ms, failed.and_then(|a| a.restart_at_ms));
+        let at = match mode {
+            RestartMode::Gang => {
+                assert!(view.actors.iter().all(|a| a.restart_at_ms.is_none()), "{mode:?}: the job's, not an actor's");
+                job_at
+            }
+            RestartMode::Actor => {
+                assert_eq!(job_at, None, "{mode:?}: the actor's, not the job's");
+                actor_at
+            }
+        };
+        let wait_ms =
+            at.unwrap_or_else(|| panic!("{mode:?}: a restart time while backing off: {view:#?}")) - c.now.as_ms();
+        assert!((5_000..=10_000).contains(&wait_ms), "{mode:?}: equal jitter, half to all of 10 s: {wait_ms}");
+        c.advance(wait_ms);
+        let view = c.view(&job);
+        assert!(view.actors.iter().all(|a| a.state == ActorState::Running), "{mode:?}: restarted: {view:?}");
+        assert!(view.restart_at_ms.is_none() && view.actors.iter().all(|a| a.restart_at_ms.is_none()), "{mode:?}");
+    }
+}

@@ -98,6 +98,33 @@ fn a_silent_node_is_shown_suspect_until_it_is_heard_from_again() {
     assert!(metrics.contains("\nftdrive_nodes_suspect 0\n"), "{metrics}");
 }
 
+/// A job that backs off before restarting says when it restarts, in `ftdrive status` and its
+/// listing, rather than show a rank in SCHEDULING with no reason (Kubernetes' CrashLoopBackOff).
+#[test]
+fn a_job_backing_off_says_when_it_restarts() {
+    let c = Cluster::start(&["n1"]);
+    let backoff = json!({"initial": 60_000, "max": 60_000});
+    let spec = c.spec(
+        "crashy",
+        json!({"command": ["sh", "-c", "exit 3"], "min_nodes": 1, "max_nodes": 1, "retries": {"user": 3, "backoff_ms": backoff}}),
+    );
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "it backs off", |j| j["restart_at_ms"].is_u64());
+    assert_eq!(job["actors"][0]["state"], "SCHEDULING", "{job:#}");
+    let said = "restarting in ";
+    let status = c.ftdrive(&["status", &id]);
+    let line = status.lines().find(|l| l.contains(said)).unwrap_or_else(|| panic!("no backoff said: {status}"));
+    let in_s: f64 = line.split(said).nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!((0.0..=60.0).contains(&in_s), "{status}");
+    assert!(line.ends_with(": backing off after a failure (`retries.backoff_ms`)"), "{status}");
+    let listing = c.ftdrive(&["status"]);
+    assert!(listing.lines().any(|l| l.starts_with(&id) && l.contains(said)), "{listing}");
+    c.ftdrive(&["stop", &id]);
+    let stopped = c.wait_for_job(&id, "it stops", |j| j["state"] == "STOPPED");
+    assert!(stopped.get("restart_at_ms").is_none(), "an ended job restarts nothing: {stopped:#}");
+    assert!(!c.ftdrive(&["status", &id]).contains(said));
+}
+
 /// ftdrive's own attempt supervisor killed outright is ftdrive's failure: the attempt ends as
 /// `node_lost` charged to `system`, with evidence naming the supervisor, not as a user error.
 #[test]

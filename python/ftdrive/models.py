@@ -92,6 +92,9 @@ class Actor:
     devices: List[int] = field(default_factory=list)
     #: While it is STANDBY (a hot spare waiting with its bundle): since when.
     standby_since_ms: Optional[int] = None
+    #: While it backs off before its next attempt (``restart: "actor"``,
+    #: ``retries.backoff_ms``): the earliest that attempt may start, in Unix ms.
+    restart_at_ms: Optional[int] = None
 
     @property
     def index(self) -> int:
@@ -114,6 +117,7 @@ class Actor:
             started_ms=_opt_int(data.get("started_ms")),
             devices=[int(d) for d in data.get("devices") or []],
             standby_since_ms=_opt_int(data.get("standby_since_ms")),
+            restart_at_ms=_opt_int(data.get("restart_at_ms")),
         )
 
 
@@ -212,6 +216,9 @@ class Job:
     priority: int = 0
     #: The current (or last) cycle's rendezvous, once one formed.
     rendezvous: Optional[Rendezvous] = None
+    #: While it backs off before its next cycle after a failure (gang restarts,
+    #: ``retries.backoff_ms``): the earliest that cycle may form, in Unix ms.
+    restart_at_ms: Optional[int] = None
     #: Ledger entries a list (:meth:`Client.jobs`) left out, the oldest: it carries each job's
     #: newest 100. ``Client.job(id)`` has them all (0 here).
     ledger_omitted: int = 0
@@ -255,6 +262,7 @@ class Job:
             cycle_starts=[CycleStart.from_json(c) for c in data.get("cycle_starts") or []],
             priority=int(data.get("priority", 0)),
             rendezvous=Rendezvous.from_json(data["rendezvous"]) if data.get("rendezvous") else None,
+            restart_at_ms=_opt_int(data.get("restart_at_ms")),
             ledger_omitted=int(data.get("ledger_omitted", 0)),
             raw=dict(data),
         )

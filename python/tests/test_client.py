@@ -261,6 +261,29 @@ def test_stop_a_running_job(cluster: Cluster) -> None:
     assert {(e.cause, e.budget) for e in job.ledger} == {("stopped", "none")}, job.ledger
 
 
+def test_a_job_backing_off_says_when_it_restarts(cluster: Cluster) -> None:
+    client = cluster.client()
+    backoff = Backoff(initial=60_000, max=60_000)
+    for restart in ("gang", "actor"):
+        spec = JobSpec(
+            name=f"backoff-{restart}",
+            command=["sh", "-c", "exit 3"],
+            min_nodes=1,
+            max_nodes=1,
+            restart=restart,
+            retries=Retries(user=3, backoff_ms=backoff),
+        )
+        job_id = client.submit(spec).id
+        job = cluster.wait_job(job_id, "it backs off", lambda j: j.restart_at_ms or j.actors[0].restart_at_ms)
+        at = job.restart_at_ms if restart == "gang" else job.actors[0].restart_at_ms
+        failed_ms = job.ledger[0].end_ms
+        assert at is not None and 30_000 <= at - failed_ms <= 60_500, (restart, at, failed_ms)
+        assert (job.restart_at_ms is None) == (restart == "actor"), job.raw
+        client.stop(job_id)
+        stopped = client.wait(job_id, timeout=30)
+        assert stopped.restart_at_ms is None and stopped.actors[0].restart_at_ms is None, stopped.raw
+
+
 def test_a_job_waiting_for_room_says_which_job_holds_it(cluster: Cluster) -> None:
     client = cluster.client()
     whole_nodes = {"cpu": 4}

@@ -87,7 +87,7 @@ pub async fn follow(
         }
         answer => answer?,
     };
-    progress.text(&render::job_summary(&view))?;
+    progress.text(&render::job_summary(&view, crate::paths::unix_ms()))?;
     Ok(outcome(view.state))
 }
 

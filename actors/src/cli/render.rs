@@ -134,13 +134,34 @@ fn waits_because(view: &JobView) -> Option<&String> {
 
 /// A job's one-line message: how it ended; while it ends (the outcome decided, its processes
 /// inside their stop grace: Kubernetes' Terminating, Slurm's COMPLETING), why and that it waits
-/// for them; else why it waits to be placed.
-fn message(view: &JobView) -> Option<String> {
+/// for them; while it backs off before a restart, when it restarts; else why it waits to be
+/// placed. `now_ms` is this machine's clock, which a backoff's end is counted down against.
+fn message(view: &JobView, now_ms: u64) -> Option<String> {
     match &view.message {
         Some(m) if !view.state.is_terminal() => Some(format!("ending ({m}): its processes are stopping")),
         Some(m) => Some(m.clone()),
-        None => waits_because(view).cloned(),
+        None => backoffs(view, now_ms).into_iter().next().or_else(|| waits_because(view).cloned()),
     }
+}
+
+/// The restarts the job backs off before (`retries.backoff_ms`), soonest first: the next
+/// cycle's (gang restarts), or each actor's (`restart: "actor"`). A backoff whose end has gone
+/// by on this machine's clock is over, and says nothing (as `kubectl` counts ages, against the
+/// client's clock).
+fn backoffs(view: &JobView, now_ms: u64) -> Vec<String> {
+    let after = "backing off after a failure (`retries.backoff_ms`)";
+    let in_s = |at: u64| at.saturating_sub(now_ms) as f64 / 1000.0;
+    let mut out: Vec<(u64, String)> = Vec::new();
+    if let Some(at) = view.restart_at_ms.filter(|at| *at > now_ms) {
+        out.push((at, format!("restarting in {:.1} s: {after}", in_s(at))));
+    }
+    for a in &view.actors {
+        if let Some(at) = a.restart_at_ms.filter(|at| *at > now_ms) {
+            out.push((at, format!("{} restarting in {:.1} s: {after}", a.name, in_s(at))));
+        }
+    }
+    out.sort();
+    out.into_iter().map(|(_, text)| text).collect()
 }
 
 pub fn job_table(view: &JobView) -> String {
@@ -187,11 +208,18 @@ pub fn job_table(view: &JobView) -> String {
     out
 }
 
-/// The job, its actors, its ledger and what its budgets have left.
-pub fn job_summary(view: &JobView) -> String {
+/// The job, its actors, its ledger and what its budgets have left; restarts it backs off
+/// before are counted down against `now_ms`, this machine's clock.
+pub fn job_summary(view: &JobView, now_ms: u64) -> String {
     let mut out = job_table(view);
-    if let Some(m) = message(view) {
-        let _ = writeln!(out, "  {m}");
+    let backoffs = if view.message.is_none() { backoffs(view, now_ms) } else { Vec::new() };
+    if backoffs.is_empty() {
+        if let Some(m) = message(view, now_ms) {
+            let _ = writeln!(out, "  {m}");
+        }
+    }
+    for backoff in backoffs {
+        let _ = writeln!(out, "  {backoff}");
     }
     out.push_str(&ledger(view));
     out
@@ -242,7 +270,8 @@ fn column<'a>(least: usize, cells: impl IntoIterator<Item = &'a str>) -> usize {
     cells.into_iter().map(|c| c.chars().count()).max().unwrap_or(0).max(least)
 }
 
-pub fn jobs_table(views: &[JobView]) -> String {
+/// Jobs, a line each; restarts they back off before are counted down against `now_ms`.
+pub fn jobs_table(views: &[JobView], now_ms: u64) -> String {
     let id = column(10, views.iter().map(|v| v.id.as_str()));
     let name = column(20, views.iter().map(|v| v.name.as_str()));
     let mut out = format!(
@@ -251,7 +280,7 @@ pub fn jobs_table(views: &[JobView]) -> String {
     );
     for v in views {
         let running = v.actors.iter().filter(|a| a.state == ActorState::Running).count();
-        let message = message(v).unwrap_or_default();
+        let message = message(v, now_ms).unwrap_or_default();
         let _ = writeln!(
             out,
             "{:<id$} {:<name$} {:<10} {:>8} {:>6} {:>8}  {}",
@@ -350,6 +379,7 @@ fn allocated_text(n: &NodeView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ftdrive::view::ActorView;
 
     fn node(name: &str, state: NodeState, cordoned: bool, leaving: bool) -> NodeView {
         NodeView {
@@ -426,16 +456,48 @@ mod tests {
     }
 
     #[test]
+    fn a_job_backing_off_says_when_it_restarts_until_the_backoff_is_over() {
+        let mut gang = job("RUNNING", None);
+        gang.restart_at_ms = Some(10_000);
+        gang.waiting = Some("waiting for capacity".into());
+        let table = jobs_table(&[gang.clone()], 4_800);
+        assert!(table.contains("  restarting in 5.2 s: backing off after a failure (`retries.backoff_ms`)"), "{table}");
+        let over = jobs_table(&[gang.clone()], 10_000);
+        assert!(over.trim_end().ends_with("  waiting for capacity"), "a backoff gone by says nothing: {over}");
+        let mut actors = job("RUNNING", None);
+        let actor = |name: &str, at: Option<u64>| -> ActorView {
+            serde_json::from_value(serde_json::json!({
+                "name": name, "state": "SCHEDULING", "node": null, "rank": null, "attempt": 1,
+                "role": "active", "restart_at_ms": at
+            }))
+            .expect("an actor view")
+        };
+        actors.actors = vec![actor("j1/0", Some(9_000)), actor("j1/1", None), actor("j1/2", Some(3_000))];
+        let summary = job_summary(&actors, 1_000);
+        let said: Vec<&str> = summary.lines().filter(|l| l.contains("restarting")).collect();
+        assert_eq!(
+            said,
+            [
+                "  j1/2 restarting in 2.0 s: backing off after a failure (`retries.backoff_ms`)",
+                "  j1/0 restarting in 8.0 s: backing off after a failure (`retries.backoff_ms`)"
+            ],
+            "{summary}"
+        );
+        let ended = job_summary(&job("RUNNING", Some("stopped by the user")), 1_000);
+        assert!(!ended.contains("restarting"), "{ended}");
+    }
+
+    #[test]
     fn a_job_inside_its_stop_grace_says_it_is_ending_not_that_it_stopped() {
-        let ending = jobs_table(&[job("RUNNING", Some("stopped by the user"))]);
+        let ending = jobs_table(&[job("RUNNING", Some("stopped by the user"))], 0);
         assert!(
             ending.contains("RUNNING") && ending.contains("ending (stopped by the user): its processes are stopping"),
             "{ending}"
         );
-        let stopped = jobs_table(&[job("STOPPED", Some("stopped by the user"))]);
+        let stopped = jobs_table(&[job("STOPPED", Some("stopped by the user"))], 0);
         assert!(stopped.trim_end().ends_with("  stopped by the user"), "{stopped}");
         let summary =
-            job_summary(&job("RUNNING", Some("j1/0 failed (user_error) and the user retry budget is exhausted")));
+            job_summary(&job("RUNNING", Some("j1/0 failed (user_error) and the user retry budget is exhausted")), 0);
         assert!(summary.contains("ending (j1/0 failed (user_error)"), "{summary}");
     }
 
@@ -443,7 +505,7 @@ mod tests {
     fn the_jobs_table_shows_each_jobs_priority_under_its_header() {
         let mut urgent = job("PENDING", None);
         urgent.priority = -5;
-        let table = jobs_table(&[urgent, job("RUNNING", None)]);
+        let table = jobs_table(&[urgent, job("RUNNING", None)], 0);
         let lines: Vec<&str> = table.lines().collect();
         let end = lines[0].find("PRIORITY").unwrap() + "PRIORITY".len();
         let column: Vec<&str> = lines.iter().map(|l| l[..end].rsplit(' ').next().unwrap()).collect();
@@ -585,7 +647,7 @@ mod tests {
         };
         let mut short = job("RUNNING", None);
         short.id = "j2".into();
-        under(&jobs_table(&[named.clone(), short]), "STATE", "RUNNING");
+        under(&jobs_table(&[named.clone(), short], 0), "STATE", "RUNNING");
         under(&job_table(&named), "RANK", "   ");
         let mut far = node("n1", NodeState::Alive, false, false);
         far.name = long;

@@ -19,14 +19,14 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
                 let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
                 match args.out.output {
                     Output::Json => out::json(&view)?,
-                    Output::Text => out::text(&render::job_summary(&view))?,
+                    Output::Text => out::text(&render::job_summary(&view, crate::paths::unix_ms()))?,
                 }
             }
             None => {
                 let views: Vec<JobView> = client.get(&listing_path(&args.state, args.limit)).await?;
                 match args.out.output {
                     Output::Json => out::json(&views)?,
-                    Output::Text => out::text(&render::jobs_table(&views))?,
+                    Output::Text => out::text(&render::jobs_table(&views, crate::paths::unix_ms()))?,
                 }
                 // On stderr, as kubectl's "No resources found": the table stays what scripts read.
                 if views.is_empty() && args.out.output == Output::Text {

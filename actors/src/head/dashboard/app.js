@@ -490,13 +490,29 @@ function jobRow(job) {
     el('td', { class: 'num' }, job.cycles),
     el('td', { class: 'num' }, `${running} of ${world}${spares ? ` + ${spares} spare${spares === 1 ? '' : 's'}` : ''}`),
     el('td', {}, formatTime(job.submit_ms)),
-    el('td', { class: 'message' }, jobMessage(job) || job.infeasible || job.waiting || ''));
+    el('td', { class: 'message' }, jobMessage(job) || backoffNote(job) || job.infeasible || job.waiting || ''));
 }
 
 /** How the job ended; while it ends (its outcome decided, its processes inside their stop grace), why. */
 function jobMessage(job) {
   if (!job.message || TERMINAL_JOB_STATES.has(job.state)) return job.message;
   return `ending (${job.message}): its processes are stopping`;
+}
+
+/** The soonest restart the job backs off before (`retries.backoff_ms`): the next cycle's, or an
+ * actor's (restart "actor"); null once that time has gone by on the head's clock (as far as the
+ * page can tell it). Said as a time of day, which a page drawn once does not make stale as a
+ * countdown would. */
+function backoffNote(job) {
+  if (job.message || TERMINAL_JOB_STATES.has(job.state)) return null;
+  const now = serverNow();
+  const restarts = [[null, job.restart_at_ms], ...(job.actors || []).map((a) => [a.name, a.restart_at_ms])]
+    .filter(([, at]) => at && at > now)
+    .sort((x, y) => x[1] - y[1]);
+  if (restarts.length === 0) return null;
+  const [actor, at] = restarts[0];
+  const who = actor ? `${actor} restarts` : 'restarts';
+  return `${who} at ${formatTime(at)}: backing off after a failure (retries.backoff_ms)`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -526,6 +542,7 @@ function jobHeader(job) {
       stateBadge(job.state, { class: `badge badge-large state-${job.state}`, 'data-job-state': job.state }),
       TERMINAL_JOB_STATES.has(job.state) ? null : stopButton(job)),
     job.message ? el('p', { class: `callout ${job.state === 'FAILED' ? 'callout-error' : 'callout-info'}` }, jobMessage(job)) : null,
+    backoffNote(job) ? el('p', { class: 'callout callout-info', dataset: { backoff: '' } }, backoffNote(job)) : null,
     job.infeasible ? el('p', { class: 'callout callout-warn' }, job.infeasible) : null,
     job.waiting && !TERMINAL_JOB_STATES.has(job.state)
       ? el('p', { class: 'callout callout-info', dataset: { waiting: '' } }, job.waiting) : null,
