@@ -114,6 +114,13 @@ fn work_placed_on_a_node_that_cannot_start_it_is_caught() {
 }
 
 #[test]
+fn an_agent_fencing_while_the_head_answers_it_is_caught() {
+    let found = caught("a_fenced_agent_stops_its_work_in_a_long_head_outage", PolicyFault::PingsUnheard);
+    let first = "fence_only_when_unheard: n1's agent stopped its work at its fence (2000 ms) though the head let it in";
+    assert!(found.first().is_some_and(|v| v.starts_with(first)), "{found:?}");
+}
+
+#[test]
 fn two_bundles_given_the_same_gpu_device_is_caught() {
     let name = "gpu_workers_replaced_with_their_devices";
     assert!(run(name, PolicyFault::None).is_empty(), "{name} is clean when devices are held once");

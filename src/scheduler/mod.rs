@@ -129,6 +129,9 @@ pub enum PolicyFault {
     BundlesKeepBusyPorts,
     /// New work goes to nodes whose agents cannot start it (AG-6's point lost).
     PlaceOnUnhealthy,
+    /// A head that is up leaves fenced agents' pings unanswered (applied by the simulator's
+    /// runtime): they stop their work at their fence (AG-7's "heard" lost).
+    PingsUnheard,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over

@@ -45,6 +45,9 @@ pub struct SimAgent {
     pub fence_after_ms: Option<u64>,
     /// When the agent protocol's timer is queued for (its fence, AG-7), if it is.
     pub timer_at: Option<Instant>,
+    /// When the head let this agent run in (its welcome) on the link it has now: from then on
+    /// a head that stays up answers its pings. None while unlinked or not let in.
+    pub let_in_at: Option<Instant>,
 }
 
 impl SimAgent {
@@ -55,6 +58,7 @@ impl SimAgent {
             fence_after_ms: None,
             fenced: false,
             timer_at: None,
+            let_in_at: None,
             name,
             processes: BTreeMap::new(),
             up: false,
@@ -92,6 +96,7 @@ impl SimAgent {
         self.fenced = self.fence_after_ms.is_some();
         self.agent = Agent::new(identity, self.incarnation, recovered).with_fence(self.fence_after_ms);
         self.timer_at = None;
+        self.let_in_at = None;
     }
 
     /// The machine (or the agent) dies: its processes die with it.

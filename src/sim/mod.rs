@@ -26,7 +26,7 @@ pub mod summary;
 pub mod swarm;
 pub mod trace;
 
-pub use check::{Checker, Violation};
+pub use check::{Checker, FenceSeen, Violation};
 pub use scenario::{Fault, FaultEvent, JobDef, NetworkSpec, NodeDef, Scenario, ScenarioError};
 pub use store::MemoryStore;
 
@@ -793,7 +793,8 @@ impl Simulation {
         self.read_listening(ix);
         self.probe_health(ix);
         // A fenced agent pings the head; a head that is up answers (AG-7).
-        if self.head_up && self.agents[ix as usize].fenced {
+        let answered = self.options.policy_fault != PolicyFault::PingsUnheard;
+        if self.head_up && self.agents[ix as usize].fenced && answered {
             self.agent_input(ix, AgentInput::HeadHeard);
         }
         self.agent_input(ix, AgentInput::Heartbeat);
@@ -811,6 +812,9 @@ impl Simulation {
 
     /// One input to a machine's agent, and its effects carried out by the machine.
     fn agent_input(&mut self, ix: u32, input: AgentInput) {
+        if matches!(input, AgentInput::LinkDown) {
+            self.agents[ix as usize].let_in_at = None;
+        }
         self.agents[ix as usize].agent.handle(self.now, input);
         self.carry_out_agent_effects(ix);
     }
@@ -824,8 +828,14 @@ impl Simulation {
                 AgentEffect::Stop { key, grace_ms } => self.signal_stop(ix, key, grace_ms),
                 // Its stops follow as their own effects.
                 AgentEffect::Fenced { .. } => {
+                    let machine = &self.agents[ix as usize];
+                    let fence = FenceSeen {
+                        let_in_at: machine.let_in_at,
+                        fence_after_ms: machine.fence_after_ms.expect("only a fenced agent fences"),
+                        ping_every_ms: self.config.heartbeat_interval_ms,
+                    };
                     if let Some(checker) = self.checker.as_mut() {
-                        checker.agent_fenced(&self.agents[ix as usize].name);
+                        checker.agent_fenced(&machine.name, fence);
                     }
                 }
                 AgentEffect::Forget { .. }
@@ -996,6 +1006,7 @@ impl Simulation {
         if !self.is_current(ix, incarnation) || !self.agents[ix as usize].fenced {
             return;
         }
+        self.agents[ix as usize].let_in_at = Some(self.now);
         let config = self.head.config();
         let welcome = ToAgent::Welcome {
             heartbeat_interval_ms: config.heartbeat_interval_ms,

@@ -26,6 +26,7 @@
 //! | `one_charge_per_fault` | a job is charged at most once per fault of a node (a death, a drain, an agent restart), however many of its ranks the fault ends: each charge is matched to its own fault of that node among those its attempt lived through; a `node_lost` or `preempted` end goes free only when its job was charged for a fault of that node |
 //! | `forget_only_dead` | a node forgotten (by the operator, by retention, to make room) is DEAD, holds no bundle, and is not under an operator's drain the operator did not withdraw |
 //! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no attempt starts on one — not a rank restarting on its own bundle, not a spare promoted from standing by there (DESIGN §6) |
+//! | `fence_only_when_unheard` | an agent stops its work at its fence (AG-7) only when the head stopped answering it: not while a head that stayed up since letting it in answers its pings (each heartbeat interval, shorter than the fence) |
 //! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, one whose disk filled up or one whose agent stopped its work at its fence (AG-7), a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
 //! Every checker is here or in a child module (`aging`, `placement`, `ranks`), so that all of
@@ -46,6 +47,16 @@ use std::collections::{BTreeMap, BTreeSet};
 mod aging;
 mod placement;
 mod ranks;
+
+/// What the simulator saw of an agent when it stopped its work at its fence (AG-7).
+#[derive(Clone, Copy, Debug)]
+pub struct FenceSeen {
+    /// When the head let the agent run in on the link it still has, if it did.
+    pub let_in_at: Option<Instant>,
+    pub fence_after_ms: u64,
+    /// How often a linked agent pings the head (its heartbeat interval).
+    pub ping_every_ms: u64,
+}
 
 /// A broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,10 +189,19 @@ impl Checker {
     }
 
     /// A machine's agent heard nothing from the head past its fence and stopped its work
-    /// (AG-7): a fault of the node, as its loss is.
-    pub fn agent_fenced(&mut self, node: &NodeId) {
+    /// (AG-7): a fault of the node, as its loss is. Only an agent the head stopped answering
+    /// may fence: one let in by a head that stayed up has its pings answered each interval.
+    pub fn agent_fenced(&mut self, node: &NodeId, fence: FenceSeen) {
         self.fenced_machines.insert(node.clone());
         *self.fault_epoch.entry(node.clone()).or_default() += 1;
+        let FenceSeen { let_in_at, fence_after_ms, ping_every_ms } = fence;
+        if let Some(at) = let_in_at.filter(|_| fence_after_ms > ping_every_ms) {
+            let detail = format!(
+                "{node}'s agent stopped its work at its fence ({fence_after_ms} ms) though the head let it in at {at} \
+                 and has answered its pings every {ping_every_ms} ms since"
+            );
+            self.violation("fence_only_when_unheard", detail);
+        }
     }
 
     /// A machine's disk filled up.
