@@ -98,9 +98,17 @@ pub fn is_protected(key: &QueueKey, now: Instant, starvation_ms: u64) -> bool {
 /// could use once freed ([`Holds::binding`]). That job runs again, and so ends and frees what
 /// it holds, only once restored: holding its restoration back for a group that waits for its
 /// reservation would wait for ever (swarm seed 1997055).
+///
+/// HO-2: a held group stands for the equivalent groups held after it only while it has no
+/// bundle of its own; once it has one (its spare placed later in the pass, say), it is no
+/// longer their equal — STRICT_SPREAD keeps it off that node — and they hold room themselves
+/// ([`Holds::binding`]). Else two lower items could take, one after the other, the room a
+/// starving gang could use (swarm seed 6880744).
 #[derive(Default)]
 pub struct Holds {
     groups: Vec<PgId>,
+    /// For a held group, the equivalent ones added after it, which it stands for (HO-2).
+    stands_for: BTreeMap<PgId, Vec<PgId>>,
     nodes: BTreeSet<NodeIx>,
 }
 
@@ -126,8 +134,9 @@ impl Holds {
                 && h.on_nodes.is_empty()
                 && pg.on_nodes.is_empty()
         };
-        if !self.groups.iter().any(same) {
-            self.groups.push(id);
+        match self.groups.iter().find(|h| same(h)) {
+            Some(&standing) => self.stands_for.entry(standing).or_default().push(id),
+            None => self.groups.push(id),
         }
     }
 
@@ -149,8 +158,30 @@ impl Holds {
         cluster: &Cluster,
         pgs: &BTreeMap<PgId, PlacementGroup>,
     ) -> HeldFrom<'a> {
-        let groups = self.groups.iter().copied().filter(|id| !hold_lifted(asker, class, &pgs[id], cluster)).collect();
-        HeldFrom { nodes: &self.nodes, groups }
+        let mut held = Vec::with_capacity(self.groups.len());
+        for &id in &self.groups {
+            self.held_for(id, pgs, &mut held);
+        }
+        held.retain(|id| !hold_lifted(asker, class, &pgs[id], cluster));
+        HeldFrom { nodes: &self.nodes, groups: held }
+    }
+
+    /// The held group `id`, and those it no longer stands for (HO-2): once it has a bundle,
+    /// each equal that has one too is held itself, and the first without one stands for the
+    /// rest.
+    fn held_for(&self, id: PgId, pgs: &BTreeMap<PgId, PlacementGroup>, held: &mut Vec<PgId>) {
+        held.push(id);
+        if pgs[&id].on_nodes.is_empty() {
+            return;
+        }
+        let mut standing = false;
+        for &equal in self.stands_for.get(&id).into_iter().flatten() {
+            let bare = pgs[&equal].on_nodes.is_empty();
+            if !bare || !standing {
+                held.push(equal);
+                standing |= bare;
+            }
+        }
     }
 }
 

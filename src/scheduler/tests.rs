@@ -494,6 +494,31 @@ fn a_packed_by_rack_strict_pack_group_that_lost_everything_picks_the_rack_its_wh
     assert_eq!(nodes_of(&placed, 1), ["big"; 4], "rack r1 is fuller but holds only two: {placed:?}");
 }
 
+/// HO-2: a held group stands for its look-alikes only while it has no bundle. Here job 1 lost
+/// both its nodes; its replacements and starving gang 3 (the same shape) are blocked, and job
+/// 1's spare takes half of node `free`: job 1 no longer needs that node, gang 3 still does,
+/// and job 5's spare must not take the other half (swarm seed 6880744).
+#[test]
+fn a_held_group_that_gets_a_bundle_stops_standing_for_its_look_alikes() {
+    let mut s = sched();
+    join(&mut s, "full", 1, &[]);
+    assert_eq!(admit(&mut s, 5, pg(2, 1, Strategy::StrictSpread, 1), 0), ["full"]);
+    let lost: Vec<NodeIx> = ["a", "b"].iter().map(|n| join(&mut s, n, 1, &[])).collect();
+    assert_eq!(admit(&mut s, 1, pg(3, 2, Strategy::StrictSpread, 0), 0), ["a", "b"]);
+    for (ix, at) in lost.into_iter().zip([10, 11]) {
+        let [(id, bundle)] = s.kill_node(ix)[..] else { panic!("one bundle on each") };
+        s.request(id, bundle, Need::Restore { lost_at: t(at) });
+    }
+    s.request(1, 2, Need::Spare);
+    s.request(5, 1, Need::Spare);
+    s.create_pg(3, pg(2, 2, Strategy::StrictSpread, 0));
+    s.request_gang(3);
+    join(&mut s, "free", 2, &[]);
+    let placed = pass(&mut s, 10_000);
+    assert_eq!(nodes_of(&placed, 1), ["free"], "job 1's spare: gang 3 keeps room for its bundle beside it");
+    assert!(nodes_of(&placed, 5).is_empty(), "job 5's spare would take the room starving gang 3 could use: {placed:?}");
+}
+
 #[test]
 fn a_job_s_lost_bundles_are_re_placed_together_or_not_at_all() {
     // Two gangs lose their nodes in turns (A, B, A, B); two nodes come back. One at a time, each
