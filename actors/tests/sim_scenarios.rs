@@ -115,6 +115,15 @@ const EXPECTED: &[(&str, Expectation)] = &[
         }
     }),
     // n4 joins while n2 is suspect but not yet DEAD: the capacity is held for a's bundle.
+    // Swarm seed 6880744 (HO-2): j1, which lost every node, and the starving gang j3 are held
+    // as one; j1's spare takes half of n01 and j1 no longer needs n01, but j3 still does, so
+    // j0's spare (lower) must not take the other half: j3 is placed there before it.
+    ("a_starving_gang_keeps_its_room_when_a_look_alike_it_was_held_with_gets_a_spare", |r| {
+        let order: Vec<&str> = r.placements().into_iter().map(|(actor, _, _)| actor).collect();
+        let gang = order.iter().position(|a| *a == "j3/1").expect("j3's gang was placed");
+        assert!(!order[..gang].contains(&"j0/4"), "j0's spare went first: {order:?}");
+        assert_eq!(r.state("j3"), "SUCCEEDED");
+    }),
     ("suspect_node_holds_capacity_for_its_bundles", |r| {
         replacement_first(r);
         let joined = r.events("node_state").into_iter().find(|e| e["node"] == "n4").expect("n4 joined")["t_ms"].clone();
