@@ -142,6 +142,14 @@ pub enum JobEvent {
         from: u16,
         to: u16,
     },
+    /// After a charged failure the job's next cycle (gang mode), or `actor`'s next attempt
+    /// (actor mode), waits until `until_ms` (`retries.backoff_ms`), as the views'
+    /// `restart_at_ms` say.
+    BackingOff {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        actor: Option<ActorId>,
+        until_ms: u64,
+    },
 }
 
 /// One event at one time: a line of a trace, or of the head's event stream.

@@ -4,6 +4,7 @@ mod support;
 
 use ftdrive::driver::Budget;
 use ftdrive::driver::{ActorState, BudgetKind, Cause, JobState, LedgerEntry, Role};
+use ftdrive::event::JobEvent;
 use ftdrive::protocol::ExitStatus;
 use ftdrive::spec::{JobSpec, RestartMode};
 use ftdrive::{HeadConfig, Labels, Resources};
@@ -562,6 +563,8 @@ fn a_backoff_shows_in_the_view_until_the_restart_is_made() {
         let wait_ms =
             at.unwrap_or_else(|| panic!("{mode:?}: a restart time while backing off: {view:#?}")) - c.now.as_ms();
         assert!((5_000..=10_000).contains(&wait_ms), "{mode:?}: equal jitter, half to all of 10 s: {wait_ms}");
+        let told = c.job_events().any(|e| matches!(e, JobEvent::BackingOff { until_ms, .. } if Some(*until_ms) == at));
+        assert!(told, "{mode:?}: followers are told when it restarts");
         c.advance(wait_ms);
         let view = c.view(&job);
         assert!(view.actors.iter().all(|a| a.state == ActorState::Running), "{mode:?}: restarted: {view:?}");

@@ -123,6 +123,18 @@ fn a_job_backing_off_says_when_it_restarts() {
     let stopped = c.wait_for_job(&id, "it stops", |j| j["state"] == "STOPPED");
     assert!(stopped.get("restart_at_ms").is_none(), "an ended job restarts nothing: {stopped:#}");
     assert!(!c.ftdrive(&["status", &id]).contains(said));
+
+    // `submit`, following the job, says so as it happens.
+    let short = json!({"initial": 300, "max": 300});
+    let spec = c.spec(
+        "crashes-twice",
+        json!({"command": ["sh", "-c", "exit 3"], "min_nodes": 1, "max_nodes": 1, "retries": {"user": 1, "backoff_ms": short}}),
+    );
+    let out = c.try_ftdrive(&["submit", spec.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let line = text.lines().find(|l| l.contains(said)).unwrap_or_else(|| panic!("no backoff said: {text}"));
+    assert!(line.contains(": backing off after a failure (`retries.backoff_ms`)"), "{text}");
 }
 
 /// ftdrive's own attempt supervisor killed outright is ftdrive's failure: the attempt ends as

@@ -27,6 +27,7 @@ impl Mode for ActorMode {
     fn restart_after(&self, d: &mut Driver, now: Instant, failed: ActorIx, promoted: Option<ActorIx>, delay_ms: u64) {
         let rank_holder = promoted.unwrap_or(failed);
         d.timers.set(Timer::ActorBackoff(rank_holder), now.plus_ms(delay_ms));
+        d.backing_off(Some(rank_holder), now, delay_ms);
     }
 
     fn on_completed(&self, d: &mut Driver) {

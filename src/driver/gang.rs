@@ -25,6 +25,7 @@ impl Mode for Gang {
 
     fn restart_after(&self, d: &mut Driver, now: Instant, failed: ActorIx, _: Option<ActorIx>, delay_ms: u64) {
         d.timers.set(Timer::CycleBackoff, now.plus_ms(delay_ms));
+        d.backing_off(None, now, delay_ms);
         d.timers.stop(Timer::ScaleUp);
         d.stop_world(now, failed);
     }

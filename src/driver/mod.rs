@@ -643,4 +643,13 @@ impl Driver {
     fn event(&mut self, event: JobEvent) {
         self.effects.push_back(DriverEffect::Event(event));
     }
+
+    /// Tells followers a restart waits out its backoff: the job's next cycle (`actor` None) or
+    /// an actor's next attempt. A backoff of 0 is no wait and says nothing.
+    fn backing_off(&mut self, actor: Option<ActorIx>, now: Instant, delay_ms: u64) {
+        if delay_ms > 0 {
+            let actor = actor.map(|ix| self.actors[ix as usize].name.clone());
+            self.event(JobEvent::BackingOff { actor, until_ms: now.plus_ms(delay_ms).as_ms() });
+        }
+    }
 }

@@ -4,7 +4,7 @@ use ftdrive::driver::{ActorState, Budget};
 use ftdrive::event::{Event, EventLine, JobEvent};
 use ftdrive::scheduler::NodeState;
 use ftdrive::view::{JobView, NodeView, Suspect};
-use ftdrive::JobId;
+use ftdrive::{ActorId, JobId};
 use std::fmt::Write;
 
 /// One line for an event, or `None` for events not worth a line. Times are shown relative to
@@ -18,7 +18,7 @@ pub fn event_line(line: &EventLine, origin_ms: u64, nproc: u32) -> Option<String
     };
     let t = at_ms.saturating_sub(origin_ms) as f64 / 1000.0;
     let text = match &line.event {
-        Event::Job { job, detail } => job_event_text(job, detail, nproc)?,
+        Event::Job { job, detail } => job_event_text(job, detail, nproc, line.t_ms)?,
         Event::NodeState { node, state, evidence } => format!("node {node} {}: {evidence}", state_text(state)),
         Event::NodeHealth { node, problem: Some(problem) } => format!("node {node} is given no new work: {problem}"),
         Event::NodeHealth { node, problem: None } => format!("node {node} can start work again"),
@@ -41,7 +41,7 @@ fn rank_text(rank: u32, nproc: u32) -> String {
     }
 }
 
-fn job_event_text(job: &JobId, detail: &JobEvent, nproc: u32) -> Option<String> {
+fn job_event_text(job: &JobId, detail: &JobEvent, nproc: u32, t_ms: u64) -> Option<String> {
     Some(match detail {
         JobEvent::Transition { actor, from, to, attempt, cycle, rank, node } => {
             let place = node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default();
@@ -70,6 +70,8 @@ fn job_event_text(job: &JobId, detail: &JobEvent, nproc: u32) -> Option<String> 
             None => "the job is feasible again".to_string(),
         },
         JobEvent::Closing { .. } | JobEvent::Stale { .. } | JobEvent::ReleasedUnused { .. } => return None,
+        // Counted from the event's own time: the head's clock on both sides.
+        JobEvent::BackingOff { actor, until_ms } => restart_text(actor.as_ref(), until_ms.saturating_sub(t_ms)),
     })
 }
 
@@ -96,6 +98,12 @@ pub fn apply(view: &mut JobView, event: &Event) {
             }
         }
         JobEvent::JobState { to, .. } => view.state = *to,
+        JobEvent::BackingOff { actor: None, until_ms } => view.restart_at_ms = Some(*until_ms),
+        JobEvent::BackingOff { actor: Some(actor), until_ms } => {
+            if let Some(a) = view.actors.iter_mut().find(|a| a.name == *actor) {
+                a.restart_at_ms = Some(*until_ms);
+            }
+        }
         JobEvent::CycleFormed { cycle, ranks, .. } => {
             view.cycles = *cycle;
             // Those left out hold no rank of it; the members' starts name theirs.
@@ -149,19 +157,23 @@ fn message(view: &JobView, now_ms: u64) -> Option<String> {
 /// by on this machine's clock is over, and says nothing (as `kubectl` counts ages, against the
 /// client's clock).
 fn backoffs(view: &JobView, now_ms: u64) -> Vec<String> {
-    let after = "backing off after a failure (`retries.backoff_ms`)";
-    let in_s = |at: u64| at.saturating_sub(now_ms) as f64 / 1000.0;
     let mut out: Vec<(u64, String)> = Vec::new();
     if let Some(at) = view.restart_at_ms.filter(|at| *at > now_ms) {
-        out.push((at, format!("restarting in {:.1} s: {after}", in_s(at))));
+        out.push((at, restart_text(None, at - now_ms)));
     }
     for a in &view.actors {
         if let Some(at) = a.restart_at_ms.filter(|at| *at > now_ms) {
-            out.push((at, format!("{} restarting in {:.1} s: {after}", a.name, in_s(at))));
+            out.push((at, restart_text(Some(&a.name), at - now_ms)));
         }
     }
     out.sort();
     out.into_iter().map(|(_, text)| text).collect()
+}
+
+/// "restarting in 5.2 s: …", of the job (its next cycle) or of one actor.
+fn restart_text(actor: Option<&ActorId>, in_ms: u64) -> String {
+    let who = actor.map(|a| format!("{a} ")).unwrap_or_default();
+    format!("{who}restarting in {:.1} s: backing off after a failure (`retries.backoff_ms`)", in_ms as f64 / 1000.0)
 }
 
 pub fn job_table(view: &JobView) -> String {
@@ -604,9 +616,9 @@ mod tests {
         assert!(snapshot_lines(&view).contains("j1/0 RUNNING on n1 node rank 1 (ranks 8-15)"));
         let formed =
             JobEvent::CycleFormed { cycle: 2, world_size: 3, master_addr: "n1".into(), master_port: 1, ranks: vec![] };
-        let text = job_event_text(&JobId::new("j1"), &formed, 8).unwrap();
+        let text = job_event_text(&JobId::new("j1"), &formed, 8, 0).unwrap();
         assert_eq!(text, "cycle 2 formed: 3 node(s) of 8 workers (WORLD_SIZE 24), rendezvous n1:1");
-        assert!(job_event_text(&JobId::new("j1"), &formed, 1).unwrap().contains("3 rank(s)"));
+        assert!(job_event_text(&JobId::new("j1"), &formed, 1, 0).unwrap().contains("3 rank(s)"));
     }
 
     /// An end heard of late (its agent or the head away) is shown when it happened, as the
@@ -624,6 +636,32 @@ mod tests {
         let line = EventLine { t_ms: 9_250, event };
         let text = event_line(&line, 0, 1).unwrap();
         assert!(text.starts_with("     6.0s  j1/0 attempt 1 ended"), "{text}");
+    }
+
+    /// A follower is told how long a restart waits, counted from the event (the head's clock),
+    /// and its view knows it from then on.
+    #[test]
+    fn a_backoff_is_a_line_and_reaches_the_followed_view() {
+        let mut view = job("RUNNING", None);
+        for (actor, until_ms, said) in [
+            (None, 12_500, "     4.0s  restarting in 8.5 s: backing off after a failure (`retries.backoff_ms`)"),
+            (
+                Some("j1/0"),
+                6_000,
+                "     4.0s  j1/0 restarting in 2.0 s: backing off after a failure (`retries.backoff_ms`)",
+            ),
+        ] {
+            let actor = actor.map(|a| ActorId::new(JobId::new("j1"), a[3..].parse().unwrap()));
+            let event = Event::Job { job: JobId::new("j1"), detail: JobEvent::BackingOff { actor, until_ms } };
+            let line = EventLine { t_ms: 4_000, event };
+            assert_eq!(event_line(&line, 0, 1).as_deref(), Some(said));
+            view.actors = serde_json::from_value(serde_json::json!([
+                {"name": "j1/0", "state": "SCHEDULING", "node": null, "rank": null, "attempt": 1, "role": "active"}
+            ]))
+            .unwrap();
+            apply(&mut view, &line.event);
+        }
+        assert_eq!((view.restart_at_ms, view.actors[0].restart_at_ms), (Some(12_500), Some(6_000)));
     }
 
     /// Names go up to 63 characters: a long one widens its column instead of pushing its row's
