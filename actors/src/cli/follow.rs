@@ -119,6 +119,7 @@ impl Screen {
                 self.view = Some(*snapshot);
             }
             // The head dropped this follower (it fell behind): following again catches up.
+            StreamLine::Unknown(_) => {}
             StreamLine::Error(error) => {
                 return Err(CliError::Unavailable(format!("the head ended the event stream: {error}")));
             }
@@ -214,5 +215,14 @@ mod tests {
         let dropped = StreamLine::Error("this follower fell 4096 lines behind and was dropped; follow again".into());
         let error = Screen::new(Progress::Stdout).show(dropped).unwrap_err();
         assert!(is_passing(&error), "{error}");
+    }
+
+    /// A newer head's event of a kind this version does not know is passed over.
+    #[test]
+    fn an_event_of_an_unknown_kind_is_passed_over() {
+        let line = StreamLine::parse(r#"{"event":"solar_flare","job":"j1","t_ms":7,"strength":"X9"}"#).unwrap();
+        let mut screen = Screen::new(Progress::Stdout);
+        assert!(screen.show(line).is_ok());
+        assert!(screen.view.is_none() && screen.recent.is_empty());
     }
 }
