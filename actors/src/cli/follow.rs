@@ -118,8 +118,9 @@ impl Screen {
                 self.reprint = false;
                 self.view = Some(*snapshot);
             }
-            // The head dropped this follower (it fell behind): following again catches up.
+            // A newer head's kind of event: nothing this version can show.
             StreamLine::Unknown(_) => {}
+            // The head dropped this follower (it fell behind): following again catches up.
             StreamLine::Error(error) => {
                 return Err(CliError::Unavailable(format!("the head ended the event stream: {error}")));
             }
