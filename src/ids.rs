@@ -51,6 +51,15 @@ name_type!(
     /// A job's id (`j1`, or the id a scenario gives it).
     JobId
 );
+
+impl JobId {
+    /// `n` of a minted id `j<n>` (no leading zero); ids are minted in submission order, so
+    /// the numbers order jobs as they were submitted. None for an id a scenario chose.
+    pub fn number(&self) -> Option<u64> {
+        let digits = self.as_str().strip_prefix('j').filter(|n| !n.starts_with('0'))?;
+        digits.parse().ok().filter(|n| *n >= 1)
+    }
+}
 /// A node's name, unique in the cluster. Compared, ordered and printed as its text.
 ///
 /// It also carries a hint: the index a cluster gave this name. Heartbeats from ten thousand
@@ -264,8 +273,7 @@ impl JobIdMint {
 
     /// Whether `id` was handed out (or noted) before: `j<n>` below the next number.
     pub fn handed_out(&self, id: &JobId) -> bool {
-        let number = id.as_str().strip_prefix('j').filter(|n| !n.starts_with('0'));
-        number.and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n >= 1 && n < self.next)
+        id.number().is_some_and(|n| n < self.next)
     }
 }
 
@@ -307,5 +315,16 @@ mod tests {
         mint.note(&JobId::new("custom"));
         assert_eq!(mint.mint(|id| id.as_str() == "j6"), JobId::new("j7"));
         assert_eq!(JobIdMint::starting_at(40).mint(|_| false), JobId::new("j40"));
+    }
+
+    #[test]
+    fn only_a_minted_id_has_a_number() {
+        assert_eq!(JobId::new("j12").number(), Some(12));
+        for unnumbered in ["j0", "j012", "j", "train", "12", "j1x"] {
+            assert_eq!(JobId::new(unnumbered).number(), None, "{unnumbered}");
+        }
+        let mint = JobIdMint::starting_at(5);
+        assert!(mint.handed_out(&JobId::new("j4")) && !mint.handed_out(&JobId::new("j5")));
+        assert!(!mint.handed_out(&JobId::new("j04")), "a leading zero is no minted id");
     }
 }

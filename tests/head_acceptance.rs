@@ -8,7 +8,7 @@ use ftdrive::event::JobEvent;
 use ftdrive::protocol::AttemptKey;
 use ftdrive::protocol::ExitStatus;
 use ftdrive::spec::RestartMode;
-use ftdrive::{Labels, Resources};
+use ftdrive::{JobId, Labels, Resources};
 use std::collections::BTreeSet;
 use support::{config, cpu, spec, TestCluster};
 
@@ -627,6 +627,29 @@ fn a_listing_keeps_the_newest_jobs_in_the_states_asked_for() {
     assert_eq!(states(newest_two), [("c".into(), JobState::Succeeded), ("d".into(), JobState::Running)]);
     assert_eq!(JobState::parse("running"), Some(JobState::Running));
     assert_eq!(JobState::parse("RUNNIN"), None);
+}
+
+/// A listing pages back through older jobs: each page says where the next one ends (its
+/// oldest job) while older jobs match, and the last page says nothing.
+#[test]
+fn a_listing_cut_by_its_limit_names_where_the_older_jobs_begin() {
+    let mut c = three_node_cluster();
+    let ids: Vec<JobId> = ["a", "b", "c", "d", "e"].iter().map(|n| c.submit(spec(n, 1, 1))).collect();
+    c.finish(&ids[1]);
+    let names = |list: &ftdrive::head::JobList| -> Vec<String> { list.views.iter().map(|v| v.name.clone()).collect() };
+    fn before(job: Option<&str>) -> impl Fn(&JobId, JobState) -> bool + '_ {
+        move |id, _| job.is_none_or(|b| id.number() < JobId::new(b).number())
+    }
+    let newest = c.head.job_list(before(None), 2);
+    assert_eq!((names(&newest), newest.older.as_deref()), (vec!["d".into(), "e".into()], Some(ids[3].as_str())));
+    let next = c.head.job_list(before(newest.older.as_deref()), 2);
+    assert_eq!((names(&next), next.older.as_deref()), (vec!["b".into(), "c".into()], Some(ids[1].as_str())));
+    let last = c.head.job_list(before(next.older.as_deref()), 2);
+    assert_eq!((names(&last), last.older), (vec!["a".into()], None), "nothing older");
+    let whole = c.head.job_list(before(None), 5);
+    assert_eq!((whole.views.len(), whole.older), (5, None), "a limit met exactly leaves nothing older");
+    let running_before_c = c.head.job_list(|id, s| s == JobState::Running && id.number() < ids[2].number(), 1);
+    assert_eq!((names(&running_before_c), running_before_c.older), (vec!["a".into()], None), "b ended");
 }
 
 /// `max_actors` bounds the actors of every job held together: a small spec asks for many, and

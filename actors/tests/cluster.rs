@@ -327,6 +327,28 @@ fn a_followed_submit_with_json_output_prints_only_the_document() {
         [job["id"].as_str().unwrap(), &accepted]
     );
     assert_eq!(ids(&["status", "--limit", "1", "--output", "json"]), [long.as_str()], "the newest");
+    // A listing cut by `--limit` says which `--before` lists the older jobs, page by page.
+    let first = job["id"].as_str().unwrap();
+    let page = c.try_ftdrive(&["status", "--limit", "1"]);
+    let said = String::from_utf8_lossy(&page.stderr);
+    assert!(said.contains(&format!("older jobs: `ftdrive status --limit 1 --before {long}`")), "{said}");
+    assert_eq!(ids(&["status", "--limit", "1", "--before", &long, "--output", "json"]), [accepted.as_str()]);
+    assert_eq!(ids(&["status", "--before", &accepted, "--output", "json"]), [first], "no limit: all older ones");
+    let last = c.try_ftdrive(&["status", "--limit", "5", "--before", &accepted]);
+    assert!(!String::from_utf8_lossy(&last.stderr).contains("older jobs"), "nothing older than the last page");
+    let cut = http(&c.url, "GET", "/v1/jobs?limit=2", Some(&c.token()), "");
+    assert!(cut.to_lowercase().contains(&format!("x-ftdrive-next-before: {accepted}\r\n")), "{cut}");
+    let none = c.try_ftdrive(&["status", "--before", first]);
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert_eq!(
+        (none.status.code(), said.trim()),
+        (Some(0), format!("ftdrive: no jobs submitted before {first}").as_str())
+    );
+    let out = c.try_ftdrive(&["status", "--before", "latest"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code() == Some(2) && said.contains("`latest` is no job id"), "{said}");
+    let refused = http(&c.url, "GET", "/v1/jobs?before=latest", Some(&c.token()), "");
+    assert!(refused.starts_with("HTTP/1.1 400") && refused.contains("`before` is `latest`"), "{refused}");
     let none = c.try_ftdrive(&["status", "--state", "pending,stopped"]);
     let said = String::from_utf8_lossy(&none.stderr);
     assert_eq!((none.status.code(), said.trim()), (Some(0), "ftdrive: no job is PENDING or STOPPED"));

@@ -122,13 +122,22 @@ class Client:
         """One job, with its actors and attempt ledger."""
         return Job.from_json(self._json("GET", f"/v1/jobs/{_seg(job)}"))
 
-    def jobs(self, states: Union[str, Sequence[str], None] = None, limit: Optional[int] = None) -> List[Job]:
+    def jobs(
+        self,
+        states: Union[str, Sequence[str], None] = None,
+        limit: Optional[int] = None,
+        before: Optional[str] = None,
+    ) -> List[Job]:
         """The jobs the head keeps (running ones and recently finished ones), in submission
         order: only those in ``states`` (a state, or a list such as ``["PENDING", "RUNNING"]``)
-        when given, and only the newest ``limit`` of them."""
+        when given, only those submitted before job ``before`` (an id such as ``"j40"``) when
+        given, and only the newest ``limit`` of them. To page back through older jobs, pass
+        the first (oldest) id of one page as ``before`` of the next, until a page is empty."""
         query: Dict[str, str] = {}
         if states:
             query["state"] = states if isinstance(states, str) else ",".join(states)
+        if before is not None:
+            query["before"] = before
         if limit is not None:
             if int(limit) < 1:
                 raise ArgumentError(f"limit={limit}: give the number of newest jobs to list, 1 or more")

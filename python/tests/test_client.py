@@ -498,6 +498,21 @@ def test_jobs_takes_one_state_or_several(cluster: Cluster) -> None:
     assert done in [j.id for j in client.jobs(states=["FAILED", "SUCCEEDED"])]
 
 
+def test_jobs_pages_back_through_older_jobs_with_before(cluster: Cluster) -> None:
+    client = cluster.client()
+    spec = JobSpec(name="paged", command=["true"], min_nodes=1, max_nodes=1)
+    ids = [client.submit(spec).id for _ in range(3)]
+    for job_id in ids:
+        assert client.wait(job_id, timeout=WAIT_S).state == "SUCCEEDED"
+    assert [j.id for j in client.jobs(before=ids[2], limit=2)] == ids[:2]
+    assert [j.id for j in client.jobs(before=ids[1], limit=1)] == ids[:1]
+    older = client.jobs(before=ids[0])
+    assert all(int(j.id[1:]) < int(ids[0][1:]) for j in older), older
+    with pytest.raises(ApiError) as refused:
+        client.jobs(before="latest")
+    assert refused.value.status == 400 and "`before` is `latest`" in refused.value.message
+
+
 def test_a_list_carries_the_newest_100_ledger_entries_and_counts_the_rest(cluster: Cluster) -> None:
     client = cluster.client()
     retries = Retries(user=104, backoff_ms=Backoff(initial=1, max=1))

@@ -251,6 +251,14 @@ pub struct WaitingItem {
     pub gang: bool,
 }
 
+/// One page of a job listing, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobList {
+    pub views: Vec<JobView>,
+    /// The oldest job shown, when older ones would match too: where the next page ends.
+    pub older: Option<String>,
+}
+
 /// A job: its driver and its placement group's id in the scheduler.
 struct JobSlot {
     pg: PgId,
@@ -749,23 +757,27 @@ impl Head {
 
     /// The newest `limit` jobs in a state `wanted` takes, in submission order, whole.
     pub fn job_views_where(&self, wanted: impl Fn(JobState) -> bool, limit: usize) -> Vec<JobView> {
-        self.views_where(wanted, limit, usize::MAX)
+        self.views_where(|_, state| wanted(state), limit, usize::MAX).views
     }
 
-    /// A listing (`ftdrive status --state RUNNING --limit 20`): the views `job_views_where`
-    /// gives, each with its newest `LIST_LEDGER_ENTRIES` ledger entries.
-    pub fn job_list(&self, wanted: impl Fn(JobState) -> bool, limit: usize) -> Vec<JobView> {
+    /// A listing (`ftdrive status --state RUNNING --limit 20`): the newest `limit` jobs that
+    /// `wanted` takes (given each job's id and state), each with its newest
+    /// `LIST_LEDGER_ENTRIES` ledger entries.
+    pub fn job_list(&self, wanted: impl Fn(&JobId, JobState) -> bool, limit: usize) -> JobList {
         self.views_where(wanted, limit, view::LIST_LEDGER_ENTRIES)
     }
 
     /// Builds only the views it shows.
-    fn views_where(&self, wanted: impl Fn(JobState) -> bool, limit: usize, ledger_kept: usize) -> Vec<JobView> {
+    fn views_where(&self, wanted: impl Fn(&JobId, JobState) -> bool, limit: usize, ledger_kept: usize) -> JobList {
         let mut memo = WaitingMemo::default();
-        let shown = self.by_pg.values().rev().filter(|id| wanted(self.jobs[*id].driver.state())).take(limit);
+        let mut matching = self.by_pg.values().rev().filter(|id| wanted(id, self.jobs[*id].driver.state()));
+        let shown: Vec<&JobId> = matching.by_ref().take(limit).collect();
+        let older = matching.next().is_some();
         let mut views: Vec<JobView> =
-            shown.map(|id| self.job_view_sharing(id, &mut memo, ledger_kept).expect("a job of by_pg")).collect();
+            shown.iter().map(|id| self.job_view_sharing(id, &mut memo, ledger_kept).expect("a job of by_pg")).collect();
         views.reverse();
-        views
+        let older = older.then(|| views.first().map(|v| v.id.clone())).flatten();
+        JobList { views, older }
     }
 
     /// Every node ever seen, by name, as of `now` (which of them are suspect).

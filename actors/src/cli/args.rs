@@ -266,6 +266,10 @@ pub struct StatusArgs {
     /// Only the newest N of them (the head keeps up to `--retain-finished` finished jobs).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "job")]
     pub limit: Option<u64>,
+    /// Only jobs submitted before this one, e.g. `--before j40` (with `--limit`, the next page
+    /// of older jobs; the listing says which `--before` comes next).
+    #[arg(long, value_parser = job_id, conflicts_with = "job")]
+    pub before: Option<String>,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -372,6 +376,15 @@ pub struct SimArgs {
 fn job_state(text: &str) -> Result<ftdrive::driver::JobState, String> {
     use ftdrive::driver::JobState;
     JobState::parse(text).ok_or_else(|| format!("no job state is called `{text}`: use {}", JobState::names()))
+}
+
+/// A job id as `--before` takes it: a minted one (`j40`), since ids are numbered in
+/// submission order.
+fn job_id(text: &str) -> Result<String, String> {
+    match ftdrive::JobId::new(text).number() {
+        Some(_) => Ok(text.to_string()),
+        None => Err(format!("`{text}` is no job id: give one such as `j40`")),
+    }
 }
 
 /// A job id or node name, refused here by the head's own rule before anything is asked of it

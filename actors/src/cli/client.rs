@@ -205,6 +205,19 @@ impl Client {
         response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
     }
 
+    /// Like `get`, with the value of the answer's header `header` (None without one).
+    pub async fn get_with_header<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        header: &str,
+    ) -> Result<(T, Option<String>), CliError> {
+        let response = self.send(self.http.get(format!("{}{path}", self.base)).timeout(REQUEST_TIMEOUT)).await?;
+        let value = response.headers().get(header).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let body =
+            response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))?;
+        Ok((body, value))
+    }
+
     pub async fn post<T: DeserializeOwned>(&self, path: &str, body: Value) -> Result<T, CliError> {
         let request = self.http.post(format!("{}{path}", self.base)).json(&body).timeout(REQUEST_TIMEOUT);
         let response = self.send_as(request, Effect::Acts).await?;

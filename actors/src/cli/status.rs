@@ -1,4 +1,4 @@
-//! `ftdrive status [JOB]`: every job (`--state`, `--limit` filter them), or one job with its
+//! `ftdrive status [JOB]`: every job (`--state`, `--before`, `--limit` filter them), or one job with its
 //! actors and attempt ledger.
 
 use super::args::{Output, StatusArgs};
@@ -9,6 +9,8 @@ use super::out::{self, Progress};
 use super::render;
 use ftdrive::driver::JobState;
 use ftdrive::view::JobView;
+
+use crate::head::NEXT_BEFORE_HEADER;
 
 pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.out.head)?;
@@ -23,14 +25,20 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
                 }
             }
             None => {
-                let views: Vec<JobView> = client.get(&listing_path(&args.state, args.limit)).await?;
+                let path = listing_path(&args.state, args.before.as_deref(), args.limit);
+                let (views, older): (Vec<JobView>, _) = client.get_with_header(&path, NEXT_BEFORE_HEADER).await?;
                 match args.out.output {
                     Output::Json => out::json(&views)?,
                     Output::Text => out::text(&render::jobs_table(&views, crate::paths::unix_ms()))?,
                 }
                 // On stderr, as kubectl's "No resources found": the table stays what scripts read.
-                if views.is_empty() && args.out.output == Output::Text {
-                    crate::note!("ftdrive: {}", no_jobs(&args.state));
+                if args.out.output == Output::Text {
+                    if views.is_empty() {
+                        crate::note!("ftdrive: {}", no_jobs(&args.state, args.before.as_deref()));
+                    }
+                    if let Some(oldest) = older {
+                        crate::note!("ftdrive: {}", next_page(&args.state, &oldest, args.limit));
+                    }
                 }
             }
         }
@@ -39,20 +47,40 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
 }
 
 /// What an empty listing says: that the head holds no job, or none in the states asked for.
-fn no_jobs(states: &[JobState]) -> String {
+fn no_jobs(states: &[JobState], before: Option<&str>) -> String {
+    let before = before.map(|job| format!(" submitted before {job}")).unwrap_or_default();
     if states.is_empty() {
-        return "no jobs (`ftdrive submit JOB.json` submits one)".to_string();
+        return match before.is_empty() {
+            true => "no jobs (`ftdrive submit JOB.json` submits one)".to_string(),
+            false => format!("no jobs{before}"),
+        };
     }
     let names: Vec<String> = states.iter().map(JobState::to_string).collect();
-    format!("no job is {}", names.join(" or "))
+    format!("no job{before} is {}", names.join(" or "))
+}
+
+/// Below a listing that `--limit` cut: the command that lists the next page, older jobs.
+fn next_page(states: &[JobState], oldest: &str, limit: Option<u64>) -> String {
+    let mut command = String::from("ftdrive status");
+    if !states.is_empty() {
+        let names: Vec<String> = states.iter().map(JobState::to_string).collect();
+        command.push_str(&format!(" --state {}", names.join(",")));
+    }
+    if let Some(n) = limit {
+        command.push_str(&format!(" --limit {n}"));
+    }
+    format!("older jobs: `{command} --before {oldest}`")
 }
 
 /// `/v1/jobs`, with the filters given.
-fn listing_path(states: &[JobState], limit: Option<u64>) -> String {
+fn listing_path(states: &[JobState], before: Option<&str>, limit: Option<u64>) -> String {
     let mut query = Vec::new();
     if !states.is_empty() {
         let names: Vec<String> = states.iter().map(JobState::to_string).collect();
         query.push(format!("state={}", names.join(",")));
+    }
+    if let Some(job) = before {
+        query.push(format!("before={job}"));
     }
     if let Some(n) = limit {
         query.push(format!("limit={n}"));

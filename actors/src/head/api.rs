@@ -18,7 +18,7 @@
 
 use super::store::{Store, StoreError};
 use super::{
-    agents, start_actor, ApiError, Drain, Follow, Forget, HeadActor, Health, JobFilter, Jobs, LocateLog, Metrics,
+    agents, start_actor, ApiError, Drain, Follow, Forget, HeadActor, Health, Job, JobFilter, Jobs, LocateLog, Metrics,
     Nodes, Stop, Stopped, Stopping, Submit, Undrain,
 };
 use crate::paths::Tokens;
@@ -622,25 +622,30 @@ async fn submit(
     Ok(HttpResponse::Ok().json(view))
 }
 
-/// `GET /v1/jobs?state=RUNNING,PENDING&limit=20`: both optional.
+/// `GET /v1/jobs?state=RUNNING,PENDING&before=j40&limit=20`: each optional.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)] // `?limt=1` listed every job
 struct JobsQuery {
     state: Option<String>,
+    before: Option<String>,
     limit: Option<usize>,
 }
+
+/// Where a listing cut by `limit` ends: the `before=` that asks for the page of older jobs.
+pub const NEXT_BEFORE_HEADER: &str = "x-ftdrive-next-before";
 
 impl JobsQuery {
     fn filter(&self) -> Result<JobFilter, ApiError> {
         let states = self.state.as_deref().map_or(Ok(Vec::new()), |list| {
             list.split(',').map(|name| JobState::parse(name).ok_or_else(|| unknown_state(name))).collect()
         })?;
+        let before = self.before.as_deref().map(before_number).transpose()?;
         let limit = match self.limit {
             Some(0) => return Err(ApiError::BadRequest("`limit` is 0: ask for at least one job".into())),
             Some(n) => n,
             None => usize::MAX,
         };
-        Ok(JobFilter { states, limit })
+        Ok(JobFilter { states, before, limit })
     }
 }
 
@@ -649,20 +654,33 @@ fn unknown_state(name: &str) -> ApiError {
     ApiError::BadRequest(format!("`state` names `{name}`, which is no job state: use {known}, comma-separated"))
 }
 
+/// The number of `before=jN`: jobs are numbered in submission order, so it marks a place in
+/// the listing whether or not job N is still kept.
+fn before_number(id: &str) -> Result<u64, ApiError> {
+    JobId::from(id.to_string()).number().ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "`before` is `{id}`, which is no job id: give one such as `j40` to list the jobs submitted before it"
+        ))
+    })
+}
+
 async fn list_jobs(
     _: Authorized,
     state: web::Data<ApiState>,
     query: web::Query<JobsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let filter = query.filter()?;
-    let views = state.head.send(Jobs { job: None, filter }).await.map_err(mailbox)??;
-    Ok(HttpResponse::Ok().json(views))
+    let list = state.head.send(Jobs(filter)).await.map_err(mailbox)?;
+    let mut response = HttpResponse::Ok();
+    if let Some(oldest) = &list.older {
+        response.insert_header((NEXT_BEFORE_HEADER, oldest.as_str()));
+    }
+    Ok(response.json(list.views))
 }
 
 async fn get_job(_: Authorized, state: web::Data<ApiState>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    let job = Some(JobId::from(id.into_inner()));
-    let mut views = state.head.send(Jobs { job, filter: JobFilter::ALL }).await.map_err(mailbox)??;
-    Ok(HttpResponse::Ok().json(views.remove(0)))
+    let view = state.head.send(Job(JobId::from(id.into_inner()))).await.map_err(mailbox)??;
+    Ok(HttpResponse::Ok().json(view))
 }
 
 async fn stop_job(_: Authorized, state: web::Data<ApiState>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {

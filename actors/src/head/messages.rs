@@ -156,35 +156,43 @@ impl HeadActor {
     }
 }
 
-/// One job's view, or those of every job `filter` keeps.
+/// One job's view.
 #[derive(Message)]
-#[rtype(result = "Result<Vec<JobView>, ApiError>")]
-pub struct Jobs {
-    pub job: Option<JobId>,
-    pub filter: JobFilter,
+#[rtype(result = "Result<JobView, ApiError>")]
+pub struct Job(pub JobId);
+
+impl Handler<Job> for HeadActor {
+    type Result = Result<JobView, ApiError>;
+    fn handle(&mut self, Job(job): Job, _: &mut Context<Self>) -> Self::Result {
+        self.document(&job).ok_or_else(|| self.no_job(&job))
+    }
 }
 
-/// Which jobs a listing shows: those in `states` (empty: any), the newest `limit` of them.
+/// The jobs a listing shows (`GET /v1/jobs`).
+#[derive(Message)]
+#[rtype(result = "ftdrive::head::JobList")]
+pub struct Jobs(pub JobFilter);
+
+/// Which jobs a listing shows: those in `states` (empty: any) submitted before job number
+/// `before` (ids are minted `j1`, `j2`, … in submission order), the newest `limit` of them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobFilter {
     pub states: Vec<ftdrive::driver::JobState>,
+    pub before: Option<u64>,
     pub limit: usize,
 }
 
 impl JobFilter {
-    pub const ALL: JobFilter = JobFilter { states: Vec::new(), limit: usize::MAX };
+    fn takes(&self, job: &JobId, state: ftdrive::driver::JobState) -> bool {
+        let in_state = self.states.is_empty() || self.states.contains(&state);
+        in_state && self.before.is_none_or(|before| job.number().is_some_and(|n| n < before))
+    }
 }
 
 impl Handler<Jobs> for HeadActor {
-    type Result = Result<Vec<JobView>, ApiError>;
-    fn handle(&mut self, msg: Jobs, _: &mut Context<Self>) -> Self::Result {
-        match msg.job {
-            Some(job) => Ok(vec![self.document(&job).ok_or_else(|| self.no_job(&job))?]),
-            None => {
-                let JobFilter { states, limit } = msg.filter;
-                Ok(self.head.job_list(|s| states.is_empty() || states.contains(&s), limit))
-            }
-        }
+    type Result = MessageResult<Jobs>;
+    fn handle(&mut self, Jobs(filter): Jobs, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.head.job_list(|job, state| filter.takes(job, state), filter.limit))
     }
 }
 

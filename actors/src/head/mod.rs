@@ -20,7 +20,10 @@ mod messages;
 mod metrics;
 mod store;
 
-pub use api::{serve, HeadServer, ServeError, ServeOptions, EVENTS_KEEPALIVE_MS, KEEPALIVE_HEADER, MAX_BODY_BYTES};
+pub use api::{
+    serve, HeadServer, ServeError, ServeOptions, EVENTS_KEEPALIVE_MS, KEEPALIVE_HEADER, MAX_BODY_BYTES,
+    NEXT_BEFORE_HEADER,
+};
 pub use messages::*;
 pub use store::{StoreError, DATABASE};
 
