@@ -444,6 +444,34 @@ fn an_agents_log_server_answers_an_unknown_path_in_json() {
     }
 }
 
+/// A request the head cannot parse is answered 400 and logs nothing: actix-http logged an
+/// ERROR line for each, so anyone who could connect could fill the head's log.
+#[test]
+fn a_malformed_request_is_refused_without_a_line_in_the_heads_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("head.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut head = head_command(&dir.path().join("state"), "127.0.0.1:0", &[]);
+    let head = Ended(head.env("FTDRIVE_LOG", "info").stderr(log).spawn().unwrap());
+    let url = wait_for_url(&dir.path().join("state"));
+    let addr = url.trim_start_matches("http://").to_string();
+    for garbage in ["GARBAGE\r\n\r\n", "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"] {
+        let mut stream = TcpStream::connect(&addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream.write_all(garbage.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{garbage:?}: {answer}");
+    }
+    let token = std::fs::read_to_string(dir.path().join("state/token")).unwrap();
+    let (status, _) = status_and_json(&http(&url, "GET", "/v1/health", Some(token.trim()), ""));
+    assert_eq!(status, 200, "the head serves on");
+    drop(head);
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(logged.contains("listening"), "the log is the head's: {logged}");
+    assert!(!logged.contains("parse error"), "{logged}");
+}
+
 /// One secret for both doors would give every agent the cluster's keys: the head refuses to
 /// start, as bad input (exit 2) like its other refusals, having changed no file.
 #[test]

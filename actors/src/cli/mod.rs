@@ -170,9 +170,20 @@ fn read_text_file(path: &std::path::Path, what: &str, limit_bytes: u64, why: &st
 /// Logs for the daemons, to stderr; `$FTDRIVE_LOG` filters (default `info`).
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FTDRIVE_LOG").unwrap_or_else(|_| "info".into());
+    let filter = quiet_http_parse_errors(filter);
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ =
         tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(|| crate::QuietStderr).try_init();
+}
+
+/// actix-http logs an ERROR line for every request it cannot parse, after answering it 400
+/// itself: anyone who can connect could fill the daemon's log, and an operator would read a
+/// client's mistake as the daemon's. Off unless `$FTDRIVE_LOG` names `actix_http` itself.
+fn quiet_http_parse_errors(filter: tracing_subscriber::EnvFilter) -> tracing_subscriber::EnvFilter {
+    if filter.to_string().contains("actix_http") {
+        return filter;
+    }
+    filter.add_directive("actix_http::h1::dispatcher=off".parse().expect("a valid directive"))
 }
 
 #[cfg(test)]
