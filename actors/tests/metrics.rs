@@ -266,6 +266,18 @@ fn an_agent_counts_each_start_once_and_a_re_attached_one_apart() {
 /// labels, answers the scrape. An agent given `--log-port` serves there, so that a static
 /// target or a firewall rule can name it, and a second agent given the same port exits 2
 /// saying which flag to change.
+/// A HEAD request (`curl -I`, a load balancer's probe) gets the GET's status and headers, no
+/// body: it was 405.
+fn assert_head_answers_without_a_body(url: &str, token: &str) {
+    let rest = url.trim_start_matches("http://");
+    let (host, path) = rest.split_at(rest.find('/').expect("a URL with a path"));
+    let answer = http(&format!("http://{host}"), "HEAD", path, Some(token), "");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "HEAD {url}: {answer}");
+    assert!(head.to_ascii_lowercase().contains("content-type: "), "HEAD {url}: {answer}");
+    assert_eq!(body, "", "HEAD {url}: no body");
+}
+
 #[test]
 fn agents_are_discovered_through_the_head_and_keep_the_port_they_are_given() {
     let mut c = Cluster::start(&[]);
@@ -281,6 +293,9 @@ fn agents_are_discovered_through_the_head_and_keep_the_port_they_are_given() {
     assert_eq!(status, 401, "discovery takes the client token like every route");
     let (status, body) = get(&format!("{}/v1/metrics/targets", c.url), Some(&c.token()));
     assert_eq!(status, 200, "{body}");
+    for path in ["/metrics", "/v1/health"] {
+        assert_head_answers_without_a_body(&format!("{}{path}", c.url), &c.token());
+    }
     let groups: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
     let mut nodes = Vec::new();
     for group in &groups {
@@ -293,6 +308,7 @@ fn agents_are_discovered_through_the_head_and_keep_the_port_they_are_given() {
         );
         let scraped = scrape(&url, &c.agent_token());
         assert!(find(&scraped, "ftdrive_agent_attempts", &[]).is_some(), "{url} is an agent's metrics");
+        assert_head_answers_without_a_body(&url, &c.agent_token());
         // Only labels that stay with the node: one that changed with its state (a drain)
         // would start a new series, and `rate()` would lose the counts at the change.
         let keys: Vec<&String> = labels.as_object().unwrap().keys().collect();

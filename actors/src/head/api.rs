@@ -349,8 +349,9 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/v1/nodes/{name}/drain").route(web::post().to(drain_node)))
         .service(web::resource("/v1/nodes/{name}/undrain").route(web::post().to(undrain_node)))
         .service(web::resource("/v1/agent").route(web::get().to(agents::channel)))
-        .service(web::resource("/v1/health").route(web::get().to(health)))
-        .service(web::resource("/metrics").route(web::get().to(metrics)))
+        // HEAD as well, as load balancers and `curl -I` probe (actix leaves the body out).
+        .service(web::resource("/v1/health").route(web::get().to(health)).route(web::head().to(health)))
+        .service(web::resource("/metrics").route(web::get().to(metrics)).route(web::head().to(metrics)))
         .service(web::resource("/v1/metrics/targets").route(web::get().to(metrics_targets)))
         .configure(super::dashboard::routes)
         .default_service(web::to(|_: Authorized| async {

@@ -119,6 +119,7 @@ pub fn serve(
             .app_data(state.clone())
             .route("/v1/logs/{job}/{actor}/{attempt}", web::get().to(read_log))
             .route("/metrics", web::get().to(metrics_text))
+            .route("/metrics", web::head().to(metrics_text))
             .default_service(web::to(no_such_route))
     })
     .workers(1)
