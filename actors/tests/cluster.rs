@@ -959,6 +959,15 @@ fn followers_of_a_job_forgotten_as_it_ends_exit_with_its_outcome() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{said}");
     assert!(said.contains("job `j1` has ended and was forgotten"), "{said}");
+    // Its logs are out of the head's reach: where they stay on the nodes is said, and is so.
+    let out = c.try_ftdrive(&["logs", "j1"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(2) && said.contains("under `node-NAME/logs/j1/` in each agent's `--state-dir`"),
+        "{said}"
+    );
+    let kept = ["n1", "n2"].iter().filter(|n| c.dir.path().join(format!("node-{n}/logs/j1/0")).is_dir()).count();
+    assert_eq!(kept, 1, "the node that ran j1/0 keeps its log there");
     let out = c.try_ftdrive(&["status", "j99"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("no job `j99`"));
 }

@@ -176,7 +176,7 @@ pub enum Rejected {
     #[error(
         "job `{job}` has ended and was forgotten: the head keeps the last {kept} finished jobs for \
          {hours} hours (`ftdrive head --retain-finished`, `--retain-finished-hours`); its logs stay \
-         on its nodes for their --keep-logs-hours"
+         on its nodes for their `--keep-logs-hours`, under `node-NAME/logs/{job}/` in each agent's `--state-dir`"
     )]
     ForgottenJob { job: JobId, kept: usize, hours: u64 },
     #[error("a job with id `{0}` exists already; choose another id")]
