@@ -420,6 +420,42 @@ fn a_crash_with_healthy_peers_is_charged_to_user_at_once() {
     assert_eq!((failed.budget, view.remaining.user.as_i64()), (BudgetKind::User, 0));
 }
 
+/// AT-1: in actor mode the peers of a crashed rank run on, so waiting for them to end would
+/// wait out the node timeout. Once every peer's node has been heard from since the exit, no
+/// loss of theirs can excuse it: decided within a heartbeat. A peer whose node is silent keeps
+/// the decision open until its fate is known.
+#[test]
+fn an_actor_mode_crash_is_decided_once_its_peers_nodes_are_heard_from() {
+    let timeout_ms = HeadConfig::default().node_timeout_ms;
+    let beat_ms = HeadConfig::default().heartbeat_interval_ms;
+    assert!(timeout_ms >= 2 * beat_ms + 200, "a node timeout long enough to tell the two apart");
+    let mut s = spec("solo", 3, 3);
+    s.restart = RestartMode::Actor;
+    s.retries.user = Budget::from_i64(1).unwrap();
+    let (mut c, job) = one_job(&["n1", "n2", "n3"], s.clone());
+    c.advance(500);
+    c.exit_actor(&job, 1, ExitStatus::code(1));
+    assert_eq!(c.actor_state(&job, 1), ActorState::Failing);
+    c.advance(beat_ms + 100);
+    let entry = last_failure(&c, &job);
+    assert_eq!((entry.cause, entry.budget), (Cause::UserError, BudgetKind::User), "decided in a heartbeat");
+    let states: Vec<ActorState> = [0, 2].iter().map(|a| c.actor_state(&job, *a)).collect();
+    assert_eq!(states, [ActorState::Running; 2], "the peers run on");
+
+    let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
+    c.advance(500);
+    let on_n2 = c.view(&job).actors.iter().position(|a| a.node.as_deref() == Some("n2")).unwrap() as u32;
+    let peer = (on_n2 + 1) % 3;
+    c.crash("n2");
+    c.advance(100);
+    c.exit_actor(&job, peer, ExitStatus::code(1));
+    c.advance(2 * beat_ms + 100);
+    assert_eq!(c.actor_state(&job, peer), ActorState::Failing, "n2 went silent first: its fate decides");
+    c.advance(timeout_ms);
+    let reacted = c.view(&job).ledger.iter().find(|e| e.actor == format!("{job}/{peer}")).unwrap().clone();
+    assert_eq!((reacted.cause, reacted.budget), (Cause::Collateral, BudgetKind::None), "{reacted:?}");
+}
+
 /// A node that dies after a rank's own crash does not excuse the crash.
 #[test]
 fn a_node_lost_after_the_crash_does_not_excuse_it() {

@@ -7,13 +7,18 @@
 //! - **FC-1 one fault, one charge.** The attempts one node loss or one drain ends (several
 //!   ranks of a packed gang on one machine) charge the budget once: the first to settle is
 //!   charged, the others keep their cause with budget `none` and name the one charged.
+//! - **AT-1 no wait once no peer can excuse.** A failure waits for word of a peer's node loss
+//!   only while one could still come: a loss excuses it only if the node went silent (was
+//!   last heard) no later than the exit, so once every peer still running is on a node heard
+//!   from after the exit, it is decided — in a heartbeat, not a node timeout. An actor-mode
+//!   rank's peers run on, and its restart waited out `node_timeout_ms` for nothing.
 
 use super::budget::backoff_ms;
 use super::classify::{classify, fatal_message, Ending, JobContext, PeerLoss, Verdict};
 use super::{Actor, PendingFailure, Role, Run, Timer};
 use super::{ActorState, BudgetKind, Bundle, Cause, Charge, CloseReason, Driver, DriverEffect, LedgerEntry};
 use crate::event::JobEvent;
-use crate::ids::ActorIx;
+use crate::ids::{ActorIx, NodeId};
 use crate::protocol::ExitStatus;
 use crate::scheduler::PolicyFault;
 use crate::time::Instant;
@@ -52,7 +57,7 @@ impl Driver {
     fn await_attribution(&mut self, now: Instant, ix: ActorIx, run: Run, status: ExitStatus) {
         self.transition_failing(ix, &run);
         self.timers.set(Timer::Attribution(ix), now.plus_ms(self.attribution_window_ms));
-        self.pending.insert(ix, PendingFailure { run, status, at: now });
+        self.pending.insert(ix, PendingFailure { run, status, at: now, heard: Default::default() });
         self.mode().on_failure_noticed(self, now, ix);
     }
 
@@ -63,7 +68,7 @@ impl Driver {
             .iter()
             .filter(|(ix, p)| {
                 let window_over = self.timers.get(Timer::Attribution(**ix)).is_none_or(|t| t <= now);
-                force || window_over || !self.peers_live(**ix, p.run.cycle)
+                force || window_over || !self.peers_unheard(**ix, p)
             })
             .map(|(ix, _)| *ix)
             .collect();
@@ -92,12 +97,37 @@ impl Driver {
         classify(&self.job_context(), &failed.run, Ending::Exited { status: &failed.status, reacting_to: root })
     }
 
-    /// Does another rank of `cycle` still (possibly) run?
-    fn peers_live(&self, ix: ActorIx, cycle: u32) -> bool {
-        self.actors
-            .iter()
-            .enumerate()
-            .any(|(i, a)| i as ActorIx != ix && a.run.as_ref().is_some_and(|r| r.cycle == cycle && r.exited.is_none()))
+    /// Does another rank of `failed`'s cycle still (possibly) run on a node not heard from
+    /// since the exit (AT-1)?
+    fn peers_unheard(&self, ix: ActorIx, failed: &PendingFailure) -> bool {
+        self.live_peers(ix, failed.run.cycle).any(|node| !failed.heard.contains(node))
+    }
+
+    /// The nodes of the other ranks of `cycle` that still (possibly) run.
+    fn live_peers(&self, ix: ActorIx, cycle: u32) -> impl Iterator<Item = &NodeId> {
+        self.actors.iter().enumerate().filter(move |(i, _)| *i as ActorIx != ix).filter_map(move |(_, a)| {
+            a.run.as_ref().filter(|r| r.cycle == cycle && r.exited.is_none()).map(|r| &r.node)
+        })
+    }
+
+    /// Whether a pending failure waits for word from `node` (AT-1): a live peer runs there,
+    /// and it has not been heard from since the exit. The head tells only such drivers.
+    pub fn awaits_word_from(&self, node: &NodeId, now: Instant) -> bool {
+        self.pending.iter().any(|(ix, p)| {
+            now > p.at && !p.heard.contains(node) && self.live_peers(*ix, p.run.cycle).any(|n| n == node)
+        })
+    }
+
+    /// Whether a failure waits to be attributed.
+    pub fn awaits_attribution(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// `node` was heard from: no loss of it can excuse a failure from before now (AT-1).
+    pub(super) fn on_node_heard(&mut self, now: Instant, node: NodeId) {
+        for failed in self.pending.values_mut().filter(|p| now > p.at) {
+            failed.heard.insert(node.clone());
+        }
     }
 
     fn transition_failing(&mut self, ix: ActorIx, run: &Run) {

@@ -51,7 +51,7 @@ use crate::time::Instant;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
 /// Job life cycle (DESIGN §2).
@@ -149,6 +149,9 @@ struct PendingFailure {
     run: Run,
     status: ExitStatus,
     at: Instant,
+    /// Nodes heard from after `at` (AT-1 in `failure.rs`): a peer there can no longer excuse it.
+    #[serde(default)]
+    heard: BTreeSet<NodeId>,
 }
 
 /// One bundle of this job reserved on a node.
@@ -209,6 +212,9 @@ pub enum DriverInput {
     /// Why its bundles wait now, as the scheduler counts it: given just before the schedule
     /// deadline fails the job, so that the failure says how short the cluster was.
     Waiting(String),
+    /// The node was heard from (a heartbeat): a failure waiting for word from its peers'
+    /// nodes may be decided (AT-1 in `failure.rs`). Given only where `awaits_word_from` says.
+    NodeHeard(NodeId),
     /// The user stops the job.
     Stop,
 }
@@ -459,6 +465,7 @@ impl Driver {
                 self.event(JobEvent::Feasibility { infeasible });
             }
             DriverInput::Waiting(why) => self.waiting = Some(why),
+            DriverInput::NodeHeard(node) => self.on_node_heard(now, node),
             DriverInput::Stop => self.close(now, CloseReason::Stopped, Some("stopped by the user".into())),
         }
         self.reconcile(now);

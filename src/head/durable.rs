@@ -370,6 +370,7 @@ impl Head {
 
     fn forget(&mut self, pg: PgId) {
         let Some(id) = self.by_pg.remove(&pg) else { return };
+        self.attributing.remove(&pg);
         if let Some(slot) = self.jobs.remove(&id) {
             self.actors_held -= slot.driver.spec().actor_count() as usize;
         }

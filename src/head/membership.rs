@@ -211,6 +211,7 @@ impl Head {
         }
         record.last_seq = seq;
         self.heard_from(ix, now);
+        self.tell_attributing_drivers(now, &node);
         self.note_health(now, ix, problem);
         for key in self.attempts.unconfirmed_among(ix, running) {
             self.confirm_started(now, ix, key);
@@ -220,6 +221,16 @@ impl Head {
             self.effects.push_back(Effect::Send { node: node.clone(), msg });
         }
         Ok(Reply::Done)
+    }
+
+    /// AT-1 (driver): the drivers whose pending failures wait for word from `node` learn it
+    /// was heard from. Only those: a heartbeat costs the others nothing.
+    fn tell_attributing_drivers(&mut self, now: Instant, node: &NodeId) {
+        let waiting: Vec<PgId> =
+            self.attributing.iter().copied().filter(|pg| self.driver_of(*pg).awaits_word_from(node, now)).collect();
+        for pg in waiting {
+            self.feed(now, pg, DriverInput::NodeHeard(node.clone()));
+        }
     }
 
     /// PS-3: what listens on the node's machine, so that its pool hands out other ports.

@@ -281,6 +281,8 @@ pub struct Head {
     /// Driver timers: (deadline, job's group), and each job's current entry.
     timers: BTreeSet<(Instant, PgId)>,
     timer_of: BTreeMap<PgId, Instant>,
+    /// Jobs with a failure waiting to be attributed: told of heartbeats (AT-1 in the driver).
+    attributing: BTreeSet<PgId>,
     effects: VecDeque<Effect>,
     /// What this input changed that must be written (`durable.rs`).
     dirty: BTreeSet<DirtyKey>,
@@ -319,6 +321,7 @@ impl Head {
             attempts: AttemptIndex::default(),
             timers: BTreeSet::new(),
             timer_of: BTreeMap::new(),
+            attributing: BTreeSet::new(),
             effects: VecDeque::new(),
             // The grace bound is written with the first input (DU-3).
             dirty: BTreeSet::from([durable::DirtyKey::Counters]),
@@ -590,7 +593,12 @@ impl Head {
         while let Some(effect) = self.driver_mut(pg).poll_effect() {
             self.apply(pg, effect);
         }
-        let wanted = self.jobs[&self.by_pg[&pg]].driver.poll_timeout();
+        let driver = &self.jobs[&self.by_pg[&pg]].driver;
+        let wanted = driver.poll_timeout();
+        match driver.awaits_attribution() {
+            true => self.attributing.insert(pg),
+            false => self.attributing.remove(&pg),
+        };
         if let Some(old) = self.timer_of.remove(&pg) {
             self.timers.remove(&(old, pg));
         }
