@@ -124,6 +124,27 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert!(!order[..gang].contains(&"j0/4"), "j0's spare went first: {order:?}");
         assert_eq!(r.state("j3"), "SUCCEEDED");
     }),
+    // n01 comes back while j0 (STRICT_SPREAD, three nodes, only two alive) waits to be
+    // restored: one node of room is held for it there. j2's spare takes room beside the hold;
+    // promoted, it leaves j2 a restoration that HO-1 frees from j0's hold, which takes half of
+    // it; j2's second spare takes the half left, which j0 cannot use. No hold is broken, though
+    // the step's lower placements together took room j0 could use (the checker once judged
+    // them together).
+    ("a_restoration_freed_from_a_hold_between_two_spares_breaks_no_hold", |r| {
+        let back = r.events("node_state").into_iter().filter(|e| e["node"] == "n01").nth(2).expect("n01 is back");
+        assert_eq!(back["evidence"], "registered");
+        let at = &back["t_ms"];
+        let on_n01: Vec<(&str, &str)> = r
+            .events("placed")
+            .into_iter()
+            .filter(|p| &p["t_ms"] == at && p["node"] == "n01")
+            .map(|p| (p["actor"].as_str().unwrap(), p["class"].as_str().unwrap()))
+            .collect();
+        assert_eq!(on_n01, [("j1/0", "replacement"), ("j2/4", "spare"), ("j2/1", "replacement"), ("j2/0", "spare")]);
+        for job in ["j0", "j1", "j2"] {
+            assert_eq!(r.state(job), "SUCCEEDED", "{job}");
+        }
+    }),
     ("suspect_node_holds_capacity_for_its_bundles", |r| {
         replacement_first(r);
         let joined = r.events("node_state").into_iter().find(|e| e["node"] == "n4").expect("n4 joined")["t_ms"].clone();

@@ -586,6 +586,14 @@ impl Checker {
 
     /// No lower-class placement took room on a node that one of `waiting` could use there (a still
     /// waiting replacement, or a bundle whose capacity is held).
+    /// `invariant` for the placements `lower` made below `waiting` this step, replayed on each
+    /// node in the order the step made its moves: a lower placement breaks it when a waiting
+    /// bundle could use the room the node had just before it and has less room held after it.
+    /// Judged one placement at a time, since room taken in between by what is not lower (a
+    /// restoration HO-1 frees from the hold) is not the lower placement's doing: a spare placed
+    /// beside a held room, a restoration taking half of it, a second spare the rest (swarm seed
+    /// 7014248). Only placements still held at the end count: one placed and released within the
+    /// step (a spare of a terminating job, say) took nothing in the end.
     fn check_lower_placements(
         &mut self,
         invariant: &str,
@@ -595,69 +603,50 @@ impl Checker {
     ) {
         for (node, taken) in lower {
             let Some(n) = self.nodes.get(node).cloned() else { continue };
-            let mut free_before: BTreeMap<String, i128> =
-                n.capacity.iter().map(|(r, q)| (r.to_string(), i128::from(q))).collect();
-            for (r, q) in self.used_on(node) {
-                *free_before.entry(r).or_default() -= i128::from(q);
-            }
-            // Only placements still held took capacity: one placed and released within the
-            // step (a spare of a terminating job, say) is already out of `used_on`.
-            let still_held: Vec<&ActorKey> = taken.iter().filter(|k| self.placed_on.get(*k) == Some(node)).collect();
-            if still_held.is_empty() {
-                continue;
-            }
-            for (job, _) in &still_held {
-                for (r, q) in self.specs[job].bundle.iter() {
-                    *free_before.entry(r.to_string()).or_default() += i128::from(q);
+            let mut free = self.free_at_step_start(node, &n);
+            let moves: Vec<(ActorKey, bool)> =
+                self.step_moves.iter().filter(|(at, _, _)| at == node).map(|(_, k, p)| (k.clone(), *p)).collect();
+            let mut judged: BTreeSet<(JobId, u32)> = BTreeSet::new();
+            for (key, placed) in moves {
+                let before = free.clone();
+                let sign = if placed { -1 } else { 1 };
+                for (r, q) in self.specs[&key.0].bundle.iter() {
+                    *free.entry(r.to_string()).or_default() += sign * i128::from(q);
                 }
-            }
-            for (job, _) in self.released_after_lower(node, &still_held) {
-                for (r, q) in self.specs[&job].bundle.iter() {
-                    *free_before.entry(r.to_string()).or_default() -= i128::from(q);
+                if !placed || !taken.contains(&key) || self.placed_on.get(&key) != Some(node) {
+                    continue;
                 }
-            }
-            for (job, _) in self.placed_after_lower(node, taken, &still_held) {
-                for (r, q) in self.specs[&job].bundle.iter() {
-                    *free_before.entry(r.to_string()).or_default() += i128::from(q);
-                }
-            }
-            let mut free_after = free_before.clone();
-            for (job, _) in &still_held {
-                for (r, q) in self.specs[job].bundle.iter() {
-                    *free_after.entry(r.to_string()).or_default() -= i128::from(q);
-                }
-            }
-            for w in waiting {
-                if self.placed_on.get(&(w.job.clone(), w.actor)) != Some(node)
-                    && self.could_use(w, node, &n, &free_before)
-                    && self.held_room(w, &free_after) < self.held_room(w, &free_before)
-                {
-                    let detail = format!(
-                        "{}/{} was placed on {node} while {what} {}/{}, ahead of it, waited and could use the room \
-                         it took",
-                        still_held[0].0, still_held[0].1, w.job, w.actor
-                    );
-                    self.violation(invariant, detail);
+                for w in waiting {
+                    let breaks = self.placed_on.get(&(w.job.clone(), w.actor)) != Some(node)
+                        && self.could_use(w, node, &n, &before)
+                        && self.held_room(w, &free) < self.held_room(w, &before);
+                    if breaks && judged.insert((w.job.clone(), w.actor)) {
+                        let detail = format!(
+                            "{}/{} was placed on {node} while {what} {}/{}, ahead of it, waited and could use the \
+                             room it took",
+                            key.0, key.1, w.job, w.actor
+                        );
+                        self.violation(invariant, detail);
+                    }
                 }
             }
         }
     }
 
-    /// Bundles that were on `node` when the first of `lower` was placed there and were
-    /// released later in the step: they still took room then (swarm seed 346478, a finished
-    /// job's spare released after a growth bundle took the node's last room).
-    fn released_after_lower(&self, node: &NodeId, lower: &[&ActorKey]) -> Vec<ActorKey> {
-        let placed_at = |key: &ActorKey| self.step_moves.iter().rposition(|(n, k, p)| n == node && k == key && *p);
-        let Some(first) = lower.iter().filter_map(|k| placed_at(k)).min() else { return Vec::new() };
-        let moves = &self.step_moves;
-        let placed_since =
-            |key: &ActorKey, until: usize| moves[first + 1..until].iter().any(|(n, k, p)| n == node && k == key && *p);
-        (first + 1..moves.len())
-            // One placed there again by the end of the step counts in `used_on` already.
-            .filter(|&i| moves[i].0 == *node && !moves[i].2 && !placed_since(&moves[i].1, i))
-            .filter(|&i| self.placed_on.get(&moves[i].1) != Some(node))
-            .map(|i| moves[i].1.clone())
-            .collect()
+    /// The room `node` had when the step began: what it has now, with this step's moves there
+    /// undone (a placement gives its bundle back, a release takes it again).
+    fn free_at_step_start(&self, node: &NodeId, n: &NodeCheck) -> BTreeMap<String, i128> {
+        let mut free: BTreeMap<String, i128> = n.capacity.iter().map(|(r, q)| (r.to_string(), i128::from(q))).collect();
+        for (r, q) in self.used_on(node) {
+            *free.entry(r).or_default() -= i128::from(q);
+        }
+        for (_, key, placed) in self.step_moves.iter().filter(|(at, _, _)| at == node) {
+            let sign = if *placed { 1 } else { -1 };
+            for (r, q) in self.specs[&key.0].bundle.iter() {
+                *free.entry(r.to_string()).or_default() += sign * i128::from(q);
+            }
+        }
+        free
     }
 
     /// How many of `w`'s job's bundles fit in `free`, up to what it could want on one node (one
@@ -667,28 +656,6 @@ impl Checker {
         let wanted = if spec.strategy == Strategy::StrictSpread { 1 } else { i128::from(spec.min_nodes.max(1)) };
         let fits = |(r, q): (&str, u64)| free.get(r).copied().unwrap_or(0).max(0) / i128::from(q.max(1));
         spec.bundle.iter().filter(|(_, q)| *q > 0).map(fits).fold(wanted, i128::min)
-    }
-
-    /// Bundles placed on `node` later in the step than the first of `lower`, none of `taken`,
-    /// and still there: they took no room yet when it was placed. A growth bundle placed beside
-    /// a blocked replacement, leaving the room it could use, gave its job a reservation there;
-    /// HO-1 then let that job's restoration take the rest, the same step (swarm seed 6641933).
-    fn placed_after_lower(&self, node: &NodeId, taken: &[ActorKey], lower: &[&ActorKey]) -> Vec<ActorKey> {
-        let placed_at = |key: &ActorKey| self.step_moves.iter().rposition(|(n, k, p)| n == node && k == key && *p);
-        let Some(first) = lower.iter().filter_map(|k| placed_at(k)).min() else { return Vec::new() };
-        let later = self.step_moves[first + 1..].iter().filter(|(n, k, p)| *p && n == node && !taken.contains(k));
-        let mut keys: Vec<ActorKey> = later.map(|(_, k, _)| k.clone()).collect();
-        keys.sort();
-        keys.dedup();
-        // Whether it was on the node then: its last move before says, else its first after (a
-        // release: it was; a placement: it was not).
-        let on_node = |(n, k, _): &&(NodeId, ActorKey, bool), key: &ActorKey| n == node && k == key;
-        let there_then = |key: &ActorKey| match self.step_moves[..first].iter().rev().find(|m| on_node(m, key)) {
-            Some((_, _, placed)) => *placed,
-            None => self.step_moves[first + 1..].iter().find(|m| on_node(m, key)).is_some_and(|(_, _, placed)| !placed),
-        };
-        keys.retain(|k| self.placed_on.get(k) == Some(node) && !there_then(k));
-        keys
     }
 
     fn could_use(&self, w: &WaitingBundle, node: &NodeId, n: &NodeCheck, free: &BTreeMap<String, i128>) -> bool {
