@@ -233,7 +233,14 @@ async function checkSilentHead(page, s) {
   await liveStatus(page, 'live', 'before the head stops');
   process.kill(s.headPid, 'SIGSTOP');
   try {
-    await liveStatus(page, 'reconnecting', 'while the head is stopped');
+    // Reconnecting, counting the seconds down where screen readers do not read them out.
+    await page.waitForFunction(
+      () => document.querySelector('#live')?.dataset.status === 'reconnecting'
+        && /Reconnecting in \d+ s$/.test(document.querySelector('#live-text')?.textContent || '')
+        && document.querySelector('#live-text [data-countdown]')?.getAttribute('aria-hidden') === 'true',
+      null,
+      { timeout: STEP_TIMEOUT_MS, polling: 100 },
+    ).catch(() => fail('while the head is stopped: the live indicator never said "Reconnecting in N s"'));
     // What the page shows is then as last heard, and it says since when.
     await textContains(page.locator('#live-text'), 'Not live since', 'the live indicator while the head is stopped');
   } finally {

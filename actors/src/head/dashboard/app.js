@@ -44,6 +44,7 @@ const app = {
   clockSkewMs: 0, // head clock − browser clock, when they differ by more than 2 s
   stream: null, // AbortController of the event follower
   refreshTimer: null,
+  countdown: null, // the interval that counts down to the next reconnect
   refreshing: false,
   refreshAgain: false,
 };
@@ -1098,6 +1099,8 @@ function sleep(ms, signal) {
 /**
  * The top bar's word on the event stream. Once it is lost, it says since when what the page
  * shows has not been updated: the tables stay as they were, and would otherwise look current.
+ * While it waits to reconnect, the seconds left count down — in a part screen readers skip,
+ * since the indicator is a live region and would otherwise be read out every second.
  */
 function setLive(status, retryMs) {
   const live = $('live');
@@ -1105,11 +1108,22 @@ function setLive(status, retryMs) {
   else if (live.dataset.status === 'live') app.notLiveSince = Date.now();
   live.dataset.status = status;
   const since = app.notLiveSince ? `Not live since ${new Date(app.notLiveSince).toLocaleTimeString()} · ` : '';
-  $('live-text').textContent = {
+  const text = $('live-text');
+  text.textContent = {
     connecting: `${since}Connecting…`,
     live: 'Live',
-    reconnecting: `${since}Reconnecting in ${Math.round((retryMs || 0) / 1000)} s`,
+    reconnecting: `${since}Reconnecting`,
   }[status];
+  clearInterval(app.countdown);
+  if (status !== 'reconnecting') return;
+  const countdown = el('span', { 'aria-hidden': 'true', 'data-countdown': '' });
+  text.append(countdown);
+  const at = Date.now() + (retryMs || 0);
+  const tick = () => {
+    countdown.textContent = ` in ${Math.max(1, Math.ceil((at - Date.now()) / 1000))} s`;
+  };
+  tick();
+  app.countdown = setInterval(tick, 250);
 }
 
 // ---------------------------------------------------------------------------------------------
