@@ -142,6 +142,28 @@ async function checkMalformedLink(page, problems) {
   await visible(page.getByRole('heading', { level: 1, name: 'Jobs' }), 'the jobs page again');
 }
 
+/** The jobs page pages back through older jobs (`#/jobs?limit=1` for a page of one): each page
+ * links to the next, older one while there is one, and back to the newest. */
+async function checkPages(page, s) {
+  await page.evaluate(() => { location.hash = '#/jobs?limit=1'; });
+  const older = await visible(page.locator('#older-jobs'), 'the link to older jobs on a page of one');
+  if (await page.locator('#jobs tbody tr').count() !== 1) fail('a page of one shows one job');
+  const newestId = await page.locator('#jobs tbody tr').first().getAttribute('data-job');
+  await textContains(older, `before ${newestId}`, 'the link to older jobs');
+  await older.click();
+  await visible(page.getByRole('heading', { level: 1, name: `Jobs submitted before ${newestId}` }), 'the page of older jobs');
+  const rows = page.locator('#jobs tbody tr');
+  await visible(rows, 'the job before the newest');
+  const olderId = await rows.first().getAttribute('data-job');
+  if (![s.job, s.waitingJob].includes(olderId) || olderId === newestId) fail(`the older page shows ${olderId}`);
+  if (await page.locator('#older-jobs').count() !== 0) fail('the oldest page links to older jobs');
+  await page.locator('#newest-jobs').click();
+  await visible(page.getByRole('heading', { level: 1, name: 'Jobs' }), 'the newest jobs again');
+  ok(`the jobs page pages back: ${newestId} alone, then the older ${olderId}, and back to the newest`);
+  await page.evaluate(() => { location.hash = '#/jobs'; });
+  await visible(page.locator(`#jobs tbody tr[data-job="${s.job}"]`), 'the whole list again');
+}
+
 async function openJob(page, s) {
   const row = await visible(page.locator(`#jobs tbody tr[data-job="${s.job}"]`), `job ${s.job} in the jobs list`);
   await textContains(row, 'RUNNING', `job ${s.job}'s row`);
@@ -295,6 +317,7 @@ async function run(s) {
     await signIn(page, s, problems);
     if (s.waitingJob) await checkWaitingJob(page, s);
     await checkMalformedLink(page, problems);
+    if (s.waitingJob) await checkPages(page, s);
     await openJob(page, s);
     const { actor, node } = await checkLedger(page);
     await checkTimeline(page, actor);

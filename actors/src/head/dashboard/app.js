@@ -151,6 +151,16 @@ function authHeaders() {
 
 /** GET or POST a /v1 route; throws `Unauthorized` on 401, an Error with the head's message otherwise. */
 async function api(path, options = {}) {
+  return (await answer(path, options)).json();
+}
+
+/** A listing of jobs and where the page of older ones ends, if the limit left any out. */
+async function jobsPage(path) {
+  const response = await answer(path);
+  return { jobs: await response.json(), older: response.headers.get('x-ftdrive-next-before') };
+}
+
+async function answer(path, options = {}) {
   const response = await fetch(path, {
     ...options,
     headers: { ...authHeaders(), ...(options.headers || {}) },
@@ -159,7 +169,7 @@ async function api(path, options = {}) {
   noteServerClock(response);
   if (response.status === 401) throw new Unauthorized(await errorText(response));
   if (!response.ok) throw new Error(await errorText(response));
-  return response.json();
+  return response;
 }
 
 async function errorText(response) {
@@ -252,10 +262,26 @@ function enterDashboard() {
 // Routing: #/jobs, #/jobs/{id}, #/nodes
 
 function parseRoute(hash) {
-  const parts = hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeSegment);
+  const [path, query] = hash.replace(/^#\/?/, '').split('?');
+  const parts = path.split('/').filter(Boolean).map(decodeSegment);
   if (parts[0] === 'jobs' && parts[1]) return { page: 'job', id: parts[1] };
   if (parts[0] === 'nodes') return { page: 'nodes' };
-  return { page: 'jobs' };
+  // `#/jobs?before=j40`: the jobs submitted before j40 (a page of older ones); `limit=N` too.
+  const params = new URLSearchParams(query || '');
+  const limit = Number(params.get('limit'));
+  return {
+    page: 'jobs',
+    before: /^j[1-9][0-9]*$/.test(params.get('before') || '') ? params.get('before') : null,
+    limit: Number.isInteger(limit) && limit >= 1 && limit <= JOBS_SHOWN ? limit : JOBS_SHOWN,
+  };
+}
+
+function jobsHref(before, limit) {
+  const params = new URLSearchParams();
+  if (before) params.set('before', before);
+  if (limit !== JOBS_SHOWN) params.set('limit', String(limit));
+  const query = params.toString();
+  return query ? `#/jobs?${query}` : '#/jobs';
 }
 
 /** A segment of a link as typed or pasted: malformed escapes are kept as they are, not thrown. */
@@ -300,9 +326,10 @@ const JOBS_SHOWN = 200;
 const PAGES = {
   jobs: {
     title: () => 'Jobs',
-    load: async () => {
-      const [jobs, health] = await Promise.all([api(`/v1/jobs?limit=${JOBS_SHOWN}`), api('/v1/health')]);
-      return { jobs, health };
+    load: async (route) => {
+      const before = route.before ? `&before=${route.before}` : '';
+      const [page, health] = await Promise.all([jobsPage(`/v1/jobs?limit=${route.limit}${before}`), api('/v1/health')]);
+      return { jobs: page.jobs, older: page.older, health };
     },
     render: renderJobsPage,
   },
@@ -444,28 +471,41 @@ function errorBanner(message) {
 // ---------------------------------------------------------------------------------------------
 // Jobs page
 
-function renderJobsPage({ jobs, health }) {
+function renderJobsPage({ jobs, older, health }) {
   const sorted = [...jobs].sort((a, b) => b.submit_ms - a.submit_ms || b.id.localeCompare(a.id, undefined, { numeric: true }));
+  const { before } = app.route;
+  const empty = before
+    ? el('p', { class: 'empty' }, `No jobs submitted before ${before}.`)
+    : el('p', { class: 'empty' }, 'No jobs yet. Submit one with ', el('code', {}, 'ftdrive submit job.json'), '.');
   return el('div', { class: 'page' },
-    el('h1', HEADING, 'Jobs'),
+    el('h1', HEADING, before ? `Jobs submitted before ${before}` : 'Jobs'),
     clusterSummary(health, jobs),
-    sorted.length === 0
-      ? el('p', { class: 'empty' }, 'No jobs yet. Submit one with ', el('code', {}, 'ftdrive submit job.json'), '.')
-      : jobsTable(sorted));
+    sorted.length === 0 ? empty : jobsTable(sorted),
+    pageLinks(older));
+}
+
+/** Links to the newest jobs (on a page of older ones) and to the next page of older ones. */
+function pageLinks(older) {
+  const { before, limit } = app.route;
+  if (!before && !older) return null;
+  return el('nav', { class: 'pages', 'aria-label': 'Pages of jobs' },
+    before ? el('a', { href: jobsHref(null, limit), id: 'newest-jobs' }, '← Newest jobs') : null,
+    older ? el('a', { href: jobsHref(older, limit), id: 'older-jobs' }, `Older jobs (before ${older}) →`) : null);
 }
 
 function clusterSummary(health, jobs) {
   const active = jobs.filter((j) => !TERMINAL_JOB_STATES.has(j.state)).length;
+  const shown = app.route.before
+    ? ` · ${health.jobs} jobs; ${jobs.length} shown here, ${active} of them active`
+    : health.jobs > jobs.length
+      ? ` · ${health.jobs} jobs; the newest ${jobs.length} shown, ${active} of them active`
+      : ` · ${jobs.length} job${jobs.length === 1 ? '' : 's'}, ${active} active`;
   return el('div', {},
     health.recovering
       ? el('p', { class: 'callout callout-warn' },
         'The head restarted and is waiting for its nodes to report back; states may lag for a moment.')
       : null,
-    el('p', { class: 'summary' },
-      el('a', { href: '#/nodes' }, `${health.alive_nodes} of ${health.nodes} nodes alive`),
-      health.jobs > jobs.length
-        ? ` · ${health.jobs} jobs; the newest ${jobs.length} shown, ${active} of them active (\`ftdrive status\` lists all)`
-        : ` · ${jobs.length} job${jobs.length === 1 ? '' : 's'}, ${active} active`));
+    el('p', { class: 'summary' }, el('a', { href: '#/nodes' }, `${health.alive_nodes} of ${health.nodes} nodes alive`), shown));
 }
 
 function jobsTable(jobs) {
