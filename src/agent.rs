@@ -32,6 +32,11 @@
 //!   that fence (`ExitStatus::fence`, one fault for all of them): a head that is up has
 //!   declared the node lost and placed the work elsewhere, and a rank must not run twice. Without one (the default) an agent keeps its
 //!   work however long the head is silent (DESIGN §10).
+//! - **AG-8 a fence outlives the agent run that closed it.** Its stops name it
+//!   (`AgentEffect::Stop::fence`), the supervisors record it with the ends, and an agent run
+//!   that re-attaches a process its predecessor's fence was stopping reports the end with
+//!   that fence: one fault, charged once (FC-1), however many runs its ends span. Reported as
+//!   a bare stop, each end was charged on its own (swarm seed 6009450).
 //!
 //! The heartbeat cadence is the runtime's: it feeds `AgentInput::Heartbeat` on its own
 //! periodic timer (at the interval the head's welcome names, `AgentEffect::HeartbeatEvery`).
@@ -141,10 +146,13 @@ pub enum AgentEffect {
     Send(ToHead),
     /// Start this attempt's process; answer with `Spawned` or `SpawnFailed`, then `Exited`.
     Spawn(Box<StartSpec>),
-    /// Stop this attempt's process: TERM now, KILL after `grace_ms`.
+    /// Stop this attempt's process: TERM now, KILL after `grace_ms`. A stop the fence makes
+    /// names it (AG-7), for the process's supervisor to record with its end: an agent run
+    /// that re-attaches the process later learns the end was that fence's (AG-8).
     Stop {
         key: AttemptKey,
         grace_ms: u64,
+        fence: Option<std::num::NonZeroU32>,
     },
     /// The head has this attempt's end: whatever the runtime keeps of it may go.
     Forget {
@@ -644,10 +652,12 @@ impl Agent {
         // on its own while its gang's stop was on the way did not end of it). A supervisor
         // that died leaves no word: the agent's sending then decides.
         // One an earlier agent run started may have had its stop from that run (its fence, then
-        // a restart within the grace): the supervisor's word stands.
+        // a restart within the grace): the supervisor's word stands, on the stop and on the
+        // fence that made it (AG-8).
         let reached = status.signalled_by_agent || status.supervisor_lost;
         let by_agent = (proc.signalled && reached) || (proc.reattached && status.signalled_by_agent);
-        let fence = proc.fence.filter(|_| by_agent).map(fence_id);
+        let recorded = status.fence.filter(|_| proc.reattached);
+        let fence = recorded.or(proc.fence.map(fence_id)).filter(|_| by_agent);
         let status = ExitStatus { signalled_by_agent: by_agent, fence, ..status };
         self.report(key, EndReport::Exited(status));
         self.check_shutdown_done(now);
@@ -658,7 +668,7 @@ impl Agent {
         match self.procs.get_mut(&key) {
             Some(proc) if !proc.signalled => {
                 proc.signalled = true;
-                self.effects.push(AgentEffect::Stop { key, grace_ms });
+                self.effects.push(AgentEffect::Stop { key, grace_ms, fence: None });
             }
             Some(_) => {}
             None if self.finished.contains(&key) => {}
@@ -720,7 +730,8 @@ impl Agent {
             // One stopped already (its gang's stop, a shutdown) keeps that stop and its grace.
             if !proc.signalled {
                 proc.signalled = true;
-                stops.push(AgentEffect::Stop { key: key.clone(), grace_ms: proc.stop_grace_ms });
+                let fence = Some(fence_id(now));
+                stops.push(AgentEffect::Stop { key: key.clone(), grace_ms: proc.stop_grace_ms, fence });
             }
         }
         self.effects.push(AgentEffect::Fenced { silent_ms, attempts });
@@ -951,7 +962,10 @@ mod tests {
         a.handle(Instant::ZERO, AgentInput::Spawned { key: key(1) });
         effects(&mut a);
         let stop = ToAgent::Stop { key: key(1), grace_ms: 300 };
-        assert_eq!(from_head(&mut a, stop.clone()), vec![AgentEffect::Stop { key: key(1), grace_ms: 300 }]);
+        assert_eq!(
+            from_head(&mut a, stop.clone()),
+            vec![AgentEffect::Stop { key: key(1), grace_ms: 300, fence: None }]
+        );
         assert!(from_head(&mut a, stop).is_empty(), "AG-4: signalled once");
         a.handle(Instant::ZERO, AgentInput::Exited { key: key(1), status: ExitStatus::signal(15, true) });
         let report = ToHead::Exited { node: NodeId::new("n1"), key: key(1), status: ExitStatus::signal(15, true) };
@@ -999,7 +1013,7 @@ mod tests {
         effects(&mut a);
         a.handle(Instant::ZERO, AgentInput::Shutdown { deadline_ms: 2_000 });
         let sent = effects(&mut a);
-        assert!(sent.contains(&AgentEffect::Stop { key: key(5), grace_ms: 2_000 }), "{sent:?}");
+        assert!(sent.contains(&AgentEffect::Stop { key: key(5), grace_ms: 2_000, fence: None }), "{sent:?}");
         assert_eq!(a.poll_timeout(), Some(Instant::from_ms(2_000)));
         assert!(from_head(&mut a, ToAgent::Start(Arc::new(spec(6))))
             .iter()
@@ -1091,7 +1105,8 @@ mod tests {
         assert_eq!(effects(&mut a), []);
         a.handle_timeout(at(3_000));
         let fenced = AgentEffect::Fenced { silent_ms: 2_000, attempts: vec![key(0)] };
-        assert_eq!(effects(&mut a), [fenced, AgentEffect::Stop { key: key(0), grace_ms: 500 }]);
+        let fence = std::num::NonZeroU32::new(3_000);
+        assert_eq!(effects(&mut a), [fenced, AgentEffect::Stop { key: key(0), grace_ms: 500, fence }]);
         assert_eq!(a.poll_timeout(), None, "once");
         a.handle_timeout(at(9_000));
         assert_eq!(effects(&mut a), []);
@@ -1105,6 +1120,28 @@ mod tests {
         from_head(&mut a, ToAgent::Start(Arc::new(spec(1))));
         a.handle(at(5_000), AgentInput::HeadHeard);
         assert_eq!(a.poll_timeout(), Some(at(7_000)));
+    }
+
+    /// AG-8: a process the fence of an earlier agent run was stopping ends after a restart; the
+    /// new run reports the end with the fence its supervisor recorded (one fault, FC-1), and a
+    /// bare stop of that earlier run as a bare stop.
+    #[test]
+    fn a_re_attached_process_the_last_runs_fence_stopped_ends_with_that_fence() {
+        let running = vec![(key(0), 500), (key(1), 500)];
+        let mut a = agent(Recovered { running, ..Recovered::default() });
+        effects(&mut a);
+        let fence = std::num::NonZeroU32::new(3_000);
+        let fenced = ExitStatus { fence, ..ExitStatus::signal(15, true) };
+        a.handle(Instant::from_ms(4_000), AgentInput::Exited { key: key(0), status: fenced.clone() });
+        a.handle(Instant::from_ms(4_000), AgentInput::Exited { key: key(1), status: ExitStatus::signal(15, true) });
+        let reported: Vec<ExitStatus> = effects(&mut a)
+            .into_iter()
+            .filter_map(|e| match e {
+                AgentEffect::Send(ToHead::Exited { status, .. }) => Some(status),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reported, [fenced, ExitStatus::signal(15, true)]);
     }
 
     /// Without a fence an agent keeps its work however long the head is silent (DESIGN §10).

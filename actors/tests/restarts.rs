@@ -247,6 +247,55 @@ fn a_fenced_agent_stops_its_work_when_the_head_goes_silent_and_an_unfenced_one_k
     }
 }
 
+/// AG-8: the fence stops two ranks on one node, their processes ignore SIGTERM, and the agent
+/// is killed and started again before their supervisors' SIGKILL ends them. The new agent run
+/// reports both ends with the fence their supervisors recorded: one fault, charged once (FC-1).
+/// As bare stops of an earlier run, each was charged on its own.
+#[test]
+fn a_fence_that_ends_work_across_an_agent_restart_is_charged_once() {
+    let mut c = Cluster::start(&[]);
+    let said = c.dir.path().join("fenced.err");
+    let fenced = |c: &Cluster, log: &std::path::Path, fence_ms: &str| {
+        let log = std::fs::File::create(log).unwrap();
+        c.node_command("fenced").args(["--fence-after-ms", fence_ms]).stderr(log).spawn().unwrap()
+    };
+    let agent = fenced(&c, &said, "600");
+    c.nodes.insert("fenced".into(), agent);
+    c.wait_until("the agent registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    let spec = c.spec(
+        "stubborn",
+        json!({"command": ["sh", "-c", "trap '' TERM; echo up; while :; do sleep 1; done"], "min_nodes": 2,
+               "max_nodes": 2, "bundle": {"cpu": 0.5}, "strategy": "STRICT_PACK", "restart": "actor",
+               "stop_grace_ms": 3_000}),
+    );
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "both ranks run", |j| running(j, 2));
+    let head = c.head.id() as i32;
+    // SAFETY: signalling the head process this test started.
+    unsafe { libc::kill(head, libc::SIGSTOP) };
+    let fenced_then_restarted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        c.wait_until("the fence closed", |_| {
+            std::fs::read_to_string(&said).is_ok_and(|s| s.contains("heard nothing from the head"))
+        });
+        c.kill_node("fenced");
+        // Its own fence far off: the ends are the first run's fence's alone.
+        let again = fenced(&c, &c.dir.path().join("fenced-again.err"), "60000");
+        c.nodes.insert("fenced".into(), again);
+        c.wait_until("the supervisors' SIGKILL ended the ranks", |c| pids(c, Some("fenced")).is_empty());
+    }));
+    // SAFETY: as above.
+    unsafe { libc::kill(head, libc::SIGCONT) };
+    fenced_then_restarted.unwrap();
+    let job = c.wait_for_job(&id, "both ends are in the ledger", |j| j["ledger"].as_array().unwrap().len() >= 2);
+    let ledger = job["ledger"].as_array().unwrap();
+    let charged: Vec<&str> = ledger[..2].iter().map(|e| e["budget"].as_str().unwrap()).collect();
+    assert!(ledger[..2].iter().all(|e| e["cause"] == "node_lost"), "{job:#}");
+    assert_eq!(charged.iter().filter(|b| **b == "system").count(), 1, "one fault, one charge: {job:#}");
+    let free = ledger[..2].iter().find(|e| e["budget"] == "none").unwrap()["evidence"].as_str().unwrap();
+    assert!(free.contains("heard nothing from the head") && free.contains("charged once"), "{free}");
+    c.ftdrive(&["stop", &id]);
+}
+
 /// The child's exit code and output, once it ends (within `limit`).
 fn output_within(child: &mut Ended, limit: Duration) -> (Option<i32>, String, String) {
     let start = Instant::now();

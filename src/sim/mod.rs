@@ -825,7 +825,7 @@ impl Simulation {
             match effect {
                 AgentEffect::Send(msg) => self.send_to_head(ix, msg),
                 AgentEffect::Spawn(spec) => self.spawn(ix, *spec),
-                AgentEffect::Stop { key, grace_ms } => self.signal_stop(ix, key, grace_ms),
+                AgentEffect::Stop { key, grace_ms, fence } => self.signal_stop(ix, key, grace_ms, fence),
                 // Its stops follow as their own effects.
                 AgentEffect::Fenced { .. } => {
                     let machine = &self.agents[ix as usize];
@@ -892,14 +892,16 @@ impl Simulation {
     }
 
     /// A stopped process takes up to MAX_TERM_MS to honour SIGTERM; past the grace it is killed.
-    fn signal_stop(&mut self, ix: u32, key: AttemptKey, grace_ms: u64) {
+    /// A stop reaches the process; its end, as its supervisor records it, names the fence
+    /// that made the stop (AG-8).
+    fn signal_stop(&mut self, ix: u32, key: AttemptKey, grace_ms: u64, fence: Option<std::num::NonZeroU32>) {
         if !self.agents[ix as usize].processes.contains_key(&key) {
             return;
         }
         let term_ms = self.process_rng.next_u64() % (MAX_TERM_MS + 1);
         let (after, signal) = if term_ms <= grace_ms { (term_ms, 15) } else { (grace_ms, 9) };
         let boot = self.agents[ix as usize].boot;
-        let status = ExitStatus::signal(signal, true);
+        let status = ExitStatus { fence, ..ExitStatus::signal(signal, true) };
         self.push(self.now.plus_ms(after), SimEvent::ProcessEnd { node: ix, boot, stopped: true, key, status });
     }
 

@@ -432,9 +432,10 @@ impl TestCluster {
                     agent.protocol.handle(now, AgentInput::Spawned { key });
                 }
                 AgentEffect::Stop { .. } if agent.slow_to_stop => {}
-                AgentEffect::Stop { key, .. } => {
+                AgentEffect::Stop { key, fence, .. } => {
                     if agent.running.remove(&key).is_some() {
-                        agent.protocol.handle(now, AgentInput::Exited { key, status: ExitStatus::signal(15, true) });
+                        let status = ExitStatus { fence, ..ExitStatus::signal(15, true) };
+                        agent.protocol.handle(now, AgentInput::Exited { key, status });
                     }
                 }
                 AgentEffect::Fenced { .. }

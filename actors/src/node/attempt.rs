@@ -88,7 +88,11 @@ pub enum Report {
 /// A command to a supervisor.
 #[derive(Clone, Copy, Debug)]
 pub enum Command {
-    Stop { grace_ms: u64 },
+    /// With the fence that made the stop, if one did (AG-8): the supervisor records it.
+    Stop {
+        grace_ms: u64,
+        fence: Option<std::num::NonZeroU32>,
+    },
     Kill,
 }
 
@@ -457,7 +461,10 @@ async fn attach(
                 },
                 command = incoming.recv() => {
                     let text = match command {
-                        Some(Command::Stop { grace_ms }) => format!("stop {grace_ms}\n"),
+                        // The fence on a line of its own, before the stop: a supervisor of
+                        // an older build passes over a line it does not know.
+                        Some(Command::Stop { grace_ms, fence: Some(fence) }) => format!("fence {fence}\nstop {grace_ms}\n"),
+                        Some(Command::Stop { grace_ms, fence: None }) => format!("stop {grace_ms}\n"),
                         Some(Command::Kill) => "kill\n".to_string(),
                         None => continue,
                     };

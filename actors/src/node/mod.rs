@@ -222,7 +222,7 @@ impl NodeAgent {
                     }
                 }
                 AgentEffect::Spawn(spec) => self.launch(*spec, ctx),
-                AgentEffect::Stop { key, grace_ms } => self.command(&key, Command::Stop { grace_ms }),
+                AgentEffect::Stop { key, grace_ms, fence } => self.command(&key, Command::Stop { grace_ms, fence }),
                 AgentEffect::Forget { key } => {
                     self.supervisors.remove(&key);
                     attempt::forget(&self.opts.state_dir, &key);

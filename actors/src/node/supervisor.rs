@@ -52,7 +52,8 @@
 //! Socket lines, supervisor → agent: `started PGID...` (one per worker), `exited` (the record
 //! is written), `ended STATUS-JSON` (the record could not be: the end itself); agent →
 //! supervisor: `stop GRACE_MS`, `kill`, `ping [REATTACH_GRACE_MS]` (the grace to keep from then
-//! on, when the agent knows it).
+//! on, when the agent knows it), `fence ID` (the stop that follows is that fence's: recorded
+//! with the end, AG-8 in the agent).
 
 use super::cgroup;
 use super::logcap::LogCap;
@@ -107,6 +108,8 @@ struct Progress {
     ordered_to_end: bool,
     /// It was the re-attach grace that ran out: no agent came back (the ledger says so).
     orphaned: bool,
+    /// The agent's fence that ordered the stop, recorded with the end (AG-8 in the agent).
+    fence: Option<std::num::NonZeroU32>,
 }
 
 /// Runs the supervisor; never returns.
@@ -240,6 +243,7 @@ fn supervise(mut group: Group, listener: UnixListener, args: &Args, cap: Option<
         failure: None,
         ordered_to_end: false,
         orphaned: false,
+        fence: None,
     };
     let mut agent: Option<(u64, UnixStream)> = None;
     let mut kill_at: Option<Instant> = None;
@@ -348,7 +352,8 @@ impl Progress {
             None => ended,
         };
         let worker = (group.workers > 1).then_some(local_rank);
-        ExitStatus { worker, signalled_by_agent: ordered, orphaned: ordered && self.orphaned, ..ended }
+        let fence = self.fence.filter(|_| ordered);
+        ExitStatus { worker, signalled_by_agent: ordered, orphaned: ordered && self.orphaned, fence, ..ended }
     }
 
     /// Carries out one command from the agent; returns when to escalate to SIGKILL.
@@ -363,6 +368,11 @@ impl Progress {
             ("kill", _) => {
                 self.ordered_to_end = true;
                 signal_all(&self.pgids, libc::SIGKILL);
+                None
+            }
+            // Names the stop that follows (AG-8).
+            ("fence", id) => {
+                self.fence = id.trim().parse().ok();
                 None
             }
             _ => None,
