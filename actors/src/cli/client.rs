@@ -201,18 +201,17 @@ impl Client {
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
-        let response = self.send(self.http.get(format!("{}{path}", self.base)).timeout(REQUEST_TIMEOUT)).await?;
-        response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))
+        Ok(self.get_with_header(path, None).await?.0)
     }
 
-    /// Like `get`, with the value of the answer's header `header` (None without one).
+    /// Like `get`, with the value of the answer's header `header`, if named (None without one).
     pub async fn get_with_header<T: DeserializeOwned>(
         &self,
         path: &str,
-        header: &str,
+        header: Option<&str>,
     ) -> Result<(T, Option<String>), CliError> {
         let response = self.send(self.http.get(format!("{}{path}", self.base)).timeout(REQUEST_TIMEOUT)).await?;
-        let value = response.headers().get(header).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let value = header.and_then(|h| response.headers().get(h)).and_then(|v| v.to_str().ok()).map(str::to_string);
         let body =
             response.json().await.map_err(|e| CliError::Failed(format!("unexpected answer from the head: {e}")))?;
         Ok((body, value))

@@ -26,7 +26,7 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
             }
             None => {
                 let path = listing_path(&args.state, args.before.as_deref(), args.limit);
-                let (views, older): (Vec<JobView>, _) = client.get_with_header(&path, NEXT_BEFORE_HEADER).await?;
+                let (views, older): (Vec<JobView>, _) = client.get_with_header(&path, Some(NEXT_BEFORE_HEADER)).await?;
                 match args.out.output {
                     Output::Json => out::json(&views)?,
                     Output::Text => out::text(&render::jobs_table(&views, crate::paths::unix_ms()))?,
