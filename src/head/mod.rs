@@ -780,11 +780,11 @@ impl Head {
         let mut memo = WaitingMemo::default();
         let mut matching = self.by_pg.values().rev().filter(|id| wanted(id, self.jobs[*id].driver.state()));
         let shown: Vec<&JobId> = matching.by_ref().take(limit).collect();
-        let older = matching.next().is_some();
+        // Newest first here: the last shown is the oldest, where the next page ends.
+        let older = matching.next().and(shown.last()).map(|id| id.to_string());
         let mut views: Vec<JobView> =
             shown.iter().map(|id| self.job_view_sharing(id, &mut memo, ledger_kept).expect("a job of by_pg")).collect();
         views.reverse();
-        let older = older.then(|| views.first().map(|v| v.id.clone())).flatten();
         JobList { views, older }
     }
 

@@ -609,10 +609,7 @@ impl Checker {
             let mut judged: BTreeSet<(JobId, u32)> = BTreeSet::new();
             for (key, placed) in moves {
                 let before = free.clone();
-                let sign = if placed { -1 } else { 1 };
-                for (r, q) in self.specs[&key.0].bundle.iter() {
-                    *free.entry(r.to_string()).or_default() += sign * i128::from(q);
-                }
+                self.shift_by_bundle(&mut free, &key.0, if placed { -1 } else { 1 });
                 if !placed || !taken.contains(&key) || self.placed_on.get(&key) != Some(node) {
                     continue;
                 }
@@ -641,12 +638,16 @@ impl Checker {
             *free.entry(r).or_default() -= i128::from(q);
         }
         for (_, key, placed) in self.step_moves.iter().filter(|(at, _, _)| at == node) {
-            let sign = if *placed { 1 } else { -1 };
-            for (r, q) in self.specs[&key.0].bundle.iter() {
-                *free.entry(r.to_string()).or_default() += sign * i128::from(q);
-            }
+            self.shift_by_bundle(&mut free, &key.0, if *placed { 1 } else { -1 });
         }
         free
+    }
+
+    /// Adds `job`'s bundle to `free` (`sign` 1: given back) or takes it (`sign` -1: taken).
+    fn shift_by_bundle(&self, free: &mut BTreeMap<String, i128>, job: &JobId, sign: i128) {
+        for (r, q) in self.specs[job].bundle.iter() {
+            *free.entry(r.to_string()).or_default() += sign * i128::from(q);
+        }
     }
 
     /// How many of `w`'s job's bundles fit in `free`, up to what it could want on one node (one
