@@ -757,7 +757,8 @@ fn logs_follow_a_running_attempt_and_show_a_finished_one() {
     let spec = c.spec("chatty", json!({"command": ["sh", "-c", "for i in 1 2 3 4 5 6; do echo line $i; sleep 0.3; done"], "min_nodes": 1, "max_nodes": 1}));
     let id = c.submit_no_wait(&spec);
     c.wait_for_job(&id, "it runs", |j| running(j, 1));
-    let followed = c.ftdrive(&["logs", &id, "--follow"]);
+    // `-f`, as `tail -f` and `kubectl logs -f` take it.
+    let followed = c.ftdrive(&["logs", &id, "-f"]);
     let expected: String = (1..=6).map(|i| format!("line {i}\n")).collect();
     assert_eq!(followed, expected, "followed until the attempt ended");
     c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
@@ -1401,7 +1402,7 @@ fn ctrl_c_detaches_and_says_how_to_follow_or_stop() {
     assert_eq!(c.job("j1")["state"], "RUNNING", "the job keeps running");
 
     // Followed again, to its end: the exit code is its outcome, as submit's is.
-    let again = c.command().args(["status", "j1", "--follow"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let again = c.command().args(["status", "j1", "-f"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
     let mut again = again.unwrap();
     let mut stdout = std::io::BufReader::new(again.stdout.take().unwrap());
     let mut line = String::new();

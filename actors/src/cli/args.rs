@@ -258,7 +258,7 @@ pub struct StatusArgs {
     pub job: Option<String>,
     /// Follow the job to its end, as `submit` does, and exit with its outcome (0 SUCCEEDED, 1
     /// FAILED, 3 STOPPED); Ctrl-C stops following, not the job.
-    #[arg(long, requires = "job")]
+    #[arg(short, long, requires = "job")]
     pub follow: bool,
     /// Only jobs in these states, e.g. `--state PENDING,RUNNING` (default: any).
     #[arg(long, value_delimiter = ',', value_parser = job_state, conflicts_with = "job")]
@@ -293,7 +293,7 @@ pub struct LogsArgs {
     #[arg(long, value_name = "N")]
     pub tail: Option<u32>,
     /// Keep printing as the attempt writes, until it ends.
-    #[arg(long)]
+    #[arg(short, long)]
     pub follow: bool,
     #[command(flatten)]
     pub head: HeadUrl,
