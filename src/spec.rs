@@ -286,7 +286,13 @@ pub(crate) fn placed_error(err: serde_path_to_error::Error<serde_json::Error>) -
         let field = if field == "(document)" { key.to_string() } else { format!("{field}.{key}") };
         return (field, "is given twice; give it once".to_string());
     }
-    (field, friendlier(&message))
+    let message = friendlier(&message);
+    // A command line written as one string (Slurm's, a shell's) is split by nobody here: the
+    // program and each argument are items of a list, as Kubernetes' `command` is.
+    if field == "command" && message.starts_with("invalid type: string") {
+        return (field, format!("{message}: the program and its arguments, each a string, such as [\"python3\", \"train.py\"], or [\"sh\", \"-c\", \"...\"] to run it through a shell"));
+    }
+    (field, message)
 }
 
 /// serde's messages say `i64`/`u32`/`struct HeadConfig`; users think in integers and objects.
@@ -656,7 +662,11 @@ mod tests {
             assert_eq!(err.message, format!("is not valid JSON: {at}; fix the syntax there"), "{text:?}");
         }
         let wrong_type = parse(r#"{"name": "t", "command": "true"}"#).unwrap_err();
-        assert_eq!(wrong_type.message, "invalid type: string \"true\", expected a JSON array");
+        assert_eq!(
+            wrong_type.message,
+            "invalid type: string \"true\", expected a JSON array: the program and its arguments, each a string, \
+             such as [\"python3\", \"train.py\"], or [\"sh\", \"-c\", \"...\"] to run it through a shell"
+        );
         assert_eq!(wrong_type.field, "command");
         assert!(!wrong_type.message.contains("line"), "a field's error needs no position: {}", wrong_type.message);
     }

@@ -321,3 +321,27 @@ fn a_gpu_bundle_holds_devices_no_other_bundle_holds_and_sees_them() {
     }
     c.wait_until("the workers are gone", |c| c.processes(None).is_empty());
 }
+
+/// A program named without a `/` is looked up on `$PATH` only: a `["train.py"]` that sits in
+/// the working directory fails to start with an error that says to write `./train.py`, and a
+/// program found nowhere with one that says where it was looked for. Neither is retried.
+#[test]
+fn a_program_that_is_not_on_the_path_fails_with_what_to_write_instead() {
+    let c = Cluster::start(&["n1"]);
+    let work = c.dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::fs::write(work.join("train.py"), "print('hi')\n").unwrap();
+    for (name, program, says) in [
+        ("local", "train.py", "`train.py` is in the working directory, and a program named without a `/` is looked up on $PATH only: write `./train.py`"),
+        ("nowhere", "no-such-program-ftdrive", "a program named without a `/` is looked up on $PATH: install it on this node"),
+    ] {
+        let spec = c.spec(name, json!({"command": [program], "cwd": work, "min_nodes": 1, "max_nodes": 1}));
+        let id = c.submit_no_wait(&spec);
+        let job = c.wait_for_job(&id, "the job fails", |j| j["state"] == "FAILED");
+        let entry = &job["ledger"][0];
+        assert_eq!(entry["cause"], "spawn_failed", "{job:#}");
+        let evidence = entry["evidence"].as_str().unwrap();
+        assert!(evidence.contains(&format!("cannot start worker 0 ({program}): No such file or directory")), "{evidence}");
+        assert!(evidence.contains(says), "{evidence}");
+    }
+}

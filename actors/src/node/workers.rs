@@ -149,12 +149,28 @@ pub fn start(spec: &GroupSpec) -> Result<Group, StartError> {
                     signal_group(*pgid, libc::SIGKILL);
                 }
                 let program_error = exec && e.raw_os_error().is_some_and(|code| PROGRAM_ERRORS.contains(&code));
-                let message = format!("cannot start worker {local_rank} ({}): {e}", spec.command[0]);
+                let program = &spec.command[0];
+                let hint = if exec { not_found_hint(program, &e) } else { String::new() };
+                let message = format!("cannot start worker {local_rank} ({program}): {e}{hint}");
                 return Err(StartError { message, node_fault: !program_error });
             }
         }
     }
     Ok(group)
+}
+
+/// What to do when `program` was not found: one named without a `/` is looked up on `$PATH`
+/// only (as `execvp` and a shell do), never in the working directory, where a user's
+/// `["train.py"]` most often is.
+fn not_found_hint(program: &str, e: &std::io::Error) -> String {
+    if e.raw_os_error() != Some(libc::ENOENT) || program.contains('/') {
+        return String::new();
+    }
+    if Path::new(program).is_file() {
+        format!("; `{program}` is in the working directory, and a program named without a `/` is looked up on $PATH only: write `./{program}` (or run it with its interpreter, [\"python3\", \"{program}\"])")
+    } else {
+        "; a program named without a `/` is looked up on $PATH: install it on this node, or give its path".to_string()
+    }
 }
 
 /// A started worker, or why not — and whether the error came from its `exec` (true), or
