@@ -456,6 +456,51 @@ fn an_actor_mode_crash_is_decided_once_its_peers_nodes_are_heard_from() {
     assert_eq!((reacted.cause, reacted.budget), (Cause::Collateral, BudgetKind::None), "{reacted:?}");
 }
 
+/// SL-1: a node's agent and its attempts are killed outright, and the agent is back within a
+/// second, before any node timeout: it reports the attempt's supervisor dead without a record
+/// (or, from a fresh disk, knows nothing of it). A peer that crashed meanwhile (its ring
+/// neighbour gone) was reacting to that loss: free, as for a lost node; the lost rank is
+/// `node_lost`, charged to `system` once. Reported as a bare exit, the lost rank read as
+/// stopped with its gang (free) and the restarted agent's first heartbeat had the peer's crash
+/// decided a user error: the job failed on its user budget of 0 (a real cluster under `cargo
+/// bench --bench chaos -- --machine-loss`).
+#[test]
+fn a_crash_after_a_peers_attempts_were_killed_with_its_agent_is_charged_to_the_loss() {
+    let beat_ms = HeadConfig::default().heartbeat_interval_ms;
+    type Restart = fn(&mut TestCluster, &str);
+    let restarts: [(Restart, &str); 2] = [
+        (TestCluster::kill_all_and_restart_agent, "died without a record"),
+        (TestCluster::reboot_fresh, "was gone when its agent restarted"),
+    ];
+    for (restart, says) in restarts {
+        let mut s = spec("ring", 3, 3);
+        s.retries.user = Budget::from_i64(0).unwrap();
+        let (mut c, job) = one_job(&["n1", "n2", "n3", "n4"], s);
+        c.advance(500);
+        let on_n2 = c.view(&job).actors.iter().position(|a| a.node.as_deref() == Some("n2")).unwrap() as u32;
+        let peer = (on_n2 + 1) % 3;
+        c.crash("n2");
+        c.advance(100);
+        c.exit_actor(&job, peer, ExitStatus::code(1));
+        c.advance(200);
+        restart(&mut c, "n2");
+        c.advance(2 * beat_ms);
+        let view = c.view(&job);
+        let entry = |actor: u32| view.ledger.iter().find(|e| e.actor == format!("{job}/{actor}")).unwrap().clone();
+        let (lost, reacted) = (entry(on_n2), entry(peer));
+        assert_eq!((lost.cause, lost.budget), (Cause::NodeLost, BudgetKind::System), "{says}: {:#?}", view.ledger);
+        assert!(lost.evidence.contains(says), "{}", lost.evidence);
+        assert_eq!(
+            (reacted.cause, reacted.budget),
+            (Cause::Collateral, BudgetKind::None),
+            "{says}: {:#?}",
+            view.ledger
+        );
+        assert!(reacted.evidence.contains("'s node n2 had gone silent first"), "{}", reacted.evidence);
+        assert_ne!(view.state, JobState::Failed, "{says}: {:#?}", view.ledger);
+    }
+}
+
 /// A node that dies after a rank's own crash does not excuse the crash.
 #[test]
 fn a_node_lost_after_the_crash_does_not_excuse_it() {

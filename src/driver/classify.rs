@@ -229,12 +229,6 @@ fn exited(job: &JobContext, run: &Run, status: &ExitStatus, reacting_to: Option<
     if run.draining {
         return (Cause::Preempted, format!("{} and the {who} {status}", run.drained_by.describe(node)));
     }
-    if status.supervisor_lost {
-        return (
-            Cause::NodeLost,
-            format!("the attempt supervisor of the {who} on {node} died without a record; the agent ended its workers"),
-        );
-    }
     if status.fence.is_some() {
         return (
             Cause::NodeLost,
@@ -456,18 +450,15 @@ mod tests {
         assert_eq!(verdict(&policy, &r, ExitStatus::signal(15, true)), (Cause::NodeLost, BudgetKind::User));
     }
 
-    /// ftdrive's own supervisor killed outright is ftdrive's failure: charged to `system`,
-    /// not to the user's budget as a worker killed by an unknown signal would be.
+    /// A worker killed by a signal nobody in ftdrive sent is the program's failure. (Its
+    /// supervisor killed outright is ftdrive's: the head reports that as the attempt lost,
+    /// SL-1, and `budgets.rs` shows it charged to `system`.)
     #[test]
-    fn a_lost_supervisor_is_charged_to_the_system_budget() {
+    fn a_worker_killed_by_an_unknown_signal_is_the_programs_failure() {
         let policy = RetryPolicy::default();
         let j = job(&policy, None);
-        let v = classify(&j, &run(), Ending::Exited { status: &ExitStatus::supervisor_lost(), reacting_to: None });
-        assert_eq!(v.cause, Cause::NodeLost);
-        let says = "the attempt supervisor of the process on n1 died without a record; the agent ended its workers";
-        assert_eq!(v.evidence, says);
         let worker = classify(&j, &run(), Ending::Exited { status: &ExitStatus::signal(9, false), reacting_to: None });
-        assert_eq!(worker.cause, Cause::UserError, "a worker killed so is the program's");
+        assert_eq!((worker.cause, worker.budget), (Cause::UserError, BudgetKind::User));
     }
 
     /// An attempt whose agent went away and stayed away past the re-attach grace was ended by

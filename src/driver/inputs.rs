@@ -199,6 +199,7 @@ impl Driver {
     pub(super) fn on_exited(&mut self, now: Instant, key: AttemptKey, status: ExitStatus) {
         // An agent's report: its words on the failure are trusted with a bounded length only.
         let status = status.bounded();
+        assert!(!status.supervisor_lost, "the head reports an attempt whose supervisor died as lost (SL-1)");
         let waits = self.mode().success_waits_for_peers() && self.closing.is_none();
         let Some(run) = self.current_run(&key) else {
             return self.stale(key, "exit report");
@@ -239,6 +240,12 @@ impl Driver {
         let Some(run) = self.current_run(&key) else {
             return self.stale(key, "attempt loss");
         };
+        if run.exited.is_none() {
+            // A peer's crash since it went silent may have been a reaction (AT-1).
+            let (cycle, node) = (run.cycle, loss.node.clone());
+            self.losses.push(LossRecord { cycle, actor: key.actor, node, silent_since: loss.silent_since });
+        }
+        let run = self.current_run(&key).expect("just found");
         let node = run.node.clone();
         self.effects.push_back(DriverEffect::AttemptEnded { node, key: key.clone() });
         self.end_attempt(now, key.actor, Ending::NodeLost(loss));

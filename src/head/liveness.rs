@@ -31,6 +31,11 @@ pub struct NodeRecord {
     /// undrain`, whatever happens meanwhile (agent and head restarts, the node's death and a
     /// new machine in its name), as a Kubernetes cordon or a Slurm DRAIN does.
     pub cordoned: bool,
+    /// For an agent that restarted on a live node, until its first heartbeat: when the run
+    /// before it was last heard. What the new run owes of the old run's ends comes before that
+    /// heartbeat, and a supervisor among them that died without a record died no earlier
+    /// (SL-1 in `head/mod.rs`).
+    pub previous_run_heard: Option<Instant>,
 }
 
 impl NodeRecord {
@@ -67,6 +72,7 @@ impl Liveness {
             link_lost: false,
             leaving: false,
             cordoned,
+            previous_run_heard: None,
         });
         self.expiries.push_back((deadline, ix));
     }
@@ -84,6 +90,7 @@ impl Liveness {
         let record = self.get_mut(ix).expect("heard from a registered node");
         assert!(record.alive, "heard from a dead node");
         record.last_heard = now;
+        record.previous_run_heard = None;
         record.link_lost = false;
         record.deadline = now.plus_ms(timeout_ms);
         let deadline = record.deadline;

@@ -94,7 +94,7 @@ impl Head {
             self.heard_from(ix, now);
             if self.reported(ix) {
                 let gone = self.attempts.missing_since_restart(ix, &agent.running, &agent.ended);
-                self.lose_attempts(now, ix, node, gone, "was not running there when the head restarted");
+                self.lose_attempts(now, ix, node, gone, "was not running there when the head restarted", now);
             }
             return Ok(true);
         }
@@ -167,9 +167,10 @@ impl Head {
     /// there is gone with the old agent. The node keeps its bundles.
     fn readopt(&mut self, now: Instant, ix: NodeIx, agent: &Registration, reconfigured: bool) {
         // The machine is the same, and so is a departure it announced.
-        let leaving = self.liveness.get(ix).expect("record").leaving;
+        let (leaving, last_heard) = self.liveness.get(ix).map(|r| (r.leaving, r.last_heard)).expect("record");
         self.liveness.register(ix, agent.addr.clone(), agent.incarnation, now, self.config.node_timeout_ms);
-        self.liveness.get_mut(ix).expect("just registered").leaving = leaving;
+        let record = self.liveness.get_mut(ix).expect("just registered");
+        (record.leaving, record.previous_run_heard) = (leaving, Some(last_heard));
         self.scheduler.clear_suspect(ix);
         self.reported(ix);
         let gone = self.attempts.missing(ix, &agent.running, &agent.ended);
@@ -179,18 +180,29 @@ impl Head {
             lost: gone.len() as u32,
             reconfigured,
         });
-        self.lose_attempts(now, ix, &agent.node, gone, "was gone when its agent restarted");
+        // Gone with the old run, at a time nobody saw: no earlier than it was last heard, as a
+        // lost node's processes are (AT-1 attributes a peer's crash after that to the loss).
+        self.lose_attempts(now, ix, &agent.node, gone, "was gone when its agent restarted", last_heard);
     }
 
     /// Attempts whose start `node` confirmed but that its registration neither lists running
-    /// nor owes an end for (`AttemptIndex::missing`): their processes are gone.
-    fn lose_attempts(&mut self, now: Instant, ix: NodeIx, node: &NodeId, gone: Vec<AttemptKey>, how: &str) {
+    /// nor owes an end for (`AttemptIndex::missing`): their processes are gone, since
+    /// `silent_since` or later.
+    fn lose_attempts(
+        &mut self,
+        now: Instant,
+        ix: NodeIx,
+        node: &NodeId,
+        gone: Vec<AttemptKey>,
+        how: &str,
+        silent_since: Instant,
+    ) {
         let draining = self.scheduler.node(ix).state == NodeState::Draining;
         for key in gone {
             let _ = self.attempts.ended(ix, &key);
             let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) else { continue };
             let evidence = format!("{key} on {node} {how}");
-            let loss = Loss { node: node.clone(), preemptible: false, draining, silent_since: now, evidence };
+            let loss = Loss { node: node.clone(), preemptible: false, draining, silent_since, evidence };
             self.feed(now, pg, DriverInput::AttemptLost { key, loss });
         }
     }

@@ -28,13 +28,13 @@ mod ports;
 pub use durable::{Counters, Durable, DurableState, JobRecord, NodeRecord, StoredJob};
 
 use crate::config::HeadConfig;
-use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, JobState, NodeRef};
+use crate::driver::{BundlePlaced, Driver, DriverEffect, DriverInput, JobState, Loss, NodeRef};
 use crate::event::Event;
 use crate::ids::{ActorId, JobId, JobIdMint, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, Registration, ToAgent, ToHead};
 use crate::scheduler::{
-    BundleState, NodeIx, PgId, PgSpec, PolicyFault, QueueClass, QueueKey, SchedEvent, Scheduler, SchedulerConfig,
-    WaitingMemo,
+    BundleState, NodeIx, NodeState, PgId, PgSpec, PolicyFault, QueueClass, QueueKey, SchedEvent, Scheduler,
+    SchedulerConfig, WaitingMemo,
 };
 use crate::spec::JobSpec;
 use crate::time::{earliest, Instant};
@@ -381,6 +381,10 @@ impl Head {
             }
             Input::Listening { node, incarnation, ports } => self.listening(now, node, incarnation, ports)?,
             Input::ProcessStarted { node, incarnation, key } => self.process_started(now, node, incarnation, key)?,
+            Input::ProcessExited { node, key, status } if status.supervisor_lost => {
+                let loss = self.supervisor_loss(now, &node, &key);
+                self.process_ended(now, node, key, |key| DriverInput::AttemptLost { key, loss })?
+            }
             Input::ProcessExited { node, key, status } => {
                 self.process_ended(now, node, key, |key| DriverInput::Exited { key, status })?
             }
@@ -508,6 +512,25 @@ impl Head {
             self.feed(now, pg, input(key));
         }
         Ok(Reply::Done)
+    }
+
+    /// SL-1: an attempt whose supervisor died without a record (killed outright, with the
+    /// machine's other processes, or by the OOM killer) was lost as with its node, at a time
+    /// nobody saw: no earlier than the node's agent was last heard before the report — the
+    /// agent run before a restart, for an end the restarted one owes. A peer's crash after that
+    /// may have been a reaction to it (AT-1), and it is charged as a lost node is (`node_lost`,
+    /// or the drain's `preempted`). Reported as a bare exit, it read as stopped once its gang
+    /// was stopped (free), and a restarted agent's first heartbeat had the peer's crash decided
+    /// a user error first (a real cluster: an agent and its attempts killed, the agent back in
+    /// a second).
+    fn supervisor_loss(&self, now: Instant, node: &NodeId, key: &AttemptKey) -> Loss {
+        let ix = self.scheduler.node_ix(node);
+        let record = ix.and_then(|ix| self.liveness.get(ix));
+        let silent_since = record.map_or(now, |r| r.previous_run_heard.unwrap_or(r.last_heard));
+        let draining = ix.is_some_and(|ix| self.scheduler.node(ix).state == NodeState::Draining);
+        let evidence =
+            format!("the attempt supervisor of {key} on {node} died without a record; the agent ended its workers");
+        Loss { node: node.clone(), preemptible: false, draining, silent_since, evidence }
     }
 
     /// The node that reports an attempt's end, if the attempt may end there.

@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use ftdrive::agent::{Agent as AgentProtocol, AgentEffect, AgentIdentity, AgentInput, Recovered};
+use ftdrive::agent::{Agent as AgentProtocol, AgentEffect, AgentIdentity, AgentInput, EndReport, Recovered};
 use ftdrive::driver::ActorState;
 use ftdrive::event::{Event, JobEvent};
 use ftdrive::head::{Effect, Head, Input, Reply};
@@ -221,6 +221,18 @@ impl TestCluster {
     /// the head the ends it had recorded but not yet reported.
     pub fn reboot(&mut self, node: &str) {
         let recovered = self.agents[node].protocol.recoverable_after_reboot();
+        self.boot_again(node, recovered);
+    }
+
+    /// The agent and every process of the machine are killed outright (the machine stays up:
+    /// an OOM kill of the lot, a `kill -9` of its process tree), and the agent is started
+    /// again at once: it finds each attempt's supervisor dead without a record, and owes
+    /// those ends as such, beside the ends it owed already.
+    pub fn kill_all_and_restart_agent(&mut self, node: &str) {
+        let mut recovered = self.agents[node].protocol.recoverable();
+        for (key, _) in std::mem::take(&mut recovered.running) {
+            recovered.ended.push((key, EndReport::Exited(ExitStatus::supervisor_lost())));
+        }
         self.boot_again(node, recovered);
     }
 
