@@ -501,6 +501,37 @@ fn a_crash_after_a_peers_attempts_were_killed_with_its_agent_is_charged_to_the_l
     }
 }
 
+/// AT-2: a node dies, a peer crashes on it, and the head restarts before the loss is declared.
+/// The restarted head never hears from the node again, so it cannot tell when it went silent:
+/// perhaps first, which excuses the crash. The crash waits for the recovery window (it closed
+/// the attribution window before the loss was known, and was charged to `user`: swarm seeds
+/// 2287 and 9889, whose ranks react to a lost peer), then the loss is `node_lost` (system) and
+/// the crash `collateral`.
+#[test]
+fn a_crash_on_a_node_lost_across_a_head_restart_is_charged_to_the_loss() {
+    let timeout_ms = HeadConfig::default().node_timeout_ms;
+    let mut s = spec("ring", 3, 3);
+    s.retries.user = Budget::from_i64(0).unwrap();
+    let (mut c, job) = one_job(&["n1", "n2", "n3", "n4"], s);
+    c.advance(500);
+    let on_n2 = c.view(&job).actors.iter().position(|a| a.node.as_deref() == Some("n2")).unwrap() as u32;
+    let peer = (on_n2 + 1) % 3;
+    c.crash("n2");
+    c.advance(100);
+    c.exit_actor(&job, peer, ExitStatus::code(1));
+    c.advance(500);
+    assert_eq!(c.node_state("n2"), ftdrive::scheduler::NodeState::Alive, "not declared lost before the restart");
+    c.restart_head();
+    c.advance(2 * timeout_ms);
+    let view = c.view(&job);
+    let entry = |actor: u32| view.ledger.iter().find(|e| e.actor == format!("{job}/{actor}")).unwrap().clone();
+    let (lost, reacted) = (entry(on_n2), entry(peer));
+    assert_eq!((lost.cause, lost.budget), (Cause::NodeLost, BudgetKind::System), "{:#?}", view.ledger);
+    assert_eq!((reacted.cause, reacted.budget), (Cause::Collateral, BudgetKind::None), "{:#?}", view.ledger);
+    assert!(reacted.evidence.contains("was lost unheard across a head restart, perhaps first"), "{}", reacted.evidence);
+    assert_ne!(view.state, JobState::Failed, "{:#?}", view.ledger);
+}
+
 /// A node that dies after a rank's own crash does not excuse the crash.
 #[test]
 fn a_node_lost_after_the_crash_does_not_excuse_it() {

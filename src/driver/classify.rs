@@ -84,6 +84,8 @@ pub struct PeerLoss<'a> {
     pub peer: &'a ActorId,
     pub node: &'a NodeId,
     pub silent_since: Instant,
+    /// AT-2: lost across a head restart, when unknown.
+    pub unheard_since_restart: bool,
 }
 
 /// How an attempt came to its end, as the driver observed it.
@@ -261,6 +263,13 @@ fn exited(job: &JobContext, run: &Run, status: &ExitStatus, reacting_to: Option<
     }
     let evidence = format!("{who} {status} on {node}{saying}");
     match reacting_to {
+        Some(root) if root.unheard_since_restart => (
+            Cause::Collateral,
+            format!(
+                "{evidence}; {}'s node {} was lost unheard across a head restart, perhaps first",
+                root.peer, root.node
+            ),
+        ),
         Some(root) => (
             Cause::Collateral,
             // Relative to this attempt's start: a daemon's clock reads as a date, not a time.
@@ -304,9 +313,12 @@ fn process_name(nproc: u32, group_rank: u32, status: &ExitStatus) -> String {
 fn lost_with_node(run: &Run, loss: &Loss) -> (Cause, String) {
     let lost_cause = if loss.draining || loss.preemptible || run.draining { Cause::Preempted } else { Cause::NodeLost };
     match &run.stop {
-        // Stopped because a peer failed — but this node went silent before that failure: the
-        // loss came first, and the peer was reacting to it.
-        Some(StopReason::Collateral { at, .. }) if loss.silent_since <= *at => (lost_cause, loss.evidence.clone()),
+        // Stopped because a peer failed — but this node went silent before that failure (or
+        // perhaps did, across a head restart: AT-2): the loss came first, and the peer was
+        // reacting to it.
+        Some(StopReason::Collateral { at, .. }) if loss.unheard_since_restart || loss.silent_since <= *at => {
+            (lost_cause, loss.evidence.clone())
+        }
         Some(reason) => stop_verdict(reason, &format!("; {} before the exit was reported", loss.evidence)),
         None => (lost_cause, loss.evidence.clone()),
     }
@@ -570,7 +582,8 @@ mod tests {
     fn a_crash_after_a_peer_went_silent_is_collateral() {
         let policy = RetryPolicy::default();
         let (peer, node) = (ActorId::new(crate::JobId::new("j1"), 2), NodeId::new("n2"));
-        let root = PeerLoss { peer: &peer, node: &node, silent_since: Instant::from_ms(700) };
+        let root =
+            PeerLoss { peer: &peer, node: &node, silent_since: Instant::from_ms(700), unheard_since_restart: false };
         let status = ExitStatus::code(1);
         let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: Some(root) });
         assert_eq!((v.cause, v.budget), (Cause::Collateral, BudgetKind::None));

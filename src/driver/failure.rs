@@ -12,6 +12,10 @@
 //!   last heard) no later than the exit, so once every peer still running is on a node heard
 //!   from after the exit, it is decided — in a heartbeat, not a node timeout. An actor-mode
 //!   rank's peers run on, and its restart waited out `node_timeout_ms` for nothing.
+//! - **AT-2 a restart hides when.** A node the head lost across its own restart (it never
+//!   reported to the restarted head) went silent at a time nobody knows, perhaps before a
+//!   peer's exit that the run before the restart saw: that loss excuses it. A failure pending
+//!   across a restart waits until the recovery window closes, when such a loss is known.
 
 use super::budget::backoff_ms;
 use super::classify::{classify, fatal_message, Ending, JobContext, PeerLoss, Verdict};
@@ -88,11 +92,15 @@ impl Driver {
         let root = self
             .losses
             .iter()
-            .find(|l| l.cycle == failed.run.cycle && l.actor != ix && l.silent_since <= failed.at)
+            .find(|l| {
+                let before_the_exit = l.unheard_since_restart || l.silent_since <= failed.at;
+                l.cycle == failed.run.cycle && l.actor != ix && before_the_exit
+            })
             .map(|l| PeerLoss {
                 peer: &self.actors[l.actor as usize].name,
                 node: &l.node,
                 silent_since: l.silent_since,
+                unheard_since_restart: l.unheard_since_restart,
             });
         classify(&self.job_context(), &failed.run, Ending::Exited { status: &failed.status, reacting_to: root })
     }
@@ -116,6 +124,18 @@ impl Driver {
         self.pending.iter().any(|(ix, p)| {
             now > p.at && !p.heard.contains(node) && self.live_peers(*ix, p.run.cycle).any(|n| n == node)
         })
+    }
+
+    /// AT-2: a restored head learns of the losses that could excuse a pending failure only
+    /// when its recovery window closes, at `until`: none is decided before then for want of
+    /// word.
+    pub fn hold_attribution_until(&mut self, until: Instant) {
+        let pending: Vec<ActorIx> = self.pending.keys().copied().collect();
+        for ix in pending {
+            if self.timers.get(Timer::Attribution(ix)).is_some_and(|at| at < until) {
+                self.timers.set(Timer::Attribution(ix), until);
+            }
+        }
     }
 
     /// Whether a failure waits to be attributed.

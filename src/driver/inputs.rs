@@ -77,6 +77,7 @@ impl Driver {
                     actor: ix,
                     node: loss.node.clone(),
                     silent_since: loss.silent_since,
+                    unheard_since_restart: loss.unheard_since_restart,
                 };
                 self.losses.push(record);
             }
@@ -242,8 +243,9 @@ impl Driver {
         };
         if run.exited.is_none() {
             // A peer's crash since it went silent may have been a reaction (AT-1).
-            let (cycle, node) = (run.cycle, loss.node.clone());
-            self.losses.push(LossRecord { cycle, actor: key.actor, node, silent_since: loss.silent_since });
+            let (cycle, node, unheard_since_restart) = (run.cycle, loss.node.clone(), loss.unheard_since_restart);
+            let silent_since = loss.silent_since;
+            self.losses.push(LossRecord { cycle, actor: key.actor, node, silent_since, unheard_since_restart });
         }
         let run = self.current_run(&key).expect("just found");
         let node = run.node.clone();

@@ -128,6 +128,9 @@ pub struct Loss {
     pub draining: bool,
     /// When the node was last heard from: its processes may have died any time after.
     pub silent_since: Instant,
+    /// The head restarted and never heard from the node again: when it went silent is not
+    /// known, perhaps before anything the run before the restart saw (AT-2 in `failure.rs`).
+    pub unheard_since_restart: bool,
     /// "node n2 missed heartbeats for 3000 ms".
     pub evidence: String,
 }
@@ -139,6 +142,8 @@ struct LossRecord {
     actor: ActorIx,
     node: NodeId,
     silent_since: Instant,
+    #[serde(default)]
+    unheard_since_restart: bool,
 }
 
 /// A non-zero exit whose cause is not decided yet (the actor waits in FAILING): the rank may

@@ -133,10 +133,12 @@ impl Head {
         for record in nodes {
             waiting.extend(head.restore_node(now, record, window_ms));
         }
+        // AT-2: a loss that could excuse a pending failure is known once the window closes.
+        let recovery_until = (!waiting.is_empty()).then(|| now.plus_ms(window_ms));
         let mut jobs = state.jobs;
         jobs.sort_by_key(|j| j.pg);
         for job in jobs {
-            head.restore_job(job);
+            head.restore_job(job, recovery_until);
         }
         // Placements restored, every port taken again: what the scheduler noticed meanwhile
         // (feasibility it already reported) is old news.
@@ -157,6 +159,7 @@ impl Head {
         self.liveness.register(ix, record.addr, record.incarnation, now, window_ms);
         let restored = self.liveness.get_mut(ix).expect("just registered");
         (restored.leaving, restored.cordoned) = (record.leaving, record.cordoned);
+        restored.unheard_since_restore = true;
         match record.state {
             NodeState::Alive => Some(ix),
             NodeState::Draining => {
@@ -173,10 +176,13 @@ impl Head {
         }
     }
 
-    fn restore_job(&mut self, stored: StoredJob) {
+    fn restore_job(&mut self, stored: StoredJob, recovery_until: Option<Instant>) {
         let StoredJob { pg, spec, driver, ledger } = stored;
         let mut driver = Driver::restore(driver, spec, ledger);
         driver.limit_ledger(self.config.max_ledger_entries);
+        if let Some(until) = recovery_until {
+            driver.hold_attribution_until(until);
+        }
         let id = driver.id().clone();
         self.job_ids.note(&id);
         self.next_pg = self.next_pg.max(pg + 1);

@@ -4,10 +4,11 @@
 //! arrival order is already sorted: each heartbeat is O(1), and entries made stale by a later
 //! heartbeat are dropped when they reach the front.
 
+use crate::protocol::AttemptKey;
 use crate::scheduler::NodeIx;
 use crate::time::Instant;
 use crate::view::Suspect;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// What the head knows of one node's agent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,11 +32,19 @@ pub struct NodeRecord {
     /// undrain`, whatever happens meanwhile (agent and head restarts, the node's death and a
     /// new machine in its name), as a Kubernetes cordon or a Slurm DRAIN does.
     pub cordoned: bool,
-    /// For an agent that restarted on a live node, until its first heartbeat: when the run
-    /// before it was last heard. What the new run owes of the old run's ends comes before that
-    /// heartbeat, and a supervisor among them that died without a record died no earlier
-    /// (SL-1 in `head/mod.rs`).
-    pub previous_run_heard: Option<Instant>,
+    /// For an agent that restarted on a live node: the ends it owes of attempts of the runs
+    /// before it, each with when the run before it was last heard. A supervisor among them
+    /// that died without a record died no earlier (SL-1 in `head/mod.rs`). Taken as they are
+    /// reported; a later restart, or the node's death, starts afresh.
+    pub owed_since: BTreeMap<AttemptKey, Instant>,
+    /// The date given to the first supervisor found dead without a record here, and when it
+    /// was reported: the others of one incident, reported within a heartbeat interval (before
+    /// the restarted agent's registration, or after an old heartbeat still in flight moved
+    /// `last_heard`), share it, and are one fault (SL-1, FC-1).
+    pub lost_supervisors: Option<(Instant, Instant)>,
+    /// Restored from the durable state of the head's run before a restart, and not heard from
+    /// since: `last_heard` is the restart, not the agent (AT-2 in `driver/failure.rs`).
+    pub unheard_since_restore: bool,
 }
 
 impl NodeRecord {
@@ -72,7 +81,9 @@ impl Liveness {
             link_lost: false,
             leaving: false,
             cordoned,
-            previous_run_heard: None,
+            owed_since: BTreeMap::new(),
+            lost_supervisors: None,
+            unheard_since_restore: false,
         });
         self.expiries.push_back((deadline, ix));
     }
@@ -90,7 +101,7 @@ impl Liveness {
         let record = self.get_mut(ix).expect("heard from a registered node");
         assert!(record.alive, "heard from a dead node");
         record.last_heard = now;
-        record.previous_run_heard = None;
+        record.unheard_since_restore = false;
         record.link_lost = false;
         record.deadline = now.plus_ms(timeout_ms);
         let deadline = record.deadline;

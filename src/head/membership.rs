@@ -24,6 +24,14 @@ use crate::scheduler::{NodeIx, NodeOffer, NodeState, PgId};
 use crate::time::Instant;
 use std::collections::BTreeMap;
 
+/// When lost attempts went silent: no earlier than `at`, or at a time the restarted head
+/// cannot know (AT-2).
+#[derive(Clone, Copy)]
+struct Since {
+    at: Instant,
+    unheard_since_restart: bool,
+}
+
 impl Head {
     /// A sign of life: the node's deadline moves on, and it is no longer suspect.
     fn heard_from(&mut self, ix: NodeIx, now: Instant) {
@@ -94,7 +102,8 @@ impl Head {
             self.heard_from(ix, now);
             if self.reported(ix) {
                 let gone = self.attempts.missing_since_restart(ix, &agent.running, &agent.ended);
-                self.lose_attempts(now, ix, node, gone, "was not running there when the head restarted", now);
+                let since = Since { at: now, unheard_since_restart: true };
+                self.lose_attempts(now, ix, node, gone, "was not running there when the head restarted", since);
             }
             return Ok(true);
         }
@@ -167,10 +176,16 @@ impl Head {
     /// there is gone with the old agent. The node keeps its bundles.
     fn readopt(&mut self, now: Instant, ix: NodeIx, agent: &Registration, reconfigured: bool) {
         // The machine is the same, and so is a departure it announced.
-        let (leaving, last_heard) = self.liveness.get(ix).map(|r| (r.leaving, r.last_heard)).expect("record");
+        let record = self.liveness.get(ix).expect("record");
+        let (leaving, unheard_since_restart) = (record.leaving, record.unheard_since_restore);
+        // When the run before was last heard, or the date its first lost supervisor got if that
+        // was reported before this registration (SL-1): one incident, one date.
+        let recent = |first: Instant| now < first.plus_ms(self.config.heartbeat_interval_ms);
+        let last_heard = record.lost_supervisors.filter(|(_, first)| recent(*first)).map_or(record.last_heard, |l| l.0);
         self.liveness.register(ix, agent.addr.clone(), agent.incarnation, now, self.config.node_timeout_ms);
         let record = self.liveness.get_mut(ix).expect("just registered");
-        (record.leaving, record.previous_run_heard) = (leaving, Some(last_heard));
+        record.leaving = leaving;
+        record.owed_since = agent.ended.iter().map(|key| (key.clone(), last_heard)).collect();
         self.scheduler.clear_suspect(ix);
         self.reported(ix);
         let gone = self.attempts.missing(ix, &agent.running, &agent.ended);
@@ -182,7 +197,8 @@ impl Head {
         });
         // Gone with the old run, at a time nobody saw: no earlier than it was last heard, as a
         // lost node's processes are (AT-1 attributes a peer's crash after that to the loss).
-        self.lose_attempts(now, ix, &agent.node, gone, "was gone when its agent restarted", last_heard);
+        let since = Since { at: last_heard, unheard_since_restart };
+        self.lose_attempts(now, ix, &agent.node, gone, "was gone when its agent restarted", since);
     }
 
     /// Attempts whose start `node` confirmed but that its registration neither lists running
@@ -195,14 +211,22 @@ impl Head {
         node: &NodeId,
         gone: Vec<AttemptKey>,
         how: &str,
-        silent_since: Instant,
+        since: Since,
     ) {
         let draining = self.scheduler.node(ix).state == NodeState::Draining;
         for key in gone {
             let _ = self.attempts.ended(ix, &key);
             let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) else { continue };
             let evidence = format!("{key} on {node} {how}");
-            let loss = Loss { node: node.clone(), preemptible: false, draining, silent_since, evidence };
+            let Since { at: silent_since, unheard_since_restart } = since;
+            let loss = Loss {
+                node: node.clone(),
+                preemptible: false,
+                draining,
+                silent_since,
+                unheard_since_restart,
+                evidence,
+            };
             self.feed(now, pg, DriverInput::AttemptLost { key, loss });
         }
     }
@@ -457,7 +481,9 @@ impl Head {
 
     /// Marks a node DEAD and tells every driver that had a bundle there.
     fn lose_node(&mut self, now: Instant, ix: NodeIx, evidence: String) {
-        let silent_since = self.liveness.get(ix).map_or(now, |r| r.last_heard);
+        let record = self.liveness.get(ix);
+        let silent_since = record.map_or(now, |r| r.last_heard);
+        let unheard_since_restart = record.is_some_and(|r| r.unheard_since_restore);
         let node = self.scheduler.node(ix);
         let (name, preemptible, draining) = (node.name.clone(), node.preemptible, node.state == NodeState::Draining);
         let evidence = match (preemptible, draining) {
@@ -476,7 +502,9 @@ impl Head {
             by_job.entry(pg).or_default().push(actor);
         }
         for (pg, actors) in by_job {
-            let loss = Loss { node: name.clone(), preemptible, draining, silent_since, evidence: evidence.clone() };
+            let evidence = evidence.clone();
+            let loss =
+                Loss { node: name.clone(), preemptible, draining, silent_since, unheard_since_restart, evidence };
             self.feed(now, pg, DriverInput::BundlesLost { actors, loss });
         }
     }

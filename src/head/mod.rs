@@ -381,12 +381,15 @@ impl Head {
             }
             Input::Listening { node, incarnation, ports } => self.listening(now, node, incarnation, ports)?,
             Input::ProcessStarted { node, incarnation, key } => self.process_started(now, node, incarnation, key)?,
-            Input::ProcessExited { node, key, status } if status.supervisor_lost => {
-                let loss = self.supervisor_loss(now, &node, &key);
-                self.process_ended(now, node, key, |key| DriverInput::AttemptLost { key, loss })?
-            }
             Input::ProcessExited { node, key, status } => {
-                self.process_ended(now, node, key, |key| DriverInput::Exited { key, status })?
+                let owed_since = self.take_owed_since(&node, &key);
+                match status.supervisor_lost {
+                    true => {
+                        let loss = self.supervisor_loss(now, &node, &key, owed_since);
+                        self.process_ended(now, node, key, |key| DriverInput::AttemptLost { key, loss })?
+                    }
+                    false => self.process_ended(now, node, key, |key| DriverInput::Exited { key, status })?,
+                }
             }
             Input::SpawnFailed { node, key, message, node_fault } => {
                 let node_fault = match node_fault {
@@ -523,14 +526,32 @@ impl Head {
     /// was stopped (free), and a restarted agent's first heartbeat had the peer's crash decided
     /// a user error first (a real cluster: an agent and its attempts killed, the agent back in
     /// a second).
-    fn supervisor_loss(&self, now: Instant, node: &NodeId, key: &AttemptKey) -> Loss {
+    fn supervisor_loss(&mut self, now: Instant, node: &NodeId, key: &AttemptKey, owed_since: Option<Instant>) -> Loss {
         let ix = self.scheduler.node_ix(node);
-        let record = ix.and_then(|ix| self.liveness.get(ix));
-        let silent_since = record.map_or(now, |r| r.previous_run_heard.unwrap_or(r.last_heard));
+        let interval_ms = self.config.heartbeat_interval_ms;
+        let record = ix.and_then(|ix| self.liveness.get_mut(ix));
+        let silent_since = match (owed_since, record) {
+            (Some(at), _) => at,
+            (None, None) => now,
+            (None, Some(record)) => match record.lost_supervisors {
+                Some((at, first)) if now < first.plus_ms(interval_ms) => at,
+                _ => {
+                    record.lost_supervisors = Some((record.last_heard, now));
+                    record.last_heard
+                }
+            },
+        };
         let draining = ix.is_some_and(|ix| self.scheduler.node(ix).state == NodeState::Draining);
         let evidence =
             format!("the attempt supervisor of {key} on {node} died without a record; the agent ended its workers");
-        Loss { node: node.clone(), preemptible: false, draining, silent_since, evidence }
+        Loss { node: node.clone(), preemptible: false, draining, silent_since, unheard_since_restart: false, evidence }
+    }
+
+    /// When the agent run that `node`'s restarted agent owes `key`'s end for was last heard,
+    /// if it owes one (SL-1); taken, since an end is reported once.
+    fn take_owed_since(&mut self, node: &NodeId, key: &AttemptKey) -> Option<Instant> {
+        let ix = self.scheduler.node_ix(node)?;
+        self.liveness.get_mut(ix)?.owed_since.remove(key)
     }
 
     /// The node that reports an attempt's end, if the attempt may end there.
