@@ -45,6 +45,7 @@ fn cluster(nodes: usize, jobs: usize, hours_ms: u64, churn_every_ms: u64) -> Sce
                 spec,
                 run_ms: 300_000 + (i as u64 % 10) * 90_000,
                 spawn_error: None,
+                react_to_lost_peer_ms: None,
             }
         })
         .collect();

@@ -373,6 +373,18 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.ledger("l"), vec![pair("spawn_failed", "none")]);
         assert!(r.entry("l", "spawn_failed")["evidence"].as_str().unwrap().starts_with("could not start `python3`"));
     }),
+    // SL-1: n2's agent is killed with its rank and back at once; the other two ranks exit 1 on
+    // their broken ring. The lost rank is charged to `system`, once; the crashes are reactions
+    // (free), though the job has no user retries; the gang runs again and succeeds.
+    ("an_agent_killed_with_its_rank_charges_the_loss_not_the_peers", |r| {
+        assert_eq!(r.state("ring"), "SUCCEEDED");
+        let first: Vec<(String, String)> = r.ledger("ring").into_iter().take(3).collect();
+        let lost = first.iter().filter(|p| **p == pair("node_lost", "system")).count();
+        let reacted = first.iter().filter(|p| **p == pair("collateral", "none")).count();
+        assert_eq!((lost, reacted), (1, 2), "{first:?}");
+        let evidence = r.entry("ring", "node_lost")["evidence"].as_str().unwrap();
+        assert!(evidence.contains("died without a record"), "{evidence}");
+    }),
     ("ledger_preempted_by_drain", |r| {
         assert_eq!(r.state("l"), "SUCCEEDED");
         assert_eq!(r.ledger("l")[0], pair("preempted", "preemption"));

@@ -30,13 +30,14 @@ pub use check::{Checker, FenceSeen, Violation};
 pub use scenario::{Fault, FaultEvent, JobDef, NetworkSpec, NodeDef, Scenario, ScenarioError};
 pub use store::MemoryStore;
 
-use crate::agent::{AgentEffect, AgentInput};
+use crate::agent::{AgentEffect, AgentInput, EndReport};
 use crate::config::HeadConfig;
 use crate::event::Event;
 use crate::head::{Effect, Head, Input, Rejected};
 use crate::ids::{JobId, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, StartSpec, ToAgent, ToHead};
 use crate::scheduler::PolicyFault;
+use crate::spec::RestartMode;
 use crate::time::{earliest, Instant};
 use crate::view::JobView;
 use agent::{SimAgent, SimProcess};
@@ -440,7 +441,13 @@ impl Simulation {
             Fault::NodeJoin { node } => self.join(node),
             Fault::NodeCrash { node } => {
                 let ix = self.agent_of[&node];
+                let lost: Vec<AttemptKey> = self.agents[ix as usize].processes.keys().cloned().collect();
                 self.crash(ix);
+                self.react_to_lost(&lost);
+            }
+            Fault::AgentCrash { node } => {
+                let ix = self.agent_of[&node];
+                self.crash_agent(ix);
             }
             Fault::AgentRestart { node, labels, resources } => {
                 let ix = self.agent_of[&node];
@@ -670,6 +677,57 @@ impl Simulation {
         machine.start_agent(recovered);
         self.read_listening(ix);
         self.agent_input(ix, AgentInput::LinkUp);
+    }
+
+    /// The agent and the processes it supervised are killed together; the machine stays up,
+    /// and a new agent starts at once and finds their supervisors dead without a record.
+    fn crash_agent(&mut self, ix: u32) {
+        if !self.agents[ix as usize].up {
+            self.stats.faults_without_target += 1;
+            return;
+        }
+        let machine = &mut self.agents[ix as usize];
+        let mut recovered = machine.agent.recoverable();
+        for (key, _) in std::mem::take(&mut recovered.running) {
+            recovered.ended.push((key, EndReport::Exited(ExitStatus::supervisor_lost())));
+        }
+        let lost: Vec<AttemptKey> = std::mem::take(&mut machine.processes).into_keys().collect();
+        if let Some(checker) = self.checker.as_mut() {
+            checker.agent_crashed(&machine.name);
+            for key in &lost {
+                checker.process_ended(&machine.name, key);
+            }
+        }
+        machine.start_agent(recovered);
+        self.read_listening(ix);
+        self.agent_input(ix, AgentInput::LinkUp);
+        self.react_to_lost(&lost);
+    }
+
+    /// Each process of a gang that reacts to lost peers (`JobDef::react_to_lost_peer_ms`)
+    /// exits 1 soon after a peer of its cycle was lost with its machine or agent, if it still
+    /// runs then: its ring broke. Not before a message could cross the network: a rank learns
+    /// of its peer's death no sooner than a heartbeat the dead node sent before it dies reaches
+    /// the head, which AT-1 assumes (a heartbeat read after the exit shows the node alive then).
+    fn react_to_lost(&mut self, lost: &[AttemptKey]) {
+        for key in lost {
+            let Some(job) = self.jobs.get(&key.job) else { continue };
+            let Some(within_ms) = job.react_to_lost_peer_ms.filter(|_| job.spec.restart == RestartMode::Gang) else {
+                continue;
+            };
+            for ix in 0..self.agents.len() as u32 {
+                let machine = &self.agents[ix as usize];
+                let (boot, up) = (machine.boot, machine.up);
+                let is_peer = |k: &&AttemptKey| k.job == key.job && k.cycle == key.cycle && k.actor != key.actor;
+                let peers: Vec<AttemptKey> = machine.processes.keys().filter(is_peer).cloned().collect();
+                for peer in peers.into_iter().filter(|_| up) {
+                    let noticed_ms = self.network.max_delay_ms() + 1;
+                    let at = self.now.plus_ms(noticed_ms + self.process_rng.next_u64() % within_ms.max(1));
+                    let status = ExitStatus::code(1);
+                    self.push(at, SimEvent::ProcessEnd { node: ix, boot, stopped: false, key: peer, status });
+                }
+            }
+        }
     }
 
     /// When an agent's first heartbeat goes out. The scenario's nodes spread evenly over one

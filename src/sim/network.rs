@@ -28,6 +28,11 @@ impl Network {
         Network { spec, rng: ChaCha8Rng::seed_from_u64(seed), sent: 0, dropped: 0, duplicated: 0 }
     }
 
+    /// The longest a message takes.
+    pub fn max_delay_ms(&self) -> u64 {
+        self.spec.max_delay_ms
+    }
+
     pub fn set_spec(&mut self, spec: NetworkSpec) {
         self.spec = spec;
     }

@@ -78,6 +78,12 @@ pub struct JobDef {
     /// If set, agents cannot start this job's command and report this error (`spawn_failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spawn_error: Option<String>,
+    /// If set (a gang job), each process of the job exits 1 within this many ms of a peer of
+    /// its cycle vanishing with its machine or its agent (a `node_crash`, an `agent_crash`), as
+    /// real ranks do when their ring breaks. Such an exit answers a loss: it is never charged
+    /// to `user` (`charge_explained`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub react_to_lost_peer_ms: Option<u64>,
 }
 
 fn default_run_ms() -> u64 {
@@ -164,6 +170,10 @@ pub enum Fault {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         local_rank: Option<u32>,
     },
+    /// The agent and the processes it supervised are killed together, the machine staying up
+    /// (an OOM kill of the lot, a `kill -9` of its process tree, its container restarted), and
+    /// a new agent starts at once: it finds each supervisor dead without a record.
+    AgentCrash { node: NodeId },
     /// The agent process restarts; the processes it supervised keep running, and the new
     /// agent re-attaches to them and registers again.
     AgentRestart {
@@ -239,6 +249,9 @@ impl Scenario {
             }
             if job.run_ms == 0 {
                 return Err(err(format!("jobs[{i}].run_ms"), "is 0; a process must run for at least 1 ms"));
+            }
+            if job.react_to_lost_peer_ms.is_some_and(|ms| ms > MAX_UNTIL_MS) {
+                return Err(err(format!("jobs[{i}].react_to_lost_peer_ms"), "is longer than any scenario"));
             }
             self.check_before_the_end(format!("jobs[{i}].submit_at_ms"), job.submit_at_ms)?;
         }
@@ -346,9 +359,10 @@ impl Scenario {
                         crate::resources::check_kinds(resources).map_err(|e| err(field("resources"), e))?;
                     }
                 }
-                Fault::NodeCrash { node } | Fault::OperatorUndrain { node } | Fault::OperatorForget { node } => {
-                    known_node(nodes, node)?
-                }
+                Fault::NodeCrash { node }
+                | Fault::AgentCrash { node }
+                | Fault::OperatorUndrain { node }
+                | Fault::OperatorForget { node } => known_node(nodes, node)?,
                 Fault::NodeJoin { node } => {
                     check_name(field("node.name"), node.name.as_str())?;
                     nodes.insert(&node.name);

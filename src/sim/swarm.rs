@@ -43,11 +43,13 @@ pub fn generate(seed: u64) -> Scenario {
     let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x5357_4152_4d00));
     let mut nodes = gen_nodes(&mut g);
     gen_fences(seed, &mut nodes);
-    let jobs: Vec<JobDef> = (0..g.range(1, 6)).map(|i| gen_job(&mut g, i, &nodes)).collect();
+    let mut jobs: Vec<JobDef> = (0..g.range(1, 6)).map(|i| gen_job(&mut g, i, &nodes)).collect();
     let fault_ms = g.range(20_000, 180_000);
     let mut events = gen_faults(&mut g, &nodes, &jobs, fault_ms);
     events.extend(gen_listeners(seed, &nodes, fault_ms));
     events.extend(gen_full_disks(seed, &nodes, fault_ms));
+    events.extend(gen_agent_crashes(seed, &nodes, fault_ms));
+    gen_reactions(seed, &mut jobs);
     events.sort_by_key(|e| e.at_ms);
     let healed_ms: u64 = jobs.iter().map(time_to_end_ms).sum();
     let drawn = NetworkSpec {
@@ -163,6 +165,7 @@ fn gen_job(g: &mut Gen, i: u64, nodes: &[NodeDef]) -> JobDef {
         spec,
         run_ms: g.range(2_000, 60_000),
         spawn_error: None,
+        react_to_lost_peer_ms: None,
     }
 }
 
@@ -300,6 +303,35 @@ fn gen_full_disks(seed: u64, nodes: &[NodeDef], fault_ms: u64) -> Vec<FaultEvent
             FaultEvent { at_ms: g.range(1_000, fault_ms), what: Fault::DiskFull { node, for_ms: g.range(500, 30_000) } }
         })
         .collect()
+}
+
+/// Agents killed with their processes and started again at once (SL-1), in a fifth of the
+/// cases; from a generator of their own, as `gen_listeners`.
+fn gen_agent_crashes(seed: u64, nodes: &[NodeDef], fault_ms: u64) -> Vec<FaultEvent> {
+    let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x4147_4352_5348));
+    if !g.chance(20) {
+        return Vec::new();
+    }
+    (0..g.range(1, 4))
+        .map(|_| FaultEvent {
+            at_ms: g.range(1_000, fault_ms),
+            what: Fault::AgentCrash { node: g.pick(nodes).name.clone() },
+        })
+        .collect()
+}
+
+/// For a third of the seeds, gangs whose ranks exit 1 soon after a peer is lost with its
+/// machine or agent, as real ranks do: `charge_explained` then finds any such exit charged to
+/// `user` instead of to the loss (AT-1, SL-1). From a generator of their own, as
+/// `gen_listeners`.
+fn gen_reactions(seed: u64, jobs: &mut [JobDef]) {
+    let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x5245_4143_5453));
+    if !g.chance(33) {
+        return;
+    }
+    for job in jobs.iter_mut().filter(|j| j.spec.restart == RestartMode::Gang) {
+        job.react_to_lost_peer_ms = Some(g.range(1, 1_000));
+    }
 }
 
 /// For a quarter of the seeds, agents with a fence (AG-7), each its own, longer than the

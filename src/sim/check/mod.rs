@@ -27,7 +27,7 @@
 //! | `forget_only_dead` | a node forgotten (by the operator, by retention, to make room) is DEAD, holds no bundle, and is not under an operator's drain the operator did not withdraw |
 //! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no attempt starts on one — not a rank restarting on its own bundle, not a spare promoted from standing by there (DESIGN §6) |
 //! | `fence_only_when_unheard` | an agent stops its work at its fence (AG-7) only when the head stopped answering it: not while a head that stayed up since letting it in answers its pings (each heartbeat interval, shorter than the fence) |
-//! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, one whose disk filled up or one whose agent stopped its work at its fence (AG-7), a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
+//! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, one whose disk filled up, one whose agent stopped its work at its fence (AG-7) or one whose agent was killed with its processes (`agent_crash`) — so a rank's crash in reaction to a lost peer (`react_to_lost_peer_ms`) charged to `user` fails it, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
 //!
 //! Every checker is here or in a child module (`aging`, `placement`, `ranks`), so that all of
 //! them stay apart from the code under test and share one accounting.
@@ -117,6 +117,11 @@ pub struct Checker {
     /// The network loses nothing: every charge must have a fault behind it.
     lossless: bool,
     lost_machines: BTreeSet<NodeId>,
+    /// Machines whose agent was killed with its processes (`agent_crashed`).
+    crashed_agents: BTreeSet<NodeId>,
+    /// Of those, the ones whose crash was counted as a fault before the head's word of the
+    /// restart (`AgentRestarted`) arrived.
+    crash_uncounted: BTreeSet<NodeId>,
     /// Machines whose disk filled up (`Fault::DiskFull`): their failed starts are charged.
     sick_machines: BTreeSet<NodeId>,
     /// Machines whose agent stopped its work at its fence (AG-7): those ends are charged.
@@ -202,6 +207,16 @@ impl Checker {
             );
             self.violation("fence_only_when_unheard", detail);
         }
+    }
+
+    /// A machine's agent was killed with the processes it supervised (`Fault::AgentCrash`):
+    /// a fault of the node, as its loss is.
+    /// It is a fault of its own when it happens: the new agent's ends may reach the head
+    /// before its registration does (the head's `AgentRestarted`, not counted again then).
+    pub fn agent_crashed(&mut self, node: &NodeId) {
+        self.crashed_agents.insert(node.clone());
+        self.crash_uncounted.insert(node.clone());
+        *self.fault_epoch.entry(node.clone()).or_default() += 1;
     }
 
     /// A machine's disk filled up.
@@ -340,6 +355,9 @@ impl Checker {
         for event in events {
             match event {
                 Event::NodeState { node, state, .. } => {
+                    // An agent crash the head never heard of as a restart (its registration
+                    // lost, the node declared dead): a later restart is a fault of its own.
+                    self.crash_uncounted.remove(node);
                     if matches!(state, NodeState::Dead | NodeState::Draining) {
                         *self.fault_epoch.entry(node.clone()).or_default() += 1;
                     }
@@ -349,7 +367,9 @@ impl Checker {
                     self.node_state(node, *state)
                 }
                 Event::AgentRestarted { node, reconfigured, .. } => {
-                    *self.fault_epoch.entry(node.clone()).or_default() += 1;
+                    if !self.crash_uncounted.remove(node) {
+                        *self.fault_epoch.entry(node.clone()).or_default() += 1;
+                    }
                     if *reconfigured {
                         self.node_reconfigured(node);
                     }
@@ -845,7 +865,11 @@ impl Checker {
         let lost = self.lost_machines.contains(&node);
         let explained = match entry.cause {
             Cause::UserError => self.failed_by_fault.contains(&(actor.clone(), entry.attempt)),
-            Cause::NodeLost => lost || self.sick_machines.contains(&node) || self.fenced_machines.contains(&node),
+            Cause::NodeLost => {
+                lost || self.sick_machines.contains(&node)
+                    || self.fenced_machines.contains(&node)
+                    || self.crashed_agents.contains(&node)
+            }
             Cause::Preempted => self.drained.contains(&node) || (lost && preemptible),
             _ => true,
         };
