@@ -473,31 +473,12 @@ fn a_crash_after_a_peers_attempts_were_killed_with_its_agent_is_charged_to_the_l
         (TestCluster::reboot_fresh, "was gone when its agent restarted"),
     ];
     for (restart, says) in restarts {
-        let mut s = spec("ring", 3, 3);
-        s.retries.user = Budget::from_i64(0).unwrap();
-        let (mut c, job) = one_job(&["n1", "n2", "n3", "n4"], s);
-        c.advance(500);
-        let on_n2 = c.view(&job).actors.iter().position(|a| a.node.as_deref() == Some("n2")).unwrap() as u32;
-        let peer = (on_n2 + 1) % 3;
-        c.crash("n2");
-        c.advance(100);
-        c.exit_actor(&job, peer, ExitStatus::code(1));
+        let (mut c, job, lost_rank, peer) = a_ring_whose_rank_on_n2_is_lost_and_a_peer_crashes();
         c.advance(200);
         restart(&mut c, "n2");
         c.advance(2 * beat_ms);
-        let view = c.view(&job);
-        let entry = |actor: u32| view.ledger.iter().find(|e| e.actor == format!("{job}/{actor}")).unwrap().clone();
-        let (lost, reacted) = (entry(on_n2), entry(peer));
-        assert_eq!((lost.cause, lost.budget), (Cause::NodeLost, BudgetKind::System), "{says}: {:#?}", view.ledger);
-        assert!(lost.evidence.contains(says), "{}", lost.evidence);
-        assert_eq!(
-            (reacted.cause, reacted.budget),
-            (Cause::Collateral, BudgetKind::None),
-            "{says}: {:#?}",
-            view.ledger
-        );
-        assert!(reacted.evidence.contains("'s node n2 had gone silent first"), "{}", reacted.evidence);
-        assert_ne!(view.state, JobState::Failed, "{says}: {:#?}", view.ledger);
+        let lost = loss_charged_and_reaction_free(&c, &job, lost_rank, peer, "'s node n2 had gone silent first");
+        assert!(lost.contains(says), "{lost}");
     }
 }
 
@@ -510,6 +491,17 @@ fn a_crash_after_a_peers_attempts_were_killed_with_its_agent_is_charged_to_the_l
 #[test]
 fn a_crash_on_a_node_lost_across_a_head_restart_is_charged_to_the_loss() {
     let timeout_ms = HeadConfig::default().node_timeout_ms;
+    let (mut c, job, lost_rank, peer) = a_ring_whose_rank_on_n2_is_lost_and_a_peer_crashes();
+    c.advance(500);
+    assert_eq!(c.node_state("n2"), ftdrive::scheduler::NodeState::Alive, "not declared lost before the restart");
+    c.restart_head();
+    c.advance(2 * timeout_ms);
+    loss_charged_and_reaction_free(&c, &job, lost_rank, peer, "was lost unheard across a head restart, perhaps first");
+}
+
+/// A ring of three with no user retries on n1..n4: n2's machine goes, and 100 ms later the
+/// next rank crashes on its vanished neighbour. The lost actor and the crashed one.
+fn a_ring_whose_rank_on_n2_is_lost_and_a_peer_crashes() -> (TestCluster, ftdrive::JobId, u32, u32) {
     let mut s = spec("ring", 3, 3);
     s.retries.user = Budget::from_i64(0).unwrap();
     let (mut c, job) = one_job(&["n1", "n2", "n3", "n4"], s);
@@ -519,17 +511,20 @@ fn a_crash_on_a_node_lost_across_a_head_restart_is_charged_to_the_loss() {
     c.crash("n2");
     c.advance(100);
     c.exit_actor(&job, peer, ExitStatus::code(1));
-    c.advance(500);
-    assert_eq!(c.node_state("n2"), ftdrive::scheduler::NodeState::Alive, "not declared lost before the restart");
-    c.restart_head();
-    c.advance(2 * timeout_ms);
-    let view = c.view(&job);
+    (c, job, on_n2, peer)
+}
+
+/// The lost rank is `node_lost` (system) and the crash a free reaction whose evidence says
+/// `why`; the job did not fail. The lost rank's evidence.
+fn loss_charged_and_reaction_free(c: &TestCluster, job: &ftdrive::JobId, lost: u32, peer: u32, why: &str) -> String {
+    let view = c.view(job);
     let entry = |actor: u32| view.ledger.iter().find(|e| e.actor == format!("{job}/{actor}")).unwrap().clone();
-    let (lost, reacted) = (entry(on_n2), entry(peer));
+    let (lost, reacted) = (entry(lost), entry(peer));
     assert_eq!((lost.cause, lost.budget), (Cause::NodeLost, BudgetKind::System), "{:#?}", view.ledger);
     assert_eq!((reacted.cause, reacted.budget), (Cause::Collateral, BudgetKind::None), "{:#?}", view.ledger);
-    assert!(reacted.evidence.contains("was lost unheard across a head restart, perhaps first"), "{}", reacted.evidence);
+    assert!(reacted.evidence.contains(why), "{}", reacted.evidence);
     assert_ne!(view.state, JobState::Failed, "{:#?}", view.ledger);
+    lost.evidence
 }
 
 /// A node that dies after a rank's own crash does not excuse the crash.
