@@ -157,7 +157,7 @@ fn a_killed_supervisor_is_charged_to_the_system_not_the_user() {
     let entry = &job["ledger"][0];
     assert_eq!((entry["cause"].as_str(), entry["budget"].as_str()), (Some("node_lost"), Some("system")), "{job:#}");
     assert!(
-        entry["evidence"].as_str().unwrap().contains("the attempt supervisor of the process on n1 died"),
+        entry["evidence"].as_str().unwrap().contains("the attempt supervisor on n1 died without a record"),
         "{job:#}"
     );
     assert_eq!(job["remaining"]["user"], 0);

@@ -48,6 +48,12 @@ pub struct NodeRecord {
 }
 
 impl NodeRecord {
+    /// The date a supervisor lost here was given, if that was reported less than
+    /// `interval_ms` before `now`: another of the same incident shares it (SL-1).
+    pub fn incident_date(&self, now: Instant, interval_ms: u64) -> Option<Instant> {
+        self.lost_supervisors.filter(|(_, first)| now < first.plus_ms(interval_ms)).map(|(at, _)| at)
+    }
+
     /// The one test of suspicion (DESIGN §3): an alive node whose connection dropped, or that
     /// was not heard from for `after_ms` (a missed heartbeat).
     fn is_suspect(&self, now: Instant, after_ms: u64) -> bool {

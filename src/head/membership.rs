@@ -180,8 +180,8 @@ impl Head {
         let (leaving, unheard_since_restart) = (record.leaving, record.unheard_since_restore);
         // When the run before was last heard, or the date its first lost supervisor got if that
         // was reported before this registration (SL-1): one incident, one date.
-        let recent = |first: Instant| now < first.plus_ms(self.config.heartbeat_interval_ms);
-        let last_heard = record.lost_supervisors.filter(|(_, first)| recent(*first)).map_or(record.last_heard, |l| l.0);
+        let interval_ms = self.config.heartbeat_interval_ms;
+        let last_heard = record.incident_date(now, interval_ms).unwrap_or(record.last_heard);
         self.liveness.register(ix, agent.addr.clone(), agent.incarnation, now, self.config.node_timeout_ms);
         let record = self.liveness.get_mut(ix).expect("just registered");
         record.leaving = leaving;
@@ -202,8 +202,8 @@ impl Head {
     }
 
     /// Attempts whose start `node` confirmed but that its registration neither lists running
-    /// nor owes an end for (`AttemptIndex::missing`): their processes are gone, since
-    /// `silent_since` or later.
+    /// nor owes an end for (`AttemptIndex::missing`): their processes are gone, as `since` dates
+    /// it.
     fn lose_attempts(
         &mut self,
         now: Instant,

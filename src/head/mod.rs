@@ -385,7 +385,7 @@ impl Head {
                 let owed_since = self.take_owed_since(&node, &key);
                 match status.supervisor_lost {
                     true => {
-                        let loss = self.supervisor_loss(now, &node, &key, owed_since);
+                        let loss = self.supervisor_loss(now, &node, owed_since);
                         self.process_ended(now, node, key, |key| DriverInput::AttemptLost { key, loss })?
                     }
                     false => self.process_ended(now, node, key, |key| DriverInput::Exited { key, status })?,
@@ -526,24 +526,20 @@ impl Head {
     /// was stopped (free), and a restarted agent's first heartbeat had the peer's crash decided
     /// a user error first (a real cluster: an agent and its attempts killed, the agent back in
     /// a second).
-    fn supervisor_loss(&mut self, now: Instant, node: &NodeId, key: &AttemptKey, owed_since: Option<Instant>) -> Loss {
+    fn supervisor_loss(&mut self, now: Instant, node: &NodeId, owed_since: Option<Instant>) -> Loss {
         let ix = self.scheduler.node_ix(node);
         let interval_ms = self.config.heartbeat_interval_ms;
         let record = ix.and_then(|ix| self.liveness.get_mut(ix));
         let silent_since = match (owed_since, record) {
             (Some(at), _) => at,
             (None, None) => now,
-            (None, Some(record)) => match record.lost_supervisors {
-                Some((at, first)) if now < first.plus_ms(interval_ms) => at,
-                _ => {
-                    record.lost_supervisors = Some((record.last_heard, now));
-                    record.last_heard
-                }
-            },
+            (None, Some(record)) => record.incident_date(now, interval_ms).unwrap_or_else(|| {
+                record.lost_supervisors = Some((record.last_heard, now));
+                record.last_heard
+            }),
         };
         let draining = ix.is_some_and(|ix| self.scheduler.node(ix).state == NodeState::Draining);
-        let evidence =
-            format!("the attempt supervisor of {key} on {node} died without a record; the agent ended its workers");
+        let evidence = format!("the attempt supervisor on {node} died without a record; the agent ended its workers");
         Loss { node: node.clone(), preemptible: false, draining, silent_since, unheard_since_restart: false, evidence }
     }
 
