@@ -21,6 +21,11 @@
 //! This is a soak, not a figure: it is not part of `cargo test` (a round takes about half a
 //! minute of wall clock).
 
+// Only `wait_for_file` of the shared helpers is needed here.
+#[allow(dead_code)]
+mod common;
+
+use common::wait_for_file;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -458,17 +463,4 @@ fn spawn_head(dir: &Path, listen: &str, mark: &str) -> Child {
 
 fn append(path: &Path) -> std::fs::File {
     std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap()
-}
-
-fn wait_for_file(path: &Path) -> String {
-    let start = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if !text.trim().is_empty() {
-                return text;
-            }
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }

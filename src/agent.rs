@@ -412,6 +412,17 @@ impl Agent {
         Recovered { running: Vec::new(), ended, finished }
     }
 
+    /// What the next agent run finds if this agent and every process it supervised are killed
+    /// now while the machine stays up (an OOM kill of the lot, `kill -9` of its process tree):
+    /// the ends it owed, and each running attempt's supervisor dead without a record (SL-1).
+    pub fn recoverable_with_supervisors_killed(&self) -> Recovered {
+        let mut recovered = self.recoverable();
+        for (key, _) in std::mem::take(&mut recovered.running) {
+            recovered.ended.push((key, EndReport::Exited(ExitStatus::supervisor_lost())));
+        }
+        recovered
+    }
+
     /// What a successor would recover if this agent process died now: the attempts whose
     /// supervisors keep running, the ends it owes the head, and what it knows to have ended.
     pub fn recoverable(&self) -> Recovered {

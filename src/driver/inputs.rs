@@ -72,14 +72,7 @@ impl Driver {
             actor.clear_bundle();
             actor.lost_at = Some(now);
             if let Some(run) = actor.run.as_ref().filter(|r| r.exited.is_none()) {
-                let record = LossRecord {
-                    cycle: run.cycle,
-                    actor: ix,
-                    node: loss.node.clone(),
-                    silent_since: loss.silent_since,
-                    unheard_since_restart: loss.unheard_since_restart,
-                };
-                self.losses.push(record);
+                self.losses.push(LossRecord::of(run.cycle, ix, &loss));
             }
         }
         for &ix in actors {
@@ -241,14 +234,11 @@ impl Driver {
         let Some(run) = self.current_run(&key) else {
             return self.stale(key, "attempt loss");
         };
-        if run.exited.is_none() {
+        let (node, lost_running) = (run.node.clone(), run.exited.is_none().then_some(run.cycle));
+        if let Some(cycle) = lost_running {
             // A peer's crash since it went silent may have been a reaction (AT-1).
-            let (cycle, node, unheard_since_restart) = (run.cycle, loss.node.clone(), loss.unheard_since_restart);
-            let silent_since = loss.silent_since;
-            self.losses.push(LossRecord { cycle, actor: key.actor, node, silent_since, unheard_since_restart });
+            self.losses.push(LossRecord::of(cycle, key.actor, loss));
         }
-        let run = self.current_run(&key).expect("just found");
-        let node = run.node.clone();
         self.effects.push_back(DriverEffect::AttemptEnded { node, key: key.clone() });
         self.end_attempt(now, key.actor, Ending::NodeLost(loss));
     }

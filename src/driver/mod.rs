@@ -146,6 +146,14 @@ struct LossRecord {
     unheard_since_restart: bool,
 }
 
+impl LossRecord {
+    fn of(cycle: u32, actor: ActorIx, loss: &Loss) -> Self {
+        let (node, silent_since, unheard_since_restart) =
+            (loss.node.clone(), loss.silent_since, loss.unheard_since_restart);
+        LossRecord { cycle, actor, node, silent_since, unheard_since_restart }
+    }
+}
+
 /// A non-zero exit whose cause is not decided yet (the actor waits in FAILING): the rank may
 /// only be reacting to a peer whose node died unnoticed so far. Decided by `Timer::Attribution`
 /// at the latest.

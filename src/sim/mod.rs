@@ -30,7 +30,7 @@ pub use check::{Checker, FenceSeen, Violation};
 pub use scenario::{Fault, FaultEvent, JobDef, NetworkSpec, NodeDef, Scenario, ScenarioError};
 pub use store::MemoryStore;
 
-use crate::agent::{AgentEffect, AgentInput, EndReport};
+use crate::agent::{AgentEffect, AgentInput};
 use crate::config::HeadConfig;
 use crate::event::Event;
 use crate::head::{Effect, Head, Input, Rejected};
@@ -687,10 +687,7 @@ impl Simulation {
             return;
         }
         let machine = &mut self.agents[ix as usize];
-        let mut recovered = machine.agent.recoverable();
-        for (key, _) in std::mem::take(&mut recovered.running) {
-            recovered.ended.push((key, EndReport::Exited(ExitStatus::supervisor_lost())));
-        }
+        let recovered = machine.agent.recoverable_with_supervisors_killed();
         let lost: Vec<AttemptKey> = std::mem::take(&mut machine.processes).into_keys().collect();
         if let Some(checker) = self.checker.as_mut() {
             checker.agent_crashed(&machine.name);

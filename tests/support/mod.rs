@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use ftdrive::agent::{Agent as AgentProtocol, AgentEffect, AgentIdentity, AgentInput, EndReport, Recovered};
+use ftdrive::agent::{Agent as AgentProtocol, AgentEffect, AgentIdentity, AgentInput, Recovered};
 use ftdrive::driver::ActorState;
 use ftdrive::event::{Event, JobEvent};
 use ftdrive::head::{Effect, Head, Input, Reply};
@@ -229,10 +229,7 @@ impl TestCluster {
     /// again at once: it finds each attempt's supervisor dead without a record, and owes
     /// those ends as such, beside the ends it owed already.
     pub fn kill_all_and_restart_agent(&mut self, node: &str) {
-        let mut recovered = self.agents[node].protocol.recoverable();
-        for (key, _) in std::mem::take(&mut recovered.running) {
-            recovered.ended.push((key, EndReport::Exited(ExitStatus::supervisor_lost())));
-        }
+        let recovered = self.agents[node].protocol.recoverable_with_supervisors_killed();
         self.boot_again(node, recovered);
     }
 

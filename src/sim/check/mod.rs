@@ -209,10 +209,10 @@ impl Checker {
         }
     }
 
-    /// A machine's agent was killed with the processes it supervised (`Fault::AgentCrash`):
-    /// a fault of the node, as its loss is.
-    /// It is a fault of its own when it happens: the new agent's ends may reach the head
-    /// before its registration does (the head's `AgentRestarted`, not counted again then).
+    /// A machine's agent was killed with the processes it supervised (`Fault::AgentCrash`): a
+    /// fault of the node, as its loss is, counted when it happens, since the new agent's ends
+    /// may reach the head before its registration does (the head's `AgentRestarted` is then
+    /// not counted again).
     pub fn agent_crashed(&mut self, node: &NodeId) {
         self.crashed_agents.insert(node.clone());
         self.crash_uncounted.insert(node.clone());
@@ -604,9 +604,9 @@ impl Checker {
         }
     }
 
-    /// No lower-class placement took room on a node that one of `waiting` could use there (a still
-    /// waiting replacement, or a bundle whose capacity is held).
-    /// `invariant` for the placements `lower` made below `waiting` this step, replayed on each
+    /// No lower-class placement took room on a node that one of `waiting` (a still waiting
+    /// replacement, or a bundle whose capacity is held) could use there. The placements `lower`
+    /// made below `waiting` this step are replayed on each
     /// node in the order the step made its moves: a lower placement breaks it when a waiting
     /// bundle could use the room the node had just before it and has less room held after it.
     /// Judged one placement at a time, since room taken in between by what is not lower (a
