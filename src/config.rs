@@ -12,6 +12,9 @@ pub struct HeadConfig {
     pub node_timeout_ms: u64,
     /// How long a blocked queue item lets lower items backfill before it reserves capacity.
     pub starvation_ms: u64,
+    /// How long the head, hearing from no node at all, holds nodes whose deadline passed
+    /// rather than declaring them DEAD (FD-1 in `head/liveness.rs`); 0 never holds.
+    pub disruption_hold_ms: u64,
     /// First port handed out as `MASTER_PORT` on each node.
     pub master_port_base: u16,
     /// Ports per node, hence at most this many bundles per node.
@@ -44,6 +47,7 @@ impl Default for HeadConfig {
             heartbeat_interval_ms: 1_000,
             node_timeout_ms: 3_000,
             starvation_ms: 60_000,
+            disruption_hold_ms: 300_000,
             master_port_base: 29_500,
             ports_per_node: 1_000,
             max_jobs: 1_000_000,
@@ -68,6 +72,12 @@ impl HeadConfig {
         self.heartbeat_interval_ms.saturating_mul(2)
     }
 
+    /// Silence of every node after which the head takes a passed deadline for its own fault,
+    /// not the node's (FD-1 in `head/liveness.rs`).
+    pub fn cluster_quiet_ms(&self) -> u64 {
+        self.node_timeout_ms / 2
+    }
+
     /// Checks relations between fields; returns what is wrong and how to fix it.
     pub fn validate(&self) -> Result<(), String> {
         /// A setting by its config key and the `ftdrive head` flag that sets it.
@@ -90,6 +100,9 @@ impl HeadConfig {
                 key("heartbeat_interval_ms"),
                 self.heartbeat_interval_ms
             ));
+        }
+        if let Some(why) = crate::spec::delay_too_long(self.disruption_hold_ms) {
+            return Err(format!("{} {why}; 300000 (five minutes) is usual", key("disruption_hold_ms")));
         }
         let last_port = (u32::from(self.master_port_base) + u32::from(self.ports_per_node)).saturating_sub(1);
         // Below 1024 a rank 0 needs root to listen, and agents do not report what listens
@@ -134,5 +147,14 @@ mod tests {
         assert_eq!(lowest.validate(), Ok(()));
         let none = HeadConfig { ports_per_node: 0, ..HeadConfig::default() };
         assert!(none.validate().is_err());
+    }
+
+    #[test]
+    fn a_disruption_hold_is_bounded_as_every_delay_is() {
+        let off = HeadConfig { disruption_hold_ms: 0, ..HeadConfig::default() };
+        assert_eq!(off.validate(), Ok(()), "0 turns the hold off");
+        let long = HeadConfig { disruption_hold_ms: 86_400_001, ..HeadConfig::default() };
+        let error = long.validate().unwrap_err();
+        assert!(error.starts_with("config `disruption_hold_ms` (`--disruption-hold-ms`) is 86400001 ms"), "{error}");
     }
 }

@@ -176,8 +176,13 @@ pub struct Suspect {
     pub link_lost: bool,
     /// How long since the head last heard from it.
     pub silent_ms: u64,
-    /// How long until it is declared DEAD unless it is heard from first.
+    /// How long until it is declared DEAD unless it is heard from first (for a held node, at
+    /// least this long: the count starts when any node is heard from).
     pub dead_in_ms: u64,
+    /// Every node went silent at once, so none is declared DEAD until one is heard from: the
+    /// head's own network is the likelier cause (FD-1 in `head/liveness.rs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 impl JobView {

@@ -24,6 +24,12 @@ fn one_job(nodes: &[&str], s: JobSpec) -> (TestCluster, ftdrive::JobId) {
     (c, job)
 }
 
+/// Long enough for a lone node's loss to be declared: its silence could be the head's own
+/// network's, so it is held that long first (FD-1 in `head/liveness.rs`).
+fn past_the_hold_ms() -> u64 {
+    config().disruption_hold_ms + 5_000
+}
+
 fn last_failure(c: &TestCluster, job: &ftdrive::JobId) -> LedgerEntry {
     c.view(job).ledger.iter().rev().find(|e| e.cause != Cause::Collateral).cloned().expect("a ledger entry")
 }
@@ -81,7 +87,7 @@ fn preemptible_node_lost_is_preempted() {
     c.join_labelled("p1", cpu(1), preemptible());
     let job = c.submit(spec("p", 1, 1));
     c.crash("p1");
-    c.advance(5_000);
+    c.advance(past_the_hold_ms());
     let e = last_failure(&c, &job);
     assert_eq!((e.cause, e.budget), (Cause::Preempted, BudgetKind::Preemption));
     assert!(e.evidence.contains("preemptible=true"), "{}", e.evidence);
@@ -93,9 +99,10 @@ fn preemptible_node_lost_is_preempted() {
 fn other_node_lost_is_node_lost_charged_to_system() {
     let (mut c, job) = one_job(&["n1"], spec("n", 1, 1));
     c.crash("n1");
-    c.advance(5_000);
+    c.advance(past_the_hold_ms());
     let e = last_failure(&c, &job);
     assert_eq!((e.cause, e.budget, e.remaining.system.as_i64()), (Cause::NodeLost, BudgetKind::System, 2));
+    assert!(e.evidence.contains(", as did every node; held 300000 ms (`--disruption-hold-ms`)"), "{}", e.evidence);
 }
 
 /// The machine rebooted (its agent registers anew, with nothing to re-attach): what ran there
@@ -366,7 +373,7 @@ fn last_attempt_with_only_preemptible_nodes_left_is_reported_infeasible() {
     s.last_attempt_non_preemptible = true;
     let job = c.submit(s);
     c.crash("p1");
-    c.advance(5_000);
+    c.advance(past_the_hold_ms());
     c.join_labelled("p2", cpu(1), preemptible());
     let view = c.view(&job);
     assert_eq!(view.actors[0].state, ActorState::Scheduling);

@@ -276,8 +276,12 @@ class Suspect:
     link_lost: bool
     #: How long since the head last heard from it.
     silent_ms: int
-    #: How long until it is declared DEAD unless it is heard from first.
+    #: How long until it is declared DEAD unless it is heard from first (for a held node,
+    #: at least this long after any node is heard from).
     dead_in_ms: int
+    #: Every node went silent at once, so the head declares none DEAD until one is heard
+    #: from: its own network is the likelier cause.
+    held: bool = False
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Suspect":
@@ -285,6 +289,7 @@ class Suspect:
             link_lost=bool(data["link_lost"]),
             silent_ms=int(data["silent_ms"]),
             dead_in_ms=int(data["dead_in_ms"]),
+            held=bool(data.get("held", False)),
         )
 
 

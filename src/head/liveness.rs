@@ -3,6 +3,30 @@
 //! Deadlines only move forward (`now + node_timeout_ms`), so a FIFO of (deadline, node) in
 //! arrival order is already sorted: each heartbeat is O(1), and entries made stale by a later
 //! heartbeat are dropped when they reach the front.
+//!
+//! - **FD-1 a silent cluster is the head's own fault, for a while.** When the head has heard
+//!   from no node for half the node timeout, a node whose deadline passes is held, not
+//!   declared DEAD: every machine going silent at once is far likelier the head's own network
+//!   (a cut, its NIC, its switch) or the head stalled than every machine dying, and declaring
+//!   them would stop every running rank for nothing (Kubernetes' node controller stops
+//!   evicting in a fully disrupted zone for the same reason). The first sign of life from any
+//!   node ends the disruption and gives each held node a whole node timeout from then, as
+//!   Kubernetes resets its probe timestamps. Half the timeout parts the two cases with the
+//!   default three heartbeats per timeout: a cut silences every node for at least the timeout
+//!   less one heartbeat interval by the first deadline, while a live node is seldom silent for
+//!   more than one interval. A lone node alive is held too (its silence says nothing either
+//!   way). The hold lasts at most `disruption_hold_ms` from the first node held: a cluster
+//!   whose every machine did die (a one-node cluster's did) is then declared as usual.
+//! - **FD-2 nothing is placed until the held are settled.** While nodes are held, and once a
+//!   disruption ends until every node it held is heard from or declared DEAD (at most a node
+//!   timeout), the head places nothing, as a restarted head waits for its nodes (DU-3): so
+//!   that the ranks of a gang that went silent together are re-placed together, not one by
+//!   one as machines join (two gangs each taking one of two new machines would wait for ever
+//!   for a second).
+//! - **FD-3 a hold keeps a failure waiting.** A rank's failure that waits to learn whether a
+//!   peer's node was lost first (AT-1) is not decided for want of word while nodes are held
+//!   or unsettled (`Head::hold_attributions`): the loss that would excuse it may be declared
+//!   only when the hold ends (swarm seed 19784).
 
 use crate::protocol::AttemptKey;
 use crate::scheduler::NodeIx;
@@ -61,10 +85,26 @@ impl NodeRecord {
     }
 }
 
+/// How the head holds nodes through a disruption (FD-1): after `quiet_ms` without a word from
+/// any node, for at most `max_ms` (0: never).
+#[derive(Clone, Copy, Debug)]
+pub struct Hold {
+    pub quiet_ms: u64,
+    pub max_ms: u64,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Liveness {
     records: Vec<Option<NodeRecord>>,
     expiries: VecDeque<(Instant, NodeIx)>,
+    /// Alive nodes whose deadline passed while every node was silent (FD-1): no expiry is
+    /// queued for them until a node is heard from or the hold's bound passes.
+    held: BTreeSet<NodeIx>,
+    /// When this disruption's hold ends (`disruption_hold_ms` after its first node was held);
+    /// cleared once a node is heard from.
+    hold_ends: Option<Instant>,
+    /// Nodes held until a disruption ended and neither heard from nor DEAD since (FD-2).
+    unsettled: BTreeSet<NodeIx>,
 }
 
 impl Liveness {
@@ -77,6 +117,8 @@ impl Liveness {
         }
         let cordoned = self.records[slot].as_ref().is_some_and(|r| r.cordoned);
         let deadline = now.plus_ms(timeout_ms);
+        self.held.remove(&ix);
+        self.unsettled.remove(&ix);
         self.records[slot] = Some(NodeRecord {
             addr,
             incarnation,
@@ -92,6 +134,7 @@ impl Liveness {
             unheard_since_restore: false,
         });
         self.expiries.push_back((deadline, ix));
+        self.end_disruption(now, timeout_ms);
     }
 
     pub fn get(&self, ix: NodeIx) -> Option<&NodeRecord> {
@@ -112,7 +155,49 @@ impl Liveness {
         record.deadline = now.plus_ms(timeout_ms);
         let deadline = record.deadline;
         self.expiries.push_back((deadline, ix));
+        self.held.remove(&ix);
+        self.unsettled.remove(&ix);
+        self.end_disruption(now, timeout_ms);
         self.drop_stale_front();
+    }
+
+    /// FD-1: a node was heard from, so the head's network works; each held node gets a whole
+    /// node timeout from now to be heard from too.
+    fn end_disruption(&mut self, now: Instant, timeout_ms: u64) {
+        self.hold_ends = None;
+        let deadline = now.plus_ms(timeout_ms);
+        for ix in std::mem::take(&mut self.held) {
+            let record = self.get_mut(ix).expect("a held node has a record");
+            record.deadline = deadline;
+            self.expiries.push_back((deadline, ix));
+            self.unsettled.insert(ix);
+        }
+    }
+
+    /// Whether a node held through a disruption is still neither heard from nor DEAD, or one
+    /// is held now: placements wait (FD-2).
+    pub fn unsettled(&self) -> bool {
+        !self.held.is_empty() || !self.unsettled.is_empty()
+    }
+
+    /// When every node held now, or held until a disruption ended, will be heard from or DEAD
+    /// at the latest (FD-3); `None` when none is.
+    pub fn settled_by(&self) -> Option<Instant> {
+        if !self.held.is_empty() {
+            return self.hold_ends;
+        }
+        self.unsettled.iter().filter_map(|ix| self.get(*ix)).map(|r| r.deadline).max()
+    }
+
+    /// FD-1: no alive node was heard from within `quiet_ms`.
+    fn fully_disrupted(&self, now: Instant, quiet_ms: u64) -> bool {
+        let mut alive = self.records.iter().flatten().filter(|r| r.alive);
+        alive.all(|r| now >= r.last_heard.plus_ms(quiet_ms))
+    }
+
+    /// Whether the node's deadline passed while every node was silent (FD-1).
+    pub fn is_held(&self, ix: NodeIx) -> bool {
+        self.held.contains(&ix)
     }
 
     /// The agent's connection dropped: the node is suspect until heard from again.
@@ -132,23 +217,31 @@ impl Liveness {
             .collect()
     }
 
-    /// Why the node is suspect, if it is, as its view shows it.
+    /// Why the node is suspect, if it is, as its view shows it. A held node (FD-1) is DEAD
+    /// when the hold ends, unless a node is heard from first.
     pub fn suspect(&self, ix: NodeIx, now: Instant, after_ms: u64) -> Option<Suspect> {
         let record = self.get(ix).filter(|r| r.is_suspect(now, after_ms))?;
+        let held = self.is_held(ix);
+        let dead_at = if held { self.hold_ends.expect("a hold has an end") } else { record.deadline };
         Some(Suspect {
             link_lost: record.link_lost,
             silent_ms: now.ms_since(record.last_heard),
-            dead_in_ms: record.deadline.ms_since(now),
+            dead_in_ms: dead_at.ms_since(now),
+            held,
         })
     }
 
     /// The node was forgotten: nothing of it is kept (a stale expiry finds no record).
     pub fn forget(&mut self, ix: NodeIx) {
+        self.held.remove(&ix);
+        self.unsettled.remove(&ix);
         let record = self.records.get_mut(ix as usize).and_then(Option::take);
         assert!(record.is_some_and(|r| !r.alive), "forgetting a node that is not dead");
     }
 
     pub fn mark_dead(&mut self, ix: NodeIx) {
+        self.held.remove(&ix);
+        self.unsettled.remove(&ix);
         if let Some(record) = self.get_mut(ix) {
             record.alive = false;
         }
@@ -156,11 +249,15 @@ impl Liveness {
 
     /// The earliest deadline that could expire a node.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.expiries.front().map(|(t, _)| *t)
+        let front = self.expiries.front().map(|(t, _)| *t);
+        let hold_ends = self.hold_ends.filter(|_| !self.held.is_empty());
+        [front, hold_ends].into_iter().flatten().min()
     }
 
-    /// Nodes whose deadline has passed, in deadline order.
-    pub fn pop_expired(&mut self, now: Instant) -> Vec<NodeIx> {
+    /// Nodes whose deadline has passed, in deadline order, each with whether it was held
+    /// until the hold ended — unless no node was heard from for `hold.quiet_ms`, when they are
+    /// held instead (FD-1).
+    pub fn pop_expired(&mut self, now: Instant, hold: Hold) -> Vec<(NodeIx, bool)> {
         let mut expired = Vec::new();
         while let Some(&(deadline, ix)) = self.expiries.front() {
             if deadline > now {
@@ -172,7 +269,16 @@ impl Liveness {
             }
         }
         self.drop_stale_front();
-        expired
+        let hold_over = self.hold_ends.is_some_and(|end| now >= end);
+        if !expired.is_empty() && !hold_over && hold.max_ms > 0 && self.fully_disrupted(now, hold.quiet_ms) {
+            self.hold_ends.get_or_insert(now.plus_ms(hold.max_ms));
+            self.held.extend(expired.drain(..));
+        }
+        let mut declared: Vec<(NodeIx, bool)> = expired.into_iter().map(|ix| (ix, false)).collect();
+        if hold_over {
+            declared.extend(std::mem::take(&mut self.held).into_iter().map(|ix| (ix, true)));
+        }
+        declared
     }
 
     fn is_current(&self, deadline: Instant, ix: NodeIx) -> bool {
@@ -194,6 +300,8 @@ impl Liveness {
 mod tests {
     use super::*;
 
+    const HOLD: Hold = Hold { quiet_ms: 1500, max_ms: 60_000 };
+
     #[test]
     fn only_the_latest_deadline_expires_a_node() {
         let t = Instant::from_ms;
@@ -203,11 +311,11 @@ mod tests {
         l.heard(0, t(1000), 3000);
         l.heard(0, t(2000), 3000);
         assert_eq!(l.next_expiry(), Some(t(3000)), "node 1 still due at 3000");
-        assert_eq!(l.pop_expired(t(3000)), vec![1]);
+        assert_eq!(l.pop_expired(t(3000), HOLD), vec![(1, false)]);
         l.mark_dead(1);
         assert_eq!(l.next_expiry(), Some(t(5000)), "stale entries of node 0 were dropped");
-        assert!(l.pop_expired(t(4999)).is_empty());
-        assert_eq!(l.pop_expired(t(5000)), vec![0]);
+        assert!(l.pop_expired(t(4999), HOLD).is_empty());
+        assert!(l.pop_expired(t(5000), HOLD).is_empty(), "a lone node is held (FD-1)");
     }
 
     #[test]
@@ -218,12 +326,91 @@ mod tests {
         l.register(1, "b".into(), 1, t(0), 3000);
         l.heard(0, t(1000), 3000);
         assert_eq!(l.suspect(0, t(2999), 2000), None, "heard 1999 ms ago, within two heartbeats");
-        assert_eq!(l.suspect(1, t(2000), 2000), Some(Suspect { link_lost: false, silent_ms: 2000, dead_in_ms: 1000 }));
+        assert_eq!(
+            l.suspect(1, t(2000), 2000),
+            Some(Suspect { link_lost: false, silent_ms: 2000, dead_in_ms: 1000, held: false })
+        );
         l.lose_link(0);
-        assert_eq!(l.suspect(0, t(1500), 2000), Some(Suspect { link_lost: true, silent_ms: 500, dead_in_ms: 2500 }));
+        assert_eq!(
+            l.suspect(0, t(1500), 2000),
+            Some(Suspect { link_lost: true, silent_ms: 500, dead_in_ms: 2500, held: false })
+        );
         assert_eq!(l.suspects(t(2000), 2000), BTreeSet::from([0, 1]), "the set and each view agree");
         l.heard(0, t(1600), 3000);
         l.mark_dead(1);
         assert_eq!((l.suspect(0, t(1700), 2000), l.suspect(1, t(5000), 2000)), (None, None), "heard from; DEAD");
+    }
+
+    /// Three nodes heartbeating every 1000 ms with staggered phases, the head's network cut at
+    /// 2500: by the first deadline every node has been silent for over half the timeout.
+    fn three_nodes_cut_off_at_2500() -> Liveness {
+        let t = Instant::from_ms;
+        let mut l = Liveness::default();
+        for ix in 0..3 {
+            l.register(ix, format!("n{ix}"), 1, t(0), 3000);
+        }
+        for (ix, at) in [(0, 1000), (1, 1400), (2, 1800), (0, 2000), (1, 2400)] {
+            l.heard(ix, t(at), 3000);
+        }
+        l
+    }
+
+    #[test]
+    fn nodes_whose_deadline_passes_while_every_node_is_silent_are_held_until_one_is_heard() {
+        let t = Instant::from_ms;
+        let mut l = three_nodes_cut_off_at_2500();
+        assert!(l.pop_expired(t(4800), HOLD).is_empty(), "n2 silent 3000 ms, but so is everyone: held");
+        assert!(l.pop_expired(t(5400), HOLD).is_empty(), "n0 and n1 too");
+        assert!(l.is_held(0) && l.is_held(1) && l.is_held(2));
+        assert_eq!(l.next_expiry(), Some(t(64_800)), "only the end of the hold, 60 s after the first node held");
+        let held = l.suspect(2, t(9000), 2000).expect("a held node is suspect");
+        assert_eq!(held, Suspect { link_lost: false, silent_ms: 7200, dead_in_ms: 55_800, held: true });
+        l.heard(1, t(9000), 3000);
+        assert!(!l.is_held(0) && !l.is_held(2), "a node heard from ends the disruption");
+        assert_eq!(l.suspect(0, t(9000), 2000).map(|s| s.dead_in_ms), Some(3000), "a whole timeout from now");
+        l.heard(0, t(9100), 3000);
+        l.heard(1, t(10_000), 3000);
+        l.heard(0, t(11_000), 3000);
+        assert_eq!(l.pop_expired(t(12_000), HOLD), vec![(2, false)], "n2 stayed silent while the others spoke");
+    }
+
+    #[test]
+    fn a_node_dies_as_before_while_another_is_heard_from() {
+        let t = Instant::from_ms;
+        let mut l = three_nodes_cut_off_at_2500();
+        l.heard(0, t(4000), 3000);
+        assert_eq!(l.pop_expired(t(4800), HOLD), vec![(2, false)], "n0 heard 800 ms ago, within half the timeout");
+        l.mark_dead(2);
+        l.mark_dead(1);
+        assert!(l.pop_expired(t(7000), HOLD).is_empty(), "the last node alive is held too");
+        assert!(l.is_held(0));
+    }
+
+    #[test]
+    fn a_hold_ends_after_its_bound_and_declares_every_node_it_held() {
+        let t = Instant::from_ms;
+        let mut l = three_nodes_cut_off_at_2500();
+        assert!(l.pop_expired(t(5400), HOLD).is_empty());
+        assert!(l.pop_expired(t(65_399), HOLD).is_empty(), "within the hold, from the first node held at 5400");
+        assert_eq!(l.pop_expired(t(65_400), HOLD), vec![(0, true), (1, true), (2, true)]);
+        assert_eq!((l.next_expiry(), l.unsettled()), (None, false), "nothing held, nothing to wait for");
+        let never = Hold { quiet_ms: 1500, max_ms: 0 };
+        let mut l = three_nodes_cut_off_at_2500();
+        assert_eq!(l.pop_expired(t(4800), never), vec![(2, false)], "a hold of 0 ms holds nothing");
+    }
+
+    #[test]
+    fn placements_wait_while_nodes_are_held_and_until_each_is_heard_or_dead() {
+        let t = Instant::from_ms;
+        let mut l = three_nodes_cut_off_at_2500();
+        assert!(l.pop_expired(t(5400), HOLD).is_empty());
+        assert!(l.unsettled(), "held");
+        l.heard(0, t(6000), 3000);
+        assert!(l.unsettled(), "n1 and n2 not heard yet");
+        l.heard(1, t(6100), 3000);
+        l.heard(0, t(8000), 3000);
+        assert_eq!(l.pop_expired(t(9000), HOLD), vec![(2, false)]);
+        l.mark_dead(2);
+        assert!(!l.unsettled(), "every held node heard from or DEAD");
     }
 }

@@ -13,6 +13,7 @@
 //!   restart would not count it lost, and the head would re-send a start that agent ignores
 //!   as already run — the job would wait for an end that never comes (swarm seed 196998).
 
+use super::liveness::Hold;
 use super::{check_name, Effect, Head, Rejected, Reply};
 use crate::driver::{DrainSource, DriverInput, Loss};
 use crate::event::Event;
@@ -20,7 +21,7 @@ use crate::ids::NodeId;
 use crate::protocol::AttemptKey;
 use crate::protocol::Registration;
 use crate::resources::Devices;
-use crate::scheduler::{NodeIx, NodeOffer, NodeState, PgId};
+use crate::scheduler::{NodeIx, NodeOffer, NodeState, PgId, PolicyFault};
 use crate::time::Instant;
 use std::collections::BTreeMap;
 
@@ -462,16 +463,26 @@ impl Head {
         }
     }
 
-    /// Declares DEAD every node not heard from within the node timeout. (Run before the
-    /// recovery window is closed, so that a node that never reported to a restarted head is
-    /// named as such.)
+    /// Declares DEAD every node not heard from within the node timeout, unless none was heard
+    /// from lately (FD-1). (Run before the recovery window is closed, so that a node that
+    /// never reported to a restarted head is named as such.)
     pub(super) fn expire_silent_nodes(&mut self, now: Instant) {
-        for ix in self.liveness.pop_expired(now) {
+        let hold = match self.scheduler.policy_fault() {
+            PolicyFault::NoDisruptionHold => Hold { quiet_ms: 0, max_ms: 0 },
+            _ => Hold { quiet_ms: self.config.cluster_quiet_ms(), max_ms: self.config.disruption_hold_ms },
+        };
+        for (ix, held) in self.liveness.pop_expired(now, hold) {
             let heard = self.liveness.get(ix).expect("expired node has a record").last_heard;
             let name = self.scheduler.node(ix).name.clone();
             let silent_ms = now.ms_since(heard);
             let evidence = if self.recovery.as_ref().is_some_and(|r| r.waiting.contains(&ix)) {
                 format!("node {name} did not report to the restarted head within its recovery window ({silent_ms} ms)")
+            } else if held {
+                format!(
+                    "node {name} missed heartbeats for {silent_ms} ms, as did every node; held {} ms \
+                     (`--disruption-hold-ms`) in case the head's own network was cut",
+                    hold.max_ms
+                )
             } else {
                 format!("node {name} missed heartbeats for {silent_ms} ms")
             };

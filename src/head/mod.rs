@@ -409,6 +409,7 @@ impl Head {
             Input::Stop { job } => self.stop(now, job)?,
             Input::LinkLost { node } => self.link_lost(node),
         };
+        self.hold_attributions();
         self.settle(now);
         self.trim_finished();
         self.trim_dead_nodes();
@@ -419,6 +420,7 @@ impl Head {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.expire_silent_nodes(now);
         self.end_recovery_at(now);
+        self.hold_attributions();
         self.expire_finished(now);
         let due: Vec<(Instant, PgId)> = self.timers.range(..=(now, PgId::MAX)).copied().collect();
         for (at, pg) in due {
@@ -433,6 +435,17 @@ impl Head {
         self.trim_finished();
         self.trim_dead_nodes();
         self.emit_persists();
+    }
+
+    /// FD-3: while nodes are held through a disruption, or not yet settled after one, failures
+    /// waiting on a peer's loss wait until they are (a node heard from decides them sooner,
+    /// AT-1).
+    fn hold_attributions(&mut self) {
+        let Some(until) = self.liveness.settled_by() else { return };
+        for pg in self.attributing.clone() {
+            self.driver_mut(pg).hold_attribution_until(until);
+            self.flush_driver(pg);
+        }
     }
 
     /// A job its schedule deadline is about to fail hears the scheduler's current reason: the
@@ -607,11 +620,12 @@ impl Head {
     // ---- settle: drivers ⇄ scheduler ---------------------------------------------------------
 
     /// Runs scheduling passes, handing placements to drivers, until nothing changes. While a
-    /// restarted head waits for its nodes (DU-3), nothing is placed.
+    /// restarted head waits for its nodes (DU-3), or the head for those it held through a
+    /// disruption (FD-2 in `liveness.rs`), nothing is placed.
     fn settle(&mut self, now: Instant) {
         for _ in 0..MAX_SETTLE_ROUNDS {
             self.route_scheduler_events(now);
-            if !self.scheduler.is_dirty() || self.recovery.is_some() {
+            if !self.scheduler.is_dirty() || self.recovery.is_some() || self.liveness.unsettled() {
                 return;
             }
             self.scheduler.set_suspects(self.liveness.suspects(now, self.config.suspect_after_ms()));

@@ -132,6 +132,9 @@ pub enum PolicyFault {
     /// A head that is up leaves fenced agents' pings unanswered (applied by the simulator's
     /// runtime): they stop their work at their fence (AG-7's "heard" lost).
     PingsUnheard,
+    /// Nodes are declared DEAD when every node went silent at once too (FD-1 broken; applied by
+    /// the head).
+    NoDisruptionHold,
 }
 
 /// Identical gangs fail identically within one pass; remembering the failure keeps a pass over

@@ -372,11 +372,15 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
 fn suspect_text(s: &Suspect, holds_bundles: bool) -> String {
     let why = if s.link_lost { "its agent's connection dropped; nothing heard" } else { "no heartbeat" };
     let held = if holds_bundles { ". Room for its bundles is held meanwhile" } else { "" };
-    format!(
-        "{why} for {:.1} s; declared DEAD in {:.1} s unless heard from{held}",
-        s.silent_ms as f64 / 1000.0,
-        s.dead_in_ms as f64 / 1000.0
-    )
+    let silent_s = s.silent_ms as f64 / 1000.0;
+    let dead_in_s = s.dead_in_ms as f64 / 1000.0;
+    if s.held {
+        return format!(
+            "{why} for {silent_s:.1} s, as from every node, so the head's own network is the likelier cause; \
+             declared DEAD no sooner than {dead_in_s:.1} s after a node is heard from{held}"
+        );
+    }
+    format!("{why} for {silent_s:.1} s; declared DEAD in {dead_in_s:.1} s unless heard from{held}")
 }
 
 /// What a node's bundles hold, with the GPU devices among them.
@@ -435,11 +439,13 @@ mod tests {
     #[test]
     fn a_suspect_node_is_marked_and_said_why_below_the_table() {
         let mut cut = node("n1", NodeState::Alive, false, false);
-        cut.suspect = Some(Suspect { link_lost: true, silent_ms: 1_200, dead_in_ms: 1_800 });
+        cut.suspect = Some(Suspect { link_lost: true, silent_ms: 1_200, dead_in_ms: 1_800, held: false });
         cut.allocated = ftdrive::resources::Resources::units(&[("cpu", 1)]);
         let mut late = node("n2", NodeState::Draining, true, false);
-        late.suspect = Some(Suspect { link_lost: false, silent_ms: 2_400, dead_in_ms: 600 });
-        let table = nodes_table(&[cut, late, node("n3", NodeState::Alive, false, false)]);
+        late.suspect = Some(Suspect { link_lost: false, silent_ms: 2_400, dead_in_ms: 600, held: false });
+        let mut quiet = node("n4", NodeState::Alive, false, false);
+        quiet.suspect = Some(Suspect { link_lost: false, silent_ms: 9_000, dead_in_ms: 3_000, held: true });
+        let table = nodes_table(&[cut, late, node("n3", NodeState::Alive, false, false), quiet]);
         let lines: Vec<&str> = table.lines().collect();
         assert!(
             lines[1].contains(" ALIVE (suspect) ") && lines[2].contains(" DRAINING (operator, suspect) "),
@@ -447,11 +453,13 @@ mod tests {
         );
         assert!(lines[3].contains(" ALIVE ") && !lines[3].contains("suspect"), "{table}");
         assert_eq!(
-            &lines[4..],
+            &lines[5..],
             [
                 "node n1 is suspect: its agent's connection dropped; nothing heard for 1.2 s; declared DEAD in 1.8 s \
                  unless heard from. Room for its bundles is held meanwhile",
-                "node n2 is suspect: no heartbeat for 2.4 s; declared DEAD in 0.6 s unless heard from"
+                "node n2 is suspect: no heartbeat for 2.4 s; declared DEAD in 0.6 s unless heard from",
+                "node n4 is suspect: no heartbeat for 9.0 s, as from every node, so the head's own network is the \
+                 likelier cause; declared DEAD no sooner than 3.0 s after a node is heard from"
             ],
             "{table}"
         );

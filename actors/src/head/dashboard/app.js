@@ -1008,6 +1008,9 @@ function drainNote(node) {
 function suspectNote(suspect) {
   const why = suspect.link_lost ? 'connection dropped' : 'no heartbeat';
   const secs = (ms) => (ms / 1000).toFixed(1);
+  if (suspect.held) {
+    return `suspect: ${why} for ${secs(suspect.silent_ms)} s, as from every node (the head's own network is the likelier cause); DEAD no sooner than ${secs(suspect.dead_in_ms)} s after a node is heard from`;
+  }
   return `suspect: ${why} for ${secs(suspect.silent_ms)} s, DEAD in ${secs(suspect.dead_in_ms)} s unless heard from`;
 }
 
