@@ -10,7 +10,8 @@
 //! `starved_item_held` fires; with one that gives every node a port pool of its own whatever
 //! machine it shares, `rendezvous_port_once` fires; with one that leaves bundles on ports
 //! something else came to listen on, `busy_port_twice_at_most` fires; with one that places work
-//! on nodes whose agents cannot start it, `unhealthy_node_gets_nothing` fires. With the real policy
+//! on nodes whose agents cannot start it, `unhealthy_node_gets_nothing` fires; with one that
+//! declares nodes DEAD while the head hears from none, `charge_explained` fires. With the real policy
 //! none does. Rules that no policy switch
 //! breaks without breaking everything else (`one_rank_each`, `cycle_well_formed`) are shown
 //! by feeding the checker a broken driver's events directly.
@@ -117,6 +118,13 @@ fn work_placed_on_a_node_that_cannot_start_it_is_caught() {
 fn an_agent_fencing_while_the_head_answers_it_is_caught() {
     let found = caught("a_fenced_agent_stops_its_work_in_a_long_head_outage", PolicyFault::PingsUnheard);
     let first = "fence_only_when_unheard: n1's agent stopped its work at its fence (2000 ms) though the head let it in";
+    assert!(found.first().is_some_and(|v| v.starts_with(first)), "{found:?}");
+}
+
+#[test]
+fn nodes_declared_dead_while_the_head_hears_from_none_is_caught() {
+    let found = caught("a_cut_off_head_holds_every_node_and_charges_nothing", PolicyFault::NoDisruptionHold);
+    let first = "charge_explained: h/0 attempt 1 was charged to system as node_lost on n1 with no fault behind it";
     assert!(found.first().is_some_and(|v| v.starts_with(first)), "{found:?}");
 }
 

@@ -229,7 +229,9 @@ const EXPECTED: &[(&str, Expectation)] = &[
     }),
     // a and b lose their nodes in turns (a, b, a, b) and two machines join. One bundle at a
     // time, each job took one and waited for ever for the other's; a's restorations (the
-    // first loss) go together, and b's follow once a ends.
+    // first loss) go together, and b's follow once a ends. The last two machines go silent
+    // while no node is heard, so they are held (FD-1), declared a node timeout after n5 joins,
+    // and nothing is placed meanwhile (FD-2): without that pause, a and b took one each.
     ("gangs_losing_nodes_in_turns_are_restored_whole", |r| {
         let replaced = r.replacements();
         assert_eq!(replaced, [("a/0", "n5"), ("a/1", "n6"), ("b/0", "n5"), ("b/1", "n6")]);
@@ -454,6 +456,16 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.state("p"), "SUCCEEDED", "a job submitted while the head recovered runs");
         let placed = r.events("placed").into_iter().find(|e| e["job"] == "p").expect("p was placed");
         assert!(placed["t_ms"].as_u64().unwrap() > 11_500, "placed only once the restarted head recovered");
+    }),
+    ("a_cut_off_head_holds_every_node_and_charges_nothing", |r| {
+        assert_eq!(r.state("h"), "SUCCEEDED");
+        assert_eq!(r.job("h")["cycles"], 1, "FD-1: a cut of the head's network longer than the node timeout");
+        assert_eq!(r.ledger("h"), vec![pair("completed", "none"); 3], "nothing restarted, nothing charged");
+        let dead: Vec<_> = r.events("node_state").into_iter().filter(|e| e["state"] == "DEAD").collect();
+        assert!(dead.iter().all(|e| e["node"] == "n4"), "only the machine that died is DEAD: {dead:?}");
+        let declared = dead.first().expect("n4, which died during the cut, is declared")["t_ms"].as_u64().unwrap();
+        assert!(declared >= 21_000, "a node timeout after the cut ended at 18000, not before: {declared}");
+        assert_eq!(r.ledger("p"), vec![pair("node_lost", "system"), pair("completed", "none")]);
     }),
     ("ledger_collateral", |r| {
         let ledger = r.ledger("l");

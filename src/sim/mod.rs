@@ -156,6 +156,13 @@ enum SimEvent {
     Heal,
 }
 
+impl SimEvent {
+    /// A message between the head and an agent (a cut of the head's network holds it).
+    fn crosses_the_head_network(&self) -> bool {
+        matches!(self, SimEvent::ToHead { .. } | SimEvent::ToAgent { .. } | SimEvent::Rejected { .. })
+    }
+}
+
 /// One simulated cluster run.
 pub struct Simulation {
     seed: u64,
@@ -196,6 +203,8 @@ pub struct Simulation {
     models_listeners: bool,
     /// When every job must have ended (`liveness_at_ms`); taken once the check has run.
     liveness_at: Option<Instant>,
+    /// The head's network is cut until then (`Fault::HeadCut`): messages to and from it wait.
+    head_cut_until: Instant,
 }
 
 impl Simulation {
@@ -207,10 +216,14 @@ impl Simulation {
         head.inject_policy_fault(options.policy_fault);
         let streams = ChaCha8Rng::seed_from_u64(seed).next_u64();
         let max_grace = scenario.jobs.iter().map(|j| j.spec.stop_grace_ms).max().unwrap_or(0);
+        // A stop sent into a cut of the head's network waits for its end.
+        let cuts_ms: u64 =
+            scenario.events.iter().map(|e| if let Fault::HeadCut { for_ms } = e.what { for_ms } else { 0 }).sum();
         let stale_bound_ms = 2 * config.node_timeout_ms
             + 10 * config.heartbeat_interval_ms
             + max_grace.max(MAX_TERM_MS)
-            + 10 * scenario.network.max_delay_ms;
+            + 10 * scenario.network.max_delay_ms
+            + cuts_ms;
         let restarts_head = scenario.events.iter().any(|e| matches!(e.what, Fault::HeadRestart { .. }));
         let mut sim = Simulation {
             seed,
@@ -250,6 +263,7 @@ impl Simulation {
             listeners: BTreeMap::new(),
             models_listeners: scenario.events.iter().any(|e| matches!(e.what, Fault::PortListener { .. })),
             liveness_at: scenario.liveness_at_ms.map(Instant::from_ms),
+            head_cut_until: Instant::ZERO,
             options,
         };
         sim.schedule_scenario(scenario);
@@ -381,6 +395,10 @@ impl Simulation {
     }
 
     fn process(&mut self, event: SimEvent) {
+        if let Some(until) = self.cut_until().filter(|_| event.crosses_the_head_network()) {
+            self.push(until, event);
+            return;
+        }
         match event {
             SimEvent::Fault(fault) => self.fault(*fault),
             SimEvent::Submit(job) => self.submit(&job),
@@ -484,6 +502,7 @@ impl Simulation {
                 }
             }
             Fault::HeadRestart { down_ms } => self.head_down(down_ms),
+            Fault::HeadCut { for_ms } => self.cut_head(for_ms),
             Fault::PortListener { node, port } => {
                 let ix = self.agent_of[&node];
                 self.start_listener(ix, port);
@@ -634,6 +653,24 @@ impl Simulation {
             }
         }
         self.push(self.now.plus_ms(down_ms), SimEvent::HeadUp);
+    }
+
+    /// The head's network is cut for `for_ms`: what crosses it waits for the end of the cut,
+    /// and agents' pings go unanswered meanwhile (a fenced agent's let-in is no longer heard).
+    fn cut_head(&mut self, for_ms: u64) {
+        self.head_cut_until = self.head_cut_until.max(self.now.plus_ms(for_ms));
+        for machine in &mut self.agents {
+            machine.let_in_at = None;
+        }
+        let (now, until, in_flight_ms) = (self.now, self.head_cut_until, self.network.max_delay_ms());
+        if let Some(checker) = self.checker.as_mut() {
+            checker.head_cut(now, until, in_flight_ms);
+        }
+    }
+
+    /// When the cut of the head's network ends, if it is cut now.
+    fn cut_until(&self) -> Option<Instant> {
+        Some(self.head_cut_until).filter(|until| *until > self.now)
     }
 
     /// The head starts from its durable state; each agent reconnects within a heartbeat.
@@ -849,7 +886,7 @@ impl Simulation {
         self.probe_health(ix);
         // A fenced agent pings the head; a head that is up answers (AG-7).
         let answered = self.options.policy_fault != PolicyFault::PingsUnheard;
-        if self.head_up && self.agents[ix as usize].fenced && answered {
+        if self.head_up && self.cut_until().is_none() && self.agents[ix as usize].fenced && answered {
             self.agent_input(ix, AgentInput::HeadHeard);
         }
         self.agent_input(ix, AgentInput::Heartbeat);

@@ -191,6 +191,11 @@ pub enum Fault {
         #[serde(default)]
         down_ms: u64,
     },
+    /// The head's network is cut for `for_ms`: nothing passes between it and any agent, and
+    /// what was sent meanwhile (or was in flight) arrives once the cut ends, as TCP delivers it
+    /// after a partition shorter than its retransmission timeout; the links stay up, and the
+    /// head answers no agent's ping meanwhile.
+    HeadCut { for_ms: u64 },
     /// The user stops a job.
     StopJob { job: JobId },
     /// A process outside ftdrive (a forgotten `torchrun`) starts listening on `port` of the
@@ -387,6 +392,11 @@ impl Scenario {
                 Fault::HeadRestart { down_ms } => {
                     if *down_ms > MAX_UNTIL_MS {
                         return Err(err(field("down_ms"), "is longer than any scenario"));
+                    }
+                }
+                Fault::HeadCut { for_ms } => {
+                    if *for_ms == 0 || *for_ms > MAX_UNTIL_MS {
+                        return Err(err(field("for_ms"), "must be from 1 ms to the longest scenario"));
                     }
                 }
             }

@@ -49,6 +49,7 @@ pub fn generate(seed: u64) -> Scenario {
     events.extend(gen_listeners(seed, &nodes, fault_ms));
     events.extend(gen_full_disks(seed, &nodes, fault_ms));
     events.extend(gen_agent_crashes(seed, &nodes, fault_ms));
+    events.extend(gen_head_cuts(seed, fault_ms));
     gen_reactions(seed, &mut jobs);
     events.sort_by_key(|e| e.at_ms);
     let healed_ms: u64 = jobs.iter().map(time_to_end_ms).sum();
@@ -317,6 +318,18 @@ fn gen_agent_crashes(seed: u64, nodes: &[NodeDef], fault_ms: u64) -> Vec<FaultEv
             at_ms: g.range(1_000, fault_ms),
             what: Fault::AgentCrash { node: g.pick(nodes).name.clone() },
         })
+        .collect()
+}
+
+/// Cuts of the head's network, most longer than the node timeout (FD-1), in a sixth of the
+/// cases; from a generator of their own, as `gen_listeners`.
+fn gen_head_cuts(seed: u64, fault_ms: u64) -> Vec<FaultEvent> {
+    let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x4355_5453));
+    if !g.chance(16) {
+        return Vec::new();
+    }
+    (0..g.range(1, 3))
+        .map(|_| FaultEvent { at_ms: g.range(1_000, fault_ms), what: Fault::HeadCut { for_ms: g.range(500, 12_000) } })
         .collect()
 }
 

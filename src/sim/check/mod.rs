@@ -27,7 +27,7 @@
 //! | `forget_only_dead` | a node forgotten (by the operator, by retention, to make room) is DEAD, holds no bundle, and is not under an operator's drain the operator did not withdraw |
 //! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no attempt starts on one — not a rank restarting on its own bundle, not a spare promoted from standing by there (DESIGN §6) |
 //! | `fence_only_when_unheard` | an agent stops its work at its fence (AG-7) only when the head stopped answering it: not while a head that stayed up since letting it in answers its pings (each heartbeat interval, shorter than the fence) |
-//! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, one whose disk filled up, one whose agent stopped its work at its fence (AG-7) or one whose agent was killed with its processes (`agent_crash`) — so a rank's crash in reaction to a lost peer (`react_to_lost_peer_ms`) charged to `user` fails it, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent charges nothing |
+//! | `charge_explained` | on a network that loses nothing, every charged ledger entry has a fault behind it: a `user_error` a failed process, a `node_lost` a lost machine, one whose disk filled up, one whose agent stopped its work at its fence (AG-7) or one whose agent was killed with its processes (`agent_crash`) — so a rank's crash in reaction to a lost peer (`react_to_lost_peer_ms`) charged to `user` fails it, a `preempted` a drain or a lost preemptible machine — restarting the head or an agent, or cutting the head's network (`head_cut`), charges nothing |
 //!
 //! Every checker is here or in a child module (`aging`, `placement`, `ranks`), so that all of
 //! them stay apart from the code under test and share one accounting.
@@ -130,6 +130,9 @@ pub struct Checker {
     unhealthy: BTreeSet<NodeId>,
     /// Machines lost and not yet declared DEAD (or back), with when they went silent.
     silent_since: BTreeMap<NodeId, Instant>,
+    /// The head's network is cut until then (`Fault::HeadCut`): what a machine sent before it
+    /// was lost reaches the head only then.
+    head_cut_until: Instant,
     /// After this much silence (plus the network's delay) the head must suspect a node.
     suspect_bound_ms: Option<u64>,
     /// The head's `starvation_ms`, when `starved_item_held` is on.
@@ -190,7 +193,16 @@ impl Checker {
     /// A machine went away with its processes (crash, reboot, the end of a drain) at `at`.
     pub fn machine_lost(&mut self, node: &NodeId, at: Instant) {
         self.lost_machines.insert(node.clone());
-        self.silent_since.insert(node.clone(), at);
+        self.silent_since.insert(node.clone(), at.max(self.head_cut_until));
+    }
+
+    /// The head's network is cut from `at` until `until`: the last messages of a machine lost
+    /// within `in_flight_ms` before the cut arrive at its end, so its silence counts from then.
+    pub fn head_cut(&mut self, at: Instant, until: Instant, in_flight_ms: u64) {
+        self.head_cut_until = self.head_cut_until.max(until);
+        for since in self.silent_since.values_mut().filter(|since| since.plus_ms(in_flight_ms) >= at) {
+            *since = (*since).max(until);
+        }
     }
 
     /// A machine's agent heard nothing from the head past its fence and stopped its work
