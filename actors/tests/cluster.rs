@@ -1753,46 +1753,55 @@ fn a_closed_standard_error_ends_no_process() {
     assert_eq!(refused.wait().unwrap().code(), Some(2), "a missing file is bad input, said or not");
 }
 
-/// A TCP relay on loopback whose connections can be made to die silently: `go_stale` stops
-/// every connection made so far from passing anything, either way, while leaving both of its
-/// sockets open (a NAT or load balancer that lost them); connections made afterwards pass.
-struct StaleningRelay {
+/// A TCP relay on loopback whose connections can be made to die silently or be cut for a
+/// while: `go_stale` stops every connection made so far from passing anything, either way,
+/// while leaving both of its sockets open (a NAT or load balancer that lost them), and
+/// connections made afterwards pass; `cut` holds what every connection carries, either way,
+/// until `heal` (a network partition shorter than TCP's retransmission timeout: nothing is
+/// lost, it arrives late).
+struct Relay {
     addr: std::net::SocketAddr,
-    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    state: std::sync::Arc<RelayState>,
 }
 
-impl StaleningRelay {
-    fn to(upstream: &str) -> StaleningRelay {
+#[derive(Default)]
+struct RelayState {
+    generation: std::sync::atomic::AtomicU64,
+    cut: std::sync::atomic::AtomicBool,
+}
+
+impl Relay {
+    fn to(upstream: &str) -> Relay {
         use std::sync::atomic::Ordering;
         let upstream: std::net::SocketAddr = upstream.trim_start_matches("http://").parse().unwrap();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let generation = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let current = generation.clone();
+        let state = std::sync::Arc::new(RelayState::default());
+        let shared = state.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let (Ok(client), Ok(server)) = (client, std::net::TcpStream::connect(upstream)) else { continue };
-                let born = current.load(Ordering::SeqCst);
+                let born = shared.generation.load(Ordering::SeqCst);
                 for (from, to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
-                    let current = current.clone();
-                    std::thread::spawn(move || Self::pump(from, to, born, &current));
+                    let shared = shared.clone();
+                    std::thread::spawn(move || Self::pump(from, to, born, &shared));
                 }
             }
         });
-        StaleningRelay { addr, generation }
+        Relay { addr, state }
     }
 
-    /// Copies `from` to `to` while its connection is current; past that, reads and drops.
-    fn pump(
-        mut from: std::net::TcpStream,
-        mut to: std::net::TcpStream,
-        born: u64,
-        current: &std::sync::atomic::AtomicU64,
-    ) {
+    /// Copies `from` to `to` while its connection is current, holding each read while the
+    /// relay is cut; past its generation, reads and drops.
+    fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream, born: u64, state: &RelayState) {
         use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
         let mut buf = [0u8; 16 * 1024];
         while let Ok(n @ 1..) = from.read(&mut buf) {
-            if current.load(std::sync::atomic::Ordering::SeqCst) == born && to.write_all(&buf[..n]).is_err() {
+            while state.cut.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            if state.generation.load(Ordering::SeqCst) == born && to.write_all(&buf[..n]).is_err() {
                 return;
             }
         }
@@ -1800,7 +1809,11 @@ impl StaleningRelay {
     }
 
     fn go_stale(&self) {
-        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.state.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn cut(&self, cut: bool) {
+        self.state.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -1813,7 +1826,7 @@ impl StaleningRelay {
 #[test]
 fn an_agent_whose_link_dies_silently_connects_again() {
     let mut c = Cluster::start(&["n2"]);
-    let relay = StaleningRelay::to(&c.url);
+    let relay = Relay::to(&c.url);
     let said = c.dir.path().join("n1.err");
     let agent = c
         .node_command("n1")
@@ -1842,5 +1855,49 @@ fn an_agent_whose_link_dies_silently_connects_again() {
         node_state(c).as_deref() == Some("ALIVE") && running(&job, 2) && on_n1 != c.processes(Some("n1")).is_empty()
     });
     assert!(said_so("reconnecting"));
+    c.ftdrive(&["stop", &id]);
+}
+
+/// The head's network is cut (every agent reaches it through one relay, which holds what
+/// passes) for several node timeouts: the head hears from no node, holds them rather than
+/// declaring them DEAD (FD-1), and once the cut heals the same processes run on, nothing
+/// charged. With `--disruption-hold-ms 0` both nodes are DEAD within a second of the cut.
+#[test]
+fn a_cut_of_the_heads_network_loses_no_work() {
+    let mut c = Cluster::start(&[]);
+    let relay = Relay::to(&c.url);
+    for name in ["n1", "n2"] {
+        let agent = c.node_command(name).env("FTDRIVE_HEAD", format!("http://{}", relay.addr)).spawn().unwrap();
+        c.nodes.insert(name.into(), agent);
+    }
+    c.wait_until("both registered", |c| c.nodes_json().as_array().unwrap().len() == 2);
+    let both = json!({"command": ["sleep", "300"], "min_nodes": 2, "max_nodes": 2});
+    let id = c.submit_no_wait(&c.spec("cut", both));
+    c.wait_for_job(&id, "both ranks run", |j| running(j, 2));
+    let ranks = |c: &Cluster| [c.processes(Some("n1")), c.processes(Some("n2"))].concat();
+    c.wait_until("both ranks' supervisors and workers run", |c| ranks(c).len() == 4);
+    let pids = ranks(&c);
+    relay.cut(true);
+    let held = |c: &Cluster, silent_ms: u64| {
+        let nodes = c.nodes_json();
+        nodes.as_array().unwrap().iter().all(|n| {
+            n["state"] == "ALIVE"
+                && n["suspect"]["held"] == true
+                && n["suspect"]["silent_ms"].as_u64() > Some(silent_ms)
+        })
+    };
+    // Three node timeouts of silence (the test head's is 1 s), every node held all along.
+    c.wait_until("both nodes held, silent for 3 s", |c| held(c, 3_000));
+    let table = c.ftdrive(&["nodes"]);
+    assert!(table.contains("as from every node, so the head's own network is the likelier cause"), "{table}");
+    relay.cut(false);
+    c.wait_until("both nodes heard from again", |c| {
+        c.nodes_json().as_array().unwrap().iter().all(|n| n["state"] == "ALIVE" && n["suspect"].is_null())
+    });
+    let job = c.job(&id);
+    assert!(running(&job, 2), "{job:#}");
+    assert!(job["actors"].as_array().unwrap().iter().all(|a| a["attempt"] == 1), "nothing restarted: {job:#}");
+    assert_eq!(job["ledger"], json!([]), "nothing charged: {job:#}");
+    assert_eq!(ranks(&c), pids, "the same processes run");
     c.ftdrive(&["stop", &id]);
 }

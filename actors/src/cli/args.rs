@@ -107,6 +107,10 @@ pub struct HeadArgs {
     /// How long a blocked queue item lets lower items backfill.
     #[arg(long, default_value_t = 60_000)]
     pub starvation_ms: u64,
+    /// While the head hears from no node at all (more likely its own network cut than every
+    /// machine dead), it declares none DEAD for up to this long; 0 turns the hold off.
+    #[arg(long, default_value_t = 300_000)]
+    pub disruption_hold_ms: u64,
     /// Finished jobs kept for `status`; older ones are forgotten, in memory and on disk.
     #[arg(long, default_value_t = 1_000)]
     pub retain_finished: usize,

@@ -18,6 +18,7 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
         heartbeat_interval_ms: args.heartbeat_interval_ms,
         node_timeout_ms: args.node_timeout_ms,
         starvation_ms: args.starvation_ms,
+        disruption_hold_ms: args.disruption_hold_ms,
         retain_finished: args.retain_finished,
         retain_finished_ms: args.retain_finished_hours.saturating_mul(3_600_000),
         retain_dead_nodes: args.retain_dead_nodes,
