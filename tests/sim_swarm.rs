@@ -23,6 +23,9 @@ const ONCE_FAILED: &[u64] = &[
     // silence of a machine whose last heartbeat waited out a cut (82, 183), a failure pending
     // while nodes are held (FD-3: 19784, 31475).
     82, 183, 467, 4_527, 19_784, 31_475,
+    // A rank's exit decided by the first of the losses a restarted head declared together at
+    // the end of its window, before its peer's (AT-3).
+    7_418_383,
 ];
 
 #[test]

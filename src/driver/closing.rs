@@ -3,6 +3,7 @@
 //! reaches its final state only once nothing of it is held.
 
 use super::classify::Ending;
+use super::failure::Decide;
 use super::{ActorState, Bundle, CloseReason, Driver, DriverEffect, StopReason, Timer};
 use crate::event::JobEvent;
 use crate::ids::ActorIx;
@@ -21,7 +22,7 @@ impl Driver {
         self.event(JobEvent::Closing { reason });
         // Undecided failures are recorded as what they were; with the outcome decided, they
         // charge nothing.
-        self.decide_pending(now, true);
+        self.decide_pending(now, Decide::Every);
         for ix in 0..self.actors.len() as ActorIx {
             self.close_actor(now, ix, reason);
         }

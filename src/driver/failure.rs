@@ -16,6 +16,11 @@
 //!   reported to the restarted head) went silent at a time nobody knows, perhaps before a
 //!   peer's exit that the run before the restart saw: that loss excuses it. A failure pending
 //!   across a restart waits until the recovery window closes, when such a loss is known.
+//! - **AT-3 a window closes after its instant.** A failure whose wait is over is decided by
+//!   its timer, which the head runs after every other input of that instant: losses declared
+//!   together (the nodes that did not report to a restarted head, at the end of its window)
+//!   all reach the driver first. Decided by the first of them, a rank's exit was judged
+//!   before the loss of the peer it reacted to arrived (swarm seed 7418383).
 
 use super::budget::backoff_ms;
 use super::classify::{classify, fatal_message, Ending, JobContext, PeerLoss, Verdict};
@@ -29,6 +34,18 @@ use crate::time::Instant;
 
 /// Faults remembered to charge each once (FC-1); a bound, since a job may outlive many.
 const MAX_REMEMBERED_FAULTS: usize = 64;
+
+/// Which pending failures to decide now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Decide {
+    /// Every one (the job is closing: nothing it decides is charged).
+    Every,
+    /// Those whose wait is over, by their window or by word from every peer (the timer,
+    /// AT-3).
+    WindowOver,
+    /// Those whose every live peer was heard from since (AT-1): after any other input.
+    PeersHeard,
+}
 
 impl Driver {
     pub(super) fn job_context(&self) -> JobContext<'_> {
@@ -65,14 +82,18 @@ impl Driver {
         self.mode().on_failure_noticed(self, now, ix);
     }
 
-    /// Decides every pending failure whose peers have all ended or whose window has passed.
-    pub(super) fn decide_pending(&mut self, now: Instant, force: bool) {
+    /// Decides the pending failures `which` names.
+    pub(super) fn decide_pending(&mut self, now: Instant, which: Decide) {
         let due: Vec<ActorIx> = self
             .pending
             .iter()
             .filter(|(ix, p)| {
-                let window_over = self.timers.get(Timer::Attribution(**ix)).is_none_or(|t| t <= now);
-                force || window_over || !self.peers_unheard(**ix, p)
+                let window_over = || self.timers.get(Timer::Attribution(**ix)).is_none_or(|t| t <= now);
+                match which {
+                    Decide::Every => true,
+                    Decide::WindowOver => window_over() || !self.peers_unheard(**ix, p),
+                    Decide::PeersHeard => !self.peers_unheard(**ix, p),
+                }
             })
             .map(|(ix, _)| *ix)
             .collect();

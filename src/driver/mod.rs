@@ -43,6 +43,7 @@ pub use ledger::LedgerEntry;
 pub use timers::{Timer, TimerTable};
 
 use crate::event::JobEvent;
+use failure::Decide;
 use crate::ids::{ActorId, ActorIx, JobId, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, StartSpec};
 use crate::scheduler::{Need, PolicyFault};
@@ -496,6 +497,7 @@ impl Driver {
         }
         // Backoffs only keep things from starting; once over, reconcile starts them.
         self.timers.clear_expired_backoffs(now);
+        self.decide_pending(now, Decide::WindowOver);
         self.reconcile(now);
     }
 
@@ -596,7 +598,7 @@ impl Driver {
         if self.state.is_terminal() {
             return;
         }
-        self.decide_pending(now, false);
+        self.decide_pending(now, Decide::PeersHeard);
         if self.closing.is_some() {
             return self.finish_if_released(now);
         }
