@@ -181,6 +181,11 @@ impl ExitStatus {
         ExitStatus { code: None, signal: None, signalled_by_agent: true, ..ExitStatus::code(0) }
     }
 
+    /// Whether this is an agent's report that it never started the attempt.
+    pub fn is_never_started(&self) -> bool {
+        *self == ExitStatus::never_started()
+    }
+
     /// What the agent reports for an attempt whose supervisor died without a record: its
     /// workers were SIGKILLed by the agent. (`signalled_by_agent` is the agent core's to set,
     /// from whether it had asked for a stop.)

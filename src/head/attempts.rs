@@ -60,6 +60,11 @@ impl AttemptIndex {
         self.node_of.get(key).is_some_and(|owner| *owner != node)
     }
 
+    /// Whether `key` is live on `node` and its start was confirmed there.
+    pub fn is_acked(&self, node: NodeIx, key: &AttemptKey) -> bool {
+        self.by_node.get(&node).and_then(|m| m.get(key)).is_some_and(|a| a.acked)
+    }
+
     pub fn acked(&mut self, node: NodeIx, key: &AttemptKey) {
         if let Some(live) = self.by_node.get_mut(&node).and_then(|m| m.get_mut(key)) {
             live.acked = true;

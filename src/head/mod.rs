@@ -383,12 +383,13 @@ impl Head {
             Input::ProcessStarted { node, incarnation, key } => self.process_started(now, node, incarnation, key)?,
             Input::ProcessExited { node, key, status } => {
                 let owed_since = self.take_owed_since(&node, &key);
-                match status.supervisor_lost {
-                    true => {
-                        let loss = self.supervisor_loss(now, &node, owed_since);
-                        self.process_ended(now, node, key, |key| DriverInput::AttemptLost { key, loss })?
-                    }
-                    false => self.process_ended(now, node, key, |key| DriverInput::Exited { key, status })?,
+                if status.supervisor_lost {
+                    let loss = self.supervisor_loss(now, &node, owed_since);
+                    self.process_ended(now, node, key, |key| DriverInput::AttemptLost { key, loss })?
+                } else if let Some(loss) = self.forgotten_start(&node, &key, &status) {
+                    self.process_ended(now, node, key, |key| DriverInput::AttemptLost { key, loss })?
+                } else {
+                    self.process_ended(now, node, key, |key| DriverInput::Exited { key, status })?
                 }
             }
             Input::SpawnFailed { node, key, message, node_fault } => {
@@ -554,6 +555,31 @@ impl Head {
         let draining = ix.is_some_and(|ix| self.scheduler.node(ix).state == NodeState::Draining);
         let evidence = format!("the attempt supervisor on {node} died without a record; the agent ended its workers");
         Loss { node: node.clone(), preemptible: false, draining, silent_since, unheard_since_restart: false, evidence }
+    }
+
+    /// SL-2: an agent that says it never started an attempt whose start the head had confirmed
+    /// there is not the agent that ran it — the machine rebooted, or its agent started afresh
+    /// on an empty state dir, and has not registered yet (a registration would have shown the
+    /// attempt missing). The attempt was lost with that machine, no earlier than the node was
+    /// last heard (or at a time unknown, if not since a head restart, AT-2); read as a stop
+    /// never started, it was free, and a peer's crash on its vanished rank was charged to the
+    /// user (swarm seed 7447363).
+    fn forgotten_start(&self, node: &NodeId, key: &AttemptKey, status: &ExitStatus) -> Option<Loss> {
+        let ix = self.scheduler.node_ix(node)?;
+        if !status.is_never_started() || !self.attempts.is_acked(ix, key) {
+            return None;
+        }
+        let record = self.liveness.get(ix)?;
+        let evidence =
+            format!("the agent on {node} no longer knows the attempt it had started (its machine restarted)");
+        Some(Loss {
+            node: node.clone(),
+            preemptible: crate::resources::is_preemptible(&self.scheduler.node(ix).labels),
+            draining: self.scheduler.node(ix).state == NodeState::Draining,
+            silent_since: record.last_heard,
+            unheard_since_restart: record.unheard_since_restore,
+            evidence,
+        })
     }
 
     /// When the agent run that `node`'s restarted agent owes `key`'s end for was last heard,
