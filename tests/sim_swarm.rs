@@ -26,6 +26,12 @@ const ONCE_FAILED: &[u64] = &[
     // A rank's exit decided by the first of the losses a restarted head declared together at
     // the end of its window, before its peer's (AT-3).
     7_418_383,
+    // A start the head had confirmed, reported never started by the node's rebooted agent
+    // before it registered: lost with the machine, not stopped (SL-2).
+    7_447_363,
+    // The simulator's reconnect after a head restart reached an agent run started since,
+    // which had linked on its own (7427995).
+    7_427_995,
 ];
 
 #[test]

@@ -43,12 +43,12 @@ pub use ledger::LedgerEntry;
 pub use timers::{Timer, TimerTable};
 
 use crate::event::JobEvent;
-use failure::Decide;
 use crate::ids::{ActorId, ActorIx, JobId, NodeId};
 use crate::protocol::{AttemptKey, ExitStatus, StartSpec};
 use crate::scheduler::{Need, PolicyFault};
 use crate::spec::{JobSpec, RestartMode};
 use crate::time::Instant;
+use failure::Decide;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};

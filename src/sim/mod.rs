@@ -124,10 +124,12 @@ enum SimEvent {
     },
     /// The head starts again from what it made durable.
     HeadUp,
-    /// An agent finds the restarted head and registers again.
+    /// An agent finds the restarted head and registers again — the agent run that lost its
+    /// link: one started since connected on its own (a second link-up without a link-down
+    /// is no real link's).
     Reconnect {
         node: u32,
-        boot: u64,
+        incarnation: u64,
         epoch: u64,
     },
     Rejected {
@@ -413,8 +415,8 @@ impl Simulation {
                 }
             }
             SimEvent::HeadUp => self.head_up(),
-            SimEvent::Reconnect { node, boot, epoch } => {
-                if epoch == self.head_epoch && self.is_current_boot(node, boot) {
+            SimEvent::Reconnect { node, incarnation, epoch } => {
+                if epoch == self.head_epoch && self.is_current(node, incarnation) {
                     self.agent_input(node, AgentInput::LinkUp);
                 }
             }
@@ -687,9 +689,9 @@ impl Simulation {
         for ix in 0..self.agents.len() as u32 {
             let machine = &self.agents[ix as usize];
             if machine.up {
-                let (boot, epoch) = (machine.boot, self.head_epoch);
+                let (incarnation, epoch) = (machine.incarnation, self.head_epoch);
                 let after = 1 + self.process_rng.next_u64() % interval;
-                self.push(self.now.plus_ms(after), SimEvent::Reconnect { node: ix, boot, epoch });
+                self.push(self.now.plus_ms(after), SimEvent::Reconnect { node: ix, incarnation, epoch });
             }
         }
     }
