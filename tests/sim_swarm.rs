@@ -32,6 +32,9 @@ const ONCE_FAILED: &[u64] = &[
     // The simulator's reconnect after a head restart reached an agent run started since,
     // which had linked on its own (7427995).
     7_427_995,
+    // An owed end reported to a head restarted after the agent crash that owed it: its date
+    // was in the old head's memory only (SL-1 dates now durable, 7467259).
+    7_467_259,
 ];
 
 #[test]

@@ -25,6 +25,7 @@ use super::{pg_spec, Head, JobSlot};
 use crate::config::HeadConfig;
 use crate::driver::{Bundle, Driver, LedgerEntry};
 use crate::ids::{JobId, JobIdMint, NodeId};
+use crate::protocol::AttemptKey;
 use crate::resources::{Devices, Labels, Resources};
 use crate::scheduler::{Need, NodeIx, NodeOffer, NodeState, PgId};
 use crate::spec::JobSpec;
@@ -82,6 +83,11 @@ pub struct NodeRecord {
     /// The operator drained it; kept while it is DEAD, so that it comes back DRAINING.
     #[serde(default)]
     pub cordoned: bool,
+    /// The ends its restarted agent owes, each dated when the run before was last heard
+    /// (SL-1): an end reported to a head restarted meanwhile keeps its incident's date, so the
+    /// attempts one crash ended are still one fault (swarm seed 7467259).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owed_since: Vec<(AttemptKey, Instant)>,
 }
 
 /// A job as the head keeps it: the parts a store writes apart.
@@ -159,6 +165,7 @@ impl Head {
         self.liveness.register(ix, record.addr, record.incarnation, now, window_ms);
         let restored = self.liveness.get_mut(ix).expect("just registered");
         (restored.leaving, restored.cordoned) = (record.leaving, record.cordoned);
+        restored.owed_since = record.owed_since.into_iter().collect();
         restored.unheard_since_restore = true;
         match record.state {
             NodeState::Alive => Some(ix),
@@ -329,6 +336,7 @@ impl Head {
             state: node.state,
             leaving: record.leaving,
             cordoned: record.cordoned,
+            owed_since: record.owed_since.iter().map(|(key, at)| (key.clone(), *at)).collect(),
         })
     }
 

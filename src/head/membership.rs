@@ -187,6 +187,7 @@ impl Head {
         let record = self.liveness.get_mut(ix).expect("just registered");
         record.leaving = leaving;
         record.owed_since = agent.ended.iter().map(|key| (key.clone(), last_heard)).collect();
+        self.touch_node(ix); // the dates outlive a head restart (SL-1)
         self.scheduler.clear_suspect(ix);
         self.reported(ix);
         let gone = self.attempts.missing(ix, &agent.running, &agent.ended);

@@ -586,7 +586,9 @@ impl Head {
     /// if it owes one (SL-1); taken, since an end is reported once.
     fn take_owed_since(&mut self, node: &NodeId, key: &AttemptKey) -> Option<Instant> {
         let ix = self.scheduler.node_ix(node)?;
-        self.liveness.get_mut(ix)?.owed_since.remove(key)
+        let owed = self.liveness.get_mut(ix)?.owed_since.remove(key)?;
+        self.touch_node(ix);
+        Some(owed)
     }
 
     /// The node that reports an attempt's end, if the attempt may end there.
