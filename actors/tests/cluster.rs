@@ -1890,6 +1890,8 @@ fn a_cut_of_the_heads_network_loses_no_work() {
     c.wait_until("both nodes held, silent for 3 s", |c| held(c, 3_000));
     let table = c.ftdrive(&["nodes"]);
     assert!(table.contains("as from every node, so the head's own network is the likelier cause"), "{table}");
+    let metrics = http(&c.url, "GET", "/metrics", Some(&c.token()), "");
+    assert!(metrics.contains("\nftdrive_nodes_held 2\n"), "{metrics}");
     relay.cut(false);
     c.wait_until("both nodes heard from again", |c| {
         c.nodes_json().as_array().unwrap().iter().all(|n| n["state"] == "ALIVE" && n["suspect"].is_null())
@@ -1899,5 +1901,7 @@ fn a_cut_of_the_heads_network_loses_no_work() {
     assert!(job["actors"].as_array().unwrap().iter().all(|a| a["attempt"] == 1), "nothing restarted: {job:#}");
     assert_eq!(job["ledger"], json!([]), "nothing charged: {job:#}");
     assert_eq!(ranks(&c), pids, "the same processes run");
+    let metrics = http(&c.url, "GET", "/metrics", Some(&c.token()), "");
+    assert!(metrics.contains("\nftdrive_nodes_held 0\n"), "{metrics}");
     c.ftdrive(&["stop", &id]);
 }

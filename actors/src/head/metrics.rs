@@ -51,6 +51,7 @@ pub struct HeadMetrics {
     nodes: Family<StateLabel, Gauge>,
     unhealthy_nodes: Gauge,
     suspect_nodes: Gauge,
+    held_nodes: Gauge,
     queue_depth: Family<ClassLabel, Gauge>,
     attempts: Family<AttemptLabels, Counter>,
     submissions: Counter,
@@ -76,6 +77,7 @@ impl HeadMetrics {
             nodes: Family::default(),
             unhealthy_nodes: Gauge::default(),
             suspect_nodes: Gauge::default(),
+            held_nodes: Gauge::default(),
             queue_depth: Family::default(),
             attempts: Family::default(),
             submissions: Counter::default(),
@@ -121,6 +123,11 @@ impl HeadMetrics {
             "nodes_suspect",
             "Alive nodes not heard from as they should be (a connection dropped, a heartbeat missed): capacity is held for their bundles until they are heard from or declared DEAD",
             self.suspect_nodes.clone(),
+        );
+        r.register(
+            "nodes_held",
+            "Suspect nodes held rather than declared DEAD because the head hears from no node at all (its own network the likelier cause), until one is heard from or --disruption-hold-ms passes",
+            self.held_nodes.clone(),
         );
         r.register("queue_depth", "Bundles waiting to be placed, by queue class", self.queue_depth.clone());
         r.register("attempts", "Ended attempts, by cause and the budget charged", self.attempts.clone());
@@ -239,14 +246,16 @@ impl HeadMetrics {
                 self.actors.get_or_create(&StateLabel { state: actor.state.to_string() }).inc();
             }
         }
-        let (mut unhealthy, mut suspect) = (0, 0);
+        let (mut unhealthy, mut suspect, mut held) = (0, 0, 0);
         for node in head.node_views(now) {
             self.nodes.get_or_create(&StateLabel { state: label(&node.state) }).inc();
             unhealthy += i64::from(node.problem.is_some());
             suspect += i64::from(node.suspect.is_some());
+            held += i64::from(node.suspect.as_ref().is_some_and(|s| s.held));
         }
         self.unhealthy_nodes.set(unhealthy);
         self.suspect_nodes.set(suspect);
+        self.held_nodes.set(held);
         for (class, bundles) in head.scheduler().waiting_bundles() {
             self.queue_depth.get_or_create(&ClassLabel { class: label(&class) }).inc_by(i64::from(bundles));
         }
