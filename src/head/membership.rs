@@ -18,8 +18,7 @@ use super::{check_name, Effect, Head, Rejected, Reply};
 use crate::driver::{DrainSource, DriverInput, Loss};
 use crate::event::Event;
 use crate::ids::NodeId;
-use crate::protocol::AttemptKey;
-use crate::protocol::Registration;
+use crate::protocol::{AttemptKey, ExitStatus, Registration};
 use crate::resources::Devices;
 use crate::scheduler::{NodeIx, NodeOffer, NodeState, PgId, PolicyFault};
 use crate::time::Instant;
@@ -215,22 +214,41 @@ impl Head {
         how: &str,
         since: Since,
     ) {
-        let draining = self.scheduler.node(ix).state == NodeState::Draining;
         for key in gone {
             let _ = self.attempts.ended(ix, &key);
             let Some(pg) = self.jobs.get(&key.job).map(|j| j.pg) else { continue };
-            let evidence = format!("{key} on {node} {how}");
-            let Since { at: silent_since, unheard_since_restart } = since;
-            let loss = Loss {
-                node: node.clone(),
-                preemptible: false,
-                draining,
-                silent_since,
-                unheard_since_restart,
-                evidence,
-            };
+            let loss = self.attempt_loss(ix, node, format!("{key} on {node} {how}"), since);
             self.feed(now, pg, DriverInput::AttemptLost { key, loss });
         }
+    }
+
+    /// An attempt gone from a node that stays, as `since` dates it: a system fault of the
+    /// node (or the drain's, if it was draining).
+    fn attempt_loss(&self, ix: NodeIx, node: &NodeId, evidence: String, since: Since) -> Loss {
+        let draining = self.scheduler.node(ix).state == NodeState::Draining;
+        let Since { at: silent_since, unheard_since_restart } = since;
+        Loss { node: node.clone(), preemptible: false, draining, silent_since, unheard_since_restart, evidence }
+    }
+
+    /// SL-2: an agent that says it never started an attempt whose start the head had confirmed
+    /// there is not the agent that ran it — the machine rebooted, or its agent started afresh
+    /// on an empty state dir, and has not registered yet (a registration would have shown the
+    /// attempt missing, `lose_attempts`). The attempt was lost with what ran it, no earlier
+    /// than the node was last heard (or at a time unknown, if not since a head restart, AT-2);
+    /// read as a stop never started, it was free, and a peer's crash on its vanished rank was
+    /// charged to the user (swarm seed 7447363).
+    pub(super) fn forgotten_start(&self, node: &NodeId, key: &AttemptKey, status: &ExitStatus) -> Option<Loss> {
+        let ix = self.scheduler.node_ix(node)?;
+        if !status.is_never_started() || !self.attempts.is_acked(ix, key) {
+            return None;
+        }
+        let record = self.liveness.get(ix)?;
+        let since = Since { at: record.last_heard, unheard_since_restart: record.unheard_since_restore };
+        let evidence = format!(
+            "{key} on {node} was unknown to its agent though its start had been confirmed (the machine rebooted, \
+             or the agent started on an empty state dir)"
+        );
+        Some(self.attempt_loss(ix, node, evidence, since))
     }
 
     pub(super) fn heartbeat(

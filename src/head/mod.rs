@@ -557,31 +557,6 @@ impl Head {
         Loss { node: node.clone(), preemptible: false, draining, silent_since, unheard_since_restart: false, evidence }
     }
 
-    /// SL-2: an agent that says it never started an attempt whose start the head had confirmed
-    /// there is not the agent that ran it — the machine rebooted, or its agent started afresh
-    /// on an empty state dir, and has not registered yet (a registration would have shown the
-    /// attempt missing). The attempt was lost with that machine, no earlier than the node was
-    /// last heard (or at a time unknown, if not since a head restart, AT-2); read as a stop
-    /// never started, it was free, and a peer's crash on its vanished rank was charged to the
-    /// user (swarm seed 7447363).
-    fn forgotten_start(&self, node: &NodeId, key: &AttemptKey, status: &ExitStatus) -> Option<Loss> {
-        let ix = self.scheduler.node_ix(node)?;
-        if !status.is_never_started() || !self.attempts.is_acked(ix, key) {
-            return None;
-        }
-        let record = self.liveness.get(ix)?;
-        let evidence =
-            format!("the agent on {node} no longer knows the attempt it had started (its machine restarted)");
-        Some(Loss {
-            node: node.clone(),
-            preemptible: crate::resources::is_preemptible(&self.scheduler.node(ix).labels),
-            draining: self.scheduler.node(ix).state == NodeState::Draining,
-            silent_since: record.last_heard,
-            unheard_since_restart: record.unheard_since_restore,
-            evidence,
-        })
-    }
-
     /// When the agent run that `node`'s restarted agent owes `key`'s end for was last heard,
     /// if it owes one (SL-1); taken, since an end is reported once.
     fn take_owed_since(&mut self, node: &NodeId, key: &AttemptKey) -> Option<Instant> {
