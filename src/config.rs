@@ -78,6 +78,15 @@ impl HeadConfig {
         self.node_timeout_ms / 2
     }
 
+    /// The shortest node timeout the heartbeat interval allows. FD-1 needs
+    /// `interval + jitter < cluster_quiet_ms <= timeout - interval - jitter`: a head hearing
+    /// every node beat must not take the gap between two beats for a cut, and a cut must be
+    /// recognised before the deadline of a node heard an interval before it. Half the timeout
+    /// meets both with a jitter of a quarter interval once the timeout is 2.5 intervals.
+    pub fn shortest_node_timeout_ms(&self) -> u64 {
+        self.heartbeat_interval_ms.saturating_mul(5).div_ceil(2)
+    }
+
     /// Checks relations between fields; returns what is wrong and how to fix it.
     pub fn validate(&self) -> Result<(), String> {
         /// A setting by its config key and the `ftdrive head` flag that sets it.
@@ -92,13 +101,16 @@ impl HeadConfig {
                 self.heartbeat_interval_ms
             ));
         }
-        if self.node_timeout_ms <= self.heartbeat_interval_ms {
+        if self.node_timeout_ms < self.shortest_node_timeout_ms() {
             return Err(format!(
-                "{} ({}) must exceed {} ({}); about 3 heartbeats is usual",
+                "{} is {}; with {} {} it must be at least {} (two and a half heartbeats), and 3 heartbeats is \
+                 usual: the head tells a cut of its own network from lost nodes by hearing from no node for half \
+                 the timeout (FD-1), and half must outlast the gap between two heartbeats with room for jitter",
                 key("node_timeout_ms"),
                 self.node_timeout_ms,
                 key("heartbeat_interval_ms"),
-                self.heartbeat_interval_ms
+                self.heartbeat_interval_ms,
+                self.shortest_node_timeout_ms()
             ));
         }
         if let Some(why) = crate::spec::delay_too_long(self.disruption_hold_ms) {
@@ -147,6 +159,26 @@ mod tests {
         assert_eq!(lowest.validate(), Ok(()));
         let none = HeadConfig { ports_per_node: 0, ..HeadConfig::default() };
         assert!(none.validate().is_err());
+    }
+
+    #[test]
+    fn the_node_timeout_leaves_room_to_recognise_a_cut() {
+        let edge = HeadConfig { heartbeat_interval_ms: 1_000, node_timeout_ms: 2_500, ..HeadConfig::default() };
+        assert_eq!(edge.validate(), Ok(()), "half of it, 1250 ms, outlasts a beat by a quarter");
+        assert!(edge.cluster_quiet_ms() > edge.heartbeat_interval_ms);
+        assert!(edge.cluster_quiet_ms() < edge.node_timeout_ms - edge.heartbeat_interval_ms);
+        let short = HeadConfig { node_timeout_ms: 2_499, ..edge.clone() };
+        let error = short.validate().unwrap_err();
+        assert!(
+            error.starts_with(
+                "config `node_timeout_ms` (`--node-timeout-ms`) is 2499; with config `heartbeat_interval_ms` \
+                 (`--heartbeat-interval-ms`) 1000 it must be at least 2500"
+            ),
+            "{error}"
+        );
+        let odd = HeadConfig { heartbeat_interval_ms: 333, node_timeout_ms: 833, ..HeadConfig::default() };
+        assert_eq!(odd.validate(), Ok(()), "2.5 × 333 rounds up to 833");
+        assert!(HeadConfig { node_timeout_ms: 832, ..odd }.validate().is_err());
     }
 
     #[test]

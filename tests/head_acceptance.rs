@@ -463,7 +463,7 @@ fn a_head_restarted_with_a_shorter_node_timeout_waits_the_grace_the_supervisors_
     let job = c.submit(spec("upgraded", 1, 1));
     let node = c.view(&job).actors[0].node.clone().expect("placed");
     c.stop_agent(&node);
-    let short = HeadConfig { node_timeout_ms: 1_500, ..long };
+    let short = HeadConfig { node_timeout_ms: 2_500, ..long };
     c.restart_head_with(short.clone());
     c.advance(9_000);
     assert!(c.view(&job).ledger.is_empty(), "re-placed while its supervisors may run it: {:?}", c.view(&job).ledger);
@@ -474,7 +474,7 @@ fn a_head_restarted_with_a_shorter_node_timeout_waits_the_grace_the_supervisors_
     c.restart_head_with(short);
     assert!(!c.head.recovering(), "every node reported");
     c.stop_agent(&node);
-    c.advance(2_000);
+    c.advance(3_000);
     let lost = c.view(&job).ledger;
     assert_eq!(lost.iter().map(|e| e.cause).collect::<Vec<_>>(), [Cause::NodeLost], "the new timeout rules now");
 }

@@ -383,7 +383,7 @@ fn a_stranger_under_n2_never_runs_a_rank_twice(c: &mut Cluster, id: &str) {
 /// interval earlier: a rank ran beside its replacement for up to that interval.
 #[test]
 fn a_killed_agents_attempts_end_before_their_replacements_start() {
-    let timing = ["--heartbeat-interval-ms", "1000", "--node-timeout-ms", "2000"];
+    let timing = ["--heartbeat-interval-ms", "1000", "--node-timeout-ms", "2500"];
     let mut c = Cluster::start_with(&["n1", "n2", "n3"], &timing);
     // No backoff: the replacement starts as soon as the node is DEAD and the cycle re-formed.
     let retries = json!({"backoff_ms": {"initial": 0, "max": 0}});
