@@ -189,6 +189,12 @@ impl Liveness {
         self.unsettled.iter().filter_map(|ix| self.get(*ix)).map(|r| r.deadline).max()
     }
 
+    /// How many nodes are held now (FD-1), and how many held until a disruption ended are
+    /// neither heard from nor DEAD since (FD-2).
+    pub fn held_counts(&self) -> (usize, usize) {
+        (self.held.len(), self.unsettled.len())
+    }
+
     /// FD-1: no alive node was heard from within `quiet_ms`.
     fn fully_disrupted(&self, now: Instant, quiet_ms: u64) -> bool {
         let mut alive = self.records.iter().flatten().filter(|r| r.alive);
@@ -405,12 +411,15 @@ mod tests {
         let mut l = three_nodes_cut_off_at_2500();
         assert!(l.pop_expired(t(5400), HOLD).is_empty());
         assert!(l.unsettled(), "held");
+        assert_eq!(l.held_counts(), (3, 0));
         l.heard(0, t(6000), 3000);
         assert!(l.unsettled(), "n1 and n2 not heard yet");
+        assert_eq!(l.held_counts(), (0, 2), "the disruption is over; two are still to be heard from");
         l.heard(1, t(6100), 3000);
         l.heard(0, t(8000), 3000);
         assert_eq!(l.pop_expired(t(9000), HOLD), vec![(2, false)]);
         l.mark_dead(2);
         assert!(!l.unsettled(), "every held node heard from or DEAD");
+        assert_eq!(l.held_counts(), (0, 0));
     }
 }

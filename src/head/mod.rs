@@ -845,6 +845,13 @@ impl Head {
         JobList { views, older }
     }
 
+    /// How many nodes the head holds through a disruption rather than declaring them DEAD
+    /// (FD-1), and how many it held until one was heard from that are neither heard from
+    /// nor DEAD since (FD-2: placements wait for them).
+    pub fn nodes_held(&self) -> (usize, usize) {
+        self.liveness.held_counts()
+    }
+
     /// Every node ever seen, by name, as of `now` (which of them are suspect).
     pub fn node_views(&self, now: Instant) -> Vec<NodeView> {
         self.scheduler.nodes().map(|(ix, _)| self.view_of_node(ix, now)).collect()

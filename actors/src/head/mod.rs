@@ -16,6 +16,7 @@
 mod agents;
 mod api;
 mod dashboard;
+mod disruption;
 mod messages;
 mod metrics;
 mod store;
@@ -188,6 +189,8 @@ pub struct HeadActor {
     /// A restarted head waits for its agents (DU-3); when that ends, followers of jobs still
     /// going get a fresh snapshot, since a reason they were shown may be stale.
     recovering: bool,
+    /// Nodes held through a disruption (FD-1) after the last input, to log its start and end.
+    nodes_held: usize,
     metrics: metrics::HeadMetrics,
 }
 
@@ -234,6 +237,7 @@ impl HeadActor {
             last_awake: Instant::from_ms(clock_base_ms),
             last_deferral: None,
             recovering: restored,
+            nodes_held: 0,
         }
     }
 
@@ -284,7 +288,19 @@ impl HeadActor {
             self.write_failed(error, ctx);
         }
         self.note_recovery_over();
+        self.note_disruption();
         self.arm_timer(ctx);
+    }
+
+    /// Logs the start and the end of a disruption hold (FD-1).
+    fn note_disruption(&mut self) {
+        let counts = self.head.nodes_held();
+        let was = std::mem::replace(&mut self.nodes_held, counts.0);
+        match disruption::note(was, counts, self.head.config()) {
+            Some(disruption::Note::Began(line)) => tracing::warn!("{line}"),
+            Some(disruption::Note::Ended(line)) => tracing::info!("{line}"),
+            None => {}
+        }
     }
 
     /// The head's wait for its agents ended: every follower of a job that has not ended is
