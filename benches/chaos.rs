@@ -7,6 +7,10 @@
 //! - `head_stop`: the head stopped (`SIGSTOP`) for 0.3–5 s, as a swapping or frozen VM is;
 //! - `agent_kill`: `kill -9` of one agent (not its processes), started again after 0–1 s;
 //! - `agent_stop`: one agent stopped for 0.2–1.5 s, within its node timeout;
+//! - `head_cut`: the head's network cut for 0.5–9 s, most of them longer than the node timeout
+//!   (every agent reaches the head through one relay, which holds what passes either way, as
+//!   a partition shorter than TCP's retransmission timeout does): the head hears from no node
+//!   and holds them (FD-1, `docs/runtime.md`);
 //! - with `--machine-loss`, `machine_loss`: one agent and every process it started killed, as
 //!   a machine lost, and an agent of that name started again after 0–3 s.
 //!
@@ -18,14 +22,22 @@
 //! that breaks one prints what broke and keeps its state dir (head and agent logs) for
 //! reading; the bench then fails.
 //!
+//! The bench's own requests (submit, status) reach the head directly, so that a cut does not
+//! stop the watch.
+//!
 //! This is a soak, not a figure: it is not part of `cargo test` (a round takes about half a
 //! minute of wall clock).
 
 // Only `wait_for_file` of the shared helpers is needed here.
 #[allow(dead_code)]
 mod common;
+// The relay the real-cluster tests cut the head's network with (its `go_stale` unused here).
+#[allow(dead_code)]
+#[path = "../actors/tests/common/relay.rs"]
+mod relay;
 
 use common::wait_for_file;
+use relay::Relay;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -88,6 +100,7 @@ impl Rng {
 enum Fault {
     HeadKill,
     HeadStop,
+    HeadCut,
     AgentKill,
     AgentStop,
     MachineLoss,
@@ -97,6 +110,8 @@ struct Outcome {
     dir: PathBuf,
     faults: BTreeMap<Fault, u32>,
     ledger: Vec<String>,
+    /// Disruptions the head recognised (FD-1): how often its log says it began holding nodes.
+    holds: usize,
     violations: Vec<String>,
     took: Duration,
 }
@@ -104,7 +119,8 @@ struct Outcome {
 impl Outcome {
     fn summary(&self) -> String {
         let faults: Vec<String> = self.faults.iter().map(|(f, n)| format!("{f:?}×{n}")).collect();
-        format!("{:.1} s, faults [{}], ledger [{}]", self.took.as_secs_f64(), faults.join(" "), self.ledger.join(" "))
+        let (took, faults, ledger) = (self.took.as_secs_f64(), faults.join(" "), self.ledger.join(" "));
+        format!("{took:.1} s, faults [{faults}], nodes held {} time(s), ledger [{ledger}]", self.holds)
     }
 }
 
@@ -113,6 +129,8 @@ struct Round {
     mark: String,
     listen: String,
     head: Child,
+    /// Between every agent and the head.
+    relay: Relay,
     agents: BTreeMap<&'static str, Child>,
 }
 
@@ -142,17 +160,21 @@ impl Round {
         round.end();
         let lost = faults.get(&Fault::MachineLoss).copied().unwrap_or(0);
         let violations = judge(&end, &seen, lost);
+        let head_log = std::fs::read_to_string(dir.join("head.log")).unwrap_or_default();
+        let holds = head_log.matches("heard from no node for").count();
         if violations.is_empty() {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        Outcome { dir, faults, ledger: ledger_summary(&end), violations, took }
+        Outcome { dir, faults, ledger: ledger_summary(&end), holds, violations, took }
     }
 
     fn start(dir: &Path, mark: &str) -> Round {
         let head = spawn_head(dir, "127.0.0.1:0", mark);
         let url = wait_for_file(&dir.join("head.url"));
         let listen = url.trim().trim_start_matches("http://").to_string();
-        let mut round = Round { dir: dir.to_path_buf(), mark: mark.to_string(), listen, head, agents: BTreeMap::new() };
+        let relay = Relay::to(&listen);
+        let (dir, mark) = (dir.to_path_buf(), mark.to_string());
+        let mut round = Round { dir, mark, listen, head, relay, agents: BTreeMap::new() };
         for name in NODES {
             let agent = round.spawn_agent(name);
             round.agents.insert(name, agent);
@@ -166,8 +188,9 @@ impl Round {
 
     fn spawn_agent(&self, name: &str) -> Child {
         let log = append(&self.dir.join(format!("agent-{name}.log")));
+        let head = format!("http://{}", self.relay.addr);
         Command::new(env!("CARGO_BIN_EXE_ftdrive"))
-            .args(["node", "--head", &self.url(), "--name", name, "--resources", "cpu=1", "--addr", "127.0.0.1"])
+            .args(["node", "--head", &head, "--name", name, "--resources", "cpu=1", "--addr", "127.0.0.1"])
             .env("FTDRIVE_STATE_DIR", &self.dir)
             .env_remove("FTDRIVE_TOKEN")
             .env(MARK_VAR, format!("{}:{name}", self.mark))
@@ -215,7 +238,7 @@ impl Round {
     }
 
     fn inject(&mut self, rng: &mut Rng, machine_loss: bool) -> Fault {
-        let mut kinds = vec![Fault::HeadKill, Fault::HeadStop, Fault::AgentKill, Fault::AgentStop];
+        let mut kinds = vec![Fault::HeadKill, Fault::HeadStop, Fault::HeadCut, Fault::AgentKill, Fault::AgentStop];
         if machine_loss {
             kinds.extend([Fault::MachineLoss, Fault::MachineLoss]);
         }
@@ -228,6 +251,11 @@ impl Round {
                 self.head = spawn_head(&self.dir, &self.listen, &self.mark);
             }
             Fault::HeadStop => pause(self.head.id(), rng.ms(300, 5000)),
+            Fault::HeadCut => {
+                self.relay.cut(true);
+                std::thread::sleep(rng.ms(500, 9000));
+                self.relay.cut(false);
+            }
             Fault::AgentKill => {
                 kill_child(self.agents.get_mut(node).unwrap());
                 std::thread::sleep(rng.ms(0, 1000));

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::relay::Relay;
 use common::*;
 use serde_json::json;
 use std::path::PathBuf;
@@ -1751,70 +1752,6 @@ fn a_closed_standard_error_ends_no_process() {
     let mut refused = refused.spawn().unwrap();
     drop(refused.stderr.take());
     assert_eq!(refused.wait().unwrap().code(), Some(2), "a missing file is bad input, said or not");
-}
-
-/// A TCP relay on loopback whose connections can be made to die silently or be cut for a
-/// while: `go_stale` stops every connection made so far from passing anything, either way,
-/// while leaving both of its sockets open (a NAT or load balancer that lost them), and
-/// connections made afterwards pass; `cut` holds what every connection carries, either way,
-/// until `heal` (a network partition shorter than TCP's retransmission timeout: nothing is
-/// lost, it arrives late).
-struct Relay {
-    addr: std::net::SocketAddr,
-    state: std::sync::Arc<RelayState>,
-}
-
-#[derive(Default)]
-struct RelayState {
-    generation: std::sync::atomic::AtomicU64,
-    cut: std::sync::atomic::AtomicBool,
-}
-
-impl Relay {
-    fn to(upstream: &str) -> Relay {
-        use std::sync::atomic::Ordering;
-        let upstream: std::net::SocketAddr = upstream.trim_start_matches("http://").parse().unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let state = std::sync::Arc::new(RelayState::default());
-        let shared = state.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let (Ok(client), Ok(server)) = (client, std::net::TcpStream::connect(upstream)) else { continue };
-                let born = shared.generation.load(Ordering::SeqCst);
-                for (from, to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
-                    let shared = shared.clone();
-                    std::thread::spawn(move || Self::pump(from, to, born, &shared));
-                }
-            }
-        });
-        Relay { addr, state }
-    }
-
-    /// Copies `from` to `to` while its connection is current, holding each read while the
-    /// relay is cut; past its generation, reads and drops.
-    fn pump(mut from: std::net::TcpStream, mut to: std::net::TcpStream, born: u64, state: &RelayState) {
-        use std::io::{Read, Write};
-        use std::sync::atomic::Ordering;
-        let mut buf = [0u8; 16 * 1024];
-        while let Ok(n @ 1..) = from.read(&mut buf) {
-            while state.cut.load(Ordering::SeqCst) {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            if state.generation.load(Ordering::SeqCst) == born && to.write_all(&buf[..n]).is_err() {
-                return;
-            }
-        }
-        let _ = to.shutdown(std::net::Shutdown::Write);
-    }
-
-    fn go_stale(&self) {
-        self.state.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    fn cut(&self, cut: bool) {
-        self.state.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
-    }
 }
 
 /// A link that dies without closing (both sockets open, nothing passing) is taken as lost

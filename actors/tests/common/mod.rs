@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod relay;
+
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
