@@ -12,7 +12,7 @@ import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pytest
 from conftest import WAIT_S, Cluster, wait_for
@@ -27,6 +27,7 @@ from ftdrive import (
     HeadUnreachableError,
     JobSpec,
     Retries,
+    Suspect,
 )
 from ftdrive.client import _lines
 from ftdrive.connection import head_url
@@ -416,6 +417,33 @@ def test_a_node_whose_agent_is_gone_is_suspect_until_declared_dead(cluster: Clus
     wait_for("cut is DEAD", lambda: {n.name: n.state for n in client.nodes()}["cut"] == "DEAD")
     assert {n.name: n for n in client.nodes()}["cut"].suspect is None, "a DEAD node is no longer suspect"
     client.forget("cut")
+
+
+def test_a_lone_silent_node_is_held_not_declared_dead(tmp_path: Path) -> None:
+    # The head hears from no node at all, so its own network is as likely at fault as the
+    # node: it holds the node ALIVE (FD-1) past its node timeout (1 s here), and says so.
+    lone = Cluster(tmp_path)
+    try:
+        lone.start_head()
+        lone.add_node("only")
+        client = lone.client()
+        agent = lone.nodes["only"]
+        agent.send_signal(signal.SIGSTOP)  # its connection stays open; no heartbeat is sent
+        try:
+
+            def held_past_the_timeout() -> Optional[Suspect]:
+                node = {n.name: n for n in client.nodes()}["only"]
+                assert node.state == "ALIVE", node
+                return node.suspect if node.suspect and node.suspect.held and node.suspect.silent_ms > 2000 else None
+
+            suspect = wait_for("the lone node is held", held_past_the_timeout)
+            assert not suspect.link_lost and suspect.dead_in_ms > 1000, suspect
+        finally:
+            agent.send_signal(signal.SIGCONT)
+        wait_for("it is heard again", lambda: {n.name: n for n in client.nodes()}["only"].suspect is None)
+        assert {n.name: n.state for n in client.nodes()} == {"only": "ALIVE"}
+    finally:
+        lone.stop()
 
 
 def test_forget_a_dead_node_but_never_a_live_one(cluster: Cluster) -> None:
