@@ -581,6 +581,59 @@ fn one_node_lost_with_several_ranks_of_a_packed_gang_is_charged_once() {
     assert_eq!((view.state, view.cycles), (JobState::Running, 2), "re-formed on n2");
 }
 
+/// A gang of four on four machines with three spares and a `system` budget of 1.
+fn gang_with_spares() -> (TestCluster, ftdrive::JobId) {
+    let mut s = spec("rack", 4, 4);
+    s.retries.system = Budget::from_i64(1).unwrap();
+    let (mut c, job) = one_job(&["n1", "n2", "n3", "n4"], s);
+    for spare in ["s1", "s2", "s3"] {
+        c.join(spare, cpu(1));
+    }
+    (c, job)
+}
+
+/// A rack lost at once: three machines of a gang's four go silent together. One incident, one
+/// `system` charge (FC-2); the other two losses are `node_lost` too, free, naming the node and
+/// the rank charged, and the job re-forms on the spares instead of failing on its budget of 1.
+#[test]
+fn machines_lost_together_are_one_incident_charged_once() {
+    let (mut c, job) = gang_with_spares();
+    for machine in ["n1", "n2", "n3"] {
+        c.crash(machine);
+    }
+    c.advance(10_000);
+    let view = c.view(&job);
+    let lost: Vec<&LedgerEntry> = view.ledger.iter().filter(|e| e.cause == Cause::NodeLost).collect();
+    assert_eq!(lost.len(), 3, "{:#?}", view.ledger);
+    let charged: Vec<&&LedgerEntry> = lost.iter().filter(|e| e.budget == BudgetKind::System).collect();
+    assert_eq!(charged.len(), 1, "{:#?}", view.ledger);
+    let (node, actor) = (&charged[0].node, charged[0].actor.to_string());
+    let grouped = format!(
+        "lost in one incident with node {node} (silent within 1500 ms of each other), charged once, to {actor}"
+    );
+    for free in lost.iter().filter(|e| e.budget == BudgetKind::None) {
+        assert!(free.evidence.ends_with(&grouped), "{}", free.evidence);
+    }
+    assert_eq!((view.state, view.cycles, view.remaining.system.as_i64()), (JobState::Running, 2, 0), "{view:#?}");
+}
+
+/// Machines that go silent further apart than a heartbeat interval and a half are two
+/// incidents, charged once each: the second exhausts the budget of 1 and fails the job.
+#[test]
+fn machines_lost_apart_are_charged_each() {
+    let (mut c, job) = gang_with_spares();
+    c.crash("n1");
+    c.advance(2_000);
+    c.crash("n2");
+    c.advance(10_000);
+    let view = c.view(&job);
+    let lost: Vec<(&str, BudgetKind)> =
+        view.ledger.iter().filter(|e| e.cause == Cause::NodeLost).map(|e| (e.node.as_str(), e.budget)).collect();
+    assert_eq!(lost, [("n1", BudgetKind::System), ("n2", BudgetKind::System)], "{:#?}", view.ledger);
+    assert_eq!(view.state, JobState::Failed, "{view:#?}");
+    assert!(view.message.as_deref().is_some_and(|m| m.contains("system retry budget is exhausted")), "{view:#?}");
+}
+
 /// The same for a drain: one notice, one `preemption` charge, however many ranks it stops.
 #[test]
 fn one_drain_of_a_node_holding_several_ranks_is_charged_once() {

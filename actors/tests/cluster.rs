@@ -5,7 +5,7 @@ mod common;
 
 use common::relay::Relay;
 use common::*;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -42,6 +42,35 @@ fn killing_an_agent_mid_job_recovers_on_another_node() {
     let moved = job["actors"].as_array().unwrap().iter().find(|a| a["name"] == actor.as_str()).unwrap();
     assert_ne!(moved["node"].as_str(), Some(victim.as_str()));
     c.wait_until("the killed agent's processes are gone", |c| c.processes(Some(&victim)).is_empty());
+}
+
+/// Two machines of a gang lost together (their agents killed at once, their ranks ended by
+/// their supervisors) are one incident: one `system` charge (FC-2), so a job with a system
+/// budget of 1 re-forms on the spare machines and succeeds. Charged once per machine, it failed.
+#[test]
+fn two_machines_lost_together_are_charged_once() {
+    // Heartbeats every 500 ms: an incident is 750 ms wide, so a busy machine's late
+    // heartbeat (up to 250 ms) does not part the two losses.
+    let timing = ["--heartbeat-interval-ms", "500", "--node-timeout-ms", "1500"];
+    let mut c = Cluster::start_with(&["n1", "n2", "n3", "n4", "n5"], &timing);
+    let retries = json!({"user": 0, "system": 1});
+    let spec = json!({"command": ["sh", "-c", LONG_THEN_SHORT], "min_nodes": 3, "max_nodes": 3, "retries": retries});
+    let id = c.submit_no_wait(&c.spec("rack", spec));
+    let job = c.wait_for_job(&id, "three ranks run", |j| running(j, 3));
+    let victims = [actor_on_rank(&job, 1).1, actor_on_rank(&job, 2).1];
+    for victim in &victims {
+        c.kill_node(victim);
+    }
+    let job = c.wait_for_job(&id, "the job ends", |j| j["state"] == "SUCCEEDED" || j["state"] == "FAILED");
+    assert_eq!(job["state"], "SUCCEEDED", "{job:#}");
+    let ledger = job["ledger"].as_array().unwrap();
+    let lost: Vec<&Value> = ledger.iter().filter(|e| e["cause"] == "node_lost").collect();
+    let mut budgets: Vec<&str> = lost.iter().map(|e| e["budget"].as_str().unwrap()).collect();
+    budgets.sort();
+    assert_eq!(budgets, ["none", "system"], "{job:#}");
+    let free = lost.iter().find(|e| e["budget"] == "none").unwrap();
+    assert!(free["evidence"].as_str().unwrap().contains("lost in one incident with node"), "{free:#}");
+    assert_eq!(job["remaining"]["system"], 0, "{job:#}");
 }
 
 /// A hung agent (stopped, not dead: its supervisors' sockets stay open) is declared dead and

@@ -124,6 +124,10 @@ pub struct Verdict {
 pub struct Fault {
     pub node: NodeId,
     pub at: Instant,
+    /// The node went silent at `at` (its loss), rather than a drain's deadline or a fence:
+    /// losses of several nodes can be one incident (FC-2 in `failure.rs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub silence: bool,
 }
 
 /// What `classify` needs to know about the job.
@@ -174,14 +178,20 @@ fn fault_of(run: &Run, ending: &Ending, cause: Cause) -> Option<Fault> {
         return None;
     }
     match (&run.stop, ending) {
-        (Some(StopReason::Drain { node, deadline, .. }), _) => Some(Fault { node: node.clone(), at: *deadline }),
-        (_, Ending::NodeLost(loss)) => Some(Fault { node: loss.node.clone(), at: loss.silent_since }),
-        (_, Ending::SpawnFailed { node_fault: Some(since), .. }) => Some(Fault { node: run.node.clone(), at: *since }),
+        (Some(StopReason::Drain { node, deadline, .. }), _) => {
+            Some(Fault { node: node.clone(), at: *deadline, silence: false })
+        }
+        (_, Ending::NodeLost(loss)) => Some(Fault { node: loss.node.clone(), at: loss.silent_since, silence: true }),
+        (_, Ending::SpawnFailed { node_fault: Some(since), .. }) => {
+            Some(Fault { node: run.node.clone(), at: *since, silence: false })
+        }
         // On the agent's clock: it tells one fence of that node from another, which is all
         // FC-1 asks of it.
-        (_, Ending::Exited { status, .. }) => {
-            status.fence.map(|ms| Fault { node: run.node.clone(), at: Instant::from_ms(ms.get().into()) })
-        }
+        (_, Ending::Exited { status, .. }) => status.fence.map(|ms| Fault {
+            node: run.node.clone(),
+            at: Instant::from_ms(ms.get().into()),
+            silence: false,
+        }),
         _ => None,
     }
 }
@@ -424,7 +434,8 @@ mod tests {
             classify(&job(&policy, None), &run(), Ending::SpawnFailed { message: full, node_fault: Some(since) });
         assert_eq!((node.cause, node.budget), (Cause::NodeLost, BudgetKind::System));
         assert_eq!(node.evidence, format!("node n1 could not start the attempt: {full}"));
-        assert_eq!(node.fault, Some(Fault { node: NodeId::new("n1"), at: since }), "FC-1: one fault per episode");
+        let fault = Fault { node: NodeId::new("n1"), at: since, silence: false };
+        assert_eq!(node.fault, Some(fault), "FC-1: one fault per episode");
         let missing = "No such file or directory";
         let program = classify(&job(&policy, None), &run(), Ending::SpawnFailed { message: missing, node_fault: None });
         assert_eq!((program.cause, program.budget), (Cause::SpawnFailed, BudgetKind::None));
@@ -496,7 +507,7 @@ mod tests {
         let status = ExitStatus { fence: std::num::NonZeroU32::new(9_000), ..ExitStatus::signal(15, true) };
         let v = classify(&job(&policy, None), &run(), Ending::Exited { status: &status, reacting_to: None });
         assert_eq!((v.cause, v.budget), (Cause::NodeLost, BudgetKind::System));
-        let fault = Fault { node: NodeId::new("n1"), at: Instant::from_ms(9_000) };
+        let fault = Fault { node: NodeId::new("n1"), at: Instant::from_ms(9_000), silence: false };
         assert_eq!(v.fault, Some(fault), "FC-1: the attempts one fence stops are one fault");
         let says = "the agent on n1 heard nothing from the head for its --fence-after-ms and stopped the process";
         assert!(v.evidence.starts_with(says), "{}", v.evidence);

@@ -7,6 +7,15 @@
 //! - **FC-1 one fault, one charge.** The attempts one node loss or one drain ends (several
 //!   ranks of a packed gang on one machine) charge the budget once: the first to settle is
 //!   charged, the others keep their cause with budget `none` and name the one charged.
+//! - **FC-2 one incident, one charge.** Nodes that went silent within a heartbeat interval
+//!   and a half of each other (a rack's switch or power feed, a zone) were lost in one
+//!   incident: the job is charged once for it, to the first of its losses to settle, as
+//!   torchelastic counts one restart for a group's failure; the others keep their cause with
+//!   budget `none` and name the node and the actor charged. Every node failing together was
+//!   last heard at some point of the interval before the failure, hence the window. Each loss
+//!   is compared with the losses charged, not with those it was grouped with, so an incident
+//!   never grows link by link into a chain of unrelated losses; and only within one budget
+//!   (a preemptible node lost beside another node charges `preemption` and `system` once each).
 //! - **AT-1 no wait once no peer can excuse.** A failure waits for word of a peer's node loss
 //!   only while one could still come: a loss excuses it only if the node went silent (was
 //!   last heard) no later than the exit, so once every peer still running is on a node heard
@@ -23,17 +32,27 @@
 //!   before the loss of the peer it reacted to arrived (swarm seed 7418383).
 
 use super::budget::backoff_ms;
-use super::classify::{classify, fatal_message, Ending, JobContext, PeerLoss, Verdict};
+use super::classify::{classify, fatal_message, Ending, Fault, JobContext, PeerLoss, Verdict};
 use super::{Actor, PendingFailure, Role, Run, Timer};
 use super::{ActorState, BudgetKind, Bundle, Cause, Charge, CloseReason, Driver, DriverEffect, LedgerEntry};
 use crate::event::JobEvent;
-use crate::ids::{ActorIx, NodeId};
+use crate::ids::{ActorId, ActorIx, NodeId};
 use crate::protocol::ExitStatus;
 use crate::scheduler::PolicyFault;
 use crate::time::Instant;
+use std::collections::VecDeque;
 
-/// Faults remembered to charge each once (FC-1); a bound, since a job may outlive many.
+/// Faults remembered to charge each once (FC-1, FC-2); a bound, since a job may outlive many.
 const MAX_REMEMBERED_FAULTS: usize = 64;
+
+/// Keeps `charged` among the latest faults: the attempts a fault ends settle close together,
+/// so the latest few are enough.
+fn remember<T>(faults: &mut VecDeque<T>, charged: T) {
+    if faults.len() == MAX_REMEMBERED_FAULTS {
+        faults.pop_front();
+    }
+    faults.push_back(charged);
+}
 
 /// Which pending failures to decide now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,7 +246,8 @@ impl Driver {
         }
     }
 
-    /// FC-1: a fault already charged for another attempt charges nothing more.
+    /// FC-1: a fault already charged for another attempt charges nothing more; FC-2: nor
+    /// does a loss in one incident with a loss already charged.
     fn charge_once_per_fault(&mut self, ix: ActorIx, mut verdict: Verdict) -> Verdict {
         let charged = verdict.budget != BudgetKind::None && self.policy_fault != PolicyFault::ChargeEveryRank;
         let Some(fault) = verdict.fault.clone().filter(|_| charged) else {
@@ -239,12 +259,33 @@ impl Driver {
             verdict.budget = BudgetKind::None;
             return verdict;
         }
-        // Attempts a fault ends settle close together: the latest few faults are enough.
-        if self.charged_faults.len() == MAX_REMEMBERED_FAULTS {
-            self.charged_faults.pop_front();
+        if let Some((lost, first)) = self.incident_of(&fault, verdict.budget) {
+            verdict.evidence = format!(
+                "{}; lost in one incident with node {lost} (silent within {} ms of each other), charged once, to {first}",
+                verdict.evidence, self.incident_window_ms
+            );
+            verdict.budget = BudgetKind::None;
+            return verdict;
         }
-        self.charged_faults.push_back((fault, self.actors[ix as usize].name.clone()));
+        let actor = self.actors[ix as usize].name.clone();
+        if fault.silence {
+            remember(&mut self.charged_losses, (fault.clone(), verdict.budget, actor.clone()));
+        }
+        remember(&mut self.charged_faults, (fault, actor));
         verdict
+    }
+
+    /// FC-2: the node and actor charged for a loss of another node, to the same budget, whose
+    /// silence began within the incident window of this one's.
+    fn incident_of(&self, fault: &Fault, budget: BudgetKind) -> Option<(NodeId, ActorId)> {
+        if !fault.silence {
+            return None;
+        }
+        let near = |at: Instant| at.ms_since(fault.at).max(fault.at.ms_since(at)) <= self.incident_window_ms;
+        let mut charged = self.charged_losses.iter();
+        let (lost, _, first) =
+            charged.find(|(lost, kind, _)| *kind == budget && lost.node != fault.node && near(lost.at))?;
+        Some((lost.node.clone(), first.clone()))
     }
 
     fn record(&mut self, ix: ActorIx, run: &Run, now: Instant, v: Verdict, status: Option<ExitStatus>, charge: Charge) {

@@ -353,7 +353,7 @@ pub struct Driver {
     #[serde(skip)]
     ledger: Vec<LedgerEntry>,
     /// At this many entries the job fails: the head's `max_ledger_entries`, set at submission
-    /// and at every restore (`limit_ledger`), so not part of the record.
+    /// and at every restore (`take_head_settings`), so not part of the record.
     #[serde(skip, default = "default_max_ledger_entries")]
     max_ledger_entries: usize,
     /// Failures charged to a budget so far (the backoff exponent).
@@ -368,6 +368,14 @@ pub struct Driver {
     /// The latest faults charged, with the actor charged for each (FC-1 in `failure.rs`).
     #[serde(default)]
     charged_faults: VecDeque<(Fault, ActorId)>,
+    /// The latest node losses charged, with the budget and the actor charged for each (FC-2).
+    #[serde(default)]
+    charged_losses: VecDeque<(Fault, BudgetKind, ActorId)>,
+    /// Losses whose silences began within this many ms of each other are one incident
+    /// (FC-2): the head's heartbeat interval and a half, set at submission and at every
+    /// restore (`take_head_settings`), so not part of the record.
+    #[serde(skip)]
+    incident_window_ms: u64,
     /// Test-only: a deliberately wrong policy (`ChargeEveryRank`, `KeepPreemptibleBundles`,
     /// `RanksIgnoreDomains`), for the checkers to catch.
     #[serde(skip)]
@@ -418,6 +426,8 @@ impl Driver {
             pending: BTreeMap::new(),
             losses: Vec::new(),
             charged_faults: VecDeque::new(),
+            charged_losses: VecDeque::new(),
+            incident_window_ms: 0,
             policy_fault: PolicyFault::None,
             rng: ChaCha8Rng::seed_from_u64(seed),
             effects: VecDeque::new(),
@@ -433,9 +443,17 @@ impl Driver {
         self.policy_fault = fault;
     }
 
-    /// The head's bound on the ledger (`HeadConfig::max_ledger_entries`), set at submission
-    /// and again at every restart, so that the head's configuration of the moment holds.
-    pub fn limit_ledger(&mut self, entries: usize) {
+    /// What the head's configuration of the moment sets, at submission and again at every
+    /// restart: the bound on the ledger (`max_ledger_entries`) and the window of one
+    /// incident (FC-2: a heartbeat interval and a half, since nodes failing together were
+    /// each last heard at some point of the interval before).
+    pub fn take_head_settings(&mut self, config: &crate::config::HeadConfig) {
+        self.limit_ledger(config.max_ledger_entries);
+        self.incident_window_ms = config.heartbeat_interval_ms.saturating_mul(3) / 2;
+    }
+
+    /// The head's bound on the ledger (`HeadConfig::max_ledger_entries`).
+    fn limit_ledger(&mut self, entries: usize) {
         self.max_ledger_entries = entries.max(1);
     }
 

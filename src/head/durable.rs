@@ -186,7 +186,7 @@ impl Head {
     fn restore_job(&mut self, stored: StoredJob, recovery_until: Option<Instant>) {
         let StoredJob { pg, spec, driver, ledger } = stored;
         let mut driver = Driver::restore(driver, spec, ledger);
-        driver.limit_ledger(self.config.max_ledger_entries);
+        driver.take_head_settings(&self.config);
         if let Some(until) = recovery_until {
             driver.hold_attribution_until(until);
         }

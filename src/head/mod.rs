@@ -604,7 +604,7 @@ impl Head {
         let window = self.config.node_timeout_ms;
         let mut driver = Driver::new(id.clone(), spec, now, seed, window);
         driver.inject_policy_fault(self.scheduler.policy_fault());
-        driver.limit_ledger(self.config.max_ledger_entries);
+        driver.take_head_settings(&self.config);
         self.actors_held += driver.spec().actor_count() as usize;
         self.jobs.insert(id.clone(), JobSlot { pg, driver });
         self.by_pg.insert(pg, id.clone());

@@ -248,6 +248,8 @@ impl Simulation {
                 let mut checker = Checker::new(stale_bound_ms, scenario.network.drop_ppm == 0);
                 checker.check_suspect_holds(config.suspect_after_ms() + scenario.network.max_delay_ms);
                 checker.check_starvation_holds(config.starvation_ms);
+                let delays_ms = 2 * scenario.network.max_delay_ms + cuts_ms;
+                checker.bound_incidents(config.node_timeout_ms + 2 * config.heartbeat_interval_ms + delays_ms);
                 let net = scenario.network;
                 if net.drop_ppm == 0 && net.duplicate_ppm == 0 && net.min_delay_ms == net.max_delay_ms {
                     checker.check_busy_ports();

@@ -23,7 +23,7 @@
 //! | `stop_accounted` | every process the head had stopped has a ledger entry for its attempt by the time its job ends: no work is stopped unaccounted (say, by a head that forgot it after a restart) |
 //! | `unhealthy_node_gets_nothing` | nothing is placed on a node while the head knows its agent cannot start work (from the head's `node_health` events; a restarted head starts knowing nothing) (AG-6) |
 //! | `cordon_holds` | a node the operator drained is not ALIVE until the operator undrains it, whatever befalls it meanwhile (agent or head restart, death and a new registration) |
-//! | `one_charge_per_fault` | a job is charged at most once per fault of a node (a death, a drain, an agent restart), however many of its ranks the fault ends: each charge is matched to its own fault of that node among those its attempt lived through; a `node_lost` or `preempted` end goes free only when its job was charged for a fault of that node |
+//! | `one_charge_per_fault` | a job is charged at most once per fault of a node (a death, a drain, an agent restart), however many of its ranks the fault ends: each charge is matched to its own fault of that node among those its attempt lived through; a `node_lost` or `preempted` end goes free only when its job was charged for a fault of that node, or for a loss of another node to the same budget that settled close enough in time to be one incident with it (FC-2) |
 //! | `forget_only_dead` | a node forgotten (by the operator, by retention, to make room) is DEAD, holds no bundle, and is not under an operator's drain the operator did not withdraw |
 //! | `last_attempt_off_preemptible` | once a charge leaves the `preemption` or `system` budget of a job with `last_attempt_non_preemptible` at 0, none of its bundles is placed on a preemptible node and no attempt starts on one — not a rank restarting on its own bundle, not a spare promoted from standing by there (DESIGN §6) |
 //! | `fence_only_when_unheard` | an agent stops its work at its fence (AG-7) only when the head stopped answering it: not while a head that stayed up since letting it in answers its pings (each heartbeat interval, shorter than the fence) |
@@ -147,6 +147,10 @@ pub struct Checker {
     fault_epoch: BTreeMap<NodeId, u64>,
     /// The node's faults each job was charged for.
     charged_epochs: BTreeMap<(JobId, NodeId), BTreeSet<u64>>,
+    /// The `node_lost` and `preempted` charges of each job: node, budget, when it settled.
+    charged_losses: BTreeMap<JobId, Vec<(NodeId, BudgetKind, Instant)>>,
+    /// How far apart the losses of one incident (FC-2) can settle.
+    incident_bound_ms: u64,
     /// The node's fault count when each attempt started running there: only a later fault
     /// can have ended it.
     started_epoch: BTreeMap<(ActorKey, u32), u64>,
@@ -163,6 +167,13 @@ impl Checker {
     /// network never drops a message, so no failure can be a false alarm.
     pub fn new(stale_bound_ms: u64, lossless: bool) -> Self {
         Checker { stale_bound_ms, lossless, ..Checker::default() }
+    }
+
+    /// How far apart the losses of one incident (FC-2) can settle: losses whose silences
+    /// began close together are declared a node timeout after them, or found when an agent
+    /// registers again, or together when a hold or a restarted head's window ends.
+    pub fn bound_incidents(&mut self, settle_within_ms: u64) {
+        self.incident_bound_ms = settle_within_ms;
     }
 
     /// Enables `busy_port_twice_at_most`: on a network that loses and reorders nothing, every
@@ -851,8 +862,11 @@ impl Checker {
         let key = (job.clone(), node.clone());
         if entry.budget == BudgetKind::None {
             // Free as another rank's share of a fault already charged, or a charge is missing.
-            return if self.charged_epochs.contains_key(&key) { BudgetKind::None } else { table };
+            let shared = self.charged_epochs.contains_key(&key) || self.one_incident(job, &node, table);
+            return if shared { BudgetKind::None } else { table };
         }
+        let now = self.now;
+        self.charged_losses.entry(job.clone()).or_default().push((node.clone(), table, now));
         // An attempt never seen running (started before a restart, say) gets the latest fault.
         let started = self.started_epoch.get(&(actor_key(&entry.actor), entry.attempt)).map_or(latest, |e| e + 1);
         let charged = self.charged_epochs.entry(key).or_default();
@@ -864,6 +878,14 @@ impl Checker {
         };
         charged.insert(epoch);
         table
+    }
+
+    /// FC-2: the job was charged to `budget` for the loss of another node that settled within
+    /// the incident bound of now.
+    fn one_incident(&self, job: &JobId, node: &NodeId, budget: BudgetKind) -> bool {
+        let charged = self.charged_losses.get(job).into_iter().flatten();
+        let near = |at: &Instant| self.now.ms_since(*at) <= self.incident_bound_ms;
+        charged.into_iter().any(|(lost, kind, at)| lost != node && *kind == budget && near(at))
     }
 
     /// How many faults `node` has had (its DEAD and DRAINING states, its agent's restarts).
