@@ -5,6 +5,7 @@ mod support;
 use ftdrive::driver::Budget;
 use ftdrive::driver::{ActorState, BudgetKind, Cause, JobState, LedgerEntry, Role};
 use ftdrive::event::JobEvent;
+use ftdrive::head::Input;
 use ftdrive::protocol::ExitStatus;
 use ftdrive::spec::{JobSpec, RestartMode};
 use ftdrive::{HeadConfig, Labels, Resources};
@@ -103,6 +104,21 @@ fn other_node_lost_is_node_lost_charged_to_system() {
     let e = last_failure(&c, &job);
     assert_eq!((e.cause, e.budget, e.remaining.system.as_i64()), (Cause::NodeLost, BudgetKind::System, 2));
     assert!(e.evidence.contains(", as did every node; held 300000 ms (`--disruption-hold-ms`)"), "{}", e.evidence);
+}
+
+/// A lone node whose agent's connection closed (the agent killed, its machine up) is declared
+/// after the node timeout, not held: the close crossed the head's network, so the silence
+/// after it is the node's own (FD-4). A one-node cluster's job waited out the five-minute hold.
+#[test]
+fn a_lone_node_whose_connection_closed_is_declared_without_a_hold() {
+    let (mut c, job) = one_job(&["n1"], spec("n", 1, 1));
+    c.stop_agent("n1");
+    c.input(Input::LinkLost { node: ftdrive::NodeId::new("n1") });
+    c.advance(5_000);
+    assert_eq!(c.node_state("n1"), ftdrive::scheduler::NodeState::Dead);
+    let e = last_failure(&c, &job);
+    assert_eq!((e.cause, e.budget), (Cause::NodeLost, BudgetKind::System));
+    assert!(!e.evidence.contains("as did every node"), "{}", e.evidence);
 }
 
 /// The machine rebooted (its agent registers anew, with nothing to re-attach): what ran there

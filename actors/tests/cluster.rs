@@ -1824,6 +1824,25 @@ fn an_agent_whose_link_dies_silently_connects_again() {
     c.ftdrive(&["stop", &id]);
 }
 
+/// A lone node whose agent is killed (its machine up, so its connection closes) is declared
+/// DEAD after the node timeout: the close crossed the head's network, so the head does not
+/// hold it as it holds nodes gone silent all together (FD-4). It waited out the five-minute
+/// hold, its job shown RUNNING meanwhile.
+#[test]
+fn a_lone_node_whose_agent_is_killed_is_declared_dead_not_held() {
+    let mut c = Cluster::start(&["n1"]);
+    let id = c.submit_no_wait(&c.spec("lone", json!({"command": ["sleep", "300"], "min_nodes": 1, "max_nodes": 1})));
+    c.wait_for_job(&id, "its rank runs", |j| running(j, 1));
+    c.kill_node("n1");
+    c.wait_until("n1 is DEAD", |c| c.nodes_json()[0]["state"] == "DEAD");
+    let job = c.wait_for_job(&id, "its rank is lost", |j| !j["ledger"].as_array().unwrap().is_empty());
+    assert_eq!(
+        (job["ledger"][0]["cause"].as_str(), job["ledger"][0]["budget"].as_str()),
+        (Some("node_lost"), Some("system"))
+    );
+    c.ftdrive(&["stop", &id]);
+}
+
 /// The head's network is cut (every agent reaches it through one relay, which holds what
 /// passes) for several node timeouts: the head hears from no node, holds them rather than
 /// declaring them DEAD (FD-1), and once the cut heals the same processes run on, nothing

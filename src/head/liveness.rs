@@ -23,6 +23,13 @@
 //!   that the ranks of a gang that went silent together are re-placed together, not one by
 //!   one as machines join (two gangs each taking one of two new machines would wait for ever
 //!   for a second).
+//! - **FD-4 a closed connection is its node's own silence.** A node whose agent's connection
+//!   the head saw close is not held: the close (the peer's FIN or RST, its WebSocket close)
+//!   crossed the head's network, so that network carried word from it, and the silence after
+//!   is the node's own — its agent killed, its machine shut down. A cut delivers no close (the
+//!   head's TCP waits about a quarter of an hour before it gives up on a silent peer). A
+//!   one-node cluster whose agent was killed waited out the whole hold before its node was
+//!   declared DEAD.
 //! - **FD-3 a hold keeps a failure waiting.** A rank's failure that waits to learn whether a
 //!   peer's node was lost first (AT-1) is not decided for want of word while nodes are held
 //!   or unsettled (`Head::hold_attributions`): the loss that would excuse it may be declared
@@ -277,8 +284,14 @@ impl Liveness {
         self.drop_stale_front();
         let hold_over = self.hold_ends.is_some_and(|end| now >= end);
         if !expired.is_empty() && !hold_over && hold.max_ms > 0 && self.fully_disrupted(now, hold.quiet_ms) {
-            self.hold_ends.get_or_insert(now.plus_ms(hold.max_ms));
-            self.held.extend(expired.drain(..));
+            // FD-4: a node whose connection closed is declared as usual.
+            let closed = |ix: &NodeIx| self.get(*ix).is_some_and(|r| r.link_lost);
+            let (closed, silent): (Vec<NodeIx>, Vec<NodeIx>) = expired.into_iter().partition(closed);
+            if !silent.is_empty() {
+                self.hold_ends.get_or_insert(now.plus_ms(hold.max_ms));
+                self.held.extend(silent);
+            }
+            expired = closed;
         }
         let mut declared: Vec<(NodeIx, bool)> = expired.into_iter().map(|ix| (ix, false)).collect();
         if hold_over {
@@ -378,6 +391,18 @@ mod tests {
         l.heard(1, t(10_000), 3000);
         l.heard(0, t(11_000), 3000);
         assert_eq!(l.pop_expired(t(12_000), HOLD), vec![(2, false)], "n2 stayed silent while the others spoke");
+    }
+
+    #[test]
+    fn a_node_whose_connection_closed_is_declared_though_every_node_is_silent() {
+        let t = Instant::from_ms;
+        let mut l = three_nodes_cut_off_at_2500();
+        l.lose_link(2);
+        assert_eq!(l.pop_expired(t(4800), HOLD), vec![(2, false)], "its close crossed the network (FD-4)");
+        assert_eq!(l.next_expiry(), Some(t(5000)), "no hold begun for it");
+        l.mark_dead(2);
+        assert!(l.pop_expired(t(5400), HOLD).is_empty(), "the others, silent without a close, are held");
+        assert_eq!(l.held_counts(), (2, 0));
     }
 
     #[test]
