@@ -852,6 +852,14 @@ impl Head {
         self.liveness.held_counts()
     }
 
+    /// The agent run the head has registered for an alive node: what a runtime compares a
+    /// closed connection's run with, so that the close of a run replaced since is not taken
+    /// for the node's.
+    pub fn registered_incarnation(&self, node: &NodeId) -> Option<u64> {
+        let ix = self.scheduler.node_ix(node)?;
+        self.liveness.get(ix).filter(|r| r.alive).map(|r| r.incarnation)
+    }
+
     /// Every node ever seen, by name, as of `now` (which of them are suspect).
     pub fn node_views(&self, now: Instant) -> Vec<NodeView> {
         self.scheduler.nodes().map(|(ix, _)| self.view_of_node(ix, now)).collect()

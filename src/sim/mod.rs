@@ -136,6 +136,13 @@ enum SimEvent {
         node: u32,
         incarnation: u64,
     },
+    /// The connection of an agent run that ended on a live machine closes: the head's
+    /// runtime sees it (`Input::LinkLost`) unless a later run of the node registered first.
+    LinkClosed {
+        node: u32,
+        incarnation: u64,
+        epoch: u64,
+    },
     /// Machine events carry the machine's boot: they end with it, but outlive an agent restart.
     /// `stopped`: the end of a stop the head asked for.
     ProcessEnd {
@@ -161,7 +168,13 @@ enum SimEvent {
 impl SimEvent {
     /// A message between the head and an agent (a cut of the head's network holds it).
     fn crosses_the_head_network(&self) -> bool {
-        matches!(self, SimEvent::ToHead { .. } | SimEvent::ToAgent { .. } | SimEvent::Rejected { .. })
+        matches!(
+            self,
+            SimEvent::ToHead { .. }
+                | SimEvent::ToAgent { .. }
+                | SimEvent::Rejected { .. }
+                | SimEvent::LinkClosed { .. }
+        )
     }
 }
 
@@ -422,6 +435,7 @@ impl Simulation {
                     self.agent_input(node, AgentInput::LinkUp);
                 }
             }
+            SimEvent::LinkClosed { node, incarnation, epoch } => self.link_closed(node, incarnation, epoch),
             SimEvent::Rejected { node, incarnation } => {
                 if self.is_current(node, incarnation) {
                     let refusal = ToAgent::Refused { reason: "unknown node".into(), register_again: true };
@@ -606,6 +620,9 @@ impl Simulation {
                 (agent.resources, agent.labels, agent.port_space) = (def.resources, def.labels, def.port_space);
                 if agent.up {
                     self.crash(ix);
+                    if let Some(checker) = self.checker.as_mut() {
+                        checker.machine_rebooted(&self.agents[ix as usize].name);
+                    }
                 }
                 ix
             }
@@ -713,6 +730,7 @@ impl Simulation {
     /// The agent process restarts; the machine, its processes (under their supervisors) and
     /// its records of owed reports stay. The new agent re-attaches and registers.
     fn restart_agent(&mut self, ix: u32) {
+        self.close_link(ix);
         let machine = &mut self.agents[ix as usize];
         let recovered = machine.agent.recoverable();
         machine.start_agent(recovered);
@@ -727,6 +745,7 @@ impl Simulation {
             self.stats.faults_without_target += 1;
             return;
         }
+        self.close_link(ix);
         let machine = &mut self.agents[ix as usize];
         let recovered = machine.agent.recoverable_with_supervisors_killed();
         let lost: Vec<AttemptKey> = std::mem::take(&mut machine.processes).into_keys().collect();
@@ -867,6 +886,28 @@ impl Simulation {
     }
 
     // ---- agents ----------------------------------------------------------------------------
+
+    /// The agent run of `ix` ends on a live machine: its kernel closes its connection, and
+    /// the close reaches the head as TCP delivers it — late, never lost (a machine's death
+    /// closes nothing).
+    fn close_link(&mut self, ix: u32) {
+        if !self.head_up {
+            return;
+        }
+        let (incarnation, epoch) = (self.agents[ix as usize].incarnation, self.head_epoch);
+        let delay = self.network.max_delay_ms();
+        self.push(self.now.plus_ms(delay), SimEvent::LinkClosed { node: ix, incarnation, epoch });
+    }
+
+    /// As the head's runtime does: the close of a connection the node's registered run
+    /// still holds makes the node suspect; that of a run replaced since changes nothing.
+    fn link_closed(&mut self, ix: u32, incarnation: u64, epoch: u64) {
+        let node = self.agents[ix as usize].name.clone();
+        let current = self.head.registered_incarnation(&node) == Some(incarnation);
+        if self.head_up && epoch == self.head_epoch && current {
+            self.operator(Input::LinkLost { node });
+        }
+    }
 
     fn is_current(&self, ix: u32, incarnation: u64) -> bool {
         let agent = &self.agents[ix as usize];

@@ -119,8 +119,8 @@ pub struct Checker {
     lost_machines: BTreeSet<NodeId>,
     /// Machines whose agent was killed with its processes (`agent_crashed`).
     crashed_agents: BTreeSet<NodeId>,
-    /// Of those, the ones whose crash was counted as a fault before the head's word of the
-    /// restart (`AgentRestarted`) arrived.
+    /// Of those and of rebooted machines, the ones whose crash or reboot was counted as a
+    /// fault before the head's word of the restart (`AgentRestarted`) arrived.
     crash_uncounted: BTreeSet<NodeId>,
     /// Machines whose disk filled up (`Fault::DiskFull`): their failed starts are charged.
     sick_machines: BTreeSet<NodeId>,
@@ -238,6 +238,15 @@ impl Checker {
     /// not counted again).
     pub fn agent_crashed(&mut self, node: &NodeId) {
         self.crashed_agents.insert(node.clone());
+        self.crash_uncounted.insert(node.clone());
+        *self.fault_epoch.entry(node.clone()).or_default() += 1;
+    }
+
+    /// A live machine rebooted (`node_join` of a machine that is up): a fault of the node,
+    /// counted when it happens, as an agent crash is — the new agent can answer a stop of an
+    /// attempt it never heard of (SL-2) before its registration reaches the head, and a head
+    /// restarted meanwhile reports no `AgentRestarted` until then (swarm seed 7670014).
+    pub fn machine_rebooted(&mut self, node: &NodeId) {
         self.crash_uncounted.insert(node.clone());
         *self.fault_epoch.entry(node.clone()).or_default() += 1;
     }
