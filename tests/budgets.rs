@@ -8,6 +8,7 @@ use ftdrive::event::JobEvent;
 use ftdrive::head::Input;
 use ftdrive::protocol::ExitStatus;
 use ftdrive::spec::{JobSpec, RestartMode};
+use ftdrive::view::JobView;
 use ftdrive::{HeadConfig, Labels, Resources};
 use support::{config, cpu, spec, TestCluster};
 
@@ -566,6 +567,15 @@ fn a_node_lost_after_the_crash_does_not_excuse_it() {
     assert_eq!(user_errors, 1);
 }
 
+/// The job's `count` `node_lost` entries: the one charged to `system`, and the rest, free.
+fn losses_charged_once(view: &JobView, count: usize) -> (LedgerEntry, Vec<LedgerEntry>) {
+    let lost = view.ledger.iter().filter(|e| e.cause == Cause::NodeLost).cloned();
+    let (charged, free): (Vec<LedgerEntry>, Vec<LedgerEntry>) = lost.partition(|e| e.budget == BudgetKind::System);
+    assert_eq!((charged.len(), free.len() + 1), (1, count), "{:#?}", view.ledger);
+    assert!(free.iter().all(|e| e.budget == BudgetKind::None), "{:#?}", view.ledger);
+    (charged.into_iter().next().expect("one charged"), free)
+}
+
 /// Four ranks packed on one machine, one machine lost: one fault, one `system` charge (FC-1);
 /// the other three are `node_lost` too, free, naming the rank charged. The job re-forms on
 /// the other node instead of failing at once on its default budget of 3.
@@ -581,12 +591,9 @@ fn one_node_lost_with_several_ranks_of_a_packed_gang_is_charged_once() {
     c.crash("n1");
     c.advance(10_000);
     let view = c.view(&job);
-    let lost: Vec<&LedgerEntry> = view.ledger.iter().filter(|e| e.cause == Cause::NodeLost).collect();
-    assert_eq!(lost.len(), 4, "{:#?}", view.ledger);
-    let charged: Vec<&&LedgerEntry> = lost.iter().filter(|e| e.budget == BudgetKind::System).collect();
-    assert_eq!(charged.len(), 1, "{:#?}", view.ledger);
-    let first = charged[0].actor.to_string();
-    for free in lost.iter().filter(|e| e.budget == BudgetKind::None) {
+    let (charged, lost_free) = losses_charged_once(&view, 4);
+    let first = charged.actor.to_string();
+    for free in &lost_free {
         assert!(
             free.evidence.ends_with(&format!("one fault of node n1, charged once, to {first}")),
             "{}",
@@ -619,15 +626,12 @@ fn machines_lost_together_are_one_incident_charged_once() {
     }
     c.advance(10_000);
     let view = c.view(&job);
-    let lost: Vec<&LedgerEntry> = view.ledger.iter().filter(|e| e.cause == Cause::NodeLost).collect();
-    assert_eq!(lost.len(), 3, "{:#?}", view.ledger);
-    let charged: Vec<&&LedgerEntry> = lost.iter().filter(|e| e.budget == BudgetKind::System).collect();
-    assert_eq!(charged.len(), 1, "{:#?}", view.ledger);
-    let (node, actor) = (&charged[0].node, charged[0].actor.to_string());
+    let (charged, lost_free) = losses_charged_once(&view, 3);
+    let (node, actor) = (&charged.node, charged.actor.to_string());
     let grouped = format!(
         "lost in one incident with node {node} (silent within 1500 ms of each other), charged once, to {actor}"
     );
-    for free in lost.iter().filter(|e| e.budget == BudgetKind::None) {
+    for free in &lost_free {
         assert!(free.evidence.ends_with(&grouped), "{}", free.evidence);
     }
     assert_eq!((view.state, view.cycles, view.remaining.system.as_i64()), (JobState::Running, 2, 0), "{view:#?}");
