@@ -904,8 +904,11 @@ impl Simulation {
     fn link_closed(&mut self, ix: u32, incarnation: u64, epoch: u64) {
         let node = self.agents[ix as usize].name.clone();
         let current = self.head.registered_incarnation(&node) == Some(incarnation);
-        if self.head_up && epoch == self.head_epoch && current {
-            self.operator(Input::LinkLost { node });
+        if !(self.head_up && epoch == self.head_epoch && current) {
+            return;
+        }
+        if let Err(refused) = self.head.handle(self.now, Input::LinkLost { node }) {
+            self.violation("unexpected_rejection", refused.to_string());
         }
     }
 

@@ -101,7 +101,7 @@ pub struct HeadArgs {
     /// How often agents heartbeat.
     #[arg(long, default_value_t = 1_000)]
     pub heartbeat_interval_ms: u64,
-    /// A node not heard from for this long is dead.
+    /// A node not heard from for this long is dead (at least 2.5 heartbeat intervals).
     #[arg(long, default_value_t = 3_000)]
     pub node_timeout_ms: u64,
     /// How long a blocked queue item lets lower items backfill.
