@@ -187,6 +187,75 @@ fn an_agent_told_to_read_its_token_from_an_empty_stdin_exits_2() {
     assert!(stderr.contains("--agent-token-stdin: standard input holds nothing, not an agent token"), "{stderr}");
 }
 
+/// JU-1: an agent run as root with `--run-jobs-as nobody` runs its jobs' workers as nobody,
+/// who cannot signal the supervisor or the agent, nor read the tokens in the state dirs; the
+/// job's error file (JU-3) still reaches the ledger, and its directory is gone once the attempt
+/// ended. A job in a directory nobody may not enter fails at its start, saying so (JU-2). Run
+/// as the agent's own user, every probe succeeded. Where the tests do not run as root, the
+/// agent refuses the flag instead, naming why.
+#[test]
+fn jobs_run_as_another_user_cannot_touch_their_agent() {
+    let mut c = Cluster::start(&[]);
+    let mut agent = c.node_command("n1");
+    agent.args(["--run-jobs-as", "nobody"]);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        let out = agent.stderr(Stdio::piped()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("only root may start processes as another user"), "{stderr}");
+        return;
+    }
+    c.nodes.insert("n1".into(), agent.spawn().unwrap());
+    c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    let probe = format!(
+        r#"echo "uid $(id -u) user $USER home $HOME errors in $(dirname "$TORCHELASTIC_ERROR_FILE")"
+        supervisor=$PPID; agent=$(cut -d' ' -f4 /proc/$supervisor/stat)
+        kill -0 "$supervisor" 2>/dev/null || echo "supervisor out of reach"
+        kill -0 "$agent" 2>/dev/null || echo "agent out of reach"
+        cat {state}/agent-token {state}/token 2>/dev/null || echo "tokens out of reach"
+        ls {state}/node-n1/attempts >/dev/null 2>&1 || echo "state dir out of reach"
+        echo '{{"message": "ValueError: written as nobody"}}' > "$TORCHELASTIC_ERROR_FILE"
+        exit 3"#,
+        state = c.dir.path().display()
+    );
+    let spec = json!({"command": ["sh", "-c", probe], "min_nodes": 1, "max_nodes": 1, "cwd": "/", "nproc_per_node": 2});
+    let id = c.submit_no_wait(&c.spec("probe", spec));
+    let job = c.wait_for_job(&id, "it fails", |j| j["state"] == "FAILED");
+    let evidence = job["ledger"][0]["evidence"].as_str().unwrap_or_default();
+    assert!(evidence.contains("ValueError: written as nobody"), "{job:#}");
+    let said = c.ftdrive(&["logs", &id, "--actor", "0"]);
+    assert!(said.contains("uid 65534 user nobody home /"), "{said}");
+    for probe in ["supervisor", "agent", "tokens", "state dir"] {
+        assert!(said.contains(&format!("{probe} out of reach")), "{probe}:\n{said}");
+    }
+    let errors = said.split("errors in ").nth(1).and_then(|rest| rest.lines().next()).unwrap();
+    assert!(!std::path::Path::new(errors).starts_with(c.dir.path()), "{said}");
+    c.wait_until("the error files' directory is removed", |_| !std::path::Path::new(errors).exists());
+    assert_eq!(c.nodes_json()[0]["state"], "ALIVE", "the agent lives on");
+    // The cluster's work dir (the default `cwd`) is root's alone.
+    let spec = json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1});
+    let id = c.submit_no_wait(&c.spec("shut-out", spec));
+    let job = c.wait_for_job(&id, "it fails", |j| j["state"] == "FAILED");
+    let evidence = job["ledger"][0]["evidence"].as_str().unwrap_or_default();
+    let work_dir = c.dir.path().display().to_string();
+    assert!(evidence.contains("--run-jobs-as") && evidence.contains(&work_dir), "{job:#}");
+}
+
+/// `--run-jobs-as` names a user that can be had, or the agent does not start (exit 2, saying
+/// what to give).
+#[test]
+fn an_agent_refuses_a_jobs_user_it_cannot_have() {
+    let c = Cluster::start(&[]);
+    for (user, says) in [("root", "give an unprivileged user"), ("no-such-user-ftdrive", "no user named")] {
+        let out = c.node_command("n1").args(["--run-jobs-as", user]).stderr(Stdio::piped()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{user}: {stderr}");
+        assert!(stderr.contains(&format!("--run-jobs-as {user}: ")) && stderr.contains(says), "{user}: {stderr}");
+    }
+    assert!(c.nodes_json().as_array().unwrap().is_empty(), "a refused agent registered");
+}
+
 /// How an agent is given its token.
 enum TokenVia {
     Environment,

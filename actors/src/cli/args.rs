@@ -178,6 +178,11 @@ pub struct NodeArgs {
     /// Working directory of attempts whose spec sets no `cwd` (default: the current one).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
+    /// Run attempts as this user (a name, or a numeric uid) rather than the agent's: its jobs
+    /// then cannot signal or trace the agent, enter its state dir or leave their cgroups. The
+    /// agent must run as root; root is refused as the jobs' user (docs/security.md).
+    #[arg(long, value_name = "USER")]
+    pub run_jobs_as: Option<String>,
     /// On SIGTERM, how long the head gets to move this node's work before the agent exits
     /// (at most a day).
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(..=ftdrive::spec::MAX_DELAY_MS))]

@@ -175,6 +175,7 @@ impl LocalCluster {
                 head_tls: None,
                 log_tls: None,
                 log_port: 0,
+                job_user: None,
                 cgroups: node::cgroup::Cgroups::resolve(&node::cgroup::Choice::Auto, &dir.join(format!("local-{i}")))
                     .unwrap_or_default(),
             };

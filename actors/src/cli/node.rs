@@ -72,6 +72,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         log_tls,
         log_port: args.log_port,
         cgroups: None,
+        job_user: jobs_user(args.run_jobs_as.as_deref())?,
     };
     refuse_plain_logs_off_loopback(&options, args.tls.insecure_http)?;
     let cgroups = Cgroups::resolve(&cgroup_choice, &options.state_dir)
@@ -100,6 +101,18 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         }
         Ok(Outcome::Done)
     })
+}
+
+/// `--run-jobs-as`, resolved once: a user that cannot be is the operator's to fix at start,
+/// not a failure of every attempt later.
+fn jobs_user(given: Option<&str>) -> Result<Option<Arc<node::job_user::JobUser>>, CliError> {
+    let Some(given) = given else { return Ok(None) };
+    // SAFETY: geteuid has no preconditions.
+    let agent_uid = unsafe { libc::geteuid() };
+    let user = node::job_user::JobUser::resolve(given, agent_uid)
+        .map_err(|e| CliError::BadInput(format!("--run-jobs-as {given}: {e}")))?;
+    tracing::info!("attempts run as {} (uid {})", user.name, user.credentials.uid);
+    Ok(Some(Arc::new(user)))
 }
 
 /// How an https:// head is verified: `--ca-cert` (or `$FTDRIVE_CA_CERT`), else the public roots.

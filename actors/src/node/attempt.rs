@@ -4,6 +4,7 @@
 //! restarted, and the records each attempt leaves in `<state-dir>/attempts/`.
 
 use super::cgroup::{self, Cgroups};
+use super::job_user::JobUser;
 use super::supervisor::{EXIT_RECORD, FAILED_RECORD, PID_RECORD, SOCKET, STATUS_FD};
 use ftdrive::agent::{EndReport, Recovered};
 use ftdrive::protocol::{AttemptKey, ExitStatus, StartSpec, MAX_SPAWN_MESSAGE_CHARS};
@@ -204,6 +205,8 @@ pub struct Limits {
     pub max_log_bytes: u64,
     /// Where attempts' cgroups are made; `None`: none are.
     pub cgroups: Option<Cgroups>,
+    /// The user the workers run as (`job_user.rs`); `None`: the agent's.
+    pub job_user: Option<Arc<JobUser>>,
 }
 
 /// What starting one supervisor needs, owned so that it can move to a blocking thread.
@@ -288,6 +291,9 @@ impl Start {
         if let Some(group) = &self.cgroup {
             cmd.arg("--cgroup").arg(group);
         }
+        if let Some(user) = &limits.job_user {
+            cmd.arg("--run-as").arg(user.credentials.to_arg());
+        }
         let (workers_only, both): (Vec<_>, Vec<_>) =
             spec.env.iter().partition(|(name, _)| WORKER_ONLY_ENV.contains(&name.as_str()));
         for (name, value) in workers_only {
@@ -301,8 +307,11 @@ impl Start {
             cmd.env_remove(name);
         }
         // `PWD` names the directory the command starts in, as a shell or torchrun's worker
-        // sees it, not the one the agent was started in; the job's own `PWD` is its to set.
+        // sees it, not the one the agent was started in; the job's own `PWD` is its to set, as
+        // are the jobs' user's login variables.
+        let login = limits.job_user.as_ref().map(|user| user.login_env()).into_iter().flatten();
         cmd.env("PWD", cwd)
+            .envs(login)
             .envs(both)
             .envs(extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir(cwd)
@@ -659,7 +668,7 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         std::fs::write(attempts_dir(state.path()), b"a file where the directory goes").unwrap();
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
-        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups: None };
+        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups: None, job_user: None };
         let log = state.path().join("attempt-1.log");
         let grace = Grace::new(None);
         let error = launch(&true_spec(), state.path(), &log, state.path(), &[], limits, (reports, &grace)).await;
@@ -674,7 +683,7 @@ mod tests {
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
         std::fs::write(state.path().join("a-file"), b"where the parent would go").unwrap();
         let cgroups = Some(Cgroups::unchecked(state.path().join("a-file/ftdrive")));
-        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups };
+        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups, job_user: None };
         let log = state.path().join("attempt-1.log");
         let grace = Grace::new(None);
         let error = launch(&true_spec(), state.path(), &log, state.path(), &[], limits, (reports, &grace)).await;
@@ -691,7 +700,7 @@ mod tests {
         let spec = true_spec();
         let log = state.path().join("attempt-1.log");
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
-        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups: None };
+        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups: None, job_user: None };
         let error =
             launch(&spec, state.path(), &log, &cwd, &[], limits, (reports, &Grace::new(None))).await.unwrap_err();
         let said = &error.message;

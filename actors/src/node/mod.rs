@@ -12,6 +12,7 @@ mod attempt;
 pub mod cgroup;
 pub mod detect;
 mod health;
+pub mod job_user;
 pub mod link;
 mod logcap;
 pub mod logs;
@@ -86,6 +87,8 @@ pub struct NodeOptions {
     pub log_port: u16,
     /// Where each attempt's cgroup is made (`cgroup.rs`); `None`: attempts get none.
     pub cgroups: Option<cgroup::Cgroups>,
+    /// The user attempts' workers run as (`job_user.rs`); `None`: the agent's.
+    pub job_user: Option<Arc<job_user::JobUser>>,
 }
 
 /// How the agent reaches one attempt's supervisor.
@@ -460,7 +463,8 @@ impl NodeAgent {
         let cwd = spec.cwd.as_ref().map_or_else(|| self.opts.work_dir.clone(), |cwd| self.opts.work_dir.join(cwd));
         let reattach_grace_ms = self.grace.known_ms().unwrap_or(DEFAULT_REATTACH_GRACE_MS);
         let cgroups = self.opts.cgroups.clone();
-        let limits = attempt::Limits { reattach_grace_ms, max_log_bytes: self.opts.max_log_bytes, cgroups };
+        let job_user = self.opts.job_user.clone();
+        let limits = attempt::Limits { reattach_grace_ms, max_log_bytes: self.opts.max_log_bytes, cgroups, job_user };
         let (state_dir, reports, addr) = (self.opts.state_dir.clone(), self.reports.clone(), self.opts.addr.clone());
         let grace = self.grace.clone();
         let launching = async move {

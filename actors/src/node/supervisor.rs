@@ -56,6 +56,7 @@
 //! with the end, AG-8 in the agent).
 
 use super::cgroup;
+use super::job_user::Credentials;
 use super::logcap::LogCap;
 use super::workers::{self, signal_group, Group, GroupSpec};
 use ftdrive::protocol::ExitStatus;
@@ -114,11 +115,11 @@ struct Progress {
 
 /// Runs the supervisor; never returns.
 pub fn run(args: &[String]) -> ! {
-    let Some(args) = parse(args) else {
+    let Some(mut args) = parse(args) else {
         crate::note!(
             "usage: ftdrive __attempt --dir DIR --reattach-grace-ms MS [--workers N --group-rank R \
-             --stop-grace-ms MS --log FILE --max-log-bytes N --cgroup DIR --worker-env NAME=VALUE] -- COMMAND \
-             [ARGS...]"
+             --stop-grace-ms MS --log FILE --max-log-bytes N --cgroup DIR --worker-env NAME=VALUE \
+             --run-as UID:GID:GROUPS] -- COMMAND [ARGS...]"
         );
         std::process::exit(2);
     };
@@ -130,20 +131,32 @@ pub fn run(args: &[String]) -> ! {
     }
     // SAFETY: the agent put the write end of its status pipe at this descriptor for us.
     let mut status = unsafe { std::fs::File::from_raw_fd(STATUS_FD) };
-    let cgroup = args.cgroup.as_deref();
+    let cgroup = args.cgroup.clone();
+    let cgroup = cgroup.as_deref();
     // SV-9: before any thread or worker starts, so that all of them are in it.
     if let Some(Err(e)) = cgroup.map(cgroup::join) {
         let dir = cgroup.expect("joined one").display();
         fail_on_node(&mut status, &format!("cannot join the attempt's cgroup {dir}: {e}"), None);
     }
-    let listener = match bind(&args.group.dir) {
-        Ok(listener) => listener,
-        Err(e) => fail_on_node(&mut status, &format!("cannot listen in {}: {e}", args.group.dir.display()), cgroup),
-    };
-    let group = match workers::start(&args.group) {
-        Ok(group) => group,
-        Err(e) if e.node_fault => fail_on_node(&mut status, &e.message, cgroup),
-        Err(e) => fail(&mut status, &args.group.dir, &e.message, cgroup),
+    // JU-3: the jobs' user writes its error files in a directory of its own.
+    if let Some(user) = &args.group.run_as {
+        match user.private_dir(&std::env::temp_dir()) {
+            Ok(dir) => args.group.error_dir = dir,
+            Err(e) => fail_on_node(&mut status, &format!("cannot make a directory for the jobs' user: {e}"), cgroup),
+        }
+    }
+    let started = bind(&args.group.dir)
+        .map_err(|e| (format!("cannot listen in {}: {e}", args.group.dir.display()), true))
+        .and_then(|listener| Ok((listener, workers::start(&args.group).map_err(|e| (e.message, e.node_fault))?)));
+    let (listener, group) = match started {
+        Ok(started) => started,
+        Err((message, node_fault)) => {
+            remove_error_dir(&args.group);
+            match node_fault {
+                true => fail_on_node(&mut status, &message, cgroup),
+                false => fail(&mut status, &args.group.dir, &message, cgroup),
+            }
+        }
     };
     // SV-9: the workers are in it; what the job does to its cgroup (kill, freeze) reaches them
     // alone.
@@ -167,7 +180,7 @@ pub fn run(args: &[String]) -> ! {
 fn parse(args: &[String]) -> Option<Args> {
     let (mut dir, mut grace, mut log, mut cgroup) = (None, None, None, None);
     let (mut workers, mut group_rank, mut stop_grace_ms, mut max_log_bytes) = (1, 0, 0, 0);
-    let mut env = Vec::new();
+    let (mut env, mut run_as) = (Vec::new(), None);
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         let mut value = || rest.next().cloned();
@@ -180,6 +193,7 @@ fn parse(args: &[String]) -> Option<Args> {
             "--log" => log = value().map(PathBuf::from),
             "--max-log-bytes" => max_log_bytes = value()?.parse().ok()?,
             "--cgroup" => cgroup = value().map(PathBuf::from),
+            "--run-as" => run_as = Some(Credentials::parse_arg(&value()?)?),
             "--worker-env" => {
                 let (name, val) = value()?.split_once('=').map(|(n, v)| (n.to_string(), v.to_string()))?;
                 env.push((name, val));
@@ -189,7 +203,9 @@ fn parse(args: &[String]) -> Option<Args> {
         }
     }
     let command: Vec<String> = rest.cloned().collect();
-    let group = GroupSpec { command, workers, group_rank, log, dir: dir?, env };
+    let dir = dir?;
+    let error_dir = dir.clone();
+    let group = GroupSpec { command, workers, group_rank, log, dir, error_dir, env, run_as };
     (!group.command.is_empty()).then_some(Args {
         reattach_grace_ms: grace?,
         stop_grace_ms,
@@ -347,7 +363,8 @@ impl Progress {
             (Some(code), _) => ExitStatus::code(code),
             (None, signal) => ExitStatus::signal(signal.unwrap_or(libc::SIGKILL), false),
         };
-        let ended = match workers::error_said(&workers::error_file(&group.dir, local_rank)) {
+        let owner = group.run_as.as_ref().map(|user| user.uid);
+        let ended = match workers::error_said(&workers::error_file(&group.error_dir, local_rank), owner) {
             Some(said) => ended.with_error(&said),
             None => ended,
         };
@@ -408,6 +425,7 @@ fn accept(listener: UnixListener, tx: Sender<Event>) {
 /// returns: the end is held for the next agent to connect within the re-attach grace.
 fn finish(ended: &ExitStatus, args: &Args, agent: Option<&mut UnixStream>) {
     kill_leftovers();
+    remove_error_dir(&args.group);
     if let Some(cgroup) = &args.cgroup {
         cgroup::leave_and_remove(cgroup);
     }
@@ -424,6 +442,13 @@ fn finish(ended: &ExitStatus, args: &Args, agent: Option<&mut UnixStream>) {
     };
     if told {
         done(dir)
+    }
+}
+
+/// JU-3's directory, read by then: the attempt's own stays, with its records.
+fn remove_error_dir(group: &GroupSpec) {
+    if group.error_dir != group.dir {
+        let _ = std::fs::remove_dir_all(&group.error_dir);
     }
 }
 

@@ -8,8 +8,12 @@
 //! in a worker's own log. Each worker gets its own `$TORCHELASTIC_ERROR_FILE`, as torchrun's
 //! do, where a PyTorch program decorated with `@record` writes why it failed.
 
+use super::job_user::Credentials;
+use std::ffi::CString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,10 +36,15 @@ pub struct GroupSpec {
     pub group_rank: u32,
     /// The attempt's log (the supervisor's own stdout); worker logs are named beside it.
     pub log: Option<PathBuf>,
-    /// The attempt's own directory (absolute): worker error files are written there.
+    /// The attempt's own directory (absolute), in the agent's state dir.
     pub dir: PathBuf,
+    /// Where the workers' error files are written: the attempt's directory, or one of the
+    /// jobs' user's own (JU-3 in `job_user.rs`).
+    pub error_dir: PathBuf,
     /// The job's variables that reach the workers and not the supervisor (`WORKER_ONLY_ENV`).
     pub env: Vec<(String, String)>,
+    /// The user the workers run as (`--run-jobs-as`); `None`: the supervisor's.
+    pub run_as: Option<Credentials>,
 }
 
 /// The most of a worker's error file that is read: PyTorch's holds a message and a traceback.
@@ -48,10 +57,18 @@ pub fn error_file(dir: &Path, local_rank: u32) -> PathBuf {
 
 /// What a worker wrote of its failure in its error file, in torchelastic's format
 /// (`{"message": {"message": "ValueError: ...", "extraInfo": {...}}}`, or an older
-/// `{"message": "..."}`); `None` when it wrote nothing readable.
-pub fn error_said(file: &Path) -> Option<String> {
+/// `{"message": "..."}`); `None` when it wrote nothing readable. Only a plain file, and with
+/// `owner` one of that uid's (JU-3): the job made the file, and the supervisor, which may run
+/// as root, must neither follow its link elsewhere nor wait on its pipe.
+pub fn error_said(file: &Path, owner: Option<u32>) -> Option<String> {
+    let opened =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(file).ok()?;
+    let meta = opened.metadata().ok()?;
+    if !meta.is_file() || owner.is_some_and(|uid| meta.uid() != uid) {
+        return None;
+    }
     let mut text = Vec::new();
-    std::fs::File::open(file).ok()?.take(MAX_ERROR_FILE_BYTES).read_to_end(&mut text).ok()?;
+    opened.take(MAX_ERROR_FILE_BYTES).read_to_end(&mut text).ok()?;
     let written: serde_json::Value = serde_json::from_slice(&text).ok()?;
     let message = &written["message"];
     message.as_str().or_else(|| message["message"].as_str()).map(str::to_string)
@@ -150,7 +167,10 @@ pub fn start(spec: &GroupSpec) -> Result<Group, StartError> {
                 }
                 let program_error = exec && e.raw_os_error().is_some_and(|code| PROGRAM_ERRORS.contains(&code));
                 let program = &spec.command[0];
-                let hint = if exec { not_found_hint(program, &e) } else { String::new() };
+                let hint = match exec {
+                    true => format!("{}{}", not_found_hint(program, &e), job_user_hint(spec, &e)),
+                    false => String::new(),
+                };
                 let message = format!("cannot start worker {local_rank} ({program}): {e}{hint}");
                 return Err(StartError { message, node_fault: !program_error });
             }
@@ -173,6 +193,20 @@ fn not_found_hint(program: &str, e: &std::io::Error) -> String {
     }
 }
 
+/// What to do when the jobs' user (JU-2) was refused: its working directory or its program is
+/// the agent's user's alone.
+fn job_user_hint(spec: &GroupSpec, e: &std::io::Error) -> String {
+    let Some(user) = spec.run_as.as_ref().filter(|_| e.raw_os_error() == Some(libc::EACCES)) else {
+        return String::new();
+    };
+    let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
+    format!(
+        "; the job runs as uid {} (the agent's --run-jobs-as), which may not enter its working directory {cwd} \
+         or run the program: make both that user's to reach, or set the job spec's `cwd`",
+        user.uid
+    )
+}
+
 /// A started worker, or why not — and whether the error came from its `exec` (true), or
 /// before it, from the node (its pipe, its log).
 fn start_worker(
@@ -186,10 +220,18 @@ fn start_worker(
     cmd.envs(spec.env.iter().map(|(name, value)| (name, value)));
     // Worker 0's variables are already in the supervisor's environment.
     cmd.envs(ftdrive::driver::env_worker_vars(spec.group_rank, spec.workers, local_rank));
-    cmd.env(ERROR_FILE_VAR, error_file(&spec.dir, local_rank));
+    cmd.env(ERROR_FILE_VAR, error_file(&spec.error_dir, local_rank));
+    let run_as = spec.run_as.clone();
+    // Entered again once the user is the job's (JU-2); allocated before the fork.
+    let cwd = std::env::current_dir().map_err(|e| (e, false))?;
+    let cwd = CString::new(cwd.as_os_str().as_bytes()).expect("a path holds no NUL byte");
     // SAFETY: between fork and exec only async-signal-safe calls on the child's own state.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
+            if let Some(user) = &run_as {
+                user.take_on(&cwd)?;
+            }
+            // After the switch, which clears a parent-death signal set before it.
             if libc::setpgid(0, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -354,19 +396,41 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = error_file(dir.path(), 1);
         assert_eq!(file, dir.path().join("error-1.json"));
-        assert_eq!(error_said(&file), None, "no file");
+        assert_eq!(error_said(&file, None), None, "no file");
         let record = r#"{"message": {"message": "ValueError: boom", "extraInfo": {"py_callstack": "Traceback", "timestamp": "1"}}}"#;
         std::fs::write(&file, record).unwrap();
-        assert_eq!(error_said(&file).as_deref(), Some("ValueError: boom"));
+        assert_eq!(error_said(&file, None).as_deref(), Some("ValueError: boom"));
         std::fs::write(&file, r#"{"message": "RuntimeError: old style"}"#).unwrap();
-        assert_eq!(error_said(&file).as_deref(), Some("RuntimeError: old style"));
+        assert_eq!(error_said(&file, None).as_deref(), Some("RuntimeError: old style"));
         for unreadable in ["not json", r#"{"message": 3}"#, r#"{"error": "x"}"#] {
             std::fs::write(&file, unreadable).unwrap();
-            assert_eq!(error_said(&file), None, "{unreadable}");
+            assert_eq!(error_said(&file, None), None, "{unreadable}");
         }
         let huge = format!(r#"{{"message": "{}"}}"#, "x".repeat(MAX_ERROR_FILE_BYTES as usize));
         std::fs::write(&file, huge).unwrap();
-        assert_eq!(error_said(&file), None, "a file past the bound is not read whole");
+        assert_eq!(error_said(&file, None), None, "a file past the bound is not read whole");
+    }
+
+    /// JU-3: the job makes its error file, and the supervisor reading it may be root: a link
+    /// is not followed, a pipe not waited on, and a file of another user not read.
+    #[test]
+    fn an_error_file_is_read_only_as_the_jobs_own_plain_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, target) = (error_file(dir.path(), 0), dir.path().join("elsewhere.json"));
+        std::fs::write(&target, r#"{"message": "not the job's"}"#).unwrap();
+        std::os::unix::fs::symlink(&target, &file).unwrap();
+        assert_eq!(error_said(&file, None), None, "a link");
+        std::fs::remove_file(&file).unwrap();
+        let path = CString::new(file.as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo makes a pipe at a path we own.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        assert_eq!(error_said(&file, None), None, "a pipe, not waited on");
+        std::fs::remove_file(&file).unwrap();
+        std::fs::write(&file, r#"{"message": "ValueError: mine"}"#).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        assert_eq!(error_said(&file, Some(me)).as_deref(), Some("ValueError: mine"));
+        assert_eq!(error_said(&file, Some(me + 1)), None, "another user's file");
     }
 
     /// A worker's own log holds what it wrote, byte for byte; the attempt's log gives every
