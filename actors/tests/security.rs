@@ -190,14 +190,15 @@ fn an_agent_told_to_read_its_token_from_an_empty_stdin_exits_2() {
 /// JU-1: an agent run as root with `--run-jobs-as nobody` runs its jobs' workers as nobody,
 /// who cannot signal the supervisor or the agent, nor read the tokens in the state dirs; the
 /// job's error file (JU-3) still reaches the ledger, and its directory is gone once the attempt
-/// ended. A job in a directory nobody may not enter fails at its start, saying so (JU-2). Run
+/// ended. A job whose `cwd` nobody may not enter fails at its start, saying so (JU-2). Run
 /// as the agent's own user, every probe succeeded. Where the tests do not run as root, the
 /// agent refuses the flag instead, naming why.
 #[test]
 fn jobs_run_as_another_user_cannot_touch_their_agent() {
     let mut c = Cluster::start(&[]);
-    let mut agent = c.node_command("n1");
-    agent.args(["--run-jobs-as", "nobody"]);
+    let mut agent = c.command();
+    agent.args(["node", "--name", "n1", "--resources", "cpu=1", "--addr", "127.0.0.1", "--work-dir", "/"]);
+    agent.args(["--run-jobs-as", "nobody"]).stdout(Stdio::null());
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         let out = agent.stderr(Stdio::piped()).output().unwrap();
@@ -219,7 +220,7 @@ fn jobs_run_as_another_user_cannot_touch_their_agent() {
         exit 3"#,
         state = c.dir.path().display()
     );
-    let spec = json!({"command": ["sh", "-c", probe], "min_nodes": 1, "max_nodes": 1, "cwd": "/", "nproc_per_node": 2});
+    let spec = json!({"command": ["sh", "-c", probe], "min_nodes": 1, "max_nodes": 1, "nproc_per_node": 2});
     let id = c.submit_no_wait(&c.spec("probe", spec));
     let job = c.wait_for_job(&id, "it fails", |j| j["state"] == "FAILED");
     let evidence = job["ledger"][0]["evidence"].as_str().unwrap_or_default();
@@ -233,21 +234,29 @@ fn jobs_run_as_another_user_cannot_touch_their_agent() {
     assert!(!std::path::Path::new(errors).starts_with(c.dir.path()), "{said}");
     c.wait_until("the error files' directory is removed", |_| !std::path::Path::new(errors).exists());
     assert_eq!(c.nodes_json()[0]["state"], "ALIVE", "the agent lives on");
-    // The cluster's work dir (the default `cwd`) is root's alone.
-    let spec = json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1});
+    // The cluster's state dir is root's alone.
+    let spec = json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1, "cwd": c.dir.path()});
     let id = c.submit_no_wait(&c.spec("shut-out", spec));
     let job = c.wait_for_job(&id, "it fails", |j| j["state"] == "FAILED");
     let evidence = job["ledger"][0]["evidence"].as_str().unwrap_or_default();
-    let work_dir = c.dir.path().display().to_string();
-    assert!(evidence.contains("--run-jobs-as") && evidence.contains(&work_dir), "{job:#}");
+    let cwd = c.dir.path().display().to_string();
+    assert!(evidence.contains("--run-jobs-as") && evidence.contains(&cwd), "{job:#}");
 }
 
-/// `--run-jobs-as` names a user that can be had, or the agent does not start (exit 2, saying
-/// what to give).
+/// `--run-jobs-as` names a user that can be had and that may enter the agent's work dir, or the
+/// agent does not start (exit 2, saying what to give).
 #[test]
 fn an_agent_refuses_a_jobs_user_it_cannot_have() {
     let c = Cluster::start(&[]);
-    for (user, says) in [("root", "give an unprivileged user"), ("no-such-user-ftdrive", "no user named")] {
+    // SAFETY: geteuid has no preconditions.
+    let nobody_says = match unsafe { libc::geteuid() } {
+        // The cluster's work dir is its state dir, root's alone.
+        0 => "nobody may not enter the work dir",
+        _ => "only root may start processes as another user",
+    };
+    let refusals =
+        [("root", "give an unprivileged user"), ("no-such-user-ftdrive", "no user named"), ("nobody", nobody_says)];
+    for (user, says) in refusals {
         let out = c.node_command("n1").args(["--run-jobs-as", user]).stderr(Stdio::piped()).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{user}: {stderr}");

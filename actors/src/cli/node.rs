@@ -72,8 +72,9 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         log_tls,
         log_port: args.log_port,
         cgroups: None,
-        job_user: jobs_user(args.run_jobs_as.as_deref())?,
+        job_user: None,
     };
+    let options = NodeOptions { job_user: jobs_user(args.run_jobs_as.as_deref(), &options.work_dir)?, ..options };
     refuse_plain_logs_off_loopback(&options, args.tls.insecure_http)?;
     let cgroups = Cgroups::resolve(&cgroup_choice, &options.state_dir)
         .map_err(|e| CliError::BadInput(format!("--cgroup-parent {}: {e}", args.cgroup_parent)))?;
@@ -103,14 +104,25 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     })
 }
 
-/// `--run-jobs-as`, resolved once: a user that cannot be is the operator's to fix at start,
-/// not a failure of every attempt later.
-fn jobs_user(given: Option<&str>) -> Result<Option<Arc<node::job_user::JobUser>>, CliError> {
+/// `--run-jobs-as`, resolved once: a user that cannot be had, or one that may not enter the
+/// work dir where every job without a `cwd` runs (an agent started as root in its home), is the
+/// operator's to fix at start, not a failure of every attempt later.
+fn jobs_user(
+    given: Option<&str>,
+    work_dir: &std::path::Path,
+) -> Result<Option<Arc<node::job_user::JobUser>>, CliError> {
     let Some(given) = given else { return Ok(None) };
     // SAFETY: geteuid has no preconditions.
     let agent_uid = unsafe { libc::geteuid() };
     let user = node::job_user::JobUser::resolve(given, agent_uid)
         .map_err(|e| CliError::BadInput(format!("--run-jobs-as {given}: {e}")))?;
+    user.credentials.try_enter(work_dir).map_err(|e| {
+        CliError::BadInput(format!(
+            "--run-jobs-as {given}: {given} may not enter the work dir {} ({e}), where jobs whose spec sets no \
+             `cwd` run; give a --work-dir that user may enter",
+            work_dir.display()
+        ))
+    })?;
     tracing::info!("attempts run as {} (uid {})", user.name, user.credentials.uid);
     Ok(Some(Arc::new(user)))
 }

@@ -18,7 +18,7 @@
 //!   read back refusing links and anything but a plain file of the job's user.
 
 use std::ffi::{CStr, CString};
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 /// What the workers take on (JU-2): the part a supervisor needs.
@@ -116,6 +116,37 @@ impl Credentials {
             return Err(e);
         }
         Ok(dir)
+    }
+
+    /// Whether this user may enter `dir` (JU-2): tried in a child that takes the user on, as a
+    /// worker will. Its error, if not.
+    pub fn try_enter(&self, dir: &Path) -> std::io::Result<()> {
+        let dir = CString::new(dir.as_os_str().as_bytes())?;
+        // SAFETY: the child makes only async-signal-safe calls on memory allocated before the
+        // fork, then exits; the parent reaps it.
+        unsafe {
+            match libc::fork() {
+                -1 => Err(std::io::Error::last_os_error()),
+                0 => {
+                    let code = match self.take_on(&dir) {
+                        Ok(()) => 0,
+                        Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+                    };
+                    libc::_exit(code)
+                }
+                child => {
+                    let mut status = 0;
+                    if libc::waitpid(child, &mut status, 0) != child {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    match libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)) {
+                        Some(0) => Ok(()),
+                        Some(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+                        None => Err(std::io::Error::other("the probe did not exit")),
+                    }
+                }
+            }
+        }
     }
 
     /// Takes them on (JU-2), then enters `cwd` as the new user. Called between fork and exec:
@@ -223,5 +254,22 @@ mod tests {
         assert!(nobody.credentials.groups.contains(&nobody.credentials.gid), "{nobody:?}");
         let numeric = JobUser::resolve("4242", 0).unwrap();
         assert_eq!(numeric.credentials, Credentials { uid: 4242, gid: 4242, groups: Vec::new() });
+    }
+
+    /// Tried as the user: run as root, a directory only root may enter is refused to nobody, and
+    /// `/` is not (JU-2).
+    #[test]
+    fn a_directory_is_tried_as_the_jobs_user() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return; // only root may take another user on; resolve refuses the rest (above)
+        }
+        let nobody = JobUser::resolve("nobody", 0).unwrap().credentials;
+        nobody.try_enter(Path::new("/")).unwrap();
+        let private = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let refused = nobody.try_enter(private.path()).unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::EACCES), "{refused}");
     }
 }
