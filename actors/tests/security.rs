@@ -209,6 +209,7 @@ fn jobs_run_as_another_user_cannot_touch_their_agent() {
     }
     c.nodes.insert("n1".into(), agent.spawn().unwrap());
     c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    assert_eq!(c.nodes_json()[0]["labels"]["jobs.user"], "nobody", "{}", c.nodes_json());
     let probe = format!(
         r#"echo "uid $(id -u) user $USER home $HOME errors in $(dirname "$TORCHELASTIC_ERROR_FILE")"
         supervisor=$PPID; agent=$(cut -d' ' -f4 /proc/$supervisor/stat)

@@ -40,6 +40,12 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
     if let Some(model) = gpus.model_label().filter(|_| !devices.is_empty()) {
         labels.entry(detect::GPU_MODEL_LABEL.to_string()).or_insert(model);
     }
+    let work_dir = work_dir(args.work_dir.clone())?;
+    let job_user = jobs_user(args.run_jobs_as.as_deref(), &work_dir)?;
+    // For selectors (a job that must run isolated from its agent) and `ftdrive nodes`.
+    if let Some(user) = &job_user {
+        labels.entry(node::job_user::JOBS_USER_LABEL.to_string()).or_insert(user.name.clone());
+    }
     // The head's bounds, checked here: refused at every registration, the agent retried for ever.
     ftdrive::resources::check_labels(&labels).map_err(|e| CliError::BadInput(format!("--labels: the node {e}")))?;
     ftdrive::resources::check_kinds(&resources)
@@ -61,7 +67,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         labels,
         devices,
         state_dir: state_dir.join(format!("node-{name}")),
-        work_dir: work_dir(args.work_dir.clone())?,
+        work_dir,
         drain_deadline_ms: args.drain_deadline_ms,
         reattach_grace_ms: args.reattach_grace_ms,
         fence_after_ms: args.fence_after_ms,
@@ -72,9 +78,8 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         log_tls,
         log_port: args.log_port,
         cgroups: None,
-        job_user: None,
+        job_user,
     };
-    let options = NodeOptions { job_user: jobs_user(args.run_jobs_as.as_deref(), &options.work_dir)?, ..options };
     refuse_plain_logs_off_loopback(&options, args.tls.insecure_http)?;
     let cgroups = Cgroups::resolve(&cgroup_choice, &options.state_dir)
         .map_err(|e| CliError::BadInput(format!("--cgroup-parent {}: {e}", args.cgroup_parent)))?;

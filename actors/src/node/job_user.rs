@@ -21,6 +21,10 @@ use std::ffi::{CStr, CString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+/// The label an agent with `--run-jobs-as` gives its node, the user's name as its value (unless
+/// `--labels` sets it): a job may select such nodes, and `ftdrive nodes` shows it.
+pub const JOBS_USER_LABEL: &str = "jobs.user";
+
 /// What the workers take on (JU-2): the part a supervisor needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Credentials {
