@@ -188,11 +188,12 @@ fn an_agent_told_to_read_its_token_from_an_empty_stdin_exits_2() {
 }
 
 /// JU-1: an agent run as root with `--run-jobs-as nobody` runs its jobs' workers as nobody,
-/// who cannot signal the supervisor or the agent, nor read the tokens in the state dirs; the
-/// job's error file (JU-3) still reaches the ledger, and its directory is gone once the attempt
-/// ended. A job whose `cwd` nobody may not enter fails at its start, saying so (JU-2). Run
-/// as the agent's own user, every probe succeeded. Where the tests do not run as root, the
-/// agent refuses the flag instead, naming why.
+/// who cannot signal the supervisor or the agent, read the tokens in the state dirs or leave
+/// its cgroup (where the machine has cgroup v2); the job's error file (JU-3) still reaches the
+/// ledger, and its directory is gone once the attempt ended. A job whose `cwd` nobody may not
+/// enter fails at its start, saying so (JU-2). Run as the agent's own user, every probe
+/// succeeded. Where the tests do not run as root, the agent refuses the flag instead, naming
+/// why.
 #[test]
 fn jobs_run_as_another_user_cannot_touch_their_agent() {
     let mut c = Cluster::start(&[]);
@@ -217,6 +218,8 @@ fn jobs_run_as_another_user_cannot_touch_their_agent() {
         kill -0 "$agent" 2>/dev/null || echo "agent out of reach"
         cat {state}/agent-token {state}/token 2>/dev/null || echo "tokens out of reach"
         ls {state}/node-n1/attempts >/dev/null 2>&1 || echo "state dir out of reach"
+        v2=$(grep -m1 ' - cgroup2 ' /proc/self/mountinfo | cut -d' ' -f5)
+        [ -z "$v2" ] || ! echo $$ 2>/dev/null > "$v2/cgroup.procs" && echo "cgroup out of reach"
         echo '{{"message": "ValueError: written as nobody"}}' > "$TORCHELASTIC_ERROR_FILE"
         exit 3"#,
         state = c.dir.path().display()
@@ -228,7 +231,7 @@ fn jobs_run_as_another_user_cannot_touch_their_agent() {
     assert!(evidence.contains("ValueError: written as nobody"), "{job:#}");
     let said = c.ftdrive(&["logs", &id, "--actor", "0"]);
     assert!(said.contains("uid 65534 user nobody home /"), "{said}");
-    for probe in ["supervisor", "agent", "tokens", "state dir"] {
+    for probe in ["supervisor", "agent", "tokens", "state dir", "cgroup"] {
         assert!(said.contains(&format!("{probe} out of reach")), "{probe}:\n{said}");
     }
     let errors = said.split("errors in ").nth(1).and_then(|rest| rest.lines().next()).unwrap();
