@@ -46,6 +46,8 @@
 //!   supervisor joins it before any worker starts, leaves it once they have, and removes it at
 //!   the end (CG-2, CG-3 in `cgroup.rs`): what escapes its process tree after its own death is
 //!   still there for the agent to kill.
+//! - **SV-10 the workers may be another user.** With `--run-as`, each worker takes on the jobs'
+//!   user before its exec, and the supervisor keeps its own (JU-1..3 in `job_user.rs`).
 //!
 //! Status pipe, supervisor → agent, once: `ok PGID`, `err MESSAGE` (the program could not
 //! start; a `failed` record is left), `fault MESSAGE` (the node could not start it: AG-6).
