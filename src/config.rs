@@ -2,6 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Bundles (and rendezvous ports) per node unless configured: 36 agents per machine from the
+/// default base (PS-2 in `scheduler/cluster.rs`).
+pub const DEFAULT_PORTS_PER_NODE: u16 = 1_000;
+
 /// Everything the head state machine is tuned by. Defaults match DESIGN §1 and §3.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -49,7 +53,7 @@ impl Default for HeadConfig {
             starvation_ms: 60_000,
             disruption_hold_ms: 300_000,
             master_port_base: 29_500,
-            ports_per_node: 1_000,
+            ports_per_node: DEFAULT_PORTS_PER_NODE,
             max_jobs: 1_000_000,
             max_actors: 1_000_000,
             max_nodes: 100_000,
@@ -116,17 +120,21 @@ impl HeadConfig {
         if let Some(why) = crate::spec::delay_too_long(self.disruption_hold_ms) {
             return Err(format!("{} {why}; 300000 (five minutes) is usual", key("disruption_hold_ms")));
         }
+        if self.ports_per_node == 0 {
+            return Err(format!("{} is 0: a node could hold no bundle; 1000 is usual", key("ports_per_node")));
+        }
         let last_port = (u32::from(self.master_port_base) + u32::from(self.ports_per_node)).saturating_sub(1);
         // Below 1024 a rank 0 needs root to listen, and agents do not report what listens
         // there (PS-3).
-        if self.master_port_base < FIRST_UNPRIVILEGED_PORT || self.ports_per_node == 0 || last_port > 65_535 {
+        if self.master_port_base < FIRST_UNPRIVILEGED_PORT || last_port > 65_535 {
             return Err(format!(
-                "{} is {}; with `ports_per_node` {} its ports must stay within 1024..=65535 (below 1024 only \
-                 root may listen): use one from 1024 to {}",
+                "{} is {}; with {} {} its ports must stay within 1024..=65535 (below 1024 only root may listen): \
+                 use one from 1024 to {}",
                 key("master_port_base"),
                 self.master_port_base,
+                key("ports_per_node"),
                 self.ports_per_node,
-                65_536 - u32::from(self.ports_per_node.max(1))
+                65_536 - u32::from(self.ports_per_node)
             ));
         }
         Ok(())
@@ -158,7 +166,9 @@ mod tests {
         let lowest = HeadConfig { master_port_base: 1_024, ..HeadConfig::default() };
         assert_eq!(lowest.validate(), Ok(()));
         let none = HeadConfig { ports_per_node: 0, ..HeadConfig::default() };
-        assert!(none.validate().is_err());
+        assert!(none.validate().unwrap_err().contains("(`--ports-per-node`) is 0"));
+        let fewer = HeadConfig { master_port_base: 65_000, ports_per_node: 100, ..HeadConfig::default() };
+        assert_eq!(fewer.validate(), Ok(()), "fewer ports per node leave room for a higher base");
     }
 
     #[test]

@@ -518,23 +518,32 @@ fn a_malformed_address_exits_2_saying_how_to_write_one() {
 }
 
 /// A first rendezvous port whose pool would pass port 65535 is refused before the head starts,
-/// naming the flag and the highest that works; nothing is written for it.
+/// naming the flags and the highest base that works; so are no ports per node. Nothing is
+/// written for either.
 #[test]
 fn a_master_port_base_too_high_for_its_pool_exits_2_naming_the_flag() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
-        .args(["head", "--listen", "127.0.0.1:0", "--master-port-base", "65000", "--state-dir"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("`--master-port-base`) is 65000") && stderr.contains("use one from 1024 to 64536"),
-        "{stderr}"
-    );
-    assert!(!state.exists(), "nothing was written for a refused setting");
+    let refusals = [
+        (
+            ["--master-port-base", "65000"],
+            "`--master-port-base`) is 65000; with config `ports_per_node` (`--ports-per-node`) 1000",
+        ),
+        (["--ports-per-node", "0"], "(`--ports-per-node`) is 0: a node could hold no bundle"),
+    ];
+    for (flags, says) in refusals {
+        let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+            .args(["head", "--listen", "127.0.0.1:0"])
+            .args(flags)
+            .arg("--state-dir")
+            .arg(&state)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(!state.exists(), "nothing was written for a refused setting");
+    }
 }
 
 /// Only listening sockets are passed over, so a base whose first ports are in the machine's

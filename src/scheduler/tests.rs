@@ -668,6 +668,33 @@ fn a_gang_short_of_room_names_the_count_and_who_holds_the_room() {
     assert_eq!(waiting(&s, 2), None);
 }
 
+/// PS-2: a machine's ports ran out before its third agent joined, so that node takes nothing
+/// though its CPUs are free; the reason says so and names the flags, where it said only that
+/// no node had room.
+#[test]
+fn a_node_whose_machine_has_no_port_left_is_named_as_such() {
+    let config = SchedulerConfig { master_port_base: 65_532, ports_per_node: 2, ..SchedulerConfig::default() };
+    let mut s = Scheduler::new(config);
+    for name in ["a", "b", "c"] {
+        let offer = NodeOffer { port_space: "one-machine".into(), ..NodeOffer::of(Resources::units(&[("cpu", 4)])) };
+        s.add_node(NodeId::new(name), offer);
+    }
+    s.create_pg(1, pg(4, 4, Strategy::Spread, 0));
+    s.request_gang(1);
+    assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["a", "a", "b", "b"], "two ports each, none left for c");
+    s.create_pg(2, pg(1, 1, Strategy::Spread, 1));
+    s.request_gang(2);
+    pass(&mut s, 1);
+    assert_eq!(
+        waiting(&s, 2).as_deref(),
+        Some(
+            "waiting for capacity: needs room for 1 bundle of cpu=1, and the 3 matching node(s) have room for 0 now \
+             (3 have no rendezvous port left, as a machine's agents share its ports from `--master-port-base` \
+             to 65535, `--ports-per-node` each: lower it to run more agents per machine); in use by j1"
+        )
+    );
+}
+
 #[test]
 fn each_strategy_counts_the_room_it_would_use() {
     let mut s = sched();

@@ -74,6 +74,8 @@ struct Room {
     suspects: Vec<NodeIx>,
     /// Matching nodes left out because their agents cannot start work (AG-6).
     unhealthy: usize,
+    /// Matching nodes with no rendezvous port left to give a bundle (PS-2).
+    portless: usize,
     /// Bundles placeable now, in the roomiest `pack_by` domain ("" without one).
     best: u64,
     best_domain: String,
@@ -166,6 +168,9 @@ impl Scheduler {
             if node.problem.is_some() {
                 room.unhealthy += 1;
                 continue;
+            }
+            if node.ports_left() == 0 {
+                room.portless += 1;
             }
             let domain = domain_of(node, pg);
             let here = bundles_now(node, ix, pg, count);
@@ -318,6 +323,13 @@ fn short_of_room(pg: &PlacementGroup, request: &Request, room: &Room, job: &dyn 
     if room.unhealthy > 0 {
         let n = room.unhealthy;
         notes.push(format!("{n} cannot start work and are not counted, as `ftdrive nodes` explains"));
+    }
+    if room.portless > 0 {
+        notes.push(format!(
+            "{} have no rendezvous port left, as a machine's agents share its ports from `--master-port-base` \
+             to 65535, `--ports-per-node` each: lower it to run more agents per machine",
+            room.portless
+        ));
     }
     if room.dead + room.draining > 0 {
         notes.push(format!("besides them {}", down_text(room)));

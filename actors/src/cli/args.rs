@@ -127,6 +127,12 @@ pub struct HeadArgs {
     /// machine.
     #[arg(long, default_value_t = 29_500)]
     pub master_port_base: u16,
+    /// The most bundles one node holds, each with a rendezvous port of its own. A machine's
+    /// agents share its ports from --master-port-base to 65535, this many each as they join,
+    /// so at the defaults 36 agents on one machine take work and later ones get none: lower it
+    /// to run more agents per machine.
+    #[arg(long, default_value_t = ftdrive::config::DEFAULT_PORTS_PER_NODE)]
+    pub ports_per_node: u16,
     /// An event stream with nothing to say gets a blank line this often, so that a proxy's idle
     /// timeout keeps it open and a follower can tell a quiet head from a vanished one (it gives
     /// up after three intervals of silence). 100 to 3,600,000.

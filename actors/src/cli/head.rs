@@ -23,6 +23,7 @@ pub fn run(args: HeadArgs) -> Result<Outcome, CliError> {
         retain_finished_ms: args.retain_finished_hours.saturating_mul(3_600_000),
         retain_dead_nodes: args.retain_dead_nodes,
         master_port_base: args.master_port_base,
+        ports_per_node: args.ports_per_node,
         ..HeadConfig::default()
     };
     config.validate().map_err(CliError::BadInput)?;
@@ -86,8 +87,9 @@ fn warn_of_few_agents_per_machine(config: &HeadConfig) {
     let per_machine = (65_536 - u32::from(config.master_port_base)) / u32::from(config.ports_per_node.max(1));
     if per_machine < 8 {
         tracing::warn!(
-            "--master-port-base {} leaves rendezvous ports for {per_machine} agent(s) per machine ({} each); \
-             further agents on a machine get none and run nothing: use a lower base to run more",
+            "--master-port-base {} leaves rendezvous ports for {per_machine} agent(s) per machine \
+             (--ports-per-node {} each); further agents on a machine get none and run nothing: use a lower base, \
+             or fewer ports per node, to run more",
             config.master_port_base,
             config.ports_per_node
         );
