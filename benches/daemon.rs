@@ -154,6 +154,19 @@ fn spawn_head(dir: &Path, listen: &str, extra: &[String]) -> Child {
         .unwrap()
 }
 
+/// What a wait that timed out last saw, short: a listing's count and the entries whose first
+/// actor does not run, or the value itself.
+fn summary(value: &Value) -> String {
+    let Some(jobs) = value.as_array() else { return value.to_string() };
+    let not_running: Vec<String> = jobs
+        .iter()
+        .filter(|j| j["actors"][0]["state"] != "RUNNING")
+        .take(3)
+        .map(|j| format!("{} {} {} waiting {}", j["id"], j["state"], j["actors"][0]["state"], j["waiting"]))
+        .collect();
+    format!("{} entries; not running (first 3): {not_running:?}", jobs.len())
+}
+
 #[derive(Clone)]
 struct Api {
     http: reqwest::Client,
@@ -191,7 +204,9 @@ impl Api {
             if done(&value) {
                 return value;
             }
-            assert!(start.elapsed() < Duration::from_secs(120), "timed out waiting until {what}");
+            if start.elapsed() > Duration::from_secs(120) {
+                panic!("timed out waiting until {what}; last seen: {}", summary(&value));
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -359,7 +374,8 @@ impl LeanClient {
 
 async fn readopt_after_head_restart() {
     const NODES: usize = 100;
-    let mut cluster = Cluster::start(NODES, 1, &["--node-timeout-ms", "3000"]);
+    // A hundred agents on one machine share its ports: 360 each, not the default 1,000 (PS-2).
+    let mut cluster = Cluster::start(NODES, 1, &["--node-timeout-ms", "3000", "--ports-per-node", "360"]);
     let api = cluster.api();
     api.wait_for_nodes(NODES).await;
     let spec = json!({"name": "steady", "command": ["sleep", "600"], "min_nodes": 1, "max_nodes": 1});
