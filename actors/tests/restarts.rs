@@ -330,6 +330,38 @@ fn an_agent_killed_and_started_again_keeps_its_processes_and_charges_nothing() {
     assert_eq!(done["remaining"]["system"], 3, "nothing charged");
 }
 
+/// An agent that runs its jobs as another user (`--run-jobs-as`, JU-1) takes them back as any
+/// agent does: killed and started again with the same flag, it re-attaches to its supervisors,
+/// the same processes run on as that user, and nothing is charged. Only root may switch users
+/// (elsewhere the flag is refused: `security.rs`).
+#[test]
+fn an_agent_running_jobs_as_another_user_keeps_them_across_its_restart() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let mut c = Cluster::start(&[]);
+    let agent = |c: &Cluster| {
+        let mut agent = c.node_command_in("n1", std::path::Path::new("/"));
+        agent.args(["--run-jobs-as", "nobody"]).spawn().unwrap()
+    };
+    c.nodes.insert("n1".into(), agent(&c));
+    let id = steady_job(&c, "as-nobody", 1);
+    let on_n1 = pids(&c, Some("n1"));
+    let sleeping = on_n1.iter().find(|pid| is_sleep(**pid)).expect("the rank's sleep");
+    let status = std::fs::read_to_string(format!("/proc/{sleeping}/status")).unwrap();
+    assert!(status.lines().any(|l| l.starts_with("Uid:\t65534\t")), "the rank runs as nobody: {status}");
+    c.kill_node("n1");
+    c.nodes.insert("n1".into(), agent(&c));
+    c.wait_until("the new agent re-attached", |c| {
+        c.nodes_json().as_array().unwrap().iter().any(|n| n["name"] == "n1" && n["state"] == "ALIVE")
+    });
+    assert_eq!(pids(&c, Some("n1")), on_n1, "the same processes run under the new agent");
+    let done = c.wait_for_job(&id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
+    only_first_attempts_completed(&done, 1);
+    assert_eq!(done["remaining"]["system"], 3, "nothing charged");
+}
+
 /// AI-1: an agent started under a node's name with another state dir cannot find the attempts
 /// its predecessor left running under their supervisors. Let in at once, it reported none, the
 /// head started them again, and for the rest of the re-attach grace a rank ran twice. It is

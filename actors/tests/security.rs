@@ -197,9 +197,8 @@ fn an_agent_told_to_read_its_token_from_an_empty_stdin_exits_2() {
 #[test]
 fn jobs_run_as_another_user_cannot_touch_their_agent() {
     let mut c = Cluster::start(&[]);
-    let mut agent = c.command();
-    agent.args(["node", "--name", "n1", "--resources", "cpu=1", "--addr", "127.0.0.1", "--work-dir", "/"]);
-    agent.args(["--run-jobs-as", "nobody"]).stdout(Stdio::null());
+    let mut agent = c.node_command_in("n1", std::path::Path::new("/"));
+    agent.args(["--run-jobs-as", "nobody"]);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         let out = agent.stderr(Stdio::piped()).output().unwrap();

@@ -69,10 +69,15 @@ impl Cluster {
 
     /// `ftdrive node` for `name`, its data in the shared state dir (`node-<name>`).
     pub fn node_command(&self, name: &str) -> Command {
+        self.node_command_in(name, self.dir.path())
+    }
+
+    /// `node_command`, with attempts that set no `cwd` run in `work_dir`.
+    pub fn node_command_in(&self, name: &str, work_dir: &std::path::Path) -> Command {
         let mut cmd = self.command();
         cmd.args(["node", "--name", name, "--resources", "cpu=1", "--addr", "127.0.0.1"])
             .arg("--work-dir")
-            .arg(self.dir.path())
+            .arg(work_dir)
             .stdout(Stdio::null());
         cmd
     }
