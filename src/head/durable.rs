@@ -88,6 +88,11 @@ pub struct NodeRecord {
     /// attempts one crash ended are still one fault (swarm seed 7467259).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub owed_since: Vec<(AttemptKey, Instant)>,
+    /// The date the node's latest supervisors lost without a record were given (SL-1): the
+    /// rest of that incident, reported to a head restarted meanwhile before the node is heard
+    /// again, keep it, so one crash stays one fault (swarm seed 7851619).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_supervisors_at: Option<Instant>,
 }
 
 /// A job as the head keeps it: the parts a store writes apart.
@@ -166,6 +171,7 @@ impl Head {
         let restored = self.liveness.get_mut(ix).expect("just registered");
         (restored.leaving, restored.cordoned) = (record.leaving, record.cordoned);
         restored.owed_since = record.owed_since.into_iter().collect();
+        restored.lost_supervisors = record.lost_supervisors_at.map(|at| (at, now));
         restored.unheard_since_restore = true;
         match record.state {
             NodeState::Alive => Some(ix),
@@ -337,6 +343,7 @@ impl Head {
             leaving: record.leaving,
             cordoned: record.cordoned,
             owed_since: record.owed_since.iter().map(|(key, at)| (key.clone(), *at)).collect(),
+            lost_supervisors_at: record.lost_supervisors.map(|(at, _)| at),
         })
     }
 

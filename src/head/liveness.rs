@@ -80,9 +80,13 @@ pub struct NodeRecord {
 
 impl NodeRecord {
     /// The date a supervisor lost here was given, if that was reported less than
-    /// `interval_ms` before `now`: another of the same incident shares it (SL-1).
+    /// `interval_ms` before `now`, or before a restart of the head that has not heard from the
+    /// node since: another of the same incident shares it (SL-1). Across a restart nobody
+    /// knows when a later loss happened, and the head takes it as part of the last incident
+    /// (a crash charged once), not as a new one.
     pub fn incident_date(&self, now: Instant, interval_ms: u64) -> Option<Instant> {
-        self.lost_supervisors.filter(|(_, first)| now < first.plus_ms(interval_ms)).map(|(at, _)| at)
+        let recent = |first: &Instant| now < first.plus_ms(interval_ms) || self.unheard_since_restore;
+        self.lost_supervisors.filter(|(_, first)| recent(first)).map(|(at, _)| at)
     }
 
     /// The one test of suspicion (DESIGN §3): an alive node whose connection dropped, or that

@@ -37,6 +37,14 @@ impl Head {
     fn heard_from(&mut self, ix: NodeIx, now: Instant) {
         self.liveness.heard(ix, now, self.config.node_timeout_ms);
         self.scheduler.clear_suspect(ix);
+        // SL-1: an incident's date is kept for a restarted head only while its reports may
+        // still come: once the node is heard from after them, a later loss is a new incident.
+        let interval_ms = self.config.heartbeat_interval_ms;
+        let record = self.liveness.get_mut(ix).expect("heard from a registered node");
+        if record.lost_supervisors.is_some_and(|(_, first)| now >= first.plus_ms(interval_ms)) {
+            record.lost_supervisors = None;
+            self.touch_node(ix);
+        }
     }
 
     /// The agent's connection dropped (the runtime saw it): suspect until heard from again.

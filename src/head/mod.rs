@@ -539,7 +539,9 @@ impl Head {
     /// or the drain's `preempted`). Reported as a bare exit, it read as stopped once its gang
     /// was stopped (free), and a restarted agent's first heartbeat had the peer's crash decided
     /// a user error first (a real cluster: an agent and its attempts killed, the agent back in
-    /// a second).
+    /// a second). The date is kept in the node's durable record until the node is heard from
+    /// after the incident, so that the rest of it, reported to a head restarted meanwhile,
+    /// shares it (FC-1 charges it once).
     fn supervisor_loss(&mut self, now: Instant, node: &NodeId, owed_since: Option<Instant>) -> Loss {
         let ix = self.scheduler.node_ix(node);
         let interval_ms = self.config.heartbeat_interval_ms;
@@ -547,10 +549,15 @@ impl Head {
         let silent_since = match (owed_since, record) {
             (Some(at), _) => at,
             (None, None) => now,
-            (None, Some(record)) => record.incident_date(now, interval_ms).unwrap_or_else(|| {
-                record.lost_supervisors = Some((record.last_heard, now));
-                record.last_heard
-            }),
+            (None, Some(record)) => match record.incident_date(now, interval_ms) {
+                Some(at) => at,
+                None => {
+                    record.lost_supervisors = Some((record.last_heard, now));
+                    let at = record.last_heard;
+                    self.touch_node(ix.expect("a node with a record")); // the date outlives a head restart
+                    at
+                }
+            },
         };
         let draining = ix.is_some_and(|ix| self.scheduler.node(ix).state == NodeState::Draining);
         let evidence = format!("the attempt supervisor on {node} died without a record; the agent ended its workers");

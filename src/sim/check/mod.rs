@@ -171,7 +171,8 @@ impl Checker {
 
     /// How far apart the losses of one incident (FC-2) can settle: losses whose silences
     /// began close together are declared a node timeout after them, or found when an agent
-    /// registers again, or together when a hold or a restarted head's window ends.
+    /// registers again, or together when a hold or a restarted head's window ends — a hold
+    /// starting each held node's count over once it ends.
     pub fn bound_incidents(&mut self, settle_within_ms: u64) {
         self.incident_bound_ms = settle_within_ms;
     }
