@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A job of `n` ranks that runs long enough for a restart in the middle.
@@ -319,14 +319,21 @@ fn an_agent_killed_and_started_again_keeps_its_processes_and_charges_nothing() {
     let id = steady_job(&c, "through-an-agent-restart", 2);
     let on_n1 = pids(&c, Some("n1"));
     assert!(!on_n1.is_empty());
+    n1_restarted_keeps_its_ranks(&mut c, &id, 2, |c| c.node_command("n1").spawn().unwrap());
+}
+
+/// n1's agent killed and started again (by `start`): it re-attaches, the same processes run,
+/// and the job of `ranks` ranks succeeds with nothing charged.
+fn n1_restarted_keeps_its_ranks(c: &mut Cluster, id: &str, ranks: usize, start: impl Fn(&Cluster) -> Child) {
+    let on_n1 = pids(c, Some("n1"));
     c.kill_node("n1");
-    c.add_node("n1");
+    c.nodes.insert("n1".into(), start(c));
     c.wait_until("the new agent re-attached", |c| {
         c.nodes_json().as_array().unwrap().iter().any(|n| n["name"] == "n1" && n["state"] == "ALIVE")
     });
-    assert_eq!(pids(&c, Some("n1")), on_n1, "the same processes run under the new agent");
-    let done = c.wait_for_job(&id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
-    only_first_attempts_completed(&done, 2);
+    assert_eq!(pids(c, Some("n1")), on_n1, "the same processes run under the new agent");
+    let done = c.wait_for_job(id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
+    only_first_attempts_completed(&done, ranks);
     assert_eq!(done["remaining"]["system"], 3, "nothing charged");
 }
 
@@ -351,15 +358,7 @@ fn an_agent_running_jobs_as_another_user_keeps_them_across_its_restart() {
     let sleeping = on_n1.iter().find(|pid| is_sleep(**pid)).expect("the rank's sleep");
     let status = std::fs::read_to_string(format!("/proc/{sleeping}/status")).unwrap();
     assert!(status.lines().any(|l| l.starts_with("Uid:\t65534\t")), "the rank runs as nobody: {status}");
-    c.kill_node("n1");
-    c.nodes.insert("n1".into(), agent(&c));
-    c.wait_until("the new agent re-attached", |c| {
-        c.nodes_json().as_array().unwrap().iter().any(|n| n["name"] == "n1" && n["state"] == "ALIVE")
-    });
-    assert_eq!(pids(&c, Some("n1")), on_n1, "the same processes run under the new agent");
-    let done = c.wait_for_job(&id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
-    only_first_attempts_completed(&done, 1);
-    assert_eq!(done["remaining"]["system"], 3, "nothing charged");
+    n1_restarted_keeps_its_ranks(&mut c, &id, 1, agent);
 }
 
 /// AI-1: an agent started under a node's name with another state dir cannot find the attempts
