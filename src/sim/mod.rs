@@ -276,7 +276,9 @@ impl Simulation {
                 checker.check_suspect_holds(config.suspect_after_ms() + scenario.network.max_delay_ms);
                 checker.check_starvation_holds(config.starvation_ms);
                 let delays_ms = 2 * scenario.network.max_delay_ms + held_by_cuts_ms(scenario, &config);
-                checker.bound_incidents(config.node_timeout_ms + 2 * config.heartbeat_interval_ms + delays_ms);
+                let recount_ms = config.node_timeout_ms + config.heartbeat_interval_ms + scenario.network.max_delay_ms;
+                checker
+                    .bound_incidents(config.node_timeout_ms + 2 * config.heartbeat_interval_ms + delays_ms, recount_ms);
                 let net = scenario.network;
                 if net.drop_ppm == 0 && net.duplicate_ppm == 0 && net.min_delay_ms == net.max_delay_ms {
                     checker.check_busy_ports();
@@ -404,6 +406,9 @@ impl Simulation {
     /// Carries out the head's effects, records the trace and runs the checkers.
     fn after_step(&mut self) {
         self.carry_out_effects();
+        if let (true, Some(checker)) = (self.head_up, self.checker.as_mut()) {
+            checker.note_hold(self.now, self.head.nodes_held().0 > 0);
+        }
         if self.step_events.is_empty() && self.now < self.next_stale_check {
             return;
         }

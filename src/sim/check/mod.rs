@@ -44,6 +44,9 @@ use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Holds of the head kept for the incident bound: the latest, since a job's charges are too.
+const MAX_HOLDS: usize = 1_024;
+
 mod aging;
 mod placement;
 mod ranks;
@@ -151,6 +154,12 @@ pub struct Checker {
     charged_losses: BTreeMap<JobId, Vec<(NodeId, BudgetKind, Instant)>>,
     /// How far apart the losses of one incident (FC-2) can settle.
     incident_bound_ms: u64,
+    /// Spans in which the head held silent nodes (FD-1), the latest last; `holding`: the last
+    /// is still open. A hold puts a loss off past the incident bound, and the node's count
+    /// starts over once it ends (`hold_recount_ms`).
+    holds: std::collections::VecDeque<(Instant, Instant)>,
+    holding: bool,
+    hold_recount_ms: u64,
     /// The node's fault count when each attempt started running there: only a later fault
     /// can have ended it.
     started_epoch: BTreeMap<(ActorKey, u32), u64>,
@@ -173,8 +182,32 @@ impl Checker {
     /// began close together are declared a node timeout after them, or found when an agent
     /// registers again, or together when a hold or a restarted head's window ends — a hold
     /// starting each held node's count over once it ends.
-    pub fn bound_incidents(&mut self, settle_within_ms: u64) {
+    pub fn bound_incidents(&mut self, settle_within_ms: u64, recount_ms: u64) {
         self.incident_bound_ms = settle_within_ms;
+        self.hold_recount_ms = recount_ms;
+    }
+
+    /// Whether the head holds silent nodes now (FD-1), noted after every step: the losses of
+    /// one incident settle further apart by each hold between them (swarm seed 7861599: every
+    /// node was gone, the head held the last, and its loss settled 8.5 s after its incident's
+    /// first).
+    pub fn note_hold(&mut self, now: Instant, holding: bool) {
+        if holding && !self.holding {
+            if self.holds.len() == MAX_HOLDS {
+                self.holds.pop_front();
+            }
+            self.holds.push_back((now, now));
+        }
+        if holding || self.holding {
+            self.holds.back_mut().expect("a hold is open").1 = now;
+        }
+        self.holding = holding;
+    }
+
+    /// How much the holds since `at` can have put a loss off.
+    fn held_since_ms(&self, at: Instant) -> u64 {
+        let since = self.holds.iter().filter(|(_, end)| *end >= at);
+        since.map(|(start, end)| end.ms_since(*start) + self.hold_recount_ms).sum()
     }
 
     /// Enables `busy_port_twice_at_most`: on a network that loses and reorders nothing, every
@@ -894,7 +927,7 @@ impl Checker {
     /// the incident bound of now.
     fn one_incident(&self, job: &JobId, node: &NodeId, budget: BudgetKind) -> bool {
         let charged = self.charged_losses.get(job).into_iter().flatten();
-        let near = |at: &Instant| self.now.ms_since(*at) <= self.incident_bound_ms;
+        let near = |at: &Instant| self.now.ms_since(*at) <= self.incident_bound_ms + self.held_since_ms(*at);
         charged.into_iter().any(|(lost, kind, at)| lost != node && *kind == budget && near(at))
     }
 
