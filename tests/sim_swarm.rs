@@ -41,7 +41,8 @@ const ONCE_FAILED: &[u64] = &[
     7_670_014,
     // Two machines went down 171 ms apart (one incident, FC-2), and two cuts of the head's
     // network held the second one's loss until 17 s after the first: the checker bounded an
-    // incident by the cuts' length alone, not by the node timeout each cut starts over (7823760).
+    // incident by the cuts' length alone, not by the head's holds, each of which starts a held
+    // node's count over (7823760).
     7_823_760,
     // A crash killed an agent and its supervisors; one end reached the head before the head
     // restarted and the rest after, and the date SL-1 gave the first (in memory only) was lost

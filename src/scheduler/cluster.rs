@@ -305,11 +305,7 @@ impl Node {
 
     /// Rendezvous ports it may still take (PS-2): none once it holds its cap, or when its
     /// machine's other agents had reserved every port before it joined.
-    pub fn ports_left(&self) -> u32 {
-        self.port_room()
-    }
-
-    fn port_room(&self) -> u32 {
+    pub fn port_room(&self) -> u32 {
         match &self.ports {
             NodePorts::Own(pool) => pool.remaining(),
             NodePorts::Shared { held, cap, .. } => cap.saturating_sub(held.len() as u32),

@@ -169,7 +169,7 @@ impl Scheduler {
                 room.unhealthy += 1;
                 continue;
             }
-            if node.ports_left() == 0 {
+            if node.port_room() == 0 {
                 room.portless += 1;
             }
             let domain = domain_of(node, pg);

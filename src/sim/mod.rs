@@ -222,20 +222,6 @@ pub struct Simulation {
     head_cut_until: Instant,
 }
 
-/// How long cuts of the head's network can put off declaring a silent node DEAD (FD-1): a cut
-/// holds the node past its deadline, and once the head hears from a node again the count starts
-/// over — the cut, then up to a node timeout, a heartbeat and a delay more, for each cut, since
-/// the next cut can begin before that count ends (swarm seed 7823760: two cuts put a machine's
-/// loss 17 s after the other loss of its incident).
-fn held_by_cuts_ms(scenario: &Scenario, config: &HeadConfig) -> u64 {
-    let recount_ms = config.node_timeout_ms + config.heartbeat_interval_ms + scenario.network.max_delay_ms;
-    let cuts = scenario.events.iter().filter_map(|e| match e.what {
-        Fault::HeadCut { for_ms } => Some(for_ms + recount_ms),
-        _ => None,
-    });
-    cuts.sum()
-}
-
 impl Simulation {
     /// Sets up `scenario` under `seed` (the scenario's own seed is only a default).
     pub fn new(scenario: &Scenario, seed: u64, options: SimOptions) -> Self {
@@ -275,7 +261,8 @@ impl Simulation {
                 let mut checker = Checker::new(stale_bound_ms, scenario.network.drop_ppm == 0);
                 checker.check_suspect_holds(config.suspect_after_ms() + scenario.network.max_delay_ms);
                 checker.check_starvation_holds(config.starvation_ms);
-                let delays_ms = 2 * scenario.network.max_delay_ms + held_by_cuts_ms(scenario, &config);
+                let delays_ms = 2 * scenario.network.max_delay_ms + cuts_ms;
+                // Once a hold of the head ends, a held node's count starts over (FD-1).
                 let recount_ms = config.node_timeout_ms + config.heartbeat_interval_ms + scenario.network.max_delay_ms;
                 checker
                     .bound_incidents(config.node_timeout_ms + 2 * config.heartbeat_interval_ms + delays_ms, recount_ms);

@@ -142,9 +142,17 @@ pub fn run(args: &[String]) -> ! {
     }
     // JU-3: the jobs' user writes its error files in a directory of its own.
     if let Some(user) = &args.group.run_as {
-        match user.private_dir(&std::env::temp_dir()) {
+        let under = std::env::temp_dir();
+        match user.private_dir(&under) {
             Ok(dir) => args.group.error_dir = dir,
-            Err(e) => fail_on_node(&mut status, &format!("cannot make a directory for the jobs' user: {e}"), cgroup),
+            Err(e) => {
+                let why = format!(
+                    "cannot make the jobs' user a directory for its error files in {}: {e}; give the agent a \
+                     writable $TMPDIR",
+                    under.display()
+                );
+                fail_on_node(&mut status, &why, cgroup)
+            }
         }
     }
     let started = bind(&args.group.dir)

@@ -221,15 +221,20 @@ fn start_worker(
     // Worker 0's variables are already in the supervisor's environment.
     cmd.envs(ftdrive::driver::env_worker_vars(spec.group_rank, spec.workers, local_rank));
     cmd.env(ERROR_FILE_VAR, error_file(&spec.error_dir, local_rank));
-    let run_as = spec.run_as.clone();
-    // Entered again once the user is the job's (JU-2); allocated before the fork.
-    let cwd = std::env::current_dir().map_err(|e| (e, false))?;
-    let cwd = CString::new(cwd.as_os_str().as_bytes()).expect("a path holds no NUL byte");
+    // JU-2: the user, and the working directory to enter again as that user, allocated before
+    // the fork.
+    let switch = match &spec.run_as {
+        Some(user) => {
+            let cwd = std::env::current_dir().map_err(|e| (e, false))?;
+            Some((user.clone(), CString::new(cwd.as_os_str().as_bytes()).expect("a path holds no NUL byte")))
+        }
+        None => None,
+    };
     // SAFETY: between fork and exec only async-signal-safe calls on the child's own state.
     unsafe {
         cmd.pre_exec(move || {
-            if let Some(user) = &run_as {
-                user.take_on(&cwd)?;
+            if let Some((user, cwd)) = &switch {
+                user.take_on(cwd)?;
             }
             // After the switch, which clears a parent-death signal set before it.
             if libc::setpgid(0, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {

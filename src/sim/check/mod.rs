@@ -42,7 +42,7 @@ use crate::scheduler::{NodeState, QueueClass};
 use crate::spec::{JobSpec, Strategy};
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Holds of the head kept for the incident bound: the latest, since a job's charges are too.
 const MAX_HOLDS: usize = 1_024;
@@ -157,7 +157,7 @@ pub struct Checker {
     /// Spans in which the head held silent nodes (FD-1), the latest last; `holding`: the last
     /// is still open. A hold puts a loss off past the incident bound, and the node's count
     /// starts over once it ends (`hold_recount_ms`).
-    holds: std::collections::VecDeque<(Instant, Instant)>,
+    holds: VecDeque<(Instant, Instant)>,
     holding: bool,
     hold_recount_ms: u64,
     /// The node's fault count when each attempt started running there: only a later fault
@@ -188,9 +188,9 @@ impl Checker {
     }
 
     /// Whether the head holds silent nodes now (FD-1), noted after every step: the losses of
-    /// one incident settle further apart by each hold between them (swarm seed 7861599: every
-    /// node was gone, the head held the last, and its loss settled 8.5 s after its incident's
-    /// first).
+    /// one incident settle further apart by each hold between them (swarm seeds 7823760: two
+    /// cuts of the head's network, a loss 17 s after its incident's first; 7861599: every node
+    /// was gone, the head held the last, and its loss settled 8.5 s after its incident's first).
     pub fn note_hold(&mut self, now: Instant, holding: bool) {
         if holding && !self.holding {
             if self.holds.len() == MAX_HOLDS {
