@@ -161,6 +161,10 @@ pub struct NodeView {
     /// knows, so that an operator sees a node about to be declared DEAD before it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspect: Option<Suspect>,
+    /// Rendezvous ports it may still take (PS-2), one per bundle: a node with none takes no
+    /// bundle, however free its resources. Absent from a head that did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports_left: Option<u32>,
     /// Where the node's agent serves its Prometheus metrics (the runtime knows; the core does
     /// not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -319,6 +323,7 @@ pub fn node_view(scheduler: &Scheduler, ix: NodeIx, marks: NodeMarks) -> NodeVie
         leaving,
         problem: node.problem.clone(),
         suspect,
+        ports_left: Some(node.port_room()),
         metrics_url: None,
     }
 }

@@ -6,6 +6,7 @@ mod common;
 use common::relay::Relay;
 use common::*;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -1543,6 +1544,49 @@ fn a_job_waiting_for_a_busy_node_names_the_job_holding_it() {
     c.ftdrive(&["stop", &holder]);
     let done = c.wait_for_job(&waiter, "it runs once the room is free", |j| j["state"] == "SUCCEEDED");
     assert!(done["waiting"].is_null(), "{done:#}");
+}
+
+/// Two agents on one machine with room for one agent's ports (PS-2): the second takes no bundle.
+/// `ftdrive nodes` says which and what to change, its JSON how many ports each may still take,
+/// and a job that needs both nodes waits naming the port, not a busy cluster. Once the other
+/// dies, its ports are the short node's.
+#[test]
+fn a_node_left_no_port_by_its_machine_is_shown_so_and_named_by_a_waiting_job() {
+    let mut c = Cluster::start_with(&["n1", "n2"], &["--master-port-base", "64536", "--ports-per-node", "1000"]);
+    let nodes = c.nodes_json();
+    let left: BTreeMap<String, u64> = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["name"].as_str().unwrap().to_string(), n["ports_left"].as_u64().unwrap()))
+        .collect();
+    let portless: Vec<&String> = left.iter().filter(|(_, l)| **l == 0).map(|(n, _)| n).collect();
+    assert_eq!(portless.len(), 1, "the first to join took all 1000 ports: {nodes:#}");
+    assert_eq!(left.values().sum::<u64>(), 1000, "{nodes:#}");
+    let table = c.ftdrive(&["nodes"]);
+    assert!(
+        table.contains(&format!(
+            "node {} takes no bundles: it has no rendezvous port left, as a machine's agents share its ports",
+            portless[0]
+        )),
+        "{table}"
+    );
+    let both = c.submit_no_wait(&c.spec("both", json!({"command": ["true"], "min_nodes": 2, "max_nodes": 2})));
+    let waiting = c.wait_for_job(&both, "it waits with a reason", |j| j["waiting"].is_string());
+    let why = waiting["waiting"].as_str().unwrap();
+    assert!(why.contains("1 have no rendezvous port left") && why.contains("--ports-per-node"), "{why}");
+    // The node holding the ports dies: its share is the other's at once, not when it rejoins.
+    let (holder, short) = if portless[0] == "n1" { ("n2", "n1") } else { ("n1", "n2") };
+    c.ftdrive(&["stop", &both]);
+    c.kill_node(holder);
+    let ports_of = |c: &Cluster| {
+        let nodes = c.nodes_json();
+        nodes.as_array().unwrap().iter().find(|n| n["name"] == short).unwrap()["ports_left"].as_u64().unwrap()
+    };
+    c.wait_until("the short node has the dead one's ports", |c| ports_of(c) == 1000);
+    let one = c.submit_no_wait(&c.spec("one", json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1})));
+    let done = c.wait_for_job(&one, "it runs on the once short node", |j| j["state"] == "SUCCEEDED");
+    assert_eq!(done["actors"][0]["node"], short, "{done:#}");
 }
 
 /// The embedded cluster never grows, so a job it can never hold is refused at once (exit 2)

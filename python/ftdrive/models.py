@@ -316,6 +316,10 @@ class Node:
     #: Set while the head has not heard from it as it should: room for its bundles is held
     #: until it is heard from again or declared DEAD.
     suspect: Optional[Suspect] = None
+    #: Rendezvous ports it may still take, one per bundle: with none it takes no bundle, however
+    #: free its resources (its machine's agents share the head's ``--master-port-base`` to 65535,
+    #: ``--ports-per-node`` each). ``None`` from a head that did not say.
+    ports_left: Optional[int] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -334,6 +338,7 @@ class Node:
             metrics_url=data.get("metrics_url"),
             problem=data.get("problem"),
             suspect=Suspect.from_json(data["suspect"]) if data.get("suspect") else None,
+            ports_left=data.get("ports_left"),
             raw=dict(data),
         )
 

@@ -55,6 +55,7 @@ def test_health_and_nodes(cluster: Cluster) -> None:
     assert {"n1", "n2", "n3"} <= set(nodes)
     n1 = nodes["n1"]
     assert (n1.state, n1.resources, n1.addr) == ("ALIVE", {"cpu": 4, "memory_mb": 8192}, "127.0.0.1")
+    assert isinstance(n1.ports_left, int) and n1.ports_left > 0, "a rendezvous port for each bundle it may take"
     assert client.node("n1") == n1
     with pytest.raises(ApiError) as unknown:
         client.node("n99")

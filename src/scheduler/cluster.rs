@@ -12,7 +12,8 @@
 //!   left, which is none once the members hold all (36 nodes of 1,000 from 29500 on one
 //!   machine). A node's cap bounds what it takes, the caps together never pass the pool, so a
 //!   selection that fits every node's room always finds its ports, and no node ever draws from
-//!   a range another uses.
+//!   a range another uses. A member that dies gives its share to the members short of theirs,
+//!   first joined first, so no member stays short while ports are free.
 //! - **PS-3 busy ports are passed over.** A port some process on the machine listens on (its
 //!   agent reports them, `ToHead::Listening`; a forgotten `torchrun` on 29500, say) is handed
 //!   out only when the pool has no other left: a hint, never a limit, so PS-2 stands.
@@ -30,6 +31,11 @@ use crate::resources::{is_preemptible, Devices, Labels, Resources};
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// Why a node may have no rendezvous port left and what to change (PS-2), for every place
+/// that tells a user so: a waiting job's reason and `ftdrive nodes`.
+pub const NO_PORT_LEFT_FIX: &str = "a machine's agents share its ports from `--master-port-base` to 65535, \
+     `--ports-per-node` each: lower it to run more agents per machine";
 
 /// A node's position in the cluster table; stable while the head knows the node, across its
 /// death and rejoin. A node forgotten (`Cluster::forget`) frees its position for the next new
@@ -304,7 +310,8 @@ impl Node {
     }
 
     /// Rendezvous ports it may still take (PS-2): none once it holds its cap, or when its
-    /// machine's other agents had reserved every port before it joined.
+    /// machine's other agents had reserved every port before it joined. Why a node may have
+    /// none, and what to change, is `NO_PORT_LEFT_FIX`.
     pub fn port_room(&self) -> u32 {
         match &self.ports {
             NodePorts::Own(pool) => pool.remaining(),
@@ -599,6 +606,29 @@ impl Cluster {
         space.reserved -= cap;
         if space.members == 0 {
             self.spaces.remove(&key);
+            return;
+        }
+        self.top_up_space(&key);
+    }
+
+    /// Gives what a space has free to its members short of `ports_per_node`, lowest position
+    /// first (PS-2): a node that joined when its machine's ports were all reserved takes a
+    /// dead member's share at once, rather than staying empty until it rejoins.
+    fn top_up_space(&mut self, key: &str) {
+        let per_node = u32::from(self.ports_per_node);
+        let space = self.spaces.get_mut(key).expect("a member's space is known");
+        let all = space.pool.end - u32::from(space.pool.base);
+        for node in &mut self.nodes {
+            if space.reserved == all {
+                return;
+            }
+            if let NodePorts::Shared { space: member_of, cap, .. } = &mut node.ports {
+                if member_of == key && *cap < per_node {
+                    let more = (per_node - *cap).min(all - space.reserved);
+                    *cap += more;
+                    space.reserved += more;
+                }
+            }
         }
     }
 
@@ -858,8 +888,14 @@ impl Cluster {
         let kept: BTreeMap<&str, (u32, u32)> =
             self.spaces.iter().map(|(k, s)| (k.as_str(), (s.members, s.reserved))).collect();
         assert_eq!(members, kept, "port spaces count their live members and what they reserve");
+        let per_node = u32::from(self.ports_per_node);
         for (key, space) in &self.spaces {
-            assert!(space.reserved <= space.pool.end - u32::from(space.pool.base), "PS-2 in {key}");
+            let all = space.pool.end - u32::from(space.pool.base);
+            assert!(space.reserved <= all, "PS-2 in {key}");
+            let short = self.all().any(
+                |(_, n)| matches!(&n.ports, NodePorts::Shared { space, cap, .. } if space == key && *cap < per_node),
+            );
+            assert!(!short || space.reserved == all, "PS-2: a member of {key} is short while ports are free");
         }
         assert_eq!(self.by_name.len() + self.vacant.len(), self.nodes.len(), "a position is both known and vacant");
     }
@@ -982,7 +1018,7 @@ mod tests {
     }
 
     #[test]
-    fn a_node_past_its_machines_ports_gets_what_is_left_and_never_anothers() {
+    fn a_node_past_its_machines_ports_gets_what_is_left_then_a_dead_members_share() {
         // 10 ports below 65536: room for two members of 4, and 2 for a third.
         let mut c = Cluster::new(65_526, 4);
         let nodes = machine(&mut c, &["a", "b", "c", "d"], "m1");
@@ -990,8 +1026,13 @@ mod tests {
         let room: Vec<u32> = nodes.iter().map(|ix| c.node(*ix).room_for(&demand, 10)).collect();
         assert_eq!(room, [4, 4, 2, 0], "PS-2");
         c.kill(nodes[0]);
+        let room: Vec<u32> = nodes[1..].iter().map(|ix| c.node(*ix).room_for(&demand, 10)).collect();
+        assert_eq!(room, [4, 4, 2], "a's share goes to the short members at once, first joined first");
+        c.check_invariants();
         let e = machine(&mut c, &["e"], "m1");
-        assert_eq!(c.node(e[0]).room_for(&demand, 10), 4, "a's share is free again");
+        assert_eq!(c.node(e[0]).room_for(&demand, 10), 0, "nothing is left for a newcomer");
+        c.kill(nodes[1]);
+        assert_eq!(c.node(e[0]).room_for(&demand, 10), 2, "b's share: d's last 2, then e's 2");
         c.check_invariants();
     }
 

@@ -37,7 +37,7 @@ mod select;
 mod tests;
 mod waiting;
 
-pub use cluster::{Node, NodeIx, NodeOffer, NodeState, ResourceTable};
+pub use cluster::{Node, NodeIx, NodeOffer, NodeState, ResourceTable, NO_PORT_LEFT_FIX};
 pub use feasibility::{Filter, Infeasible, FILTERS};
 pub use pg::{BundleState, PgSpec, PgState, PlacementGroup};
 pub use policy::Need;

@@ -675,10 +675,14 @@ fn a_gang_short_of_room_names_the_count_and_who_holds_the_room() {
 fn a_node_whose_machine_has_no_port_left_is_named_as_such() {
     let config = SchedulerConfig { master_port_base: 65_532, ports_per_node: 2, ..SchedulerConfig::default() };
     let mut s = Scheduler::new(config);
-    for name in ["a", "b", "c"] {
-        let offer = NodeOffer { port_space: "one-machine".into(), ..NodeOffer::of(Resources::units(&[("cpu", 4)])) };
-        s.add_node(NodeId::new(name), offer);
-    }
+    let nodes: Vec<NodeIx> = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            let offer =
+                NodeOffer { port_space: "one-machine".into(), ..NodeOffer::of(Resources::units(&[("cpu", 4)])) };
+            s.add_node(NodeId::new(name), offer)
+        })
+        .collect();
     s.create_pg(1, pg(4, 4, Strategy::Spread, 0));
     s.request_gang(1);
     assert_eq!(nodes_of(&pass(&mut s, 0), 1), ["a", "a", "b", "b"], "two ports each, none left for c");
@@ -693,6 +697,10 @@ fn a_node_whose_machine_has_no_port_left_is_named_as_such() {
              to 65535, `--ports-per-node` each: lower it to run more agents per machine); in use by j1"
         )
     );
+    for (id, bundle) in s.kill_node(nodes[0]) {
+        s.request(id, bundle, Need::Restore { lost_at: t(5) });
+    }
+    assert_eq!(nodes_of(&pass(&mut s, 5), 1), ["c", "c"], "a's ports are c's now, and a's bundles with them");
 }
 
 #[test]

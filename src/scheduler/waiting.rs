@@ -7,7 +7,7 @@
 //! admission, and afterwards a lost bundle's replacement; spares and growth waiting for room are
 //! the normal state of an elastic job and get no reason.
 
-use super::cluster::{Node, NodeIx, NodeState};
+use super::cluster::{Node, NodeIx, NodeState, NO_PORT_LEFT_FIX};
 use super::feasibility::{could_use_now, node_passes_filters};
 use super::pg::{BundleState, PlacementGroup};
 use super::queue::{QueueClass, QueueKey, GANG};
@@ -325,11 +325,7 @@ fn short_of_room(pg: &PlacementGroup, request: &Request, room: &Room, job: &dyn 
         notes.push(format!("{n} cannot start work and are not counted, as `ftdrive nodes` explains"));
     }
     if room.portless > 0 {
-        notes.push(format!(
-            "{} have no rendezvous port left, as a machine's agents share its ports from `--master-port-base` \
-             to 65535, `--ports-per-node` each: lower it to run more agents per machine",
-            room.portless
-        ));
+        notes.push(format!("{} have no rendezvous port left, as {NO_PORT_LEFT_FIX}", room.portless));
     }
     if room.dead + room.draining > 0 {
         notes.push(format!("besides them {}", down_text(room)));

@@ -363,6 +363,15 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
         if let Some(suspect) = &n.suspect {
             let _ = writeln!(out, "node {} is suspect: {}", n.name, suspect_text(suspect, !n.allocated.is_empty()));
         }
+        if n.ports_left == Some(0) && n.state != NodeState::Dead {
+            let more = if n.allocated.is_empty() { "" } else { " more" };
+            let _ = writeln!(
+                out,
+                "node {} takes no{more} bundles: it has no rendezvous port left, as {}",
+                n.name,
+                ftdrive::scheduler::NO_PORT_LEFT_FIX
+            );
+        }
     }
     out
 }
@@ -411,6 +420,7 @@ mod tests {
             leaving,
             problem: None,
             suspect: None,
+            ports_left: Some(1000),
             metrics_url: None,
         }
     }
@@ -462,6 +472,30 @@ mod tests {
                  likelier cause; declared DEAD no sooner than 3.0 s after a node is heard from"
             ],
             "{table}"
+        );
+    }
+
+    #[test]
+    fn a_node_with_no_port_left_is_said_to_take_no_bundle_and_what_to_change() {
+        let mut empty = node("n1", NodeState::Alive, false, false);
+        empty.ports_left = Some(0);
+        let mut full = node("n2", NodeState::Alive, false, false);
+        full.ports_left = Some(0);
+        full.allocated = ftdrive::resources::Resources::units(&[("cpu", 1)]);
+        let mut dead = node("n3", NodeState::Dead, false, false);
+        dead.ports_left = Some(0);
+        let mut unsaid = node("n4", NodeState::Alive, false, false);
+        unsaid.ports_left = None;
+        let table = nodes_table(&[empty, full, dead, unsaid]);
+        let notes: Vec<&str> = table.lines().skip(5).collect();
+        let fix = ftdrive::scheduler::NO_PORT_LEFT_FIX;
+        assert_eq!(
+            notes,
+            [
+                format!("node n1 takes no bundles: it has no rendezvous port left, as {fix}"),
+                format!("node n2 takes no more bundles: it has no rendezvous port left, as {fix}"),
+            ],
+            "a DEAD node takes nothing anyway, and a head that did not say is not guessed at:\n{table}"
         );
     }
 

@@ -994,13 +994,17 @@ function nodesTable(nodes, actorsByNode) {
 }
 
 /** Who drained the node: its own agent (the machine is leaving) or the operator (until `ftdrive undrain`);
- * and why its agent cannot start work, if it cannot (it is given nothing new meanwhile). */
+ * why its agent cannot start work, if it cannot (it is given nothing new meanwhile); and whether it has
+ * no rendezvous port left (PS-2), which leaves it empty however free its resources. */
 function drainNote(node) {
   const by = [];
   if (node.leaving && node.state === 'DRAINING') by.push('machine leaving');
   if (node.cordoned) by.push('drained by the operator until undrained');
   if (node.problem) by.push(`given no new work: ${node.problem}`);
   if (node.suspect) by.push(suspectNote(node.suspect));
+  if (node.ports_left === 0 && node.state !== 'DEAD') {
+    by.push('no rendezvous port left: its machine\'s agents share the head\'s ports, --ports-per-node each');
+  }
   return by.length === 0 ? null : el('span', { class: 'muted drain-note' }, ` ${by.join('; ')}`);
 }
 
