@@ -8,6 +8,8 @@
 //                       recovered, and is still RUNNING its second cycle; the operator has
 //                       drained the lost node (`ftdrive drain`) since
 //   FTDRIVE_WAITING_JOB a job PENDING because every node is busy (optional: checked when set)
+//   FTDRIVE_PORTLESS_NODE an ALIVE node its machine left no rendezvous port (optional: checked
+//                       when set)
 //   FTDRIVE_SCREENSHOT  where to save a full-page PNG of the job page (default dashboard.png);
 //                       a second one, `<name>-succeeded.png`, shows the page once the job ended
 //   FTDRIVE_CHROMIUM    the browser (default /usr/bin/chromium)
@@ -45,6 +47,7 @@ function settings() {
     token: process.env.FTDRIVE_TOKEN.trim(),
     job: process.env.FTDRIVE_JOB.trim(),
     waitingJob: (process.env.FTDRIVE_WAITING_JOB || '').trim(),
+    portlessNode: (process.env.FTDRIVE_PORTLESS_NODE || '').trim(),
     screenshot: path.resolve(process.env.FTDRIVE_SCREENSHOT || 'dashboard.png'),
     chromium: process.env.FTDRIVE_CHROMIUM || '/usr/bin/chromium',
     endWaitMs: Number(process.env.FTDRIVE_END_WAIT_MS || 60_000),
@@ -227,7 +230,7 @@ async function checkTimeline(page, actor) {
   ok(`the timeline shows ${attempts} bars of ${actor} (one node_lost), a standby spare ("${waits}"), ${marks} cycle marks incl. cycle 2, and a legend`);
 }
 
-async function checkNodes(page, lostNode) {
+async function checkNodes(page, lostNode, portlessNode) {
   await page.getByRole('link', { name: 'Nodes', exact: true }).click();
   await visible(page.getByRole('heading', { level: 1, name: 'Nodes' }), 'the nodes page');
   const row = await visible(page.locator(`#nodes tbody tr[data-node="${lostNode}"]`), `node ${lostNode} in the nodes list`);
@@ -236,6 +239,11 @@ async function checkNodes(page, lostNode) {
   const alive = await count(page.locator('#nodes tbody tr').filter({ hasText: 'ALIVE' }));
   if (alive < 1) fail('the nodes page shows no ALIVE node');
   ok(`the nodes page shows ${lostNode} DEAD and drained, and ${alive} ALIVE node(s) with their allocation`);
+  if (portlessNode) {
+    const short = await visible(page.locator(`#nodes tbody tr[data-node="${portlessNode}"]`), `node ${portlessNode} in the nodes list`);
+    await textContains(short, 'no rendezvous port left', `node ${portlessNode}'s row (its machine's ports are all held)`);
+    ok(`the nodes page says ${portlessNode} has no rendezvous port left`);
+  }
   await page.goBack();
   await visible(page.locator('#ledger'), 'the job page again after going back');
   ok('the browser\'s back button returns to the job page');
@@ -323,7 +331,7 @@ async function run(s) {
     await checkTimeline(page, actor);
     await page.screenshot({ path: s.screenshot, fullPage: true });
     ok(`saved a full-page screenshot to ${s.screenshot}`);
-    await checkNodes(page, node);
+    await checkNodes(page, node, s.portlessNode);
     if (s.headPid) await checkSilentHead(page, s);
     await waitForTheEnd(page, s);
     const final = s.screenshot.replace(/(\.png)?$/i, '-succeeded.png');

@@ -63,8 +63,8 @@ fn lost_first_attempt(job: &Value, actor: &str) -> bool {
 }
 
 /// Runs the browser script against the cluster; its output goes straight to the test's output.
-fn run_browser_test(root: &Path, c: &Cluster, jobs: [&str; 2], screenshot: &Path, chromium: &Path) -> ExitStatus {
-    let [job, waiting] = jobs;
+fn run_browser_test(root: &Path, c: &Cluster, names: [&str; 3], screenshot: &Path, chromium: &Path) -> ExitStatus {
+    let [job, waiting, portless] = names;
     let mut child = Command::new("node")
         .arg("browser/dashboard.test.mjs")
         .current_dir(root)
@@ -72,6 +72,7 @@ fn run_browser_test(root: &Path, c: &Cluster, jobs: [&str; 2], screenshot: &Path
         .env("FTDRIVE_TOKEN", c.token())
         .env("FTDRIVE_JOB", job)
         .env("FTDRIVE_WAITING_JOB", waiting)
+        .env("FTDRIVE_PORTLESS_NODE", portless)
         .env("FTDRIVE_SCREENSHOT", screenshot)
         .env("FTDRIVE_CHROMIUM", chromium)
         .env("FTDRIVE_HEAD_PID", c.head.id().to_string())
@@ -99,8 +100,12 @@ fn the_dashboard_shows_a_recovered_job_and_follows_it_live_to_its_end() {
         skip_unless_required(&why);
         return;
     }
-    // A short keep-alive, so that the page notices a stopped head within a second.
-    let mut c = Cluster::start_with(&["n1", "n2", "n3", "n4", "n5"], &["--events-keepalive-ms", "300"]);
+    // A short keep-alive, so that the page notices a stopped head within a second. Rendezvous
+    // ports for four agents on this machine (PS-2): the fifth to join has none until a node
+    // dies, and a sixth, added last, none at all.
+    let ports = ["--master-port-base", "65136", "--ports-per-node", "100"];
+    let mut c =
+        Cluster::start_with(&["n1", "n2", "n3", "n4", "n5"], &[&["--events-keepalive-ms", "300"][..], &ports].concat());
     // A hot spare: promoted when rank 1's node is lost, then refilled, so that the page shows
     // a spare standing by.
     let spec = json!({"command": ["sh", "-c", LONG_THEN_TWENTY], "min_nodes": 3, "max_nodes": 3, "hot_spares": 1});
@@ -120,10 +125,14 @@ fn the_dashboard_shows_a_recovered_job_and_follows_it_live_to_its_end() {
     let waiting = json!({"command": ["true"], "min_nodes": 1, "max_nodes": 1, "priority": 3});
     let waiter = c.submit_no_wait(&c.spec("waiter", waiting));
     c.wait_for_job(&waiter, "the second job waits for a node", |j| j["waiting"].is_string());
+    // The dead node's ports went to the one that had none (the spare was refilled there), so a
+    // node joining now is left none: the nodes page says so, and the waiter still waits.
+    c.add_node("n6");
+    c.wait_until("n6 registered", |c| c.nodes_json().as_array().unwrap().iter().any(|n| n["name"] == "n6"));
 
     let screenshot = root.join("target").join("dashboard.png");
     std::fs::create_dir_all(screenshot.parent().unwrap()).unwrap();
-    let status = run_browser_test(&root, &c, [&id, &waiter], &screenshot, &chromium);
+    let status = run_browser_test(&root, &c, [&id, &waiter, "n6"], &screenshot, &chromium);
     assert!(status.success(), "browser/dashboard.test.mjs failed ({status}); its output says which check");
 
     let png = std::fs::read(&screenshot).expect("the screenshot was saved");
