@@ -6,7 +6,7 @@
 //   FTDRIVE_TOKEN       its client API token
 //   FTDRIVE_JOB         a job that lost a node in cycle 1 (a `node_lost` / `system` ledger row),
 //                       recovered, and is still RUNNING its second cycle; the operator has
-//                       drained the lost node (`ftdrive drain`) since
+//                       drained the lost node (`ftdrive drain`) since; it has a run_timeout_ms
 //   FTDRIVE_WAITING_JOB a job PENDING because every node is busy (optional: checked when set)
 //   FTDRIVE_PORTLESS_NODE an ALIVE node its machine left no rendezvous port (optional: checked
 //                       when set)
@@ -184,6 +184,9 @@ async function openJob(page, s) {
     fail(`the job is ${shown} already; it must still be RUNNING its second cycle when the page opens`);
   }
   ok(`the job's link opens #/jobs/${s.job} from the keyboard, state RUNNING`);
+  // The job was submitted with a run_timeout_ms: the page says when it would be stopped.
+  await textContains(page.locator('.job-header .facts'), 'Time limit', 'the job\'s facts');
+  ok('the job page shows its time limit');
 }
 
 /** The `node_lost` row: returns the lost attempt's actor and node. */

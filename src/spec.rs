@@ -17,6 +17,8 @@ pub const MAX_NPROC_PER_NODE: i64 = 1_024;
 pub const MAX_BUDGET: i64 = 1_000_000;
 /// Longest delay any `*_ms` field may hold: one day.
 pub const MAX_DELAY_MS: u64 = 86_400_000;
+/// Longest `run_timeout_ms`: a year (training runs for weeks; a limit is still a limit).
+pub const MAX_RUN_TIMEOUT_MS: u64 = 366 * MAX_DELAY_MS;
 const MAX_NAME_LEN: usize = 63;
 const MAX_ARGS: usize = 1_024;
 const MAX_ARG_BYTES: usize = 4_096;
@@ -115,6 +117,10 @@ pub struct JobSpec {
     pub scale_up_delay_ms: u64,
     pub stop_grace_ms: u64,
     pub schedule_timeout_ms: Option<u64>,
+    /// How long the job may run, counted from when it first ran and through every restart,
+    /// before it is stopped and fails (Slurm's `--time`, a Kubernetes Job's
+    /// `activeDeadlineSeconds`). `None`: no limit.
+    pub run_timeout_ms: Option<u64>,
 }
 
 /// The spec as written: only `name`, `command`, `min_nodes` and `max_nodes` are required.
@@ -143,6 +149,7 @@ pub struct RawJobSpec {
     pub scale_up_delay_ms: Option<u64>,
     pub stop_grace_ms: Option<u64>,
     pub schedule_timeout_ms: Option<u64>,
+    pub run_timeout_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -434,6 +441,21 @@ impl RawJobSpec {
             Some(ms) => Some(check_delay("schedule_timeout_ms", ms)?),
             None => None,
         };
+        let run_timeout_ms = match self.run_timeout_ms {
+            Some(0) => {
+                return Err(SpecError::new(
+                    "run_timeout_ms",
+                    "is 0; use null for no limit, or a positive number of milliseconds",
+                ))
+            }
+            Some(ms) if ms > MAX_RUN_TIMEOUT_MS => {
+                return Err(SpecError::new(
+                    "run_timeout_ms",
+                    format!("is {ms} ms; at most {MAX_RUN_TIMEOUT_MS} (366 days) is allowed"),
+                ))
+            }
+            ms => ms,
+        };
         Ok(JobSpec {
             name,
             command,
@@ -454,6 +476,7 @@ impl RawJobSpec {
             scale_up_delay_ms,
             stop_grace_ms,
             schedule_timeout_ms,
+            run_timeout_ms,
         })
     }
 }
@@ -872,6 +895,16 @@ mod tests {
             (r#"{"name":"t","command":["x"],"min_nodes":0,"max_nodes":1}"#, "min_nodes", "at least 1"),
             (r#"{"name":"t","command":["x"],"min_nodes":3,"max_nodes":2}"#, "min_nodes", "min_nodes <= max_nodes"),
             (r#"{"name":"t","command":[],"min_nodes":1,"max_nodes":1}"#, "command", "is empty"),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"run_timeout_ms":0}"#,
+                "run_timeout_ms",
+                "is 0; use null for no limit",
+            ),
+            (
+                r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"run_timeout_ms":31622400001}"#,
+                "run_timeout_ms",
+                "is 31622400001 ms; at most 31622400000 (366 days) is allowed",
+            ),
             (
                 r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"bundle":{"cpu":-2}}"#,
                 "bundle",

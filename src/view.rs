@@ -56,6 +56,10 @@ pub struct JobView {
     /// an object's age; a time gone by means the backoff is over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_at_ms: Option<u64>,
+    /// While a job with a `run_timeout_ms` runs: when it will be stopped and fail, on
+    /// `submit_ms`'s clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_deadline_ms: Option<u64>,
     /// The current (or last) cycle's rendezvous: rank 0's node, `MASTER_ADDR`, `MASTER_PORT`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendezvous: Option<Master>,
@@ -204,8 +208,8 @@ impl JobView {
 /// A job's view, with its newest `ledger_kept` ledger entries (all: `usize::MAX`).
 pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<String>, ledger_kept: usize) -> JobView {
     let ledger_omitted = d.ledger().len().saturating_sub(ledger_kept);
-    // An ended job restarts nothing, whatever timer it was left with.
-    let backoff = |timer| d.timers().get(timer).filter(|_| !d.state().is_terminal()).map(Instant::as_ms);
+    // An ended job restarts nothing and runs out of no time, whatever timer it was left with.
+    let pending = |timer| d.timers().get(timer).filter(|_| !d.state().is_terminal()).map(Instant::as_ms);
     let actors = d
         .actors()
         .iter()
@@ -238,7 +242,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
                 Bundle::Placed { devices, .. } => *devices,
                 _ => a.run.as_ref().map_or(Devices::NONE, |r| r.devices),
             },
-            restart_at_ms: backoff(Timer::ActorBackoff(ix as ActorIx)),
+            restart_at_ms: pending(Timer::ActorBackoff(ix as ActorIx)),
         })
         .collect();
     JobView {
@@ -262,7 +266,8 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
         ledger_omitted: ledger_omitted as u64,
         placement_groups: vec![pg_view(d, scheduler, pg)],
         cycle_starts: d.cycle_starts().to_vec(),
-        restart_at_ms: backoff(Timer::CycleBackoff),
+        restart_at_ms: pending(Timer::CycleBackoff),
+        run_deadline_ms: pending(Timer::RunDeadline),
         rendezvous: d.master().cloned(),
         spec: None,
     }

@@ -373,6 +373,59 @@ fn schedule_timeout_on_a_busy_cluster_names_the_job_holding_the_room() {
     assert_eq!(view.waiting, None, "an ended job waits for nothing");
 }
 
+/// `run_timeout_ms` counts from the job's first RUNNING, through a restart of its gang and a
+/// restart of the head: at the limit its processes are stopped, it fails saying why, and the
+/// stop charges no budget (as Slurm's `TIMEOUT` and a Kubernetes Job's `DeadlineExceeded`).
+#[test]
+fn run_timeout_stops_and_fails_a_job_counted_from_when_it_first_ran() {
+    let mut c = TestCluster::new(config());
+    c.join("n1", cpu(1));
+    c.join("n2", cpu(1));
+    c.advance(2_000);
+    let mut s = spec("limited", 2, 2);
+    s.retries.user = Budget::from_i64(5).unwrap();
+    s.run_timeout_ms = Some(10_000);
+    let job = c.submit(s);
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Running);
+    let deadline = view.run_deadline_ms.expect("a running job with a limit shows when it ends");
+    assert_eq!(deadline, view.submit_ms + 10_000, "placed and started at once");
+    c.advance(4_000);
+    c.exit_rank(&job, 1, 1);
+    c.advance(3_000);
+    let view = c.view(&job);
+    assert_eq!((view.state, view.cycles, view.remaining.user.as_i64()), (JobState::Running, 2, 4));
+    assert_eq!(view.run_deadline_ms, Some(deadline), "a restart does not start the clock again");
+    c.restart_head();
+    assert_eq!(c.view(&job).run_deadline_ms, Some(deadline), "nor does a restart of the head");
+    c.advance(2_900);
+    assert_eq!(c.view(&job).state, JobState::Running);
+    c.advance(200);
+    let view = c.view(&job);
+    assert_eq!(view.state, JobState::Failed);
+    assert_eq!(
+        view.message.as_deref(),
+        Some("ran for its run_timeout_ms (10000 ms), counted from when it first ran; raise it, or null for no limit")
+    );
+    assert_eq!(view.remaining.user.as_i64(), 4, "only the exit was charged");
+    let stopped: Vec<_> = view.ledger.iter().filter(|e| e.cycle == 2).map(|e| (e.cause, e.budget)).collect();
+    assert_eq!(stopped, [(Cause::Collateral, BudgetKind::None); 2], "{:#?}", view.ledger);
+    assert_eq!((view.run_deadline_ms, c.running_of(&job).count()), (None, 0));
+}
+
+/// A job that ends before its limit is not touched by it.
+#[test]
+fn run_timeout_leaves_a_job_that_ends_first_alone() {
+    let mut s = spec("quick", 1, 1);
+    s.run_timeout_ms = Some(10_000);
+    let (mut c, job) = one_job(&["n1"], s);
+    c.advance(5_000);
+    c.finish(&job);
+    c.advance(10_000);
+    let view = c.view(&job);
+    assert_eq!((view.state, view.message, view.run_deadline_ms), (JobState::Succeeded, None, None));
+}
+
 #[test]
 fn resources_free_again_after_failure() {
     let (mut c, job) = one_job(&["n1"], spec("f", 1, 1));

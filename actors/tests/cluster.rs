@@ -1589,6 +1589,28 @@ fn a_node_left_no_port_by_its_machine_is_shown_so_and_named_by_a_waiting_job() {
     assert_eq!(done["actors"][0]["node"], short, "{done:#}");
 }
 
+/// A job that runs past its `run_timeout_ms` has its processes stopped and fails saying why,
+/// charging no budget; while it runs, `ftdrive status` says when that will be.
+#[test]
+fn a_job_past_its_run_timeout_is_stopped_and_fails_saying_why() {
+    let c = Cluster::start(&["n1", "n2"]);
+    let spec = json!({"command": ["sleep", "60"], "min_nodes": 2, "max_nodes": 2, "run_timeout_ms": 3_000});
+    let id = c.submit_no_wait(&c.spec("limited", spec));
+    c.wait_for_job(&id, "both ranks run", |j| running(j, 2));
+    assert_eq!(c.processes(None).len(), 2);
+    let status = c.ftdrive(&["status", &id]);
+    assert!(status.contains("  time limit: stopped and failed in 0:00:0"), "{status}");
+    let done = c.wait_for_job(&id, "it fails at its time limit", |j| j["state"] == "FAILED");
+    assert_eq!(
+        done["message"],
+        "ran for its run_timeout_ms (3000 ms), counted from when it first ran; raise it, or null for no limit"
+    );
+    let ledger = done["ledger"].as_array().unwrap();
+    assert!(ledger.iter().all(|e| e["cause"] == "collateral" && e["budget"] == "none"), "{done:#}");
+    assert_eq!(ledger.len(), 2, "{done:#}");
+    assert!(c.processes(None).is_empty(), "its processes were stopped");
+}
+
 /// The embedded cluster never grows, so a job it can never hold is refused at once (exit 2)
 /// with the flag that would let it run, instead of waiting for ever.
 #[test]

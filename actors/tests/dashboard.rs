@@ -108,7 +108,9 @@ fn the_dashboard_shows_a_recovered_job_and_follows_it_live_to_its_end() {
         Cluster::start_with(&["n1", "n2", "n3", "n4", "n5"], &[&["--events-keepalive-ms", "300"][..], &ports].concat());
     // A hot spare: promoted when rank 1's node is lost, then refilled, so that the page shows
     // a spare standing by.
-    let spec = json!({"command": ["sh", "-c", LONG_THEN_TWENTY], "min_nodes": 3, "max_nodes": 3, "hot_spares": 1});
+    // A time limit well past its end, which the job page shows.
+    let spec = json!({"command": ["sh", "-c", LONG_THEN_TWENTY], "min_nodes": 3, "max_nodes": 3, "hot_spares": 1,
+                      "run_timeout_ms": 3_600_000});
     let id = c.submit_no_wait(&c.spec("dashboard", spec));
     let job = c.wait_for_job(&id, "three ranks run", |j| running(j, 3));
     let (actor, victim) = actor_on_rank(&job, 1);

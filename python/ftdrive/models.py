@@ -219,6 +219,8 @@ class Job:
     #: While it backs off before its next cycle after a failure (gang restarts,
     #: ``retries.backoff_ms``): the earliest that cycle may form, in Unix ms.
     restart_at_ms: Optional[int] = None
+    #: While a job with a ``run_timeout_ms`` runs: when it will be stopped and fail, in Unix ms.
+    run_deadline_ms: Optional[int] = None
     #: Ledger entries a list (:meth:`Client.jobs`) left out, the oldest: it carries each job's
     #: newest 100. ``Client.job(id)`` has them all (0 here).
     ledger_omitted: int = 0
@@ -263,6 +265,7 @@ class Job:
             priority=int(data.get("priority", 0)),
             rendezvous=Rendezvous.from_json(data["rendezvous"]) if data.get("rendezvous") else None,
             restart_at_ms=_opt_int(data.get("restart_at_ms")),
+            run_deadline_ms=_opt_int(data.get("run_deadline_ms")),
             ledger_omitted=int(data.get("ledger_omitted", 0)),
             raw=dict(data),
         )

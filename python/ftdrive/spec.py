@@ -81,6 +81,9 @@ class JobSpec:
     scale_up_delay_ms: int = 5000
     stop_grace_ms: int = 10000
     schedule_timeout_ms: Optional[int] = None
+    #: How long the job may run, from when it first ran and through its restarts, before it is
+    #: stopped and fails (as Slurm's ``--time``); ``None``: no limit.
+    run_timeout_ms: Optional[int] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """The spec as the head takes it (every field, in the order DESIGN §4 shows)."""
@@ -89,7 +92,7 @@ class JobSpec:
             "name", "command", "env", "cwd", "min_nodes", "max_nodes", "hot_spares", "bundle",
             "strategy", "node_selector", "pack_by", "priority", "nproc_per_node", "restart",
             "retries", "last_attempt_non_preemptible", "scale_up_delay_ms", "stop_grace_ms",
-            "schedule_timeout_ms",
+            "schedule_timeout_ms", "run_timeout_ms",
         ]  # fmt: skip
         return {key: data[key] for key in order}
 

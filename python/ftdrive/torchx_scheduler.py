@@ -165,6 +165,7 @@ class FtdriveOpts(TypedDict, total=False):
     preemption_retries: Optional[int]
     strategy: Optional[str]
     schedule_timeout_ms: Optional[int]
+    run_timeout_ms: Optional[int]
     node_selector: Optional[Dict[str, str]]
     non_retryable_exit_codes: Optional[List[str]]
 
@@ -247,6 +248,13 @@ class FtdriveScheduler(Scheduler[FtdriveOpts]):
             default=None,
             help="fail the app once it has waited this long with fewer than its minimum nodes (default: wait for "
             "ever, as for a cluster that is growing)",
+        )
+        opts.add(
+            "run_timeout_ms",
+            type_=int,
+            default=None,
+            help="stop the app and fail it once it has run this long, counted from when it first ran and "
+            "through its restarts (default: no limit)",
         )
         opts.add("node_selector", type_=Dict[str, str], default=None, help="node labels to match, e.g. zone:a;rack:r1")
         opts.add(
@@ -472,10 +480,10 @@ def _check_run_options(cfg: Mapping[str, Any]) -> None:
     for name, allowed in choices.items():
         if cfg.get(name) is not None and cfg[name] not in allowed:
             raise ArgumentError(f"-cfg {name}={cfg[name]}: must be one of {', '.join(allowed)}")
-    lowest = {"hot_spares": 0, "system_retries": -1, "preemption_retries": -1, "schedule_timeout_ms": 1}
+    lowest = {"hot_spares": 0, "system_retries": -1, "preemption_retries": -1, "schedule_timeout_ms": 1, "run_timeout_ms": 1}
     for name, low in lowest.items():
         if cfg.get(name) is not None and int(cfg[name]) < low:
-            meaning = "" if low == 0 else f" ({low}: no limit)"
+            meaning = " (-1: no limit)" if low == -1 else ""
             raise ArgumentError(f"-cfg {name}={cfg[name]}: must be {low} or more{meaning}")
 
 
@@ -513,8 +521,9 @@ def to_request(app: AppDef, cfg: Mapping[str, Any]) -> FtdriveRequest:
     )
     if cfg.get("strategy"):
         spec.strategy = str(cfg["strategy"])
-    if cfg.get("schedule_timeout_ms") is not None:
-        spec.schedule_timeout_ms = int(cfg["schedule_timeout_ms"])
+    for timeout in ("schedule_timeout_ms", "run_timeout_ms"):
+        if cfg.get(timeout) is not None:
+            setattr(spec, timeout, int(cfg[timeout]))
     spec.node_selector = {**labels, **dict(cfg.get("node_selector") or {})}
     return FtdriveRequest(
         spec=spec,

@@ -134,7 +134,8 @@ def test_dryrun_is_the_spec_json_and_round_trips() -> None:
         ({"strategy": "spread"}, "-cfg strategy=spread: must be one of STRICT_SPREAD, SPREAD, PACK, STRICT_PACK"),
         ({"hot_spares": -1}, "-cfg hot_spares=-1: must be 0 or more"),
         ({"system_retries": -2}, r"-cfg system_retries=-2: must be -1 or more \(-1: no limit\)"),
-        ({"schedule_timeout_ms": 0}, "-cfg schedule_timeout_ms=0: must be 1 or more"),
+        ({"schedule_timeout_ms": 0}, "-cfg schedule_timeout_ms=0: must be 1 or more$"),
+        ({"run_timeout_ms": 0}, "-cfg run_timeout_ms=0: must be 1 or more$"),
     ],
 )
 def test_run_options_the_head_would_refuse_are_refused_naming_the_option(cfg: Dict[str, Any], said: str) -> None:
@@ -273,6 +274,14 @@ def test_a_schedule_timeout_is_a_run_option() -> None:
     assert spec_of(app).schedule_timeout_ms is None
     assert spec_of(app, schedule_timeout_ms=60_000).schedule_timeout_ms == 60_000
     assert "schedule_timeout_ms" in {name for name, _ in create_scheduler("test").run_opts()}
+
+
+def test_a_run_timeout_is_a_run_option() -> None:
+    """As Slurm's ``--time``: a hung app ends rather than hold its nodes for ever."""
+    app = ddp(script="train.py", j="2x1")
+    assert spec_of(app).run_timeout_ms is None
+    assert spec_of(app, run_timeout_ms=3_600_000).to_dict()["run_timeout_ms"] == 3_600_000
+    assert "run_timeout_ms" in {name for name, _ in create_scheduler("test").run_opts()}
 
 
 def test_mounts_the_job_leaves_out_are_said_when_it_is_submitted(caplog: pytest.LogCaptureFixture) -> None:

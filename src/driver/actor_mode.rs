@@ -73,7 +73,7 @@ impl Driver {
         for ix in ready {
             let rank = self.actors[ix as usize].slot.expect("active actors hold a rank");
             self.start(now, ix, rank, self.spec.max_nodes);
-            self.set_job_state(JobState::Running);
+            self.set_job_state(now, JobState::Running);
         }
     }
 

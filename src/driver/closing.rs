@@ -16,7 +16,7 @@ impl Driver {
         }
         self.closing = Some(reason);
         self.message = message;
-        for timer in [Timer::ScheduleDeadline, Timer::ScaleUp, Timer::CycleBackoff] {
+        for timer in [Timer::ScheduleDeadline, Timer::RunDeadline, Timer::ScaleUp, Timer::CycleBackoff] {
             self.timers.stop(timer);
         }
         self.event(JobEvent::Closing { reason });
@@ -63,7 +63,7 @@ impl Driver {
         let done = self.actors.iter().all(|a| a.state.is_terminal() && a.bundle == Bundle::None);
         if done {
             self.finished_at = Some(now);
-            self.set_job_state(reason.final_state());
+            self.set_job_state(now, reason.final_state());
             self.effects.push_back(DriverEffect::Finished);
         }
     }

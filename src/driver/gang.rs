@@ -78,7 +78,7 @@ impl Driver {
         }
         self.timers.stop(Timer::CycleBackoff);
         self.timers.stop(Timer::ScaleUp);
-        self.set_job_state(JobState::Running);
+        self.set_job_state(now, JobState::Running);
     }
 
     /// Survivors keep their relative order, newcomers append by index; with `pack_by`, ranks

@@ -510,6 +510,9 @@ impl Driver {
         if self.timers.take_expired(Timer::ScheduleDeadline, now) {
             self.fail_unplaced(now);
         }
+        if self.timers.take_expired(Timer::RunDeadline, now) {
+            self.fail_overtime(now);
+        }
         if self.timers.take_expired(Timer::ScaleUp, now) {
             self.begin_scale_up();
         }
@@ -672,12 +675,33 @@ impl Driver {
         self.actors[ix as usize].standby_since = Some(now);
     }
 
-    fn set_job_state(&mut self, to: JobState) {
+    fn set_job_state(&mut self, now: Instant, to: JobState) {
         if self.state != to {
             let from = std::mem::replace(&mut self.state, to);
             let message = self.message.clone();
             self.event(JobEvent::JobState { from, to, message });
+            if to == JobState::Running {
+                self.start_run_clock(now);
+            }
         }
+    }
+
+    /// `run_timeout_ms` counts from the job's first RUNNING, which it never leaves but for
+    /// its end: restarts, waits for replacements and backoffs all count.
+    fn start_run_clock(&mut self, now: Instant) {
+        if let Some(ms) = self.spec.run_timeout_ms {
+            self.timers.set(Timer::RunDeadline, now.plus_ms(ms));
+        }
+    }
+
+    /// The job ran for its `run_timeout_ms`: it stops as `ftdrive stop` would stop it, and
+    /// fails, charging no budget.
+    fn fail_overtime(&mut self, now: Instant) {
+        let ms = self.spec.run_timeout_ms.unwrap_or_default();
+        let message = format!(
+            "ran for its run_timeout_ms ({ms} ms), counted from when it first ran; raise it, or null for no limit"
+        );
+        self.close(now, CloseReason::Failed, Some(message));
     }
 
     fn event(&mut self, event: JobEvent) {

@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 pub enum Timer {
     /// `schedule_timeout_ms`: the job fails if it is still short of `min_nodes` placed.
     ScheduleDeadline,
+    /// `run_timeout_ms`: the job is stopped and fails this long after it first ran.
+    RunDeadline,
     /// Gang mode: stop the world to grow it, `scale_up_delay_ms` after the first join.
     ScaleUp,
     /// Gang mode: no new cycle before the backoff after a charged failure.

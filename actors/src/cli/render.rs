@@ -233,8 +233,20 @@ pub fn job_summary(view: &JobView, now_ms: u64) -> String {
     for backoff in backoffs {
         let _ = writeln!(out, "  {backoff}");
     }
+    if let Some(limit) = time_limit_text(view, now_ms) {
+        let _ = writeln!(out, "  {limit}");
+    }
     out.push_str(&ledger(view));
     out
+}
+
+/// When a job with a `run_timeout_ms` is stopped and fails unless it ends first, counted
+/// down against `now_ms` as a backoff is.
+fn time_limit_text(view: &JobView, now_ms: u64) -> Option<String> {
+    let at = view.run_deadline_ms.filter(|at| *at > now_ms && view.message.is_none())?;
+    let left_s = (at - now_ms) / 1000;
+    let (h, m, s) = (left_s / 3600, left_s / 60 % 60, left_s % 60);
+    Some(format!("time limit: stopped and failed in {h}:{m:02}:{s:02} unless it ends first (`run_timeout_ms`)"))
 }
 
 pub fn ledger(view: &JobView) -> String {
@@ -704,6 +716,19 @@ mod tests {
             apply(&mut view, &line.event);
         }
         assert_eq!((view.restart_at_ms, view.actors[0].restart_at_ms), (Some(12_500), Some(6_000)));
+    }
+
+    /// A running job with a time limit says when it will be stopped; once ending, or past the
+    /// time on this machine's clock, it says nothing of it.
+    #[test]
+    fn a_time_limit_is_counted_down_in_the_jobs_summary() {
+        let mut view = job("RUNNING", None);
+        view.run_deadline_ms = Some(3_723_000 + 10_000);
+        let said = "  time limit: stopped and failed in 1:02:03 unless it ends first (`run_timeout_ms`)\n";
+        assert!(job_summary(&view, 10_000).contains(said), "{}", job_summary(&view, 10_000));
+        assert!(!job_summary(&view, 3_733_000).contains("time limit"), "its time has come");
+        view.message = Some("stopped by the user".into());
+        assert!(!job_summary(&view, 10_000).contains("time limit"), "an ending job");
     }
 
     /// Names go up to 63 characters: a long one widens its column instead of pushing its row's

@@ -592,6 +592,9 @@ function jobHeader(job) {
       fact('Nodes', job.min_nodes === job.max_nodes ? job.min_nodes : `${job.min_nodes}–${job.max_nodes}`),
       fact('Priority', job.priority ?? 0),
       fact('Submitted', formatTime(job.submit_ms)),
+      job.run_deadline_ms && !job.message && !TERMINAL_JOB_STATES.has(job.state)
+        ? fact('Time limit', `stopped and failed at ${formatTime(job.run_deadline_ms)} unless it ends first (run_timeout_ms)`)
+        : null,
       fact('Retries left',
         el('span', {}, 'user ', budgetValue(remaining.user), ' · system ', budgetValue(remaining.system),
           ' · preemption ', budgetValue(remaining.preemption))),
