@@ -449,6 +449,24 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(r.ledger("k"), vec![pair("completed", "none")], "an agent without a fence keeps its work");
         assert_eq!((r.state("f"), r.state("k")), ("SUCCEEDED", "SUCCEEDED"));
     }),
+    ("a_time_limit_counts_through_restarts_and_stops_the_job", |r| {
+        // RUNNING at 1000 with a 20 s limit: a gang restart at 6000 and a head restart at
+        // 12000 do not start the clock again, so the job closes at 21000 and fails.
+        assert_eq!(r.state("t"), "FAILED");
+        let closing = r.events("closing").into_iter().find(|e| e["job"] == "t").expect("the job closed");
+        assert_eq!((closing["t_ms"].as_u64(), closing["reason"].as_str()), (Some(21_000), Some("failed")));
+        assert!(r.job("t")["message"].as_str().unwrap().starts_with("ran for its run_timeout_ms (20000 ms)"));
+        assert_eq!(
+            r.ledger("t"),
+            vec![
+                pair("collateral", "none"),
+                pair("user_error", "user"),
+                pair("collateral", "none"),
+                pair("collateral", "none")
+            ],
+            "the limit's stop charges nothing"
+        );
+    }),
     ("head_restart_readopts_running_work", |r| {
         assert_eq!(r.state("h"), "SUCCEEDED");
         assert_eq!(r.job("h")["cycles"], 1);
