@@ -198,22 +198,52 @@ pub fn is_attempt_cgroup(dir: &Path, attempt: &str) -> bool {
         && on_cgroup2(dir)
 }
 
-/// Kills every process in `dir` (CG-4): at once with `cgroup.kill`, else one by one.
+/// Kills every process in `dir` and in the groups a job made inside it (CG-4): at once with
+/// `cgroup.kill`, else one by one.
 pub fn kill(dir: &Path) {
     if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
         return;
     }
+    kill_one_by_one(dir);
+}
+
+/// `kill` before Linux 5.14 (Debian 11's 5.10 mounts cgroup v2 alone): the group is frozen
+/// first where it can be (5.2 on), so that nothing in it forks between a reading of its
+/// processes and their signals; every process of it and of the groups inside it is killed (a
+/// frozen process still dies of SIGKILL), and the group thawed, for whoever uses it next.
+fn kill_one_by_one(dir: &Path) {
+    let frozen = std::fs::write(dir.join("cgroup.freeze"), "1").is_ok();
     for _ in 0..MAX_KILL_ROUNDS {
-        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-        let pids: Vec<i32> = procs.lines().filter_map(|p| p.trim().parse().ok()).collect();
+        let mut pids = Vec::new();
+        procs_within(dir, MAX_NESTED_DEPTH, &mut pids);
         if pids.is_empty() {
-            return;
+            break;
         }
         for pid in pids {
             // SAFETY: signalling a process of this attempt's cgroup.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
+    if frozen {
+        let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
+    }
+}
+
+/// The processes in `dir` and in the groups inside it, `depth_left` levels down.
+fn procs_within(dir: &Path, depth_left: usize, pids: &mut Vec<i32>) {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    pids.extend(procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()));
+    if depth_left > 0 {
+        for inner in subgroups(dir) {
+            procs_within(&inner, depth_left - 1, pids);
+        }
+    }
+}
+
+/// The groups directly inside `dir`.
+fn subgroups(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect()
 }
 
 /// The deepest a job's own groups inside its attempt's are removed from (`remove`).
@@ -227,10 +257,8 @@ pub fn remove(dir: &Path) {
 
 fn remove_nested(dir: &Path, depth_left: usize) {
     if depth_left > 0 {
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            for entry in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
-                remove_nested(&entry.path(), depth_left - 1);
-            }
+        for inner in subgroups(dir) {
+            remove_nested(&inner, depth_left - 1);
         }
     }
     let _ = std::fs::remove_dir(dir);
@@ -324,6 +352,55 @@ mod tests {
         std::fs::create_dir_all(attempt.join("inner/deeper")).unwrap();
         remove(&attempt);
         assert!(!attempt.exists() && dir.path().join("ftdrive").exists());
+    }
+
+    /// Without `cgroup.kill` (before Linux 5.14), on a real cgroup: processes in the group and
+    /// in a group a job made inside it are killed, a shell that forks meanwhile included, and
+    /// the group is left thawed and empty. Needs root and a cgroup v2 mount (as CI has).
+    #[test]
+    fn without_cgroup_kill_every_process_inside_is_killed_one_by_one() {
+        let parent = match default_parent().and_then(|p| usable(&p).map(|()| p)) {
+            Ok(parent) => parent,
+            Err(why) => return eprintln!("skipped: no cgroup v2 group to make here ({why})"),
+        };
+        let dir = parent.join(format!("kill-test-{}", std::process::id()));
+        create(&dir.join("inner")).unwrap();
+        // Should a check fail, nothing of the test outlives it.
+        struct Cleanup<'a>(&'a Path);
+        impl Drop for Cleanup<'_> {
+            fn drop(&mut self) {
+                let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
+                std::thread::sleep(Duration::from_millis(100));
+                remove(self.0);
+            }
+        }
+        let _cleanup = Cleanup(&dir);
+        let spawn = |script: &str, group: &Path| {
+            let child = std::process::Command::new("sh").args(["-c", script]).spawn().unwrap();
+            std::fs::write(group.join("cgroup.procs"), child.id().to_string()).unwrap();
+            child
+        };
+        let mut children = [
+            spawn("sleep 60", &dir),
+            spawn("while true; do sleep 60 & sleep 0.01; done", &dir),
+            spawn("sleep 60 & sleep 60", &dir.join("inner")),
+        ];
+        std::thread::sleep(Duration::from_millis(100)); // the forking shell has children now
+        kill_one_by_one(&dir);
+        for child in &mut children {
+            let status = child.wait().unwrap();
+            assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while populated(&dir) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let thawed = std::fs::read_to_string(dir.join("cgroup.freeze")).unwrap_or_default();
+        let emptied = !populated(&dir);
+        remove(&dir);
+        assert!(emptied, "every process inside, the forked ones and the inner group's included, is gone");
+        assert_eq!(thawed.trim(), "0", "left thawed");
+        assert!(!dir.exists());
     }
 
     #[test]
