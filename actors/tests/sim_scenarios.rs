@@ -554,6 +554,17 @@ const EXPECTED: &[(&str, Expectation)] = &[
         assert_eq!(cycle["master_addr"], "a1.sim");
         assert_eq!(r.state("g"), "SUCCEEDED");
     }),
+    ("a_dead_nodes_ports_pass_to_a_node_of_its_machine_that_had_none", |r| {
+        // Two ports for the machine's three nodes: n3, last to join, has none (PS-2). When n1
+        // dies its port is n3's, and a's lost rank is re-placed there, before the pending b.
+        assert_eq!((r.state("a"), r.state("b")), ("SUCCEEDED", "SUCCEEDED"));
+        let replacement = r.placements().into_iter().find(|p| p.2 == "replacement").expect("a/0 was re-placed");
+        assert_eq!(replacement, ("a/0", "n3", "replacement"));
+        let cycles = r.events("cycle_formed");
+        let second = cycles.iter().find(|c| c["job"] == "a" && c["cycle"] == 2).expect("a's second cycle");
+        assert_eq!((&second["master_addr"], &second["master_port"]), (&"n3.sim".into(), &65_534.into()));
+        assert_eq!(r.ledger("a")[0], pair("node_lost", "system"));
+    }),
     ("one_machines_nodes_share_its_ports", |r| {
         let states = (r.state("a"), r.state("b"), r.state("c"));
         assert_eq!(states, ("SUCCEEDED", "SUCCEEDED", "SUCCEEDED"));
