@@ -204,3 +204,24 @@ fn another_agents_reading_of_rank_0s_own_listener_moves_nothing() {
     assert_eq!(c.view(&job).cycles, 2, "the gang restarted");
     assert_eq!(master_ports(&c, &job), ["29500", "29500"]);
 }
+
+/// A restarted head hands a machine's shares out again in name order, not in the order its
+/// nodes joined: a node may then hold more bundles than its new share. The others' room must
+/// still leave out the ports it holds (PS-2), or a placement would find no port for it.
+#[test]
+fn a_restored_node_holding_more_than_its_new_share_leaves_no_room_counted_twice() {
+    let config = ftdrive::HeadConfig { master_port_base: 65_531, ports_per_node: 3, ..config() };
+    let mut c = TestCluster::new(config);
+    c.join_on_machine("b", cpu(3), "m1"); // joins first: 3 of the machine's 5 ports
+    c.join_on_machine("a", cpu(3), "m1"); // the 2 left
+    let mut packed = spec("packed", 3, 3);
+    packed.strategy = ftdrive::spec::Strategy::StrictPack;
+    let first = c.submit(packed.clone());
+    assert_eq!(c.view(&first).state, ftdrive::driver::JobState::Running);
+    c.restart_head();
+    let second = c.submit(packed);
+    let view = c.view(&second);
+    assert_eq!(view.state, ftdrive::driver::JobState::Pending, "2 ports are free on m1, not 3: {view:?}");
+    c.finish(&first);
+    assert_eq!(c.view(&second).state, ftdrive::driver::JobState::Running, "b's 3 ports are free again");
+}

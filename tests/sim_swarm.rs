@@ -53,6 +53,11 @@ const ONCE_FAILED: &[u64] = &[
     // (FC-2), settled 8.5 s after it: the checker bounded an incident without the head's
     // holds (7861599).
     7_861_599,
+    // With scarce ports (PS-2): a machine's nodes had registered in another order than their
+    // names', and a restarted head gave the machine's shares again in name order, so the node
+    // holding bundles got a share below them and the other's room counted the same ports: the
+    // head panicked placing a bundle with no port left (363).
+    363,
 ];
 
 #[test]

@@ -151,6 +151,7 @@ impl Head {
         for job in jobs {
             head.restore_job(job, recovery_until);
         }
+        head.scheduler.settle_port_shares();
         // Placements restored, every port taken again: what the scheduler noticed meanwhile
         // (feasibility it already reported) is old news.
         while head.scheduler.poll_event().is_some() {}

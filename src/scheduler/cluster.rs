@@ -632,6 +632,37 @@ impl Cluster {
         }
     }
 
+    /// After a head's restore (DU-2), gives each space's shares again so that every member's
+    /// covers the ports of the pool it holds (PS-2): the head joins a machine's nodes again in
+    /// name order, not in the order they first joined, so a node could hold more bundles than
+    /// the share it was given back while another's room counted the same ports. The rest of
+    /// the pool goes to members short of `ports_per_node`, lowest position first.
+    pub fn settle_port_shares(&mut self) {
+        let per_node = u32::from(self.ports_per_node);
+        let mut used: BTreeMap<String, u32> = BTreeMap::new();
+        for node in &mut self.nodes {
+            if let NodePorts::Shared { space, held, cap } = &mut node.ports {
+                let pool = &self.spaces[space.as_str()].pool;
+                *cap = held.iter().filter(|p| pool.contains(**p)).count() as u32;
+                *used.entry(space.clone()).or_default() += *cap;
+            }
+        }
+        for node in &mut self.nodes {
+            if let NodePorts::Shared { space: key, cap, .. } = &mut node.ports {
+                let pool = &self.spaces[key.as_str()].pool;
+                let used = used.get_mut(key.as_str()).expect("counted above");
+                let all = pool.end - u32::from(pool.base);
+                assert!(*used <= all, "PS-1: the pool ports {key}'s members hold are distinct");
+                let more = per_node.saturating_sub(*cap).min(all - *used);
+                *cap += more;
+                *used += more;
+            }
+        }
+        for (key, space) in &mut self.spaces {
+            space.reserved = used.get(key).copied().unwrap_or(0);
+        }
+    }
+
     /// What a node offers: its resources (`gpu` the count of its devices), their capacities by
     /// resource index, and its GPU devices (`0..gpu` unless named).
     fn offer(&mut self, resources: Resources, devices: Option<Devices>) -> (Resources, Vec<u64>, Devices) {
@@ -863,6 +894,12 @@ impl Cluster {
                 let counted = members.entry(space).or_default();
                 *counted = (counted.0 + 1, counted.1 + cap);
                 let pool = &self.spaces[space].pool;
+                let in_pool = held.iter().filter(|p| pool.contains(**p)).count() as u32;
+                assert!(
+                    in_pool <= *cap,
+                    "PS-2: {} holds {in_pool} of {space}'s ports, over its share {cap}",
+                    node.name
+                );
                 assert!(held
                     .iter()
                     .all(|p| !pool.contains(*p) || (u32::from(*p) < pool.next && !pool.free.contains(p))));

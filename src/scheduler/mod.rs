@@ -466,6 +466,13 @@ impl Scheduler {
         self.dirty = true;
     }
 
+    /// Once every placement is restored: each machine's port shares cover what its nodes hold
+    /// (PS-2, `Cluster::settle_port_shares`).
+    pub fn settle_port_shares(&mut self) {
+        self.cluster.settle_port_shares();
+        self.dirty = true;
+    }
+
     /// Withdraws a waiting request (a gang member withdraws the whole gang). Idle is a no-op.
     pub fn cancel(&mut self, id: PgId, bundle: u32) {
         let pg = self.pgs.get_mut(&id).expect("known group");

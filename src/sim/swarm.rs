@@ -43,10 +43,13 @@ pub fn generate(seed: u64) -> Scenario {
     let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x5357_4152_4d00));
     let mut nodes = gen_nodes(&mut g);
     gen_fences(seed, &mut nodes);
-    let mut jobs: Vec<JobDef> = (0..g.range(1, 6)).map(|i| gen_job(&mut g, i, &nodes)).collect();
+    let scarcity = gen_port_scarcity(seed);
+    let mut jobs: Vec<JobDef> = (0..g.range(1, 6)).map(|i| gen_job(&mut g, i, &nodes, scarcity)).collect();
     let fault_ms = g.range(20_000, 180_000);
     let mut events = gen_faults(&mut g, &nodes, &jobs, fault_ms);
-    events.extend(gen_listeners(seed, &nodes, fault_ms));
+    let (master_port_base, ports_per_node) = scarcity
+        .map_or_else(|| (HeadConfig::default().master_port_base, HeadConfig::default().ports_per_node), |s| s.config());
+    events.extend(gen_listeners(seed, &nodes, fault_ms, master_port_base));
     events.extend(gen_full_disks(seed, &nodes, fault_ms));
     events.extend(gen_agent_crashes(seed, &nodes, fault_ms));
     events.extend(gen_head_cuts(seed, fault_ms));
@@ -63,7 +66,14 @@ pub fn generate(seed: u64) -> Scenario {
     let starvation_ms = g.range(5_000, 60_000);
     // Some cases keep few DEAD nodes, so that retention forgets them as they die (FG-3).
     let retain_dead_nodes = if g.chance(30) { g.range(0, 3) as usize } else { HeadConfig::default().retain_dead_nodes };
-    let config = HeadConfig { starvation_ms, retain_dead_nodes, seed, ..HeadConfig::default() };
+    let config = HeadConfig {
+        starvation_ms,
+        retain_dead_nodes,
+        seed,
+        master_port_base,
+        ports_per_node,
+        ..HeadConfig::default()
+    };
     let liveness_at_ms = fault_ms + healed_ms;
     let scenario = Scenario {
         seed,
@@ -112,7 +122,7 @@ fn gen_nodes(g: &mut Gen) -> Vec<NodeDef> {
 }
 
 /// A job that the full cluster can always run on its own, so that liveness is a fair demand.
-fn gen_job(g: &mut Gen, i: u64, nodes: &[NodeDef]) -> JobDef {
+fn gen_job(g: &mut Gen, i: u64, nodes: &[NodeDef], scarcity: Option<Scarcity>) -> JobDef {
     let mut spec = JobSpec::minimal(&format!("job{i}"), &["train"], 1, 1);
     spec.strategy = *g.pick(&[
         Strategy::StrictSpread,
@@ -133,13 +143,13 @@ fn gen_job(g: &mut Gen, i: u64, nodes: &[NodeDef]) -> JobDef {
     if g.chance(10) {
         spec.pack_by = Some("rack".into());
     }
-    let most = capacity_for(&spec, nodes).max(1) as u64;
-    if capacity_for(&spec, nodes) == 0 {
+    let most = capacity_for(&spec, nodes, scarcity).max(1) as u64;
+    if capacity_for(&spec, nodes, scarcity) == 0 {
         spec.bundle = Resources::new().with_milli("cpu", 500);
         spec.node_selector.clear();
         spec.pack_by = None;
     }
-    let most = most.min(capacity_for(&spec, nodes).max(1) as u64);
+    let most = most.min(capacity_for(&spec, nodes, scarcity).max(1) as u64);
     spec.min_nodes = g.range(1, most.min(3)) as u32;
     spec.max_nodes = spec.min_nodes + g.range(0, 2) as u32;
     spec.hot_spares = g.below(2) as u32;
@@ -157,7 +167,7 @@ fn gen_job(g: &mut Gen, i: u64, nodes: &[NodeDef]) -> JobDef {
     // Only where the job fits without preemptible nodes: otherwise it would rightly wait
     // (reported infeasible) forever once its last attempt must avoid them.
     let steady: Vec<NodeDef> = nodes.iter().filter(|n| !is_preemptible(&n.labels)).cloned().collect();
-    spec.last_attempt_non_preemptible = g.chance(20) && capacity_for(&spec, &steady) >= spec.min_nodes;
+    spec.last_attempt_non_preemptible = g.chance(20) && capacity_for(&spec, &steady, scarcity) >= spec.min_nodes;
     spec.scale_up_delay_ms = g.range(0, 5_000);
     spec.stop_grace_ms = g.range(0, 5_000);
     JobDef {
@@ -170,14 +180,16 @@ fn gen_job(g: &mut Gen, i: u64, nodes: &[NodeDef]) -> JobDef {
     }
 }
 
-/// How many of `spec`'s bundles the whole (empty) cluster can hold at once, by its rules.
-fn capacity_for(spec: &JobSpec, nodes: &[NodeDef]) -> u32 {
+/// How many of `spec`'s bundles the whole (empty) cluster can hold at once, by its rules
+/// (with scarce ports, each node's sure share of them).
+fn capacity_for(spec: &JobSpec, nodes: &[NodeDef], scarcity: Option<Scarcity>) -> u32 {
     let fits_per_node = |n: &NodeDef| -> u64 {
         let selector = spec.node_selector.iter().all(|(k, v)| n.labels.get(k) == Some(v));
         if !selector {
             return 0;
         }
-        spec.bundle.iter().filter(|(_, q)| *q > 0).map(|(r, q)| n.resources.milli(r) / q).min().unwrap_or(1)
+        let fits = spec.bundle.iter().filter(|(_, q)| *q > 0).map(|(r, q)| n.resources.milli(r) / q).min().unwrap_or(1);
+        scarcity.map_or(fits, |s| fits.min(s.sure_for(n)))
     };
     let domains: Vec<Vec<&NodeDef>> = match &spec.pack_by {
         Some(key) => {
@@ -276,19 +288,57 @@ fn gen_faults(g: &mut Gen, nodes: &[NodeDef], jobs: &[JobDef], fault_ms: u64) ->
 /// Processes outside ftdrive that start listening on rendezvous ports (PS-4), in a quarter of
 /// the cases. Drawn from a generator of their own, so that every seed's other events are what
 /// they were before these were added.
-fn gen_listeners(seed: u64, nodes: &[NodeDef], fault_ms: u64) -> Vec<FaultEvent> {
+fn gen_listeners(seed: u64, nodes: &[NodeDef], fault_ms: u64, base: u16) -> Vec<FaultEvent> {
     let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x4c49_5354_454e));
     if !g.chance(25) {
         return Vec::new();
     }
-    let base = u64::from(HeadConfig::default().master_port_base);
+    let base = u64::from(base);
     (0..g.range(1, 4))
         .map(|_| {
             let node = g.pick(nodes).name.clone();
-            let port = g.range(base, base + 4) as u16;
+            let port = g.range(base, (base + 4).min(65_535)) as u16;
             FaultEvent { at_ms: g.range(1_000, fault_ms), what: Fault::PortListener { node, port } }
         })
         .collect()
+}
+
+/// Rendezvous ports scarce on every machine (PS-2): each node may hold `per_node` bundles, and
+/// a machine's pool holds one node's share and part of another's.
+#[derive(Clone, Copy, Debug)]
+struct Scarcity {
+    per_node: u64,
+    pool: u64,
+}
+
+impl Scarcity {
+    /// `master_port_base` and `ports_per_node`.
+    fn config(self) -> (u16, u16) {
+        ((65_536 - self.pool) as u16, self.per_node as u16)
+    }
+
+    /// The bundles `node` can hold in any order of its machine's nodes joining and dying: a
+    /// machine of its own has its whole share; one of two sharing a machine, what the other's
+    /// leaves at least.
+    fn sure_for(self, node: &NodeDef) -> u64 {
+        match node.port_space.is_empty() {
+            true => self.per_node,
+            false => self.per_node.min(self.pool - self.per_node),
+        }
+    }
+}
+
+/// Scarce ports in a seventh of the cases: 2 to 4 per node, and a pool short of two nodes'
+/// shares by 1 or more, so that a machine's second node holds fewer bundles than its first
+/// (perhaps none) and takes the first's share when it dies; jobs are drawn to fit each node's
+/// sure share (`capacity_for`). From a generator of its own, as `gen_listeners`.
+fn gen_port_scarcity(seed: u64) -> Option<Scarcity> {
+    let mut g = Gen(ChaCha8Rng::seed_from_u64(seed ^ 0x0050_4f52_5453));
+    if !g.chance(14) {
+        return None;
+    }
+    let per_node = g.range(2, 4);
+    Some(Scarcity { per_node, pool: per_node + g.range(0, per_node - 1) })
 }
 
 /// Disks that fill up for a while (AG-6), in a fifth of the cases; from a generator of their

@@ -4,6 +4,7 @@ use super::args::{Output, SimArgs};
 use super::error::{CliError, Outcome};
 use super::out::{self, Progress};
 use ftdrive::sim::swarm::{self, SeedResult};
+use ftdrive::sim::Violation;
 use ftdrive::sim::{summary, Scenario, SimOptions, Simulation};
 use std::fmt::Write;
 use std::path::Path;
@@ -89,7 +90,7 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
             let case = swarm::generate(seed);
             out::line(&serde_json::to_string_pretty(&case).expect("scenario serializes"))?;
         }
-        let (result, trace) = swarm::run_seed_traced(seed, args.check_determinism, args.trace.is_some());
+        let (result, trace) = run_seed_or_panic(seed, args.check_determinism, args.trace.is_some());
         if let Some(path) = &args.trace {
             write_lines(path, &trace)?;
         }
@@ -114,11 +115,33 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
     Ok(if failed == 0 { Outcome::Done } else { Outcome::Failed })
 }
 
+/// One seed; a panic in it (an invariant the core asserts, broken) is that seed's failure,
+/// reported with its replay line like any other, and the swarm goes on to the next seed.
+fn run_seed_or_panic(seed: u64, determinism: bool, traced: bool) -> (SeedResult, Vec<String>) {
+    // The binary's hook aborts on any panic (a half-alive daemon would answer errors); a swarm
+    // is no daemon, and takes the standard hook: the message and where, then the unwind.
+    drop(std::panic::take_hook());
+    let run = std::panic::catch_unwind(|| swarm::run_seed_traced(seed, determinism, traced));
+    run.unwrap_or_else(|panic| {
+        let said = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("(no message)");
+        let violation =
+            Violation { invariant: "panic".into(), t_ms: 0, step: 0, detail: format!("the run panicked: {said}") };
+        (SeedResult { seed, violations: vec![violation], trace_hash: String::new(), steps: 0 }, Vec::new())
+    })
+}
+
 fn failure_report(result: &SeedResult, determinism: bool) -> String {
     let seed = result.seed;
     let mut out = String::new();
     for v in &result.violations {
-        let _ = writeln!(out, "seed {seed}: {} at step {} (t={} ms): {}", v.invariant, v.step, v.t_ms, v.detail);
+        let _ = match v.invariant.as_str() {
+            "panic" => writeln!(out, "seed {seed}: {}", v.detail),
+            _ => writeln!(out, "seed {seed}: {} at step {} (t={} ms): {}", v.invariant, v.step, v.t_ms, v.detail),
+        };
     }
     let flag = if determinism { " --check-determinism" } else { "" };
     let _ = writeln!(out, "  replay: ftdrive sim --swarm --seeds 1 --start-seed {seed}{flag} --print-scenario");
