@@ -84,7 +84,8 @@ fn a_hung_agent_s_workers_end_while_it_hangs() {
     let id = c.submit_no_wait(&spec);
     let job = c.wait_for_job(&id, "two ranks run", |j| running(j, 2));
     let (_, victim) = actor_on_rank(&job, 1);
-    assert!(!c.processes(Some(&victim)).is_empty(), "its worker runs there");
+    // RUNNING as soon as the start is sent; its worker follows.
+    c.wait_until("its worker runs there", |c| !c.processes(Some(&victim)).is_empty());
     let agent = c.nodes[&victim].id() as i32;
     // SAFETY: signalling a child process this test started.
     unsafe { libc::kill(agent, libc::SIGSTOP) };
@@ -177,6 +178,13 @@ fn a_killed_supervisor_is_charged_to_the_system_not_the_user() {
         c.spec("sv", json!({"command": ["sleep", "300"], "min_nodes": 1, "max_nodes": 1, "retries": {"user": 0}}));
     let id = c.submit_no_wait(&spec);
     c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    // RUNNING as soon as the start is sent: the kill must come once the supervisor said its
+    // workers run, or it is a start that failed (on the node), not a supervisor lost.
+    let metrics = c.nodes_json()[0]["metrics_url"].as_str().expect("the agent's metrics URL").to_string();
+    let (agent, path) = metrics.split_at(metrics.find("/metrics").expect("a metrics path"));
+    c.wait_until("the agent has the supervisor's start", |c| {
+        http(agent, "GET", path, Some(&c.agent_token()), "").contains("\nftdrive_agent_attempts_started_total 1\n")
+    });
     let is_supervisor = |pid: &u32| {
         std::fs::read(format!("/proc/{pid}/cmdline"))
             .is_ok_and(|cmd| cmd.split(|b| *b == 0).nth(1) == Some(b"__attempt"))
