@@ -11,7 +11,7 @@
 //! | `cycle_well_formed` | a gang job's cycles count up; each names `world_size` distinct ranks, between `min_nodes` and `max_nodes`, every one on a placed bundle; actors in two consecutive cycles keep their relative order (promoted spares and the ranks they replaced excepted); with `pack_by`, ranks are ordered by their nodes' domains and keep that order within a domain (DESIGN §5) |
 //! | `one_rank_each` | no two attempts of a job that have started and not ended hold the same rank of the same cycle, and no rank reaches `max_nodes` |
 //! | `rendezvous_port_once` | a group rank 0 starting (it listens on `MASTER_PORT`) finds no rank 0 of another actor, whose attempt the head has not ended, listening on that port of the same machine (port space) |
-//! | `busy_port_twice_at_most` | on a network that loses and reorders nothing, an actor's rank 0 starts at most twice on one port of its machine that a process outside ftdrive listens on (PS-4 moves the bundle) |
+//! | `busy_port_twice_at_most` | on a network that loses and reorders nothing, and with ports to spare (a machine's pool at least two nodes' shares), an actor's rank 0 starts at most twice on one port of its machine that a process outside ftdrive listens on (PS-4 moves the bundle) |
 //! | `stale_process_gone` | a process of an ended attempt is gone within a bound |
 //! | `replacement_first` | no lower class takes room on a node that a waiting replacement could use there |
 //! | `starved_item_held` | once a pending gang, spare or growth item has waited `starvation_ms` since its job's submission, nothing below it in the queue (a lower class, a lower priority, a later submission) takes room on a node that it could use there — the rest of the node stays free (DESIGN §3, backfill with aging) |
