@@ -13,7 +13,7 @@
 //!   machine). A node's cap bounds what it takes, the caps together never pass the pool, so a
 //!   selection that fits every node's room always finds its ports, and no node ever draws from
 //!   a range another uses. A member that dies gives its share to the members short of theirs,
-//!   first joined first, so no member stays short while ports are free.
+//!   in the order the head first knew them, so no member stays short while ports are free.
 //! - **PS-3 busy ports are passed over.** A port some process on the machine listens on (its
 //!   agent reports them, `ToHead::Listening`; a forgotten `torchrun` on 29500, say) is handed
 //!   out only when the pool has no other left: a hint, never a limit, so PS-2 stands.
@@ -889,6 +889,7 @@ impl Cluster {
         let mut alive = 0;
         // Each space's members and the ports they reserve, counted again from the nodes.
         let mut members: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+        let mut short: BTreeSet<&str> = BTreeSet::new();
         for (ix, node) in self.all() {
             if let NodePorts::Shared { space, held, cap } = &node.ports {
                 let counted = members.entry(space).or_default();
@@ -900,6 +901,9 @@ impl Cluster {
                     "PS-2: {} holds {in_pool} of {space}'s ports, over its share {cap}",
                     node.name
                 );
+                if *cap < u32::from(self.ports_per_node) {
+                    short.insert(space.as_str());
+                }
                 assert!(held
                     .iter()
                     .all(|p| !pool.contains(*p) || (u32::from(*p) < pool.next && !pool.free.contains(p))));
@@ -925,14 +929,11 @@ impl Cluster {
         let kept: BTreeMap<&str, (u32, u32)> =
             self.spaces.iter().map(|(k, s)| (k.as_str(), (s.members, s.reserved))).collect();
         assert_eq!(members, kept, "port spaces count their live members and what they reserve");
-        let per_node = u32::from(self.ports_per_node);
         for (key, space) in &self.spaces {
             let all = space.pool.end - u32::from(space.pool.base);
             assert!(space.reserved <= all, "PS-2 in {key}");
-            let short = self.all().any(
-                |(_, n)| matches!(&n.ports, NodePorts::Shared { space, cap, .. } if space == key && *cap < per_node),
-            );
-            assert!(!short || space.reserved == all, "PS-2: a member of {key} is short while ports are free");
+            let has_short = short.contains(key.as_str());
+            assert!(!has_short || space.reserved == all, "PS-2: a member of {key} is short while ports are free");
         }
         assert_eq!(self.by_name.len() + self.vacant.len(), self.nodes.len(), "a position is both known and vacant");
     }
