@@ -431,31 +431,8 @@ impl RawJobSpec {
         let retries = self.retries.unwrap_or_default().validate()?;
         let scale_up_delay_ms = check_delay("scale_up_delay_ms", self.scale_up_delay_ms.unwrap_or(5_000))?;
         let stop_grace_ms = check_delay("stop_grace_ms", self.stop_grace_ms.unwrap_or(10_000))?;
-        let schedule_timeout_ms = match self.schedule_timeout_ms {
-            Some(0) => {
-                return Err(SpecError::new(
-                    "schedule_timeout_ms",
-                    "is 0; use null for no timeout, or a positive number of milliseconds",
-                ))
-            }
-            Some(ms) => Some(check_delay("schedule_timeout_ms", ms)?),
-            None => None,
-        };
-        let run_timeout_ms = match self.run_timeout_ms {
-            Some(0) => {
-                return Err(SpecError::new(
-                    "run_timeout_ms",
-                    "is 0; use null for no limit, or a positive number of milliseconds",
-                ))
-            }
-            Some(ms) if ms > MAX_RUN_TIMEOUT_MS => {
-                return Err(SpecError::new(
-                    "run_timeout_ms",
-                    format!("is {ms} ms; at most {MAX_RUN_TIMEOUT_MS} (366 days) is allowed"),
-                ))
-            }
-            ms => ms,
-        };
+        let schedule_timeout_ms = check_timeout("schedule_timeout_ms", self.schedule_timeout_ms, MAX_DELAY_MS)?;
+        let run_timeout_ms = check_timeout("run_timeout_ms", self.run_timeout_ms, MAX_RUN_TIMEOUT_MS)?;
         Ok(JobSpec {
             name,
             command,
@@ -651,6 +628,19 @@ fn check_whole_gpus(bundle: &Resources) -> Result<(), SpecError> {
         return Err(SpecError::new("bundle.gpu", format!("is {shown}; GPUs are whole devices, ask for 1 or more")));
     }
     Ok(())
+}
+
+/// A timeout that may be left out (`null`: none), else from 1 ms to `most_ms`.
+fn check_timeout(field: &str, ms: Option<u64>, most_ms: u64) -> Result<Option<u64>, SpecError> {
+    match ms {
+        Some(0) => Err(SpecError::new(field, "is 0; use null for no limit, or a positive number of milliseconds")),
+        Some(ms) if ms > most_ms => {
+            let days = most_ms / MAX_DELAY_MS;
+            let span = if days == 1 { "one day".to_string() } else { format!("{days} days") };
+            Err(SpecError::new(field, format!("is {ms} ms; at most {most_ms} ({span}) is allowed")))
+        }
+        ms => Ok(ms),
+    }
 }
 
 fn check_delay(field: &str, ms: u64) -> Result<u64, SpecError> {
