@@ -1605,7 +1605,11 @@ fn a_job_past_its_run_timeout_is_stopped_and_fails_saying_why() {
     let spec = json!({"command": ["sleep", "60"], "min_nodes": 2, "max_nodes": 2, "run_timeout_ms": 3_000});
     let id = c.submit_no_wait(&c.spec("limited", spec));
     c.wait_for_job(&id, "both ranks run", |j| running(j, 2));
-    assert_eq!(c.processes(None).len(), 2);
+    let sleeping = |c: &Cluster| {
+        let cmdline = |pid: &u32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        c.processes(None).iter().filter(|pid| cmdline(pid).starts_with(b"sleep\x0060")).count()
+    };
+    c.wait_until("both workers run", |c| sleeping(c) == 2);
     let status = c.ftdrive(&["status", &id]);
     assert!(status.contains("  time limit: stopped and failed in 0:00:0"), "{status}");
     let done = c.wait_for_job(&id, "it fails at its time limit", |j| j["state"] == "FAILED");
