@@ -75,6 +75,7 @@ fn seeds_that_once_failed_pass() {
 /// scenario files (`ftdrive sim --swarm --seeds 1 --start-seed N --print-scenario`, from before
 /// that change), so that each regression is still replayed as it failed.
 #[test]
+#[allow(clippy::disallowed_methods)] // the test reads its case files; the core reads none
 fn cases_that_once_failed_before_scarce_ports_were_drawn_run_clean() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/swarm_cases");
     let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
