@@ -141,6 +141,14 @@ impl HeadConfig {
     }
 }
 
+impl HeadConfig {
+    /// The rendezvous ports one machine's pool holds, from `master_port_base` to 65535 (PS-2):
+    /// its agents share them, `ports_per_node` each at most.
+    pub fn ports_per_machine(&self) -> u32 {
+        65_536 - u32::from(self.master_port_base)
+    }
+}
+
 /// The lowest port a process that is not root may listen on.
 pub const FIRST_UNPRIVILEGED_PORT: u16 = 1_024;
 

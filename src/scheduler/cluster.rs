@@ -608,27 +608,25 @@ impl Cluster {
             self.spaces.remove(&key);
             return;
         }
-        self.top_up_space(&key);
+        self.top_up_spaces(Some(&key));
     }
 
-    /// Gives what a space has free to its members short of `ports_per_node`, lowest position
-    /// first (PS-2): a node that joined when its machine's ports were all reserved takes a
-    /// dead member's share at once, rather than staying empty until it rejoins.
-    fn top_up_space(&mut self, key: &str) {
+    /// Gives what each space (or only `only`) has free to its members short of
+    /// `ports_per_node`, lowest position first (PS-2): a node that joined when its machine's
+    /// ports were all reserved takes a dead member's share at once, rather than staying empty
+    /// until it rejoins.
+    fn top_up_spaces(&mut self, only: Option<&str>) {
         let per_node = u32::from(self.ports_per_node);
-        let space = self.spaces.get_mut(key).expect("a member's space is known");
-        let all = space.pool.end - u32::from(space.pool.base);
         for node in &mut self.nodes {
-            if space.reserved == all {
-                return;
+            let NodePorts::Shared { space: key, cap, .. } = &mut node.ports else { continue };
+            if *cap >= per_node || only.is_some_and(|only| only != key) {
+                continue;
             }
-            if let NodePorts::Shared { space: member_of, cap, .. } = &mut node.ports {
-                if member_of == key && *cap < per_node {
-                    let more = (per_node - *cap).min(all - space.reserved);
-                    *cap += more;
-                    space.reserved += more;
-                }
-            }
+            let space = self.spaces.get_mut(key.as_str()).expect("a member's space is known");
+            let all = space.pool.end - u32::from(space.pool.base);
+            let more = (per_node - *cap).min(all - space.reserved);
+            *cap += more;
+            space.reserved += more;
         }
     }
 
@@ -636,31 +634,21 @@ impl Cluster {
     /// covers the ports of the pool it holds (PS-2): the head joins a machine's nodes again in
     /// name order, not in the order they first joined, so a node could hold more bundles than
     /// the share it was given back while another's room counted the same ports. The rest of
-    /// the pool goes to members short of `ports_per_node`, lowest position first.
+    /// the pool is topped up as at a death.
     pub fn settle_port_shares(&mut self) {
-        let per_node = u32::from(self.ports_per_node);
-        let mut used: BTreeMap<String, u32> = BTreeMap::new();
-        for node in &mut self.nodes {
-            if let NodePorts::Shared { space, held, cap } = &mut node.ports {
-                let pool = &self.spaces[space.as_str()].pool;
-                *cap = held.iter().filter(|p| pool.contains(**p)).count() as u32;
-                *used.entry(space.clone()).or_default() += *cap;
-            }
+        for space in self.spaces.values_mut() {
+            space.reserved = 0;
         }
         for node in &mut self.nodes {
-            if let NodePorts::Shared { space: key, cap, .. } = &mut node.ports {
-                let pool = &self.spaces[key.as_str()].pool;
-                let used = used.get_mut(key.as_str()).expect("counted above");
-                let all = pool.end - u32::from(pool.base);
-                assert!(*used <= all, "PS-1: the pool ports {key}'s members hold are distinct");
-                let more = per_node.saturating_sub(*cap).min(all - *used);
-                *cap += more;
-                *used += more;
+            if let NodePorts::Shared { space: key, held, cap } = &mut node.ports {
+                let space = self.spaces.get_mut(key.as_str()).expect("a member's space is known");
+                *cap = held.iter().filter(|p| space.pool.contains(**p)).count() as u32;
+                space.reserved += *cap;
+                let all = space.pool.end - u32::from(space.pool.base);
+                assert!(space.reserved <= all, "PS-1: the pool ports {key}'s members hold are distinct");
             }
         }
-        for (key, space) in &mut self.spaces {
-            space.reserved = used.get(key).copied().unwrap_or(0);
-        }
+        self.top_up_spaces(None);
     }
 
     /// What a node offers: its resources (`gpu` the count of its devices), their capacities by

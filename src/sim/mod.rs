@@ -269,8 +269,7 @@ impl Simulation {
                 let net = scenario.network;
                 // PS-4 moves a bundle to a free port: where a machine's pool is short of two
                 // nodes' shares, a bundle on a busy port may have none to move to.
-                let pool = 65_536 - u32::from(config.master_port_base);
-                let ports_to_spare = pool >= 2 * u32::from(config.ports_per_node);
+                let ports_to_spare = config.ports_per_machine() >= 2 * u32::from(config.ports_per_node);
                 let orderly = net.drop_ppm == 0 && net.duplicate_ppm == 0 && net.min_delay_ms == net.max_delay_ms;
                 if orderly && ports_to_spare {
                     checker.check_busy_ports();

@@ -84,7 +84,7 @@ fn check_listen(listen: &str) -> Result<(), CliError> {
 /// later agents none, and they can run nothing. Allowed, since one agent per machine is
 /// usual, but said.
 fn warn_of_few_agents_per_machine(config: &HeadConfig) {
-    let per_machine = (65_536 - u32::from(config.master_port_base)) / u32::from(config.ports_per_node.max(1));
+    let per_machine = config.ports_per_machine() / u32::from(config.ports_per_node.max(1));
     if per_machine < 8 {
         tracing::warn!(
             "--master-port-base {} leaves rendezvous ports for {per_machine} agent(s) per machine \

@@ -85,6 +85,10 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
     // With `--print-scenario` standard output is the scenario file: `> case.json` must run.
     let report = if args.print_scenario { Progress::Stderr } else { Progress::Stdout };
     let (mut failed, mut steps, mut failures) = (0u64, 0u64, Vec::new());
+    // The binary's hook aborts on any panic (a half-alive daemon would answer errors); a swarm
+    // is no daemon, and takes the standard hook: the message and where, then the unwind that
+    // `run_seed_or_panic` catches.
+    drop(std::panic::take_hook());
     for seed in start..end {
         if args.print_scenario {
             let case = swarm::generate(seed);
@@ -118,9 +122,6 @@ fn run_swarm(args: &SimArgs) -> Result<Outcome, CliError> {
 /// One seed; a panic in it (an invariant the core asserts, broken) is that seed's failure,
 /// reported with its replay line like any other, and the swarm goes on to the next seed.
 fn run_seed_or_panic(seed: u64, determinism: bool, traced: bool) -> (SeedResult, Vec<String>) {
-    // The binary's hook aborts on any panic (a half-alive daemon would answer errors); a swarm
-    // is no daemon, and takes the standard hook: the message and where, then the unwind.
-    drop(std::panic::take_hook());
     let run = std::panic::catch_unwind(|| swarm::run_seed_traced(seed, determinism, traced));
     run.unwrap_or_else(|panic| {
         let said = panic
