@@ -171,6 +171,7 @@ pub struct Overrides {
     pub hot_spares: Option<i64>,
     pub nproc_per_node: Option<i64>,
     pub priority: Option<i32>,
+    pub run_timeout_ms: Option<u64>,
 }
 
 /// A job spec that cannot be accepted, and why.
@@ -392,6 +393,7 @@ impl RawJobSpec {
         self.hot_spares = o.hot_spares.or(self.hot_spares);
         self.nproc_per_node = o.nproc_per_node.or(self.nproc_per_node);
         self.priority = o.priority.or(self.priority);
+        self.run_timeout_ms = o.run_timeout_ms.or(self.run_timeout_ms);
         self
     }
 
@@ -953,11 +955,14 @@ mod tests {
             hot_spares: Some(1),
             nproc_per_node: Some(8),
             priority: Some(5),
+            run_timeout_ms: Some(60_000),
         };
         let spec = JobSpec::parse(text, &o).unwrap();
         assert_eq!((spec.min_nodes, spec.max_nodes, spec.hot_spares, spec.priority), (3, 8, 1, 5));
-        assert_eq!(spec.nproc_per_node, 8);
+        assert_eq!((spec.nproc_per_node, spec.run_timeout_ms), (8, Some(60_000)));
         let bad = Overrides { min_nodes: Some(4), ..Overrides::default() };
         assert_eq!(JobSpec::parse(text, &bad).unwrap_err().field, "min_nodes");
+        let zero = Overrides { run_timeout_ms: Some(0), ..Overrides::default() };
+        assert_eq!(JobSpec::parse(text, &zero).unwrap_err().field, "run_timeout_ms");
     }
 }

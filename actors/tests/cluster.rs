@@ -596,6 +596,10 @@ fn a_refused_override_is_blamed_on_its_flag_and_no_wait_needs_a_head() {
     for (flags, said) in [
         (vec!["--min-nodes", "0"], "--min-nodes 0: is 0; a job needs at least 1 node".to_string()),
         (
+            vec!["--run-timeout-ms", "0"],
+            "--run-timeout-ms 0: is 0; use null for no limit, or a positive number of milliseconds".to_string(),
+        ),
+        (
             vec!["--max-nodes", "1"],
             format!("{job}: job spec field `min_nodes`: is 2, more than max_nodes (1); set min_nodes <= max_nodes (with --max-nodes 1 from the command line)"),
         ),
@@ -1602,8 +1606,12 @@ fn a_node_left_no_port_by_its_machine_is_shown_so_and_named_by_a_waiting_job() {
 #[test]
 fn a_job_past_its_run_timeout_is_stopped_and_fails_saying_why() {
     let c = Cluster::start(&["n1", "n2"]);
-    let spec = json!({"command": ["sleep", "60"], "min_nodes": 2, "max_nodes": 2, "run_timeout_ms": 3_000});
-    let id = c.submit_no_wait(&c.spec("limited", spec));
+    // The spec's hour is overridden on the command line, as `sbatch --time` overrides `#SBATCH`.
+    let spec = json!({"command": ["sleep", "60"], "min_nodes": 2, "max_nodes": 2, "run_timeout_ms": 3_600_000});
+    let spec = c.spec("limited", spec);
+    let out =
+        c.ftdrive(&["submit", "--no-wait", "--output", "json", "--run-timeout-ms", "3000", spec.to_str().unwrap()]);
+    let id = serde_json::from_str::<Value>(&out).unwrap()["id"].as_str().unwrap().to_string();
     c.wait_for_job(&id, "both ranks run", |j| running(j, 2));
     let sleeping = |c: &Cluster| {
         let cmdline = |pid: &u32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();

@@ -255,6 +255,10 @@ pub struct SubmitArgs {
     /// Pending jobs are placed higher priority first (overrides the spec's `priority`, 0).
     #[arg(long, allow_negative_numbers = true)]
     pub priority: Option<i32>,
+    /// Stop the job and fail it once it has run this long, counted from its first RUNNING
+    /// through every restart, as Slurm's `--time` (overrides the spec's `run_timeout_ms`).
+    #[arg(long)]
+    pub run_timeout_ms: Option<u64>,
     /// Return once the job is accepted instead of following it.
     #[arg(long)]
     pub no_wait: bool,

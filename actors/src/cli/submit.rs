@@ -22,6 +22,7 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         hot_spares: args.hot_spares,
         nproc_per_node: args.nproc_per_node,
         priority: args.priority,
+        run_timeout_ms: args.run_timeout_ms,
     };
     let spec = JobSpec::parse(&text, &overrides).map_err(|e| blame(&e, &args))?;
     refuse_local_flags_with_a_head(&args)?;
@@ -55,11 +56,12 @@ fn refuse_local_flags_with_a_head(args: &SubmitArgs) -> Result<(), CliError> {
 /// file (naming any flags that took part, since `min_nodes <= max_nodes` spans both).
 fn blame(e: &SpecError, args: &SubmitArgs) -> CliError {
     let given: Vec<(&str, String)> = [
-        ("min_nodes", "--min-nodes", args.min_nodes),
-        ("max_nodes", "--max-nodes", args.max_nodes),
-        ("hot_spares", "--hot-spares", args.hot_spares),
-        ("nproc_per_node", "--nproc-per-node", args.nproc_per_node),
-        ("priority", "--priority", args.priority.map(i64::from)),
+        ("min_nodes", "--min-nodes", args.min_nodes.map(|v| v.to_string())),
+        ("max_nodes", "--max-nodes", args.max_nodes.map(|v| v.to_string())),
+        ("hot_spares", "--hot-spares", args.hot_spares.map(|v| v.to_string())),
+        ("nproc_per_node", "--nproc-per-node", args.nproc_per_node.map(|v| v.to_string())),
+        ("priority", "--priority", args.priority.map(|v| v.to_string())),
+        ("run_timeout_ms", "--run-timeout-ms", args.run_timeout_ms.map(|v| v.to_string())),
     ]
     .into_iter()
     .filter_map(|(field, flag, value)| value.map(|v| (field, format!("{flag} {v}"))))
