@@ -90,6 +90,11 @@ pub struct ActorView {
     /// When its live attempt started, while it has one.
     #[serde(default)]
     pub started_ms: Option<u64>,
+    /// RUNNING, but its agent has not confirmed the start yet: the actor turns RUNNING when
+    /// its start is sent, and its process may not exist for a while (a slow agent, a start
+    /// re-sent after a lost message), as a pod's containers are still being created.
+    #[serde(default)]
+    pub starting: bool,
     /// While it is STANDBY (a hot spare waiting with its bundle): since when.
     #[serde(default)]
     pub standby_since_ms: Option<u64>,
@@ -237,6 +242,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
             attempt: a.attempts,
             role: a.role,
             started_ms: a.run.as_ref().map(|r| r.started.as_ms()),
+            starting: a.state == ActorState::Running && a.run.as_ref().is_some_and(|r| !r.acked),
             standby_since_ms: a.standby_since.map(|t| t.as_ms()),
             devices: match &a.bundle {
                 Bundle::Placed { devices, .. } => *devices,

@@ -489,9 +489,12 @@ fn a_start_whose_confirmation_was_lost_is_confirmed_by_a_heartbeat() {
     c.join("n2", cpu(1));
     c.agents.get_mut("n1").unwrap().loses_started = true;
     let job = c.submit(spec("unconfirmed", 1, 1));
-    assert_eq!(c.view(&job).actors[0].node.as_deref(), Some("n1"));
+    let sent = &c.view(&job).actors[0];
+    assert_eq!((sent.node.as_deref(), sent.state, sent.starting), (Some("n1"), Running, true), "not confirmed yet");
     c.advance(1_000); // a heartbeat lists it
+    assert!(!c.view(&job).actors[0].starting, "confirmed");
     c.restart_head();
+    assert!(!c.view(&job).actors[0].starting, "confirmed, durably");
     c.reboot_fresh("n1");
     let lost = c.view(&job).ledger;
     assert_eq!(lost.len(), 1, "{lost:?}");

@@ -89,6 +89,9 @@ class Actor:
     attempt: int
     role: str = "active"
     started_ms: Optional[int] = None
+    #: RUNNING, but its agent has not confirmed the start yet: its process may not
+    #: exist for a while (a pod whose containers are still being created).
+    starting: bool = False
     devices: List[int] = field(default_factory=list)
     #: While it is STANDBY (a hot spare waiting with its bundle): since when.
     standby_since_ms: Optional[int] = None
@@ -115,6 +118,7 @@ class Actor:
             attempt=int(data.get("attempt", 0)),
             role=data.get("role", "active"),
             started_ms=_opt_int(data.get("started_ms")),
+            starting=bool(data.get("starting", False)),
             devices=[int(d) for d in data.get("devices") or []],
             standby_since_ms=_opt_int(data.get("standby_since_ms")),
             restart_at_ms=_opt_int(data.get("restart_at_ms")),

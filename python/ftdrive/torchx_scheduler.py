@@ -891,6 +891,8 @@ def _replica_state(job: Job, actor: Actor) -> AppState:
     the pods it killed when one task failed as Failed; CANCELLED is for an app cancelled."""
     if job.state == "FAILED" and actor.state == "STOPPED":
         return AppState.FAILED
+    if actor.state == "RUNNING" and actor.starting:
+        return AppState.PENDING  # its start is sent, not confirmed: its process may not run yet
     return _REPLICA_STATE.get(actor.state, AppState.UNKNOWN)
 
 

@@ -123,7 +123,8 @@ def test_logs_follow_a_running_attempt(cluster: Cluster, tmp_path: Path) -> None
     script = str(cluster.work / "gated.py")
     spec = JobSpec(name="follow", command=[sys.executable, "-u", script, str(gate)], min_nodes=1, max_nodes=1)
     job_id = client.submit(spec).id
-    cluster.wait_job(job_id, "its actor runs", lambda j: j.actors[0].state == "RUNNING")
+    runs = cluster.wait_job(job_id, "its actor runs", lambda j: j.actors[0].state == "RUNNING" and not j.actors[0].starting)
+    assert runs.raw["actors"][0]["starting"] is False, runs.raw
     lines = client.logs(job_id, 0, follow=True, poll_interval=0.1)
     assert next(lines) == "line 0\n"
     # The job waits for the gate: the first line came while it was running.
@@ -330,7 +331,8 @@ def test_following_a_log_rides_out_a_head_restart(cluster: Cluster, tmp_path: Pa
     command = [sys.executable, "-u", str(cluster.work / "gated.py"), str(gate)]
     spec = JobSpec(name="log-through-a-restart", command=command, min_nodes=1, max_nodes=1)
     job_id = client.submit(spec).id
-    cluster.wait_job(job_id, "its actor runs", lambda j: j.actors[0].state == "RUNNING")
+    runs = cluster.wait_job(job_id, "its actor runs", lambda j: j.actors[0].state == "RUNNING" and not j.actors[0].starting)
+    assert runs.raw["actors"][0]["starting"] is False, runs.raw
     lines = client.logs(job_id, 0, follow=True, poll_interval=0.1)
     assert next(lines) == "line 0\n"
     cluster.kill_head()

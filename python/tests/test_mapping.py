@@ -8,18 +8,20 @@ import json
 import logging
 import os
 import subprocess
+import types
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
 from torchx.components.dist import ddp
 from torchx.components.utils import python as utils_python
-from torchx.specs import AppDef, BindMount, Resource, RetryPolicy, Role
+from torchx.specs import AppDef, AppState, BindMount, Resource, RetryPolicy, Role
 
 from ftdrive import ArgumentError, Client, ConfigError, FtdriveError, SpecError
+from ftdrive.models import Actor
 from ftdrive.spec import JobSpec
 from ftdrive.torchrun import translate
-from ftdrive.torchx_scheduler import _in_torchx_terms, create_scheduler, to_request
+from ftdrive.torchx_scheduler import _in_torchx_terms, _replica_state, create_scheduler, to_request
 
 CFG: Dict[str, Any] = {"cwd": "/srv/train", "python": "python3"}
 
@@ -317,3 +319,13 @@ def test_mounts_the_job_leaves_out_are_said_when_it_is_submitted(caplog: pytest.
 def test_why_an_app_waits_is_told_in_torchx_terms(head_said: str, torchx_says: str) -> None:
     assert torchx_says in _in_torchx_terms(head_said)
     assert "min_nodes" not in _in_torchx_terms(head_said).split(";")[-1]
+
+
+def test_a_replica_is_running_once_its_agent_confirmed_its_start() -> None:
+    """RUNNING turns on when the head sends the start; until the agent confirms it the
+    replica's process may not exist, as a torchx PENDING replica's does not."""
+    job = types.SimpleNamespace(state="RUNNING")
+    seen = {"name": "j1/0", "state": "RUNNING", "node": "n1", "rank": 0, "attempt": 1}
+    sent = Actor.from_json({**seen, "starting": True})
+    assert _replica_state(job, sent) == AppState.PENDING  # type: ignore[arg-type]
+    assert _replica_state(job, Actor.from_json({**seen, "starting": False})) == AppState.RUNNING  # type: ignore[arg-type]

@@ -3,7 +3,7 @@
 use ftdrive::driver::{ActorState, Budget};
 use ftdrive::event::{Event, EventLine, JobEvent};
 use ftdrive::scheduler::NodeState;
-use ftdrive::view::{JobView, NodeView, Suspect};
+use ftdrive::view::{ActorView, JobView, NodeView, Suspect};
 use ftdrive::{ActorId, JobId};
 use std::fmt::Write;
 
@@ -124,7 +124,7 @@ pub fn snapshot_lines(view: &JobView) -> String {
     for a in &view.actors {
         let node = a.node.as_ref().map(|n| format!(" on {n}")).unwrap_or_default();
         let rank = a.rank.map(|r| rank_text(r, view.nproc_per_node)).unwrap_or_default();
-        let _ = writeln!(out, "     now  {} {}{node}{rank} (attempt {})", a.name, a.state, a.attempt);
+        let _ = writeln!(out, "     now  {} {}{node}{rank} (attempt {})", a.name, actor_state(a), a.attempt);
     }
     out
 }
@@ -176,6 +176,15 @@ fn restart_text(actor: Option<&ActorId>, in_ms: u64) -> String {
     format!("{who}restarting in {:.1} s: backing off after a failure (`retries.backoff_ms`)", in_ms as f64 / 1000.0)
 }
 
+/// An actor's state, and while it is RUNNING but its agent has not confirmed the start, that
+/// it is still starting (kubectl's `ContainerCreating`): its process may not exist yet.
+fn actor_state(a: &ActorView) -> String {
+    match a.starting {
+        true => format!("{} (starting)", a.state),
+        false => a.state.to_string(),
+    }
+}
+
 pub fn job_table(view: &JobView) -> String {
     let workers =
         if view.nproc_per_node > 1 { format!(" · {} workers per actor", view.nproc_per_node) } else { String::new() };
@@ -191,16 +200,18 @@ pub fn job_table(view: &JobView) -> String {
     let gpu_header = if gpus { "  GPUS" } else { "" };
     let names: Vec<String> = view.actors.iter().map(|a| a.name.to_string()).collect();
     let actor = column(14, names.iter().map(String::as_str));
+    let states: Vec<String> = view.actors.iter().map(actor_state).collect();
+    let state = column(15, states.iter().map(String::as_str));
     let node = column(14, view.actors.iter().filter_map(|a| a.node.as_deref()));
     // With several workers each, an actor's rank is its node's (torchrun's GROUP_RANK).
     let rank_header = if view.nproc_per_node > 1 { "NODE RANK" } else { "RANK" };
     let rank_width = rank_header.len();
     let _ = writeln!(
         out,
-        "  {:<actor$} {:<15} {:<node$} {:>rank_width$} {:>7}{gpu_header}",
+        "  {:<actor$} {:<state$} {:<node$} {:>rank_width$} {:>7}{gpu_header}",
         "ACTOR", "STATE", "NODE", rank_header, "ATTEMPT"
     );
-    for a in &view.actors {
+    for (a, state_text) in view.actors.iter().zip(&states) {
         let rank = a.rank.map_or("-".to_string(), |r| r.to_string());
         let devices = match (gpus, a.devices.is_empty()) {
             (false, _) => String::new(),
@@ -209,9 +220,9 @@ pub fn job_table(view: &JobView) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<actor$} {:<15} {:<node$} {:>rank_width$} {:>7}{devices}",
+            "  {:<actor$} {:<state$} {:<node$} {:>rank_width$} {:>7}{devices}",
             a.name.to_string(),
-            a.state.to_string(),
+            state_text,
             a.node.as_deref().unwrap_or("-"),
             rank,
             a.attempt
@@ -729,6 +740,27 @@ mod tests {
         assert!(!job_summary(&view, 3_733_000).contains("time limit"), "its time has come");
         view.message = Some("stopped by the user".into());
         assert!(!job_summary(&view, 10_000).contains("time limit"), "an ending job");
+    }
+
+    /// An actor whose start its agent has not confirmed says so in the table and to a
+    /// follower, and the columns after it stay under their headers.
+    #[test]
+    fn a_start_not_confirmed_yet_is_shown_as_starting() {
+        let mut view = job("RUNNING", None);
+        view.actors = serde_json::from_value(serde_json::json!([
+            {"name": "j1/0", "state": "RUNNING", "node": "n1", "rank": 0, "attempt": 1, "role": "active", "starting": true},
+            {"name": "j1/1", "state": "RUNNING", "node": "n2", "rank": 1, "attempt": 1, "role": "active"}
+        ]))
+        .unwrap();
+        let table = job_table(&view);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[2].starts_with("  j1/0           RUNNING (starting) n1"), "{table}");
+        assert!(lines[3].starts_with("  j1/1           RUNNING            n2"), "{table}");
+        let at = lines[1].find("NODE").unwrap();
+        assert_eq!((lines[2].get(at..at + 2), lines[3].get(at..at + 2)), (Some("n1"), Some("n2")), "{table}");
+        let snapshot = snapshot_lines(&view);
+        assert!(snapshot.contains("j1/0 RUNNING (starting) on n1 rank 0 (attempt 1)"), "{snapshot}");
+        assert!(snapshot.contains("j1/1 RUNNING on n2 rank 1 (attempt 1)"), "{snapshot}");
     }
 
     /// Names go up to 63 characters: a long one widens its column instead of pushing its row's

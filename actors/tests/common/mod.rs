@@ -300,8 +300,11 @@ pub fn actor_on_rank(job: &Value, rank: u64) -> (String, String) {
     (actor["name"].as_str().unwrap().to_string(), actor["node"].as_str().unwrap().to_string())
 }
 
+/// Whether `count` actors are RUNNING with their starts confirmed by their agents (a process
+/// was spawned), not merely sent.
 pub fn running(job: &Value, count: usize) -> bool {
-    job["actors"].as_array().unwrap().iter().filter(|a| a["state"] == "RUNNING").count() == count
+    let runs = |a: &&Value| a["state"] == "RUNNING" && a["starting"] == false;
+    job["actors"].as_array().unwrap().iter().filter(runs).count() == count
 }
 
 /// Long in its first cycle, short afterwards: the job ends soon once it recovered.

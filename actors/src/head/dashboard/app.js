@@ -641,7 +641,9 @@ function actorsTable(job) {
       el('thead', {}, el('tr', {}, headers.map((h) => el('th', { scope: 'col' }, h)))),
       el('tbody', {}, actors.map((a) => el('tr', { dataset: { actor: a.name } },
         el('th', { scope: 'row' }, a.name),
-        el('td', {}, stateBadge(a.state)),
+        el('td', {}, stateBadge(a.state), a.starting
+          ? el('span', { class: 'muted', title: 'its start was sent; its agent has not confirmed that its process runs' }, ' starting')
+          : null),
         el('td', {}, a.role),
         el('td', { class: 'num' }, a.rank ?? '—'),
         el('td', {}, a.node ?? '—'),
