@@ -1293,8 +1293,7 @@ fn an_embedded_cluster_stops_its_job_on_sigterm_and_a_second_signal_kills_it_now
         .unwrap();
     let mut stdout = std::io::BufReader::new(submit.stdout.take().unwrap());
     let mut seen = String::new();
-    // A snapshot can show it "RUNNING (starting) on n1", its agent yet to confirm the start.
-    while !seen.contains("RUNNING on") && !seen.contains("RUNNING (starting) on") {
+    while !seen.contains("RUNNING on") {
         assert!(stdout.read_line(&mut seen).unwrap() > 0, "the follower showed the job running: {seen}");
     }
     let marked = || -> Vec<u32> {
