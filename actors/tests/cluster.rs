@@ -98,6 +98,32 @@ fn a_hung_agent_s_workers_end_while_it_hangs() {
     c.ftdrive(&["stop", &id]);
 }
 
+/// An actor is RUNNING once its start is sent; until its agent confirms the start (here a
+/// stopped agent cannot), `status` says it is still starting, as its JSON does.
+#[test]
+fn a_start_its_agent_has_not_confirmed_is_shown_starting() {
+    let c = Cluster::start_with(&["n1", "n2"], &["--heartbeat-interval-ms", "1000", "--node-timeout-ms", "60000"]);
+    let agent = c.nodes["n2"].id() as i32;
+    // SAFETY: signalling a child process this test started.
+    unsafe { libc::kill(agent, libc::SIGSTOP) };
+    let id =
+        c.submit_no_wait(&c.spec("unconfirmed", json!({"command": ["sleep", "300"], "min_nodes": 2, "max_nodes": 2})));
+    let on = |j: &Value, node: &str| j["actors"].as_array().unwrap().iter().find(|a| a["node"] == node).cloned();
+    let job = c.wait_for_job(&id, "n1's start is confirmed", |j| on(j, "n1").is_some_and(|a| a["starting"] == false));
+    let sent = on(&job, "n2").expect("a rank on n2");
+    assert_eq!((&sent["state"], &sent["starting"]), (&json!("RUNNING"), &json!(true)), "{job:#}");
+    let status = c.ftdrive(&["status", &id]);
+    let row = |name: &str| status.lines().find(|l| l.contains(name)).unwrap_or_default().to_string();
+    let name = sent["name"].as_str().unwrap();
+    assert!(row(name).contains(" RUNNING (starting) n2 "), "{status}");
+    assert!(!status.lines().any(|l| l.contains(" n1 ") && l.contains("(starting)")), "{status}");
+    // SAFETY: as above.
+    unsafe { libc::kill(agent, libc::SIGCONT) };
+    c.wait_for_job(&id, "n2 confirms its start", |j| running(j, 2));
+    assert!(!c.ftdrive(&["status", &id]).contains("(starting)"));
+    c.ftdrive(&["stop", &id]);
+}
+
 /// A node the head has stopped hearing from is shown as suspect before it is declared DEAD
 /// (as Slurm's `idle*` and Kubernetes' `Unknown` are), in `ftdrive nodes`, its JSON and the
 /// metrics, and is no longer once it is heard from again.
