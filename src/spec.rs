@@ -172,6 +172,8 @@ pub struct Overrides {
     pub nproc_per_node: Option<i64>,
     pub priority: Option<i32>,
     pub run_timeout_ms: Option<u64>,
+    /// Variables added to the spec's `env`, each replacing the spec's of its name.
+    pub env: BTreeMap<String, String>,
 }
 
 /// A job spec that cannot be accepted, and why.
@@ -197,8 +199,9 @@ impl JobSpec {
             r#"{"name": "train", "command": ["python", "train.py"], "min_nodes": 1, "max_nodes": 1}"#,
         )
         .map_err(|(field, message)| SpecError::new(&field, message))?;
+        let raw = raw.with_overrides(overrides);
         admission_checks(&raw)?;
-        raw.with_overrides(overrides).validate()
+        raw.validate()
     }
 
     /// The spec of a minimal job, for tests and examples.
@@ -394,6 +397,10 @@ impl RawJobSpec {
         self.nproc_per_node = o.nproc_per_node.or(self.nproc_per_node);
         self.priority = o.priority.or(self.priority);
         self.run_timeout_ms = o.run_timeout_ms.or(self.run_timeout_ms);
+        if !o.env.is_empty() {
+            let env = self.env.get_or_insert_with(BTreeMap::new);
+            env.extend(o.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
         self
     }
 
@@ -956,10 +963,20 @@ mod tests {
             nproc_per_node: Some(8),
             priority: Some(5),
             run_timeout_ms: Some(60_000),
+            env: [("NCCL_DEBUG".to_string(), "INFO".to_string())].into(),
         };
         let spec = JobSpec::parse(text, &o).unwrap();
         assert_eq!((spec.min_nodes, spec.max_nodes, spec.hot_spares, spec.priority), (3, 8, 1, 5));
         assert_eq!((spec.nproc_per_node, spec.run_timeout_ms), (8, Some(60_000)));
+        assert_eq!(spec.env, [("NCCL_DEBUG".to_string(), "INFO".to_string())].into());
+        let with_env = r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":1,"env":{"A":"file","B":"file"}}"#;
+        let spec = JobSpec::parse(with_env, &o).unwrap();
+        let names: Vec<(&str, &str)> = spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(names, [("A", "file"), ("B", "file"), ("NCCL_DEBUG", "INFO")]);
+        let a = Overrides { env: [("A".to_string(), "flag".to_string())].into(), ..Overrides::default() };
+        assert_eq!(JobSpec::parse(with_env, &a).unwrap().env["A"], "flag", "a flag's variable wins");
+        let bad = Overrides { env: [("BAD\u{1b}".to_string(), "1".to_string())].into(), ..Overrides::default() };
+        assert_eq!(JobSpec::parse(text, &bad).unwrap_err().field, "env.BAD\\u{1b}", "checked as the file's are");
         let bad = Overrides { min_nodes: Some(4), ..Overrides::default() };
         assert_eq!(JobSpec::parse(text, &bad).unwrap_err().field, "min_nodes");
         let zero = Overrides { run_timeout_ms: Some(0), ..Overrides::default() };

@@ -625,6 +625,12 @@ fn a_refused_override_is_blamed_on_its_flag_and_no_wait_needs_a_head() {
             vec!["--run-timeout-ms", "0"],
             "--run-timeout-ms 0: is 0; use null for no limit, or a positive number of milliseconds".to_string(),
         ),
+        (vec!["--env", "A=1", "--env", "A=2"], "--env A: is given twice; give each variable once".to_string()),
+        (
+            vec!["--env", "BAD\u{1b}=1"],
+            "--env BAD\\u{1b}: is not a valid variable; names are non-empty, without `=` or control characters"
+                .to_string(),
+        ),
         (
             vec!["--max-nodes", "1"],
             format!("{job}: job spec field `min_nodes`: is 2, more than max_nodes (1); set min_nodes <= max_nodes (with --max-nodes 1 from the command line)"),
@@ -642,6 +648,12 @@ fn a_refused_override_is_blamed_on_its_flag_and_no_wait_needs_a_head() {
         assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
         assert!(stderr.starts_with(&format!("ftdrive: {said}")), "{flags:?}: {stderr}");
     }
+    // A variable must be NAME=VALUE: refused as the command line is read.
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_ftdrive")).args(["submit", "--env", "NCCL_DEBUG", job]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("takes NAME=VALUE, e.g. NCCL_DEBUG=INFO, not `NCCL_DEBUG`"), "{stderr}");
     // Nor can an embedded cluster, which ends with the command, hold a job submitted --no-wait.
     let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
         .args(["submit", "--no-wait", job])
@@ -1655,6 +1667,23 @@ fn a_job_past_its_run_timeout_is_stopped_and_fails_saying_why() {
     assert!(ledger.iter().all(|e| e["cause"] == "collateral" && e["budget"] == "none"), "{done:#}");
     assert_eq!(ledger.len(), 2, "{done:#}");
     assert!(c.processes(None).is_empty(), "its processes were stopped");
+}
+
+/// `submit --env` adds a variable to every process of the job, over the spec's of that name
+/// (as `docker run --env` over an image's), leaving the spec's others as they are.
+#[test]
+fn a_variable_given_on_the_command_line_reaches_the_job_over_the_specs() {
+    let state = tempfile::tempdir().unwrap();
+    let spec = state.path().join("env.json");
+    let check = r#"test "$GREETING" = "from the flag=yes" && test "$KEPT" = file"#;
+    let job = json!({"name": "env", "command": ["sh", "-c", check], "min_nodes": 1, "max_nodes": 1,
+                     "env": {"GREETING": "from the file", "KEPT": "file"}});
+    std::fs::write(&spec, job.to_string()).unwrap();
+    let args = ["--local-nodes", "1", "--env", "GREETING=from the flag=yes", spec.to_str().unwrap()];
+    let out = submit_locally(state.path(), state.path(), &args.map(std::ffi::OsStr::new));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("job j1 (env) SUCCEEDED"), "{stdout}");
 }
 
 /// The embedded cluster never grows, so a job it can never hold is refused at once (exit 2)

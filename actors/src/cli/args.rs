@@ -259,6 +259,10 @@ pub struct SubmitArgs {
     /// through every restart, as Slurm's `--time` (overrides the spec's `run_timeout_ms`).
     #[arg(long)]
     pub run_timeout_ms: Option<u64>,
+    /// A variable for every process of the job, added to the spec's `env` (replacing its
+    /// variable of that name); repeat for more, e.g. `--env NCCL_DEBUG=INFO`.
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = env_var)]
+    pub env: Vec<(String, String)>,
     /// Return once the job is accepted instead of following it.
     #[arg(long)]
     pub no_wait: bool,
@@ -408,6 +412,15 @@ fn job_id(text: &str) -> Result<String, String> {
 
 /// A job id or node name, refused here by the head's own rule before anything is asked of it
 /// (an empty or `a/b` name would otherwise reach the head as another route).
+/// `NAME=VALUE`, split at its first `=` (a value may hold more), as `env` and `docker run
+/// --env` take it; the name is checked with the spec's.
+fn env_var(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("takes NAME=VALUE, e.g. NCCL_DEBUG=INFO, not `{}`", text.escape_debug())),
+    }
+}
+
 fn name(text: &str) -> Result<String, String> {
     ftdrive::head::check_name(text).map(|()| text.to_string()).map_err(|e| e.to_string())
 }

@@ -11,6 +11,7 @@ use super::out::{self, Progress};
 use ftdrive::spec::{JobSpec, Overrides, SpecError};
 use ftdrive::view::JobView;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
     let limit = crate::head::MAX_BODY_BYTES as u64;
@@ -23,6 +24,7 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         nproc_per_node: args.nproc_per_node,
         priority: args.priority,
         run_timeout_ms: args.run_timeout_ms,
+        env: env_once_each(&args.env)?,
     };
     let spec = JobSpec::parse(&text, &overrides).map_err(|e| blame(&e, &args))?;
     refuse_local_flags_with_a_head(&args)?;
@@ -41,6 +43,21 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
     })
 }
 
+/// The `--env` variables, each named once: one named twice is most likely a typo in one of
+/// them, as the spec's own `env` refuses a name given twice.
+fn env_once_each(given: &[(String, String)]) -> Result<BTreeMap<String, String>, CliError> {
+    let mut env = BTreeMap::new();
+    for (name, value) in given {
+        if env.insert(name.clone(), value.clone()).is_some() {
+            return Err(CliError::BadInput(format!(
+                "--env {}: is given twice; give each variable once",
+                name.escape_debug()
+            )));
+        }
+    }
+    Ok(env)
+}
+
 /// `--local-nodes` sizes the embedded cluster, which a configured head replaces: a job sent to
 /// a real cluster while the user believes it runs on N local agents is refused, not sent.
 fn refuse_local_flags_with_a_head(args: &SubmitArgs) -> Result<(), CliError> {
@@ -55,7 +72,7 @@ fn refuse_local_flags_with_a_head(args: &SubmitArgs) -> Result<(), CliError> {
 /// A refused spec, blamed on what set the field at fault: a flag that overrode it, else the
 /// file (naming any flags that took part, since `min_nodes <= max_nodes` spans both).
 fn blame(e: &SpecError, args: &SubmitArgs) -> CliError {
-    let given: Vec<(&str, String)> = [
+    let mut given: Vec<(String, String)> = [
         ("min_nodes", "--min-nodes", args.min_nodes.map(|v| v.to_string())),
         ("max_nodes", "--max-nodes", args.max_nodes.map(|v| v.to_string())),
         ("hot_spares", "--hot-spares", args.hot_spares.map(|v| v.to_string())),
@@ -64,8 +81,14 @@ fn blame(e: &SpecError, args: &SubmitArgs) -> CliError {
         ("run_timeout_ms", "--run-timeout-ms", args.run_timeout_ms.map(|v| v.to_string())),
     ]
     .into_iter()
-    .filter_map(|(field, flag, value)| value.map(|v| (field, format!("{flag} {v}"))))
+    .filter_map(|(field, flag, value)| value.map(|v| (field.to_string(), format!("{flag} {v}"))))
     .collect();
+    // A variable is named as the spec's checks name it (`env.NAME`, escaped); its value, up
+    // to 32 KiB, is left out.
+    given.extend(args.env.iter().map(|(name, _)| {
+        let name = name.escape_debug();
+        (format!("env.{name}"), format!("--env {name}"))
+    }));
     let file = args.job.display();
     CliError::BadInput(match given.iter().find(|(field, _)| e.field == *field) {
         Some((_, flag)) => format!("{flag}: {}", e.message),
