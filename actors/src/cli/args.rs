@@ -410,8 +410,6 @@ fn job_id(text: &str) -> Result<String, String> {
     }
 }
 
-/// A job id or node name, refused here by the head's own rule before anything is asked of it
-/// (an empty or `a/b` name would otherwise reach the head as another route).
 /// `NAME=VALUE`, split at its first `=` (a value may hold more), as `env` and `docker run
 /// --env` take it; the name is checked with the spec's.
 fn env_var(text: &str) -> Result<(String, String), String> {
@@ -421,6 +419,8 @@ fn env_var(text: &str) -> Result<(String, String), String> {
     }
 }
 
+/// A job id or node name, refused here by the head's own rule before anything is asked of it
+/// (an empty or `a/b` name would otherwise reach the head as another route).
 fn name(text: &str) -> Result<String, String> {
     ftdrive::head::check_name(text).map(|()| text.to_string()).map_err(|e| e.to_string())
 }
