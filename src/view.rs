@@ -198,7 +198,36 @@ pub struct Suspect {
     pub held: bool,
 }
 
+/// Who holds, or last held, one global rank of a job (torchrun's `RANK`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankHolder {
+    /// The actor's index in the job.
+    pub actor: u32,
+    pub attempt: u32,
+    /// With several workers per actor, the worker's `LOCAL_RANK`.
+    pub local_rank: Option<u32>,
+}
+
 impl JobView {
+    /// The attempt that holds global rank `rank` in the latest cycle that had it: a live one
+    /// (its rank is the actor's now) or an ended one (its ledger entry's). Ranks move between
+    /// actors as cycles re-form, so rank 1's output may be another actor's in each cycle.
+    pub fn rank_holder(&self, rank: u32) -> Option<RankHolder> {
+        let nproc = self.nproc_per_node.max(1);
+        let node_rank = rank / nproc;
+        let index = |name: &ActorId| self.actors.iter().position(|a| a.name == *name).map(|i| i as u32);
+        let ended = self.ledger.iter().filter(|e| e.rank == Some(node_rank)).map(|e| (e.cycle, &e.actor, e.attempt));
+        let ledgered = |a: &ActorView| self.ledger.iter().any(|e| e.actor == a.name && e.attempt == a.attempt);
+        let live = self
+            .actors
+            .iter()
+            .filter(|a| a.rank == Some(node_rank) && a.attempt > 0 && !ledgered(a))
+            .map(|a| (self.cycles, &a.name, a.attempt));
+        let (_, name, attempt) = ended.chain(live).max_by_key(|(cycle, _, attempt)| (*cycle, *attempt))?;
+        let local_rank = (nproc > 1).then_some(rank % nproc);
+        Some(RankHolder { actor: index(name)?, attempt, local_rank })
+    }
+
     /// Why `local_rank` names no worker of this job's actors, if it names none (the CLI and the
     /// log API say it alike).
     pub fn no_such_worker(&self, local_rank: u32) -> Option<String> {
@@ -336,5 +365,52 @@ pub fn node_view(scheduler: &Scheduler, ix: NodeIx, marks: NodeMarks) -> NodeVie
         suspect,
         ports_left: Some(node.port_room()),
         metrics_url: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Cycle 1 ran actors 0, 1, 2 as ranks 0, 1, 2; actor 1's node was lost, and cycle 2 runs
+    /// the survivors first (actor 2 is rank 1 now) and actor 1 last.
+    fn regrown(nproc: u32) -> JobView {
+        let ended = |actor: &str, rank: u32| {
+            json!({"actor": actor, "rank": rank, "attempt": 1, "cycle": 1, "node": "n", "start_ms": 0,
+                   "end_ms": 1, "exit_code": null, "signal": 9, "cause": "collateral", "evidence": "",
+                   "budget": "none", "remaining": {"user": 0, "system": 0, "preemption": 0}})
+        };
+        let live = |name: &str, rank: u32| json!({"name": name, "state": "RUNNING", "node": "n", "rank": rank, "attempt": 2, "role": "active"});
+        serde_json::from_value(json!({
+            "id": "j1", "name": "t", "state": "RUNNING", "cycles": 2, "min_nodes": 3, "max_nodes": 3,
+            "nproc_per_node": nproc, "submit_ms": 0, "message": null, "infeasible": null,
+            "remaining": {"user": 0, "system": 0, "preemption": 0}, "placement_groups": [],
+            "actors": [live("j1/0", 0), live("j1/1", 2), live("j1/2", 1)],
+            "ledger": [ended("j1/0", 0), ended("j1/1", 1), ended("j1/2", 2)]
+        }))
+        .expect("a job view")
+    }
+
+    #[test]
+    fn a_rank_is_held_by_whoever_has_it_in_the_latest_cycle() {
+        let view = regrown(1);
+        let holder = |rank| view.rank_holder(rank).map(|h| (h.actor, h.attempt, h.local_rank));
+        assert_eq!(holder(1), Some((2, 2, None)), "rank 1 is actor 2's now");
+        assert_eq!(holder(2), Some((1, 2, None)));
+        assert_eq!(holder(3), None, "no attempt had rank 3");
+        let mut ended = view.clone();
+        ended.actors[2].state = ActorState::TaskCompleted;
+        let entry = LedgerEntry { rank: Some(1), attempt: 2, cycle: 2, ..view.ledger[2].clone() };
+        ended.ledger.push(entry);
+        assert_eq!(ended.rank_holder(1).map(|h| (h.actor, h.attempt)), Some((2, 2)), "ended, from the ledger");
+    }
+
+    #[test]
+    fn with_several_workers_a_rank_names_a_node_rank_and_a_local_rank() {
+        let view = regrown(8);
+        let holder = view.rank_holder(9).expect("node rank 1, local rank 1");
+        assert_eq!((holder.actor, holder.attempt, holder.local_rank), (2, 2, Some(1)));
+        assert_eq!(view.rank_holder(24), None, "node rank 3 never ran");
     }
 }

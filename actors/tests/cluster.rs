@@ -24,6 +24,46 @@ fn a_three_node_job_succeeds_and_its_logs_are_served() {
     assert!(log.contains("rank 0 of 3 on n"), "{log}");
 }
 
+/// `logs --rank R` follows the rank, not an actor: an elastic job that lost rank 1's node
+/// re-forms with the survivors, and rank 1 is then another actor's.
+#[test]
+fn the_logs_of_a_rank_are_of_whoever_held_it_last() {
+    let mut c = Cluster::start(&["n1", "n2", "n3"]);
+    let script = r#"echo "rank $RANK in cycle $FTDRIVE_CYCLE"; if [ "$FTDRIVE_CYCLE" = 1 ]; then sleep 60; fi"#;
+    let spec = c.spec("ranks", json!({"command": ["sh", "-c", script], "min_nodes": 2, "max_nodes": 3}));
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "three ranks run", |j| running(j, 3));
+    let (lost, victim) = actor_on_rank(&job, 1);
+    c.kill_node(&victim);
+    let done = c.wait_for_job(&id, "the survivors succeed", |j| j["state"] == "SUCCEEDED");
+    assert_eq!(done["cycles"], 2, "{done:#}");
+    assert_eq!(c.ftdrive(&["logs", &id, "--rank", "1"]), "rank 1 in cycle 2\n");
+    let (_, rank2_then) = actor_on_rank_in(&done, 2, 1);
+    let rank2_then = rank2_then.rsplit('/').next().unwrap().to_string();
+    let first = c.ftdrive(&["logs", &id, "--actor", &rank2_then, "--attempt", "1"]);
+    assert_eq!(first, "rank 2 in cycle 1\n", "the same actor held rank 2 before");
+    assert_ne!(lost.rsplit('/').next(), Some(rank2_then.as_str()));
+    // Rank 2 was last held in cycle 1.
+    assert_eq!(c.ftdrive(&["logs", &id, "--rank", "2"]), "rank 2 in cycle 1\n");
+    let waiting = c.submit_no_wait(&c.spec("waits", json!({"command": ["true"], "min_nodes": 3, "max_nodes": 3})));
+    let never = c.try_ftdrive(&["logs", &waiting, "--rank", "0"]);
+    let said = String::from_utf8_lossy(&never.stderr);
+    assert_eq!(never.status.code(), Some(1), "{said}");
+    let says = format!("no attempt of {waiting} has held rank 0 yet (the job is PENDING); `ftdrive logs {waiting} --rank 0 --follow` waits for it");
+    assert!(said.contains(&says), "{said}");
+    let beyond = c.try_ftdrive(&["logs", &id, "--rank", "3"]);
+    let said = String::from_utf8_lossy(&beyond.stderr);
+    assert_eq!(beyond.status.code(), Some(2), "{said}");
+    assert!(said.contains(&format!("--rank 3: {id} has ranks 0 to 2")), "{said}");
+}
+
+/// The actor whose attempt `attempt` held `rank`, from the ledger: (its node, its name).
+fn actor_on_rank_in(job: &Value, rank: u64, attempt: u64) -> (String, String) {
+    let entry = job["ledger"].as_array().unwrap().iter().find(|e| e["rank"] == rank && e["attempt"] == attempt);
+    let entry = entry.unwrap_or_else(|| panic!("rank {rank} in attempt {attempt}: {job:#}"));
+    (entry["node"].as_str().unwrap().to_string(), entry["actor"].as_str().unwrap().to_string())
+}
+
 #[test]
 fn killing_an_agent_mid_job_recovers_on_another_node() {
     let mut c = Cluster::start(&["n1", "n2", "n3", "n4"]);

@@ -75,6 +75,10 @@ fn three_nodes_of_two_workers_run_six_processes_with_torchruns_environment() {
     );
     let one = c.ftdrive(&["logs", "j1", "--actor", "j1/1", "--local-rank", "1"]);
     assert_eq!(one, "hello from rank 3\n", "one worker's own log, unprefixed");
+    for rank in 0..6 {
+        let by_rank = c.ftdrive(&["logs", "j1", "--rank", &rank.to_string()]);
+        assert_eq!(by_rank, format!("hello from rank {rank}\n"), "a global rank names its worker");
+    }
     let bad = c.try_ftdrive(&["logs", "j1", "--actor", "j1/1", "--local-rank", "2"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("local ranks 0 to 1"), "{bad:?}");

@@ -305,6 +305,11 @@ pub struct LogsArgs {
     /// `j1/2` or `2` (default: every actor that ran).
     #[arg(long)]
     pub actor: Option<String>,
+    /// A global rank (torchrun's `RANK`): the output of the attempt that holds it in the
+    /// latest cycle that had it, or held it last; with several workers per actor, that
+    /// worker's alone. Ranks move between actors as a job re-forms after a failure.
+    #[arg(long, conflicts_with_all = ["actor", "attempt", "local_rank"])]
+    pub rank: Option<u32>,
     /// Which attempt (default: the latest).
     #[arg(long)]
     pub attempt: Option<u32>,

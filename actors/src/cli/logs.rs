@@ -1,7 +1,7 @@
-//! `ftdrive logs JOB [--actor A] [--attempt N] [--local-rank L] [--tail N] [--follow]`: an attempt's
-//! output (stdout and stderr together; of several workers per node, their lines interleaved,
-//! each prefixed `[rankR]: `), or one worker's, fetched through the head from the agent that
-//! ran it.
+//! `ftdrive logs JOB [--actor A] [--attempt N] [--local-rank L] [--rank R] [--tail N]
+//! [--follow]`: an attempt's output (stdout and stderr together; of several workers per node,
+//! their lines interleaved, each prefixed `[rankR]: `), or one worker's, fetched through the
+//! head from the agent that ran it.
 
 use super::args::LogsArgs;
 use super::client::{Client, LogFrom};
@@ -21,8 +21,24 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
         if let Some((local_rank, why)) = args.local_rank.and_then(|l| view.no_such_worker(l).map(|why| (l, why))) {
             return Err(CliError::BadInput(format!("--local-rank {local_rank}: {why}")));
         }
-        let wanted = args.actor.as_deref().map(|actor| actor_index(actor, &view.id, view.actors.len())).transpose()?;
-        let view = if args.follow { until_started(&client, view, wanted).await? } else { view };
+        let (view, wanted, attempt, local_rank) = match args.rank {
+            None => {
+                let wanted =
+                    args.actor.as_deref().map(|actor| actor_index(actor, &view.id, view.actors.len())).transpose()?;
+                let view = if args.follow { until(&client, view, |v| started(v, wanted).is_ok()).await? } else { view };
+                (view, wanted, args.attempt, args.local_rank)
+            }
+            Some(rank) => {
+                let ranks = view.max_nodes * view.nproc_per_node.max(1);
+                if rank >= ranks {
+                    return Err(CliError::BadInput(format!("--rank {rank}: {} has ranks 0 to {}", view.id, ranks - 1)));
+                }
+                let view =
+                    if args.follow { until(&client, view, |v| v.rank_holder(rank).is_some()).await? } else { view };
+                let holder = view.rank_holder(rank).ok_or_else(|| CliError::Failed(rank_not_held(&view, rank)))?;
+                (view, Some(holder.actor), Some(holder.attempt), holder.local_rank)
+            }
+        };
         let actors = match started(&view, wanted) {
             Ok(actors) => actors,
             // Followed to the job's end, which came before any start: its outcome, as any
@@ -33,14 +49,14 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
             }
             Err(why) => return Err(CliError::Failed(why.to_string())),
         };
-        let actors = reached(&view, actors, args.attempt)?;
+        let actors = reached(&view, actors, attempt)?;
         let headers = actors.len() > 1;
         let printer = Printer::new(headers);
         let read_one = |actor: u32| {
             // A follower keeps to the attempt that is the latest now (`Cursor`), even if its
             // first read fails and a retry starts meanwhile.
             let latest = args.follow.then(|| view.actors[actor as usize].attempt);
-            let which = Which { actor, attempt: args.attempt.or(latest), local_rank: args.local_rank, tail: args.tail };
+            let which = Which { actor, attempt: attempt.or(latest), local_rank, tail: args.tail };
             let (client, job, printer) = (&client, &view.id, &printer);
             async move {
                 // Every name was checked against the job: what the head still cannot give (a
@@ -187,11 +203,24 @@ fn reached(view: &JobView, actors: Vec<u32>, attempt: Option<u32>) -> Result<Vec
     Ok(reached)
 }
 
-/// Under `--follow`, a job whose actor has not started yet is watched until it has (or the
-/// job ends without it), as `submit` follows a PENDING job; the head may restart meanwhile.
-async fn until_started(client: &Client, mut view: JobView, wanted: Option<u32>) -> Result<JobView, CliError> {
+/// `--rank R` of the job's that no attempt has held (an elastic job that never grew to it):
+/// why, and what to do.
+fn rank_not_held(view: &JobView, rank: u32) -> String {
+    match view.state.is_terminal() {
+        true => format!("no attempt of {} held rank {rank}; the job ended {}", view.id, view.state),
+        false => format!(
+            "no attempt of {} has held rank {rank} yet (the job is {}); `ftdrive logs {} --rank {rank} --follow` waits for it",
+            view.id, view.state, view.id
+        ),
+    }
+}
+
+/// Under `--follow`, a job whose actor has not started yet (or whose rank no attempt has
+/// held) is watched until `ready` (or the job ends), as `submit` follows a PENDING job; the
+/// head may restart meanwhile.
+async fn until(client: &Client, mut view: JobView, ready: impl Fn(&JobView) -> bool) -> Result<JobView, CliError> {
     let path = format!("/v1/jobs/{}", view.id);
-    while started(&view, wanted).is_err() && !view.state.is_terminal() {
+    while !ready(&view) && !view.state.is_terminal() {
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
         view = match client.get(&path).await {
             Err(e) if is_passing(&e) => until_answered(e, || client.get(&path)).await?,
