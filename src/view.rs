@@ -271,7 +271,7 @@ pub fn job_view(d: &Driver, scheduler: &Scheduler, pg: PgId, waiting: Option<Str
             attempt: a.attempts,
             role: a.role,
             started_ms: a.run.as_ref().map(|r| r.started.as_ms()),
-            starting: a.state == ActorState::Running && a.run.as_ref().is_some_and(|r| !r.acked),
+            starting: a.is_starting(),
             standby_since_ms: a.standby_since.map(|t| t.as_ms()),
             devices: match &a.bundle {
                 Bundle::Placed { devices, .. } => *devices,

@@ -157,10 +157,13 @@ fn a_start_its_agent_has_not_confirmed_is_shown_starting() {
     let name = sent["name"].as_str().unwrap();
     assert!(row(name).contains(" RUNNING (starting) n2 "), "{status}");
     assert!(!status.lines().any(|l| l.contains(" n1 ") && l.contains("(starting)")), "{status}");
+    let metrics = || http(&c.url, "GET", "/metrics", Some(&c.token()), "");
+    assert!(metrics().contains("\nftdrive_actors_starting 1\n"), "{}", metrics());
     // SAFETY: as above.
     unsafe { libc::kill(agent, libc::SIGCONT) };
     c.wait_for_job(&id, "n2 confirms its start", |j| running(j, 2));
     assert!(!c.ftdrive(&["status", &id]).contains("(starting)"));
+    assert!(metrics().contains("\nftdrive_actors_starting 0\n"), "{}", metrics());
     c.ftdrive(&["stop", &id]);
 }
 

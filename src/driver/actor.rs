@@ -239,6 +239,12 @@ pub struct Actor {
 }
 
 impl Actor {
+    /// RUNNING, its start sent but not yet confirmed by its agent: its process may not exist
+    /// yet (the API's `starting`, the `ftdrive_actors_starting` gauge).
+    pub fn is_starting(&self) -> bool {
+        self.state == ActorState::Running && self.run.as_ref().is_some_and(|r| !r.acked)
+    }
+
     /// Gives up its bundle, remembering the node it was on (`last_node`).
     pub fn clear_bundle(&mut self) {
         if let Some(node) = self.bundle.node() {

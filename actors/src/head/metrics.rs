@@ -52,6 +52,7 @@ pub struct HeadMetrics {
     unhealthy_nodes: Gauge,
     suspect_nodes: Gauge,
     held_nodes: Gauge,
+    starting_actors: Gauge,
     queue_depth: Family<ClassLabel, Gauge>,
     attempts: Family<AttemptLabels, Counter>,
     submissions: Counter,
@@ -78,6 +79,7 @@ impl HeadMetrics {
             unhealthy_nodes: Gauge::default(),
             suspect_nodes: Gauge::default(),
             held_nodes: Gauge::default(),
+            starting_actors: Gauge::default(),
             queue_depth: Family::default(),
             attempts: Family::default(),
             submissions: Counter::default(),
@@ -113,6 +115,11 @@ impl HeadMetrics {
         let r = &mut self.registry;
         r.register("jobs", "Jobs the head holds, by state", self.jobs.clone());
         r.register("actors", "Command actors of held jobs, by state", self.actors.clone());
+        r.register(
+            "actors_starting",
+            "RUNNING actors whose start their agent has not confirmed yet (one that stays points at an agent that cannot start processes)",
+            self.starting_actors.clone(),
+        );
         r.register("nodes", "Nodes by state", self.nodes.clone());
         r.register(
             "nodes_unhealthy",
@@ -240,12 +247,15 @@ impl HeadMetrics {
         self.queue_depth.clear();
         self.zero_every_known_label();
         // Straight from the drivers: a view would also work out why each pending job waits.
+        let mut starting = 0;
         for job in head.drivers() {
             self.jobs.get_or_create(&StateLabel { state: job.state().to_string() }).inc();
             for actor in job.actors() {
                 self.actors.get_or_create(&StateLabel { state: actor.state.to_string() }).inc();
+                starting += i64::from(actor.is_starting());
             }
         }
+        self.starting_actors.set(starting);
         let (mut unhealthy, mut suspect, mut held) = (0, 0, 0);
         for node in head.node_views(now) {
             self.nodes.get_or_create(&StateLabel { state: label(&node.state) }).inc();
