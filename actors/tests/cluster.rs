@@ -546,6 +546,11 @@ fn a_user_error_with_no_budget_fails_and_submit_exits_1() {
     let spec = c.spec("broken", json!({"command": ["sh", "-c", "echo oops >&2; exit 1"], "min_nodes": 1, "max_nodes": 1, "retries": {"user": 0}}));
     let out = c.try_ftdrive(&["submit", spec.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
+    // The error it ended on is in its last lines: shown under the summary, as torchrun's
+    // error summary shows the root cause.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let shown = "  the last lines of j1/0 attempt 1 (all of it: `ftdrive logs j1 --actor 0 --attempt 1`):\n    oops\n";
+    assert!(stdout.ends_with(shown), "{stdout}");
     let job = c.job("j1");
     assert_eq!(job["state"], "FAILED");
     assert_eq!(

@@ -1,12 +1,12 @@
 //! Following a job: a live table of its actors when stdout is a terminal, one line per
 //! transition otherwise; then its outcome. Ctrl-C detaches (the job keeps running).
 
-use super::client::Client;
+use super::client::{Client, LogFrom};
 use super::error::{CliError, Outcome};
 use super::out::Progress;
 use super::reconnect::{is_passing, until_answered};
 use super::render;
-use ftdrive::driver::JobState;
+use ftdrive::driver::{JobState, LedgerEntry};
 use ftdrive::event::StreamLine;
 use ftdrive::view::JobView;
 use futures_util::StreamExt;
@@ -88,7 +88,32 @@ pub async fn follow(
         answer => answer?,
     };
     progress.text(&render::job_summary(&view, crate::paths::unix_ms()))?;
+    if let Some(failed) = render::program_failure(&view) {
+        progress.text(&last_words(client, &view, failed, on_interrupt).await)?;
+    }
     Ok(outcome(view.state))
+}
+
+/// Lines of a failed attempt's log shown under a failed job's summary.
+const FAILURE_TAIL_LINES: u32 = 10;
+
+/// The end of what `failed` wrote, or why it cannot be read (its machine gone, say): the
+/// error a failed job ended on is most often in its last lines.
+async fn last_words(client: &Client, view: &JobView, failed: &LedgerEntry, on_interrupt: OnInterrupt) -> String {
+    let (actor, attempt) = (failed.actor.index, failed.attempt);
+    let all = match on_interrupt {
+        OnInterrupt::Detach => format!("`ftdrive logs {} --actor {actor} --attempt {attempt}`", view.id),
+        // An embedded cluster ends with this command; its agents' state dirs stay in the run's.
+        OnInterrupt::StopJob => {
+            let node = std::path::Path::new(&failed.node);
+            let path = crate::node::logs::log_path(node, &view.id, actor, attempt).unwrap_or_default();
+            format!("{} in the run's directory", path.display())
+        }
+    };
+    match client.log_chunk(&view.id, actor, Some(attempt), None, LogFrom::Tail(FAILURE_TAIL_LINES)).await {
+        Ok(chunk) => render::failure_tail(failed, &String::from_utf8_lossy(&chunk.bytes), &all),
+        Err(e) => format!("  the output of {} attempt {} cannot be read: {}\n", failed.actor, failed.attempt, e),
+    }
 }
 
 /// What the follower shows: a live table redrawn on a terminal, else one printed line each.

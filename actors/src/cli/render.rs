@@ -1,6 +1,6 @@
 //! Text for people: job and node tables, event lines, the ledger.
 
-use ftdrive::driver::{ActorState, Budget};
+use ftdrive::driver::{ActorState, Budget, Cause, JobState, LedgerEntry};
 use ftdrive::event::{Event, EventLine, JobEvent};
 use ftdrive::scheduler::NodeState;
 use ftdrive::view::{ActorView, JobView, NodeView, Suspect};
@@ -259,6 +259,32 @@ fn time_limit_text(view: &JobView, now_ms: u64) -> Option<String> {
     let left_s = (at - now_ms) / 1000;
     let (h, m, s) = (left_s / 3600, left_s / 60 % 60, left_s % 60);
     Some(format!("time limit: stopped and failed in {h}:{m:02}:{s:02} unless it ends first (`run_timeout_ms`)"))
+}
+
+/// Of a FAILED job, the program's last failure (an attempt that failed on its own:
+/// `user_error` or `non_retryable`), whose output a user reads first, as torchrun's error
+/// summary names the root cause. None for other outcomes, or a job failed by its nodes.
+pub fn program_failure(view: &JobView) -> Option<&LedgerEntry> {
+    (view.state == JobState::Failed).then_some(())?;
+    view.ledger.iter().rev().find(|e| matches!(e.cause, Cause::UserError | Cause::NonRetryable))
+}
+
+/// The most of one log line shown under a failed job: a line can be a MiB of progress bar.
+const MAX_FAILURE_LINE_CHARS: usize = 400;
+
+/// The last lines a failed attempt wrote (`tail`, as its log ends), under a line naming it
+/// and where all of it is (`all`).
+pub fn failure_tail(failed: &LedgerEntry, tail: &str, all: &str) -> String {
+    if tail.is_empty() {
+        return format!("  {} attempt {} wrote no output ({all})\n", failed.actor, failed.attempt);
+    }
+    let mut out = format!("  the last lines of {} attempt {} (all of it: {all}):\n", failed.actor, failed.attempt);
+    for line in tail.lines() {
+        let shown: String = line.chars().take(MAX_FAILURE_LINE_CHARS).collect();
+        let cut = if shown.len() < line.len() { " …" } else { "" };
+        let _ = writeln!(out, "    {shown}{cut}");
+    }
+    out
 }
 
 pub fn ledger(view: &JobView) -> String {
@@ -762,6 +788,44 @@ mod tests {
         // A follower's snapshot is followed by events, none of which says the start came.
         let snapshot = snapshot_lines(&view);
         assert!(snapshot.contains("j1/0 RUNNING on n1 rank 0 (attempt 1)"), "{snapshot}");
+    }
+
+    /// A failed job's summary ends with what its program's last failure wrote: its own
+    /// failure, not a peer stopped with it, nor a node's loss.
+    #[test]
+    fn the_programs_last_failure_is_the_one_whose_output_is_shown() {
+        let entry = |actor: &str, attempt: u32, cause: &str| -> LedgerEntry {
+            serde_json::from_value(serde_json::json!({
+                "actor": actor, "rank": 0, "attempt": attempt, "cycle": attempt, "node": "n1", "start_ms": 0,
+                "end_ms": 1, "exit_code": 1, "signal": null, "cause": cause, "evidence": "",
+                "budget": "user", "remaining": {"user": 0, "system": 0, "preemption": 0}
+            }))
+            .expect("a ledger entry")
+        };
+        let mut failed = job("FAILED", Some("j1/1 failed"));
+        failed.ledger = vec![
+            entry("j1/0", 1, "user_error"),
+            entry("j1/1", 1, "collateral"),
+            entry("j1/1", 2, "non_retryable"),
+            entry("j1/0", 2, "collateral"),
+            entry("j1/2", 1, "node_lost"),
+        ];
+        let last = program_failure(&failed).map(|e| (e.actor.to_string(), e.attempt));
+        assert_eq!(last, Some(("j1/1".to_string(), 2)));
+        failed.state = JobState::Succeeded;
+        assert!(program_failure(&failed).is_none(), "only of a failed job");
+        failed.state = JobState::Failed;
+        failed.ledger.retain(|e| e.cause == Cause::NodeLost);
+        assert!(program_failure(&failed).is_none(), "a job its nodes failed");
+
+        let one = entry("j1/1", 2, "non_retryable");
+        let long = "x".repeat(MAX_FAILURE_LINE_CHARS + 10);
+        let shown = failure_tail(&one, &format!("first\n{long}\n"), "ALL");
+        let lines: Vec<&str> = shown.lines().collect();
+        assert_eq!(lines[0], "  the last lines of j1/1 attempt 2 (all of it: ALL):");
+        assert_eq!(lines[1], "    first");
+        assert_eq!(lines[2], format!("    {} …", "x".repeat(MAX_FAILURE_LINE_CHARS)));
+        assert_eq!(failure_tail(&one, "", "ALL"), "  j1/1 attempt 2 wrote no output (ALL)\n");
     }
 
     /// Names go up to 63 characters: a long one widens its column instead of pushing its row's
