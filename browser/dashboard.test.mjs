@@ -203,6 +203,28 @@ async function checkLedger(page) {
   return { actor, node };
 }
 
+/** Every attempt's output is a link away: a running one's lines, read on as it writes; and a
+ * lost machine's log, which the page says is out of reach. */
+async function checkLogs(page, problems) {
+  const running = page.locator('#actors tbody tr').filter({ hasText: 'RUNNING' }).first();
+  const name = (await running.locator('th').innerText()).trim();
+  await running.getByRole('link', { name: /^Output of / }).click();
+  await visible(page.getByRole('heading', { level: 1, name: new RegExp(`^Output of ${name} attempt \\d+$`) }), 'the log page');
+  await textContains(page.locator('#log'), 'in cycle 2', `${name}'s log`);
+  const state = await page.locator('[data-log-state]').getAttribute('data-log-state');
+  if (state !== 'running') fail(`the log page says ${name}'s attempt is ${state}; it runs`);
+  ok(`a running actor's log link opens its output ("${(await page.locator('#log').innerText()).trim()}"), read on as it runs`);
+  await page.goBack();
+  await visible(page.locator('#ledger'), 'the job page again after a log');
+  problems.expect404 = true;
+  await page.locator('#ledger tbody tr[data-cause="node_lost"]').getByRole('link', { name: /^Output of / }).click();
+  await textContains(page.locator('#view [role="alert"]'), 'stays on that machine', 'the log page of an attempt on a lost machine');
+  problems.expect404 = false;
+  ok('the lost attempt\'s log page says its log stays on the lost machine');
+  await page.goBack();
+  await visible(page.locator('#ledger'), 'the job page again after a log');
+}
+
 async function checkTimeline(page, actor) {
   await visible(page.locator('#timeline-canvas svg'), 'the timeline');
   const bars = page.locator(`#timeline-canvas g.attempt[data-actor="${actor}"]`);
@@ -331,6 +353,7 @@ async function run(s) {
     if (s.waitingJob) await checkPages(page, s);
     await openJob(page, s);
     const { actor, node } = await checkLedger(page);
+    await checkLogs(page, problems);
     await checkTimeline(page, actor);
     await page.screenshot({ path: s.screenshot, fullPage: true });
     ok(`saved a full-page screenshot to ${s.screenshot}`);

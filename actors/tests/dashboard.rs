@@ -14,8 +14,9 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// Long in its first cycle; about 20 s in the second, so that the browser sees the recovered
-/// job RUNNING before it ends.
-const LONG_THEN_TWENTY: &str = r#"if [ "$FTDRIVE_CYCLE" = 1 ]; then sleep 60; else sleep 20; fi"#;
+/// job RUNNING before it ends. Each attempt says who it is, which its log page shows.
+const LONG_THEN_TWENTY: &str =
+    r#"echo "rank $RANK in cycle $FTDRIVE_CYCLE"; if [ "$FTDRIVE_CYCLE" = 1 ]; then sleep 60; else sleep 20; fi"#;
 
 /// The browser script bounds each of its waits (60 s for the job's end at most); this bounds
 /// the whole run, Chromium's start included.

@@ -47,6 +47,7 @@ const app = {
   countdown: null, // the interval that counts down to the next reconnect
   refreshing: false,
   refreshAgain: false,
+  logPoll: null, // the timer that reads a running attempt's log again
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -264,6 +265,12 @@ function enterDashboard() {
 function parseRoute(hash) {
   const [path, query] = hash.replace(/^#\/?/, '').split('?');
   const parts = path.split('/').filter(Boolean).map(decodeSegment);
+  // `#/jobs/j1/logs/0/2`: actor 0's attempt 2's output.
+  const [actor, attempt] = [Number(parts[3]), Number(parts[4])];
+  if (parts[0] === 'jobs' && parts[1] && parts[2] === 'logs' && Number.isInteger(actor) && actor >= 0
+      && Number.isInteger(attempt) && attempt >= 1 && parts[3] !== '' && parts.length === 5) {
+    return { page: 'log', id: parts[1], actor, attempt };
+  }
   if (parts[0] === 'jobs' && parts[1]) return { page: 'job', id: parts[1] };
   if (parts[0] === 'nodes') return { page: 'nodes' };
   // `#/jobs?before=j40`: the jobs submitted before j40 (a page of older ones); `limit=N` too.
@@ -297,6 +304,10 @@ function jobHref(id) {
   return `#/jobs/${encodeURIComponent(id)}`;
 }
 
+function logHref(job, actor, attempt) {
+  return `${jobHref(job)}/logs/${actor}/${attempt}`;
+}
+
 /** Shows the page the URL names, moving focus to its heading (as a page load would). */
 function navigate() {
   app.route = parseRoute(location.hash);
@@ -319,6 +330,11 @@ function markCurrentSection() {
 // ---------------------------------------------------------------------------------------------
 // Loading and rendering the current page
 
+// A log page shows an attempt's last this many lines (`ftdrive logs` prints all of it), read
+// again every LOG_POLL_MS while the attempt runs: its output comes with no event.
+const LOG_TAIL_LINES = 500;
+const LOG_POLL_MS = 2000;
+
 // The jobs page lists the newest this many: it reloads on every (coalesced) event, and the
 // whole list of a head keeping a thousand finished jobs was a megabyte each time.
 const JOBS_SHOWN = 200;
@@ -337,6 +353,20 @@ const PAGES = {
     title: (route) => `Job ${route.id}`,
     load: async (route) => ({ job: await api(`/v1/jobs/${encodeURIComponent(route.id)}`) }),
     render: renderJobPage,
+  },
+  log: {
+    title: (route) => `Output of ${route.id}/${route.actor} attempt ${route.attempt}`,
+    load: async (route) => {
+      const query = `actor=${route.actor}&attempt=${route.attempt}&tail=${LOG_TAIL_LINES}`;
+      const response = await answer(`/v1/jobs/${encodeURIComponent(route.id)}/logs?${query}`);
+      return {
+        route,
+        text: await response.text(),
+        node: response.headers.get('x-ftdrive-node') || '',
+        running: response.headers.get('x-ftdrive-running') === 'true',
+      };
+    },
+    render: renderLogPage,
   },
   nodes: {
     title: () => 'Nodes',
@@ -392,6 +422,7 @@ async function loadCurrentPage() {
     return;
   }
   if (route !== app.route || !app.token) return; // the user went elsewhere, or forgot the token, meanwhile
+  pollRunningLog(data);
   const key = JSON.stringify(data);
   const hadError = app.error !== null;
   app.error = null;
@@ -400,6 +431,13 @@ async function loadCurrentPage() {
   app.data = data;
   app.dataKey = key;
   render({ moveFocus: false });
+}
+
+/** A running attempt's log grows without an event: it is read again while its page is shown. */
+function pollRunningLog(data) {
+  clearTimeout(app.logPoll);
+  app.logPoll = null;
+  if (app.route.page === 'log' && data.running) app.logPoll = setTimeout(() => scheduleRefresh(0), LOG_POLL_MS);
 }
 
 /** Announces job state changes seen since the last load (not the first sighting). */
@@ -569,6 +607,23 @@ function renderJobPage({ job }) {
     jobSection('ledger', 'Ledger', ledgerTable(job)));
 }
 
+/** One attempt's output: its last LOG_TAIL_LINES lines, as `ftdrive logs --tail` prints them. */
+function renderLogPage({ route, text, node, running }) {
+  const { id, actor, attempt } = route;
+  const all = `ftdrive logs ${id} --actor ${actor} --attempt ${attempt}`;
+  return el('div', { class: 'page' },
+    el('nav', { class: 'breadcrumb', 'aria-label': 'Breadcrumb' },
+      el('a', { href: '#/jobs' }, 'Jobs'), el('span', { 'aria-hidden': 'true' }, ' / '),
+      el('a', { href: jobHref(id) }, id), el('span', { 'aria-hidden': 'true' }, ' / '), `${id}/${actor} attempt ${attempt}`),
+    el('h1', HEADING, `Output of ${id}/${actor} attempt ${attempt}`),
+    el('p', { class: 'muted', dataset: { logState: running ? 'running' : 'ended' } },
+      `On ${node}; `, running ? 'it runs, and this page reads on as it writes. ' : 'it has ended. ',
+      `The last ${LOG_TAIL_LINES} lines at most; `, el('code', {}, all), ' prints all of it.'),
+    text
+      ? el('pre', { class: 'log', id: 'log', tabindex: '0', 'aria-label': `Output of ${id}/${actor} attempt ${attempt}` }, text)
+      : el('p', { class: 'empty', id: 'log' }, 'It wrote no output.'));
+}
+
 function jobSection(id, title, ...content) {
   return el('section', { class: 'panel', 'aria-labelledby': `${id}-title` },
     el('h2', { id: `${id}-title` }, title), ...content);
@@ -635,7 +690,7 @@ async function stopJob(job) {
 function actorsTable(job) {
   const actors = [...job.actors].sort((a, b) => actorIndex(a.name) - actorIndex(b.name));
   const withDevices = actors.some((a) => Array.isArray(a.devices) && a.devices.length > 0);
-  const headers = ['Actor', 'State', 'Role', 'Rank', 'Node', 'Attempt', ...(withDevices ? ['GPUs'] : []), 'Running since'];
+  const headers = ['Actor', 'State', 'Role', 'Rank', 'Node', 'Attempt', ...(withDevices ? ['GPUs'] : []), 'Running since', 'Output'];
   return el('div', { class: 'table-wrap' },
     el('table', { class: 'data', id: 'actors' },
       el('thead', {}, el('tr', {}, headers.map((h) => el('th', { scope: 'col' }, h)))),
@@ -649,7 +704,10 @@ function actorsTable(job) {
         el('td', {}, a.node ?? '—'),
         el('td', { class: 'num' }, a.attempt),
         withDevices ? el('td', {}, (a.devices || []).join(', ') || '—') : null,
-        el('td', {}, a.started_ms ? formatTime(a.started_ms) : '—'))))));
+        el('td', {}, a.started_ms ? formatTime(a.started_ms) : '—'),
+        el('td', {}, a.attempt > 0
+          ? el('a', { href: logHref(job.id, actorIndex(a.name), a.attempt), 'aria-label': `Output of ${a.name} attempt ${a.attempt}` }, 'log')
+          : '—'))))));
 }
 
 function ledgerTable(job) {
@@ -657,6 +715,7 @@ function ledgerTable(job) {
     return el('p', { class: 'empty' }, 'No attempt has ended yet.');
   }
   const headers = ['Actor', 'Attempt', 'Cycle', 'Node', 'Started', 'Ran', 'Exit', 'Cause', 'Budget charged'];
+  const row = (entry) => ledgerRow(job.id, entry);
   return el('div', { class: 'table-wrap' },
     el('table', { class: 'data ledger', id: 'ledger' },
       el('caption', { class: 'visually-hidden' },
@@ -665,11 +724,12 @@ function ledgerTable(job) {
         headers.map((h) => el('th', { scope: 'col' }, h)),
         el('th', { scope: 'col' }, 'Remaining ',
           el('abbr', { title: 'user / system / preemption budgets' }, 'u / s / p')),
-        el('th', { scope: 'col' }, 'Evidence'))),
-      el('tbody', {}, job.ledger.map(ledgerRow))));
+        el('th', { scope: 'col' }, 'Evidence'),
+        el('th', { scope: 'col' }, 'Output'))),
+      el('tbody', {}, job.ledger.map(row))));
 }
 
-function ledgerRow(entry) {
+function ledgerRow(job, entry) {
   const r = entry.remaining || {};
   return el('tr', { dataset: { actor: entry.actor, attempt: entry.attempt, cause: entry.cause, budget: entry.budget } },
     el('th', { scope: 'row' }, entry.actor, entry.rank !== null && entry.rank !== undefined
@@ -684,7 +744,11 @@ function ledgerRow(entry) {
     el('td', {}, el('span', { class: `budget budget-${entry.budget}` }, entry.budget)),
     el('td', { class: 'num remaining' },
       budgetValue(r.user), ' / ', budgetValue(r.system), ' / ', budgetValue(r.preemption)),
-    el('td', { class: 'evidence' }, entry.evidence));
+    el('td', { class: 'evidence' }, entry.evidence),
+    el('td', {}, el('a', {
+      href: logHref(job, actorIndex(entry.actor), entry.attempt),
+      'aria-label': `Output of ${entry.actor} attempt ${entry.attempt}`,
+    }, 'log')));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1138,6 +1202,8 @@ function onEventLine(line) {
   // waits: why it waits names the other jobs that hold its nodes, which their events change.
   const waits = Boolean(app.data?.job?.waiting || app.data?.job?.infeasible);
   if (app.route.page === 'job' && event.job && event.job !== app.route.id && !waits) return;
+  // A log page reads its agent's log on each reload: only its own job's events end an attempt.
+  if (app.route.page === 'log' && event.job !== app.route.id) return;
   scheduleRefresh();
 }
 
