@@ -533,6 +533,34 @@ fn an_actor_mode_crash_is_decided_once_its_peers_nodes_are_heard_from() {
     assert_eq!((reacted.cause, reacted.budget), (Cause::Collateral, BudgetKind::None), "{reacted:?}");
 }
 
+/// AT-4: in actor mode a cycle never ends, and a peer's node loss excuses only the attempts
+/// that ran when it was recorded: the rank restarted after it, failing again, is charged.
+#[test]
+fn a_loss_known_before_an_attempt_started_does_not_excuse_it() {
+    let mut s = spec("again", 2, 3);
+    s.restart = RestartMode::Actor;
+    s.retries.user = Budget::from_i64(1).unwrap();
+    let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
+    c.advance(500);
+    let on_n2 = c.view(&job).actors.iter().position(|a| a.node.as_deref() == Some("n2")).unwrap() as u32;
+    let peer = (on_n2 + 1) % 3;
+    c.crash("n2");
+    c.advance(100);
+    c.exit_actor(&job, peer, ExitStatus::code(1));
+    let peers = |c: &TestCluster, attempt: u32| {
+        let name = format!("{job}/{peer}");
+        c.view(&job).ledger.iter().find(|e| e.actor == name && e.attempt == attempt).cloned().expect("its end")
+    };
+    c.advance(HeadConfig::default().node_timeout_ms + 2_000);
+    let first = peers(&c, 1);
+    assert_eq!((first.cause, first.budget), (Cause::Collateral, BudgetKind::None), "it ran when n2 went silent");
+    assert_eq!(c.actor_state(&job, peer), ActorState::Running, "restarted, n2's loss known by now");
+    c.exit_actor(&job, peer, ExitStatus::code(1));
+    c.advance(HeadConfig::default().node_timeout_ms + 2_000);
+    let second = peers(&c, 2);
+    assert_eq!((second.cause, second.budget), (Cause::UserError, BudgetKind::User), "{second:?}");
+}
+
 /// SL-1: a node's agent and its attempts are killed outright, and the agent is back within a
 /// second, before any node timeout: it reports the attempt's supervisor dead without a record
 /// (or, from a fresh disk, knows nothing of it). A peer that crashed meanwhile (its ring

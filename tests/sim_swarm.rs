@@ -58,6 +58,10 @@ const ONCE_FAILED: &[u64] = &[
     // holding bundles got a share below them and the other's room counted the same ports: the
     // head panicked placing a bundle with no port left (363).
     363,
+    // An actor-mode rank failing at every start (its port held by another process, none free
+    // to move to) was excused, for free and for ever, by a peer's node loss recorded before
+    // those starts: the job never ended (AT-4, 8370927).
+    8_370_927,
 ];
 
 #[test]

@@ -178,6 +178,10 @@ pub struct Run {
     /// at its start so that its start is the same whenever it is sent.
     #[serde(default)]
     pub restarts: u32,
+    /// How many peer losses the driver had recorded when it started (`Driver::losses_recorded`):
+    /// only a loss recorded after may excuse its failure (AT-4 in `failure.rs`).
+    #[serde(default)]
+    pub losses_before: u64,
 }
 
 /// Who drained a node: its own agent, announcing that the machine goes away, or the operator.

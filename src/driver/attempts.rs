@@ -51,6 +51,7 @@ impl Driver {
             draining: false,
             drained_by: DrainSource::Notice,
             restarts: self.budgets.user_charged(),
+            losses_before: self.losses_recorded,
         });
         let spec = self.start_spec(ix).expect("a run was just made");
         self.effects.push_back(DriverEffect::Start { node, spec });

@@ -399,6 +399,7 @@ mod tests {
             draining: false,
             drained_by: crate::driver::DrainSource::Notice,
             restarts: 0,
+            losses_before: 0,
         }
     }
 

@@ -30,10 +30,15 @@
 //!   together (the nodes that did not report to a restarted head, at the end of its window)
 //!   all reach the driver first. Decided by the first of them, a rank's exit was judged
 //!   before the loss of the peer it reacted to arrived (swarm seed 7418383).
+//! - **AT-4 a known loss excuses no later start.** A loss excuses only the attempts that were
+//!   running when it was recorded: one started after the driver knew of it (in actor mode,
+//!   whose cycle never ends, any restart later on) fails on its own account. Otherwise a rank
+//!   failing at every start for a reason of its own (a port something else holds) was excused
+//!   by one peer's loss long gone, for free and for ever (swarm seed 8370927).
 
 use super::budget::backoff_ms;
 use super::classify::{classify, fatal_message, Ending, Fault, JobContext, PeerLoss, Verdict};
-use super::{Actor, PendingFailure, Role, Run, Timer};
+use super::{Actor, Loss, LossRecord, PendingFailure, Role, Run, Timer, MAX_LOSS_RECORDS};
 use super::{ActorState, BudgetKind, Bundle, Cause, Charge, CloseReason, Driver, DriverEffect, LedgerEntry};
 use crate::event::JobEvent;
 use crate::ids::{ActorId, ActorIx, NodeId};
@@ -134,7 +139,7 @@ impl Driver {
             .iter()
             .find(|l| {
                 let before_the_exit = l.unheard_since_restart || l.silent_since <= failed.at;
-                l.cycle == failed.run.cycle && l.actor != ix && before_the_exit
+                l.cycle == failed.run.cycle && l.actor != ix && before_the_exit && l.after_start_of(&failed.run)
             })
             .map(|l| PeerLoss {
                 peer: &self.actors[l.actor as usize].name,
@@ -143,6 +148,15 @@ impl Driver {
                 unheard_since_restart: l.unheard_since_restart,
             });
         classify(&self.job_context(), &failed.run, Ending::Exited { status: &failed.status, reacting_to: root })
+    }
+
+    /// Keeps a rank lost with its node, to attribute its peers' failures to (AT-1, AT-4).
+    pub(super) fn record_loss(&mut self, cycle: u32, actor: ActorIx, loss: &Loss) {
+        self.losses_recorded += 1;
+        if self.losses.len() == MAX_LOSS_RECORDS {
+            self.losses.remove(0);
+        }
+        self.losses.push(LossRecord::of(cycle, actor, loss, self.losses_recorded));
     }
 
     /// Does another rank of `failed`'s cycle still (possibly) run on a node not heard from

@@ -3,7 +3,7 @@
 //! runs after every input.
 
 use super::classify::Ending;
-use super::{ActorState, Bundle, BundlePlaced, DrainSource, Driver, DriverEffect, LossRecord, Role, StopReason};
+use super::{ActorState, Bundle, BundlePlaced, DrainSource, Driver, DriverEffect, Role, StopReason};
 use super::{Loss, Timer};
 use crate::event::JobEvent;
 use crate::ids::ActorIx;
@@ -71,8 +71,8 @@ impl Driver {
             assert!(actor.bundle.is_placed(), "{} lost a bundle it did not hold", actor.name);
             actor.clear_bundle();
             actor.lost_at = Some(now);
-            if let Some(run) = actor.run.as_ref().filter(|r| r.exited.is_none()) {
-                self.losses.push(LossRecord::of(run.cycle, ix, &loss));
+            if let Some(cycle) = actor.run.as_ref().filter(|r| r.exited.is_none()).map(|r| r.cycle) {
+                self.record_loss(cycle, ix, &loss);
             }
         }
         for &ix in actors {
@@ -237,7 +237,7 @@ impl Driver {
         let (node, lost_running) = (run.node.clone(), run.exited.is_none().then_some(run.cycle));
         if let Some(cycle) = lost_running {
             // A peer's crash since it went silent may have been a reaction (AT-1).
-            self.losses.push(LossRecord::of(cycle, key.actor, loss));
+            self.record_loss(cycle, key.actor, loss);
         }
         self.effects.push_back(DriverEffect::AttemptEnded { node, key: key.clone() });
         self.end_attempt(now, key.actor, Ending::NodeLost(loss));

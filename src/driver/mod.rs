@@ -145,15 +145,29 @@ struct LossRecord {
     silent_since: Instant,
     #[serde(default)]
     unheard_since_restart: bool,
+    /// Its number among the job's loss records (from 1; 0 in a record older than the count,
+    /// which excuses as before): attempts started after it are not excused by it (AT-4).
+    #[serde(default)]
+    seq: u64,
 }
 
 impl LossRecord {
-    fn of(cycle: u32, actor: ActorIx, loss: &Loss) -> Self {
+    fn of(cycle: u32, actor: ActorIx, loss: &Loss, seq: u64) -> Self {
         let (node, silent_since, unheard_since_restart) =
             (loss.node.clone(), loss.silent_since, loss.unheard_since_restart);
-        LossRecord { cycle, actor, node, silent_since, unheard_since_restart }
+        LossRecord { cycle, actor, node, silent_since, unheard_since_restart, seq }
+    }
+
+    /// Whether it was recorded after `run` started, so that `run` ran while the loss was not
+    /// yet known (AT-4).
+    fn after_start_of(&self, run: &Run) -> bool {
+        self.seq == 0 || self.seq > run.losses_before
     }
 }
+
+/// The most loss records a job keeps: an actor-mode job's cycle never ends, and only records
+/// newer than a running attempt's start can excuse its failure (AT-4).
+const MAX_LOSS_RECORDS: usize = 64;
 
 /// A non-zero exit whose cause is not decided yet (the actor waits in FAILING): the rank may
 /// only be reacting to a peer whose node died unnoticed so far. Decided by `Timer::Attribution`
@@ -363,8 +377,11 @@ pub struct Driver {
     /// How long a failure waits for a peer's node loss to explain it (the head's node timeout).
     attribution_window_ms: u64,
     pending: BTreeMap<ActorIx, PendingFailure>,
-    /// Ranks of the current cycle lost with their nodes.
+    /// Ranks of the current cycle lost with their nodes, the latest `MAX_LOSS_RECORDS`.
     losses: Vec<LossRecord>,
+    /// Loss records made so far: each run notes the count at its start (AT-4).
+    #[serde(default)]
+    losses_recorded: u64,
     /// The latest faults charged, with the actor charged for each (FC-1 in `failure.rs`).
     #[serde(default)]
     charged_faults: VecDeque<(Fault, ActorId)>,
@@ -425,6 +442,7 @@ impl Driver {
             attribution_window_ms,
             pending: BTreeMap::new(),
             losses: Vec::new(),
+            losses_recorded: 0,
             charged_faults: VecDeque::new(),
             charged_losses: VecDeque::new(),
             incident_window_ms: 0,
