@@ -36,6 +36,17 @@ fn last_failure(c: &TestCluster, job: &ftdrive::JobId) -> LedgerEntry {
     c.view(job).ledger.iter().rev().find(|e| e.cause != Cause::Collateral).cloned().expect("a ledger entry")
 }
 
+/// n2 crashes (silent from now), and 100 ms later the rank after n2's exits with code 1, as a
+/// peer of a vanished rank does: that rank's index.
+fn crash_n2_then_fail_a_peer(c: &mut TestCluster, job: &ftdrive::JobId) -> u32 {
+    let on_n2 = c.view(job).actors.iter().position(|a| a.node.as_deref() == Some("n2")).unwrap() as u32;
+    let peer = (on_n2 + 1) % 3;
+    c.crash("n2");
+    c.advance(100);
+    c.exit_actor(job, peer, ExitStatus::code(1));
+    peer
+}
+
 #[test]
 fn exit_1_is_a_user_error_charged_to_user() {
     let mut s = spec("u", 1, 1);
@@ -462,10 +473,7 @@ fn a_peer_reacting_to_a_silent_node_loss_is_collateral() {
     let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
     c.advance(1_500);
     let on_n2 = c.view(&job).actors.iter().position(|a| a.node.as_deref() == Some("n2")).unwrap() as u32;
-    let peer = (on_n2 + 1) % 3;
-    c.crash("n2");
-    c.advance(100);
-    c.exit_actor(&job, peer, ExitStatus::code(1));
+    let peer = crash_n2_then_fail_a_peer(&mut c, &job);
     assert_eq!(c.actor_state(&job, peer), ActorState::Failing, "undecided until n2's fate is known");
     c.advance(5_000);
     let view = c.view(&job);
@@ -521,11 +529,7 @@ fn an_actor_mode_crash_is_decided_once_its_peers_nodes_are_heard_from() {
 
     let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
     c.advance(500);
-    let on_n2 = c.view(&job).actors.iter().position(|a| a.node.as_deref() == Some("n2")).unwrap() as u32;
-    let peer = (on_n2 + 1) % 3;
-    c.crash("n2");
-    c.advance(100);
-    c.exit_actor(&job, peer, ExitStatus::code(1));
+    let peer = crash_n2_then_fail_a_peer(&mut c, &job);
     c.advance(2 * beat_ms + 100);
     assert_eq!(c.actor_state(&job, peer), ActorState::Failing, "n2 went silent first: its fate decides");
     c.advance(timeout_ms);
@@ -542,11 +546,7 @@ fn a_loss_known_before_an_attempt_started_does_not_excuse_it() {
     s.retries.user = Budget::from_i64(1).unwrap();
     let (mut c, job) = one_job(&["n1", "n2", "n3"], s);
     c.advance(500);
-    let on_n2 = c.view(&job).actors.iter().position(|a| a.node.as_deref() == Some("n2")).unwrap() as u32;
-    let peer = (on_n2 + 1) % 3;
-    c.crash("n2");
-    c.advance(100);
-    c.exit_actor(&job, peer, ExitStatus::code(1));
+    let peer = crash_n2_then_fail_a_peer(&mut c, &job);
     let peers = |c: &TestCluster, attempt: u32| {
         let name = format!("{job}/{peer}");
         c.view(&job).ledger.iter().find(|e| e.actor == name && e.attempt == attempt).cloned().expect("its end")
