@@ -139,9 +139,7 @@ impl HeadConfig {
         }
         Ok(())
     }
-}
 
-impl HeadConfig {
     /// The rendezvous ports one machine's pool holds, from `master_port_base` to 65535 (PS-2):
     /// its agents share them, `ports_per_node` each at most.
     pub fn ports_per_machine(&self) -> u32 {

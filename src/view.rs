@@ -215,7 +215,6 @@ impl JobView {
     pub fn rank_holder(&self, rank: u32) -> Option<RankHolder> {
         let nproc = self.nproc_per_node.max(1);
         let node_rank = rank / nproc;
-        let index = |name: &ActorId| self.actors.iter().position(|a| a.name == *name).map(|i| i as u32);
         let ended = self.ledger.iter().filter(|e| e.rank == Some(node_rank)).map(|e| (e.cycle, &e.actor, e.attempt));
         let ledgered = |a: &ActorView| self.ledger.iter().any(|e| e.actor == a.name && e.attempt == a.attempt);
         let live = self
@@ -225,7 +224,7 @@ impl JobView {
             .map(|a| (self.cycles, &a.name, a.attempt));
         let (_, name, attempt) = ended.chain(live).max_by_key(|(cycle, _, attempt)| (*cycle, *attempt))?;
         let local_rank = (nproc > 1).then_some(rank % nproc);
-        Some(RankHolder { actor: index(name)?, attempt, local_rank })
+        Some(RankHolder { actor: name.index, attempt, local_rank })
     }
 
     /// Why `local_rank` names no worker of this job's actors, if it names none (the CLI and the

@@ -266,9 +266,9 @@ function parseRoute(hash) {
   const [path, query] = hash.replace(/^#\/?/, '').split('?');
   const parts = path.split('/').filter(Boolean).map(decodeSegment);
   // `#/jobs/j1/logs/0/2`: actor 0's attempt 2's output.
-  const [actor, attempt] = [Number(parts[3]), Number(parts[4])];
-  if (parts[0] === 'jobs' && parts[1] && parts[2] === 'logs' && Number.isInteger(actor) && actor >= 0
-      && Number.isInteger(attempt) && attempt >= 1 && parts[3] !== '' && parts.length === 5) {
+  const number = (part) => (/^[0-9]+$/.test(part || '') ? Number(part) : -1);
+  const [actor, attempt] = [number(parts[3]), number(parts[4])];
+  if (parts[0] === 'jobs' && parts[1] && parts[2] === 'logs' && parts.length === 5 && actor >= 0 && attempt >= 1) {
     return { page: 'log', id: parts[1], actor, attempt };
   }
   if (parts[0] === 'jobs' && parts[1]) return { page: 'job', id: parts[1] };
