@@ -227,6 +227,22 @@ impl JobView {
         Some(RankHolder { actor: name.index, attempt, local_rank })
     }
 
+    /// Why `rank` names no global rank of this job, if it names none: a job has `max_nodes` ×
+    /// `nproc_per_node` ranks at most (the CLI and the log API say it alike).
+    pub fn no_such_rank(&self, rank: u32) -> Option<String> {
+        let ranks = self.max_nodes.saturating_mul(self.nproc_per_node.max(1));
+        (rank >= ranks).then(|| format!("{} has ranks 0 to {}", self.id, ranks.saturating_sub(1)))
+    }
+
+    /// Why no attempt holds `rank` (one `rank_holder` finds none for): the job has not grown to
+    /// it yet, or never did.
+    pub fn rank_not_held(&self, rank: u32) -> String {
+        match self.state.is_terminal() {
+            true => format!("no attempt of {} held rank {rank}; the job ended {}", self.id, self.state),
+            false => format!("no attempt of {} has held rank {rank} yet (the job is {})", self.id, self.state),
+        }
+    }
+
     /// Why `local_rank` names no worker of this job's actors, if it names none (the CLI and the
     /// log API say it alike).
     pub fn no_such_worker(&self, local_rank: u32) -> Option<String> {
@@ -411,5 +427,13 @@ mod tests {
         let holder = view.rank_holder(9).expect("node rank 1, local rank 1");
         assert_eq!((holder.actor, holder.attempt, holder.local_rank), (2, 2, Some(1)));
         assert_eq!(view.rank_holder(24), None, "node rank 3 never ran");
+    }
+
+    #[test]
+    fn a_rank_beyond_the_largest_job_is_named_as_such() {
+        let view = regrown(8);
+        assert_eq!(view.no_such_rank(23), None, "3 nodes of 8 workers: ranks 0 to 23");
+        assert_eq!(view.no_such_rank(24).as_deref(), Some("j1 has ranks 0 to 23"));
+        assert!(view.rank_not_held(24).contains("has held rank 24 yet (the job is RUNNING)"));
     }
 }

@@ -38,6 +38,16 @@ fn the_logs_of_a_rank_are_of_whoever_held_it_last() {
     let done = c.wait_for_job(&id, "the survivors succeed", |j| j["state"] == "SUCCEEDED");
     assert_eq!(done["cycles"], 2, "{done:#}");
     assert_eq!(c.ftdrive(&["logs", &id, "--rank", "1"]), "rank 1 in cycle 2\n");
+    // The API (the Python client's way in) finds the same holder, and says whose log it is.
+    let by_api = http(&c.url, "GET", &format!("/v1/jobs/{id}/logs?rank=1"), Some(&c.token()), "");
+    let (_, holder) = actor_on_rank_in(&done, 1, 2);
+    let index = holder.rsplit('/').next().unwrap();
+    let headers = by_api.to_ascii_lowercase();
+    assert!(
+        headers.contains(&format!("x-ftdrive-actor: {index}\r\n")) && headers.contains("x-ftdrive-attempt: 2\r\n"),
+        "{by_api}"
+    );
+    assert!(by_api.ends_with("\r\n\r\nrank 1 in cycle 2\n"), "{by_api}");
     let (_, rank2_then) = actor_on_rank_in(&done, 2, 1);
     let rank2_then = rank2_then.rsplit('/').next().unwrap().to_string();
     let first = c.ftdrive(&["logs", &id, "--actor", &rank2_then, "--attempt", "1"]);

@@ -260,8 +260,9 @@ class Client:
     def log_chunk(
         self,
         job: str,
-        index: ActorRef,
+        index: Optional[ActorRef] = None,
         *,
+        rank: Optional[int] = None,
         attempt: Optional[int] = None,
         local_rank: Optional[int] = None,
         offset: int = 0,
@@ -269,18 +270,15 @@ class Client:
     ) -> LogChunk:
         """One read of an attempt's log from ``offset``, or of its last ``tail`` lines (default
         attempt: the latest); ``next_offset`` says where to read on. The actor is its index
-        (``1``) or its name (``"j7/1"``, as ``Actor.name`` and the CLI's ``--actor`` have it)."""
-        index = actor_index(job, index)
-        _check_log_numbers(attempt, local_rank)
-        query: Dict[str, Any] = {"actor": index, "offset": _not_negative("offset", offset, "a byte offset into the log")}
+        (``1``) or its name (``"j7/1"``, as ``Actor.name`` and the CLI's ``--actor`` have it);
+        or, instead, ``rank`` names a global rank (torchrun's ``RANK``) and the head reads the log
+        of whoever holds it, or last held it (its actor, attempt and worker are the chunk's)."""
+        query = _whose_log(job, index, rank, attempt, local_rank)
+        query["offset"] = _not_negative("offset", offset, "a byte offset into the log")
         if tail is not None:
             if offset:
                 raise ArgumentError(f"offset={offset} and tail={tail}: give one (a tail is read from the log's end)")
             query["tail"] = _not_negative("tail", tail, "a number of lines")
-        if attempt is not None:
-            query["attempt"] = attempt
-        if local_rank is not None:
-            query["local_rank"] = local_rank
         path = f"/v1/jobs/{_seg(job)}/logs?{urllib.parse.urlencode(query)}"
         conn, response, _ = self._open("GET", path)
         try:
@@ -290,19 +288,24 @@ class Client:
         finally:
             conn.close()
         next_offset = response.getheader("x-ftdrive-next-offset")
+        actor = response.getheader("x-ftdrive-actor")
+        worker = response.getheader("x-ftdrive-local-rank")
         return LogChunk(
             data=data,
             attempt=int(response.getheader("x-ftdrive-attempt") or attempt or 0),
             node=response.getheader("x-ftdrive-node") or "",
             running=response.getheader("x-ftdrive-running") == "true",
             next_offset=int(next_offset) if next_offset else offset + len(data),
+            actor=int(actor) if actor else query.get("actor"),
+            local_rank=int(worker) if worker else local_rank,
         )
 
     def log_bytes(
         self,
         job: str,
-        index: ActorRef,
+        index: Optional[ActorRef] = None,
         *,
+        rank: Optional[int] = None,
         attempt: Optional[int] = None,
         local_rank: Optional[int] = None,
         follow: bool = False,
@@ -316,19 +319,22 @@ class Client:
         the latest when called, kept while following.
         ``follow`` keeps reading while the attempt runs and ends once it ended and all of its
         output was read; it rides out a head restart as :meth:`wait` does, and goes on from
-        where it was. The actor is its index or its name, as for :meth:`log_chunk`; a bad one
-        is :class:`ArgumentError` here, before the head is asked."""
-        _check_log_numbers(attempt, local_rank)
+        where it was. The actor is its index or its name, as for :meth:`log_chunk`, or ``rank``
+        names it: the rank's holder when first read, kept while following (a re-formed job may
+        give the rank to another actor meanwhile). A bad one is :class:`ArgumentError` here,
+        before the head is asked."""
+        _whose_log(job, index, rank, attempt, local_rank)
         if tail is not None:
             _not_negative("tail", tail, "a number of lines")
-        ask = functools.partial(self.log_chunk, job, actor_index(job, index), local_rank=local_rank)
+        ask = self._log_reader(job, index, rank, local_rank)
         return _chunks(ask, attempt, follow, poll_interval, HeadAway(self.base_url, head_return_timeout), tail)
 
     def logs(
         self,
         job: str,
-        index: ActorRef,
+        index: Optional[ActorRef] = None,
         *,
+        rank: Optional[int] = None,
         attempt: Optional[int] = None,
         local_rank: Optional[int] = None,
         follow: bool = False,
@@ -342,6 +348,7 @@ class Client:
         chunks = self.log_bytes(
             job,
             index,
+            rank=rank,
             attempt=attempt,
             local_rank=local_rank,
             follow=follow,
@@ -350,6 +357,26 @@ class Client:
             tail=tail,
         )
         return _lines(chunks)
+
+    def _log_reader(
+        self, job: str, index: Optional[ActorRef], rank: Optional[int], local_rank: Optional[int]
+    ) -> Callable[..., LogChunk]:
+        """``log_chunk(attempt=, offset=, tail=)`` of one actor's log; asked by rank, of the
+        holder the first read found, so that reading on stays in the log it began."""
+        if rank is None:
+            return functools.partial(self.log_chunk, job, actor_index(job, index), local_rank=local_rank)
+        found: List[LogChunk] = []
+
+        def read(attempt: Optional[int], offset: int, tail: Optional[int]) -> LogChunk:
+            if not found:
+                found.append(self.log_chunk(job, rank=rank, offset=offset, tail=tail))
+                return found[0]
+            holder = found[0]
+            return self.log_chunk(
+                job, holder.actor, attempt=attempt, local_rank=holder.local_rank, offset=offset, tail=tail
+            )
+
+        return read
 
     # ---- nodes and the head -------------------------------------------------------------
 
@@ -641,6 +668,33 @@ def _not_negative(name: str, value: int, what: str) -> int:
     if number < 0:
         raise ArgumentError(f"{name}={value}: give {what}, 0 or more")
     return number
+
+
+def _whose_log(
+    job: str, index: Optional[ActorRef], rank: Optional[int], attempt: Optional[int], local_rank: Optional[int]
+) -> Dict[str, Any]:
+    """The log API's query for an actor's log (``actor``, ``attempt``, ``local_rank``) or a
+    rank's (``rank``, which names its holder's attempt and worker); a wrong mix, or a bad
+    number, is :class:`ArgumentError`, before the head is asked."""
+    _check_log_numbers(attempt, local_rank)
+    if (index is None) == (rank is None):
+        raise ArgumentError(
+            f"whose log of {job}: give an actor (its index or name) or rank= (a global rank, as torchrun's RANK), "
+            "one of the two"
+        )
+    if rank is None:
+        query: Dict[str, Any] = {"actor": actor_index(job, index)}
+        if attempt is not None:
+            query["attempt"] = attempt
+        if local_rank is not None:
+            query["local_rank"] = local_rank
+        return query
+    if attempt is not None or local_rank is not None:
+        raise ArgumentError(
+            f"rank={rank} names its holder's attempt and worker: leave out attempt= and local_rank=, or ask by "
+            "actor (a chunk's .actor)"
+        )
+    return {"rank": _not_negative("rank", rank, "a global rank")}
 
 
 def _check_log_numbers(attempt: Optional[int], local_rank: Optional[int]) -> None:

@@ -446,3 +446,7 @@ class LogChunk:
     node: str
     running: bool
     next_offset: int
+    #: Whose log: the actor's index (asked by rank, the rank's holder), and the worker's local
+    #: rank when one worker's log was read.
+    actor: Optional[int] = None
+    local_rank: Optional[int] = None

@@ -115,6 +115,13 @@ def test_logs_of_every_worker_or_one(cluster: Cluster) -> None:
     with pytest.raises(ApiError) as missing:
         list(client.logs(job.id, 0, attempt=7))
     assert missing.value.status == 404 and "no attempt 7" in missing.value.message
+    # By global rank: one node of two workers holds ranks 0 and 1.
+    assert list(client.logs(job.id, rank=1)) == one
+    by_rank = client.log_chunk(job.id, rank=1)
+    assert (by_rank.actor, by_rank.attempt, by_rank.local_rank) == (0, 1, 1), by_rank
+    with pytest.raises(ApiError) as beyond:
+        client.log_chunk(job.id, rank=2)
+    assert beyond.value.status == 400 and f"rank 2: {job.id} has ranks 0 to 1" in beyond.value.message
 
 
 def test_logs_follow_a_running_attempt(cluster: Cluster, tmp_path: Path) -> None:
@@ -513,6 +520,11 @@ def test_a_negative_number_in_a_query_is_refused_saying_what_numbers_may_be(clus
         (lambda: client.logs(job_id, 0, attempt=0), "attempt=0: attempts are numbered from 1"),
         (lambda: client.log_bytes(job_id, 0, attempt=-1), "attempt=-1: attempts are numbered from 1"),
         (lambda: client.logs(job_id, 0, local_rank=-1), "local_rank=-1: give a worker's local rank on its node"),
+        (lambda: client.logs(job_id), "give an actor (its index or name) or rank= (a global rank"),
+        (lambda: client.log_chunk(job_id, 0, rank=1), "one of the two"),
+        (lambda: client.logs(job_id, rank=-1), "rank=-1: give a global rank, 0 or more"),
+        (lambda: client.logs(job_id, rank=1, attempt=1), "rank=1 names its holder's attempt and worker"),
+        (lambda: client.log_bytes(job_id, rank=1, local_rank=0), "leave out attempt= and local_rank="),
     ]
     for call, said in refusals:
         with pytest.raises(ArgumentError, match=re.escape(said)):

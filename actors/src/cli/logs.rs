@@ -29,9 +29,8 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
                 (view, wanted, args.attempt, args.local_rank)
             }
             Some(rank) => {
-                let ranks = view.max_nodes * view.nproc_per_node.max(1);
-                if rank >= ranks {
-                    return Err(CliError::BadInput(format!("--rank {rank}: {} has ranks 0 to {}", view.id, ranks - 1)));
+                if let Some(why) = view.no_such_rank(rank) {
+                    return Err(CliError::BadInput(format!("--rank {rank}: {why}")));
                 }
                 let view =
                     if args.follow { until(&client, view, |v| v.rank_holder(rank).is_some()).await? } else { view };
@@ -206,12 +205,10 @@ fn reached(view: &JobView, actors: Vec<u32>, attempt: Option<u32>) -> Result<Vec
 /// `--rank R` of the job's that no attempt has held (an elastic job that never grew to it):
 /// why, and what to do.
 fn rank_not_held(view: &JobView, rank: u32) -> String {
+    let why = view.rank_not_held(rank);
     match view.state.is_terminal() {
-        true => format!("no attempt of {} held rank {rank}; the job ended {}", view.id, view.state),
-        false => format!(
-            "no attempt of {} has held rank {rank} yet (the job is {}); `ftdrive logs {} --rank {rank} --follow` waits for it",
-            view.id, view.state, view.id
-        ),
+        true => why,
+        false => format!("{why}; `ftdrive logs {} --rank {rank} --follow` waits for it", view.id),
     }
 }
 

@@ -8,6 +8,7 @@
 //! | `POST /v1/jobs/{id}/stop` | stop a job |
 //! | `GET /v1/jobs/{id}/events`, `GET /v1/events` | NDJSON event stream (a job's ends with it) |
 //! | `GET /v1/jobs/{id}/logs?actor=&attempt=&offset=&local_rank=&tail=` | an attempt's log (or one worker's), fetched from its agent |
+//! | `GET /v1/jobs/{id}/logs?rank=&offset=&tail=` | the log of whoever holds, or last held, a global rank |
 //! | `GET /v1/nodes`, `GET /v1/nodes/{name}`, `POST /v1/nodes/{name}/drain` | nodes; the operator's drain (a preemption notice, and no new work until undrained) |
 //! | `POST /v1/nodes/{name}/undrain` | withdraw the operator's drain: the node takes new work again |
 //! | `DELETE /v1/nodes/{name}` | forget a DEAD node (409 for a live one); answers the node as it was |
@@ -19,7 +20,7 @@
 use super::store::{Store, StoreError};
 use super::{
     agents, start_actor, ApiError, Drain, Follow, Forget, HeadActor, Health, Job, JobFilter, Jobs, LocateLog, Metrics,
-    Nodes, Stop, Stopped, Stopping, Submit, Undrain,
+    Nodes, Stop, Stopped, Stopping, Submit, Undrain, WhoseLog,
 };
 use crate::paths::Tokens;
 use actix::prelude::*;
@@ -382,7 +383,7 @@ fn input_limits(cfg: &mut web::ServiceConfig) {
 fn query_error(e: actix_web::error::QueryPayloadError, query: &str) -> ApiError {
     let query: String = query.chars().take(200).collect();
     ApiError::BadRequest(format!(
-        "bad query `{query}`: {e}; its numbers are whole numbers (actor, attempt, local_rank, offset: 0 or more; \
+        "bad query `{query}`: {e}; its numbers are whole numbers (actor, rank, attempt, local_rank, offset: 0 or more; \
          limit: 1 or more), and docs/runtime.md (HTTP API) lists each route's parameters"
     ))
 }
@@ -852,7 +853,10 @@ async fn forget_node(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LogQuery {
-    actor: u32,
+    /// An actor's index, or else
+    actor: Option<u32>,
+    /// a global rank (its holder's attempt and worker, so with neither of the next two).
+    rank: Option<u32>,
     attempt: Option<u32>,
     #[serde(default)]
     offset: u64,
@@ -884,6 +888,25 @@ async fn bounded_body(mut response: reqwest::Response, limit: usize) -> Result<B
     Ok(Bytes::from(body))
 }
 
+/// Which log a query names: `actor=` (with `attempt=` and `local_rank=` if wanted) or `rank=`,
+/// which names an attempt and a worker itself.
+fn whose_log(query: &LogQuery) -> Result<WhoseLog, ApiError> {
+    match (query.actor, query.rank) {
+        (Some(actor), None) => Ok(WhoseLog::Actor { actor, attempt: query.attempt, local_rank: query.local_rank }),
+        (None, Some(rank)) if query.attempt.is_none() && query.local_rank.is_none() => Ok(WhoseLog::Rank(rank)),
+        (None, Some(rank)) => Err(ApiError::BadRequest(format!(
+            "rank={rank} names its holder's attempt and worker: leave out attempt= and local_rank=, or ask by \
+             actor= (the answer's x-ftdrive-actor)"
+        ))),
+        (Some(_), Some(_)) => Err(ApiError::BadRequest(
+            "give actor= (an actor's index) or rank= (a global rank, as torchrun's RANK), not both".into(),
+        )),
+        (None, None) => Err(ApiError::BadRequest(
+            "whose log: give actor= (an actor's index) or rank= (a global rank, as torchrun's RANK)".into(),
+        )),
+    }
+}
+
 /// Fetches a slice of an attempt's log from the agent that ran it. Headers say which attempt,
 /// where the next read starts, and whether the attempt may still write.
 async fn job_logs(
@@ -899,7 +922,7 @@ async fn job_logs(
         ));
     }
     let job = JobId::from(id.into_inner());
-    let locate = LocateLog { job, actor: query.actor, attempt: query.attempt, local_rank: query.local_rank };
+    let locate = LocateLog { job, whose: whose_log(&query)? };
     let source = state.head.send(locate).await.map_err(mailbox)??;
     let unreachable = |e: reqwest::Error| {
         let flag = "`ftdrive head --ca-cert PEM` (the CA that signed the agents' certificates)";
@@ -914,7 +937,7 @@ async fn job_logs(
         });
         ApiError::Unavailable(format!("the head cannot reach the agent on {}: {why}", source.node))
     };
-    let worker = query.local_rank.map(|l| format!("&local_rank={l}")).unwrap_or_default();
+    let worker = source.local_rank.map(|l| format!("&local_rank={l}")).unwrap_or_default();
     let tail = query.tail.map(|lines| format!("&tail={lines}")).unwrap_or_default();
     let response = state
         .http
@@ -952,7 +975,12 @@ async fn job_logs(
     if !status.is_success() && status != reqwest::StatusCode::NOT_FOUND {
         return Err(ApiError::Unavailable(format!("the agent on {} answered {status}", source.node)));
     }
-    Ok(HttpResponse::Ok()
+    let mut answer = HttpResponse::Ok();
+    if let Some(local_rank) = source.local_rank {
+        answer.insert_header(("x-ftdrive-local-rank", local_rank.to_string()));
+    }
+    Ok(answer
+        .insert_header(("x-ftdrive-actor", source.actor.to_string()))
         .insert_header(("x-ftdrive-attempt", source.attempt.to_string()))
         .insert_header(("x-ftdrive-node", source.node.clone()))
         .insert_header(("x-ftdrive-running", source.running.to_string()))

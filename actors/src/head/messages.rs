@@ -305,10 +305,19 @@ fn not_started(view: &JobView, actor: &str) -> String {
 #[rtype(result = "Result<LogSource, ApiError>")]
 pub struct LocateLog {
     pub job: JobId,
-    pub actor: u32,
-    pub attempt: Option<u32>,
-    /// One worker's log (checked against the job's workers per actor).
-    pub local_rank: Option<u32>,
+    pub whose: WhoseLog,
+}
+
+/// Which log of a job: an actor's attempt (or one of its workers), or a global rank's holder.
+pub enum WhoseLog {
+    Actor {
+        actor: u32,
+        attempt: Option<u32>,
+        /// One worker's log (checked against the job's workers per actor).
+        local_rank: Option<u32>,
+    },
+    /// Whoever holds, or last held, `RANK` (`JobView::rank_holder`).
+    Rank(u32),
 }
 
 pub struct LogSource {
@@ -316,7 +325,10 @@ pub struct LogSource {
     /// What the agent's log server takes from the head for this session.
     pub token: String,
     pub node: String,
+    pub actor: u32,
     pub attempt: u32,
+    /// One worker's log, not the group's.
+    pub local_rank: Option<u32>,
     /// The attempt may still write to its log.
     pub running: bool,
 }
@@ -325,18 +337,28 @@ impl Handler<LocateLog> for HeadActor {
     type Result = Result<LogSource, ApiError>;
     fn handle(&mut self, msg: LocateLog, _: &mut Context<Self>) -> Self::Result {
         let view = self.view(&msg.job).ok_or_else(|| self.no_job(&msg.job))?;
-        let actor = view.actors.get(msg.actor as usize).ok_or_else(|| {
+        let (index, attempt, local_rank) = match msg.whose {
+            WhoseLog::Actor { actor, attempt, local_rank } => (actor, attempt, local_rank),
+            WhoseLog::Rank(rank) => {
+                if let Some(why) = view.no_such_rank(rank) {
+                    return Err(ApiError::BadRequest(format!("rank {rank}: {why}")));
+                }
+                let holder = view.rank_holder(rank).ok_or_else(|| ApiError::NotFound(view.rank_not_held(rank)))?;
+                (holder.actor, Some(holder.attempt), holder.local_rank)
+            }
+        };
+        let actor = view.actors.get(index as usize).ok_or_else(|| {
             let job = &msg.job;
             let last = view.actors.len().saturating_sub(1);
-            ApiError::NotFound(format!("job {job} has actors {job}/0 to {job}/{last}; there is no actor {}", msg.actor))
+            ApiError::NotFound(format!("job {job} has actors {job}/0 to {job}/{last}; there is no actor {index}"))
         })?;
-        if let Some((local_rank, why)) = msg.local_rank.and_then(|l| view.no_such_worker(l).map(|why| (l, why))) {
+        if let Some((local_rank, why)) = local_rank.and_then(|l| view.no_such_worker(l).map(|why| (l, why))) {
             return Err(ApiError::BadRequest(format!("local_rank {local_rank}: {why}")));
         }
         if actor.attempt == 0 {
             return Err(ApiError::NotFound(not_started(&view, &actor.name.to_string())));
         }
-        let attempt = msg.attempt.unwrap_or(actor.attempt);
+        let attempt = attempt.unwrap_or(actor.attempt);
         if attempt == 0 || attempt > actor.attempt {
             return Err(ApiError::NotFound(format!(
                 "{} has run {} attempt(s); no attempt {attempt}",
@@ -365,7 +387,7 @@ impl Handler<LocateLog> for HeadActor {
             });
             let ended = ended.unwrap_or_default();
             let latest = if actor.attempt > attempt {
-                format!("; attempt {} is the latest (`ftdrive logs {} --actor {}`)", actor.attempt, msg.job, msg.actor)
+                format!("; attempt {} is the latest (`ftdrive logs {} --actor {index}`)", actor.attempt, msg.job)
             } else {
                 String::new()
             };
@@ -379,9 +401,9 @@ impl Handler<LocateLog> for HeadActor {
                 "node {node} is not connected; attempt {attempt}'s log stays on that machine"
             ))
         })?;
-        let url = format!("{}/v1/logs/{}/{}/{attempt}", server.url, msg.job, msg.actor);
+        let url = format!("{}/v1/logs/{}/{index}/{attempt}", server.url, msg.job);
         let running = ended.is_none() && !view.state.is_terminal();
-        Ok(LogSource { url, token: server.token.clone(), node, attempt, running })
+        Ok(LogSource { url, token: server.token.clone(), node, actor: index, attempt, local_rank, running })
     }
 }
 
