@@ -213,7 +213,8 @@ async function checkLogs(page, problems) {
   await textContains(page.locator('#log'), 'in cycle 2', `${name}'s log`);
   const state = await page.locator('[data-log-state]').getAttribute('data-log-state');
   if (state !== 'running') fail(`the log page says ${name}'s attempt is ${state}; it runs`);
-  ok(`a running actor's log link opens its output ("${(await page.locator('#log').innerText()).trim()}"), read on as it runs`);
+  ok(`a running actor's log link opens its output ("${(await page.locator('#log').innerText()).split('\n')[0]}…")`);
+  await checkLogReadsOn(page, name);
   await page.goBack();
   await visible(page.locator('#ledger'), 'the job page again after a log');
   problems.expect404 = true;
@@ -223,6 +224,50 @@ async function checkLogs(page, problems) {
   ok('the lost attempt\'s log page says its log stays on the lost machine');
   await page.goBack();
   await visible(page.locator('#ledger'), 'the job page again after a log');
+}
+
+/** The number of the last `tick N` line the log box shows (the job writes one every 0.5 s). */
+async function lastTick(page) {
+  return page.evaluate(() => Number((document.querySelector('pre#log')?.textContent.match(/tick (\d+)\n?$/) || [0, 0])[1]));
+}
+
+/** Waits until the log box shows a tick after `tick`; says what it shows at the end. */
+async function tickAfter(page, tick, what) {
+  try {
+    await page.waitForFunction((before) => {
+      const found = document.querySelector('pre#log')?.textContent.match(/tick (\d+)\n?$/);
+      return found && Number(found[1]) > before;
+    }, tick, { timeout: STEP_TIMEOUT_MS });
+  } catch {
+    fail(`${what}: no line after "tick ${tick}" within ${STEP_TIMEOUT_MS / 1000} s (last: tick ${await lastTick(page)})`);
+  }
+  return page.evaluate(() => {
+    const box = document.querySelector('pre#log');
+    return { top: box.scrollTop, atEnd: box.scrollTop + box.clientHeight >= box.scrollHeight - 2, scrolls: box.scrollHeight > box.clientHeight };
+  });
+}
+
+/**
+ * A running attempt's page reads on from where its last read ended (`offset=`, not the whole
+ * tail again), keeps its box at the end while the reader is there, and leaves it where the
+ * reader scrolled to otherwise.
+ */
+async function checkLogReadsOn(page, name) {
+  const readOn = page.waitForRequest((r) => /\/logs\?.*offset=\d+/.test(r.url()), { timeout: STEP_TIMEOUT_MS })
+    .catch(() => fail(`${name}'s log page did not read on from an offset within ${STEP_TIMEOUT_MS / 1000} s`));
+  const first = await tickAfter(page, 0, `${name}'s log page`);
+  await readOn;
+  if (!first.scrolls) fail(`${name}'s log does not fill its box (100 lines and more): nothing to check the scrolling with`);
+  const atEnd = await tickAfter(page, await lastTick(page), `${name}'s log page reading on`);
+  if (!atEnd.atEnd) fail(`${name}'s log box left its end when new lines came (scrolled to ${atEnd.top})`);
+  await page.evaluate(() => { document.querySelector('pre#log').scrollTop = 0; });
+  const kept = await tickAfter(page, await lastTick(page), `${name}'s log page reading on`);
+  if (kept.top !== 0) fail(`${name}'s log box moved to ${kept.top} when new lines came; the reader had scrolled to its top`);
+  const text = await page.locator('#log').textContent();
+  if (!text.startsWith('rank ') || !text.includes('warm-up line 100\ntick 1\n')) {
+    fail(`${name}'s log lost or repeated lines while reading on: "${text.slice(0, 200)}…"`);
+  }
+  ok(`${name}'s log page reads on from an offset (now at tick ${await lastTick(page)}), its box at the end while the reader is, and where the reader scrolled otherwise`);
 }
 
 async function checkTimeline(page, actor) {

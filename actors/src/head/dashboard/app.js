@@ -330,10 +330,13 @@ function markCurrentSection() {
 // ---------------------------------------------------------------------------------------------
 // Loading and rendering the current page
 
-// A log page shows an attempt's last this many lines (`ftdrive logs` prints all of it), read
-// again every LOG_POLL_MS while the attempt runs: its output comes with no event.
+// A log page shows an attempt's last this many lines (`ftdrive logs` prints all of it), and
+// every LOG_POLL_MS while the attempt runs reads what it wrote since (its output comes with no
+// event), as `ftdrive logs --follow` does. A read of LOG_RESYNC_BYTES or more means the job
+// writes faster than the page reads on: the next read is a tail again, not the backlog.
 const LOG_TAIL_LINES = 500;
 const LOG_POLL_MS = 2000;
+const LOG_RESYNC_BYTES = 256 * 1024;
 
 // The jobs page lists the newest this many: it reloads on every (coalesced) event, and the
 // whole list of a head keeping a thousand finished jobs was a megabyte each time.
@@ -357,11 +360,22 @@ const PAGES = {
   log: {
     title: (route) => `Output of ${route.id}/${route.actor} attempt ${route.attempt}`,
     load: async (route) => {
-      const query = `actor=${route.actor}&attempt=${route.attempt}&tail=${LOG_TAIL_LINES}`;
+      // Reading on from where this page's last read ended, unless that read was a backlog.
+      const before = app.data?.route === route && !app.data.resync ? app.data : null;
+      const from = before ? `offset=${before.nextOffset}` : `tail=${LOG_TAIL_LINES}`;
+      const query = `actor=${route.actor}&attempt=${route.attempt}&${from}`;
       const response = await answer(`/v1/jobs/${encodeURIComponent(route.id)}/logs?${query}`);
+      const bytes = await response.arrayBuffer();
+      // One decoder per page: a character split between two reads is decoded whole.
+      const decoder = before ? before.decoder : new TextDecoder();
+      const read = decoder.decode(bytes, { stream: true });
+      const next = Number(response.headers.get('x-ftdrive-next-offset'));
       return {
         route,
-        text: await response.text(),
+        text: lastLines(before ? before.text + read : read, LOG_TAIL_LINES),
+        nextOffset: Number.isSafeInteger(next) ? next : (before ? before.nextOffset : 0) + bytes.byteLength,
+        resync: before !== null && bytes.byteLength >= LOG_RESYNC_BYTES,
+        decoder,
         node: response.headers.get('x-ftdrive-node') || '',
         running: response.headers.get('x-ftdrive-running') === 'true',
       };
@@ -450,16 +464,33 @@ function noteJobStates(data) {
   }
 }
 
+/**
+ * Where the log's box was scrolled, to put the new one there after a render: at its end if it
+ * was at its end (or is new: a log is read from its end, as `tail -f`), so that what the job
+ * writes stays in sight; where the reader left it otherwise.
+ */
+function logScrollSpot() {
+  const box = document.querySelector('pre#log');
+  const atEnd = !box || box.scrollTop + box.clientHeight >= box.scrollHeight - 2;
+  const top = box ? box.scrollTop : 0;
+  return () => {
+    const now = document.querySelector('pre#log');
+    if (now) now.scrollTop = atEnd ? now.scrollHeight : top;
+  };
+}
+
 /** Replaces the page's content, keeping keyboard focus where it was (or moving it to the new heading). */
 function render({ moveFocus }) {
   const view = $('view');
   const page = PAGES[app.route.page];
   const refocus = focusedSpot(view);
+  const logScroll = logScrollSpot();
   document.title = `${page.title(app.route)} · ftdrive`;
   const content = app.data
     ? page.render(app.data)
     : pagePlaceholder(page.title(app.route));
   view.replaceChildren(...(app.error && app.data ? [errorBanner(app.error)] : []), content);
+  logScroll();
   // A reload keeps focus where it was without scrolling to it: the reader may have scrolled away.
   if (moveFocus) {
     view.querySelector('h1')?.focus();
@@ -605,6 +636,16 @@ function renderJobPage({ job }) {
     jobSection('timeline', 'Timeline of attempts', timelineFigure(job)),
     jobSection('actors', 'Actors', actorsTable(job)),
     jobSection('ledger', 'Ledger', ledgerTable(job)));
+}
+
+/** The last `count` lines of `text` (an unfinished last line is one of them). */
+function lastLines(text, count) {
+  let at = text.endsWith('\n') ? text.length - 1 : text.length;
+  for (let line = 0; line < count; line++) {
+    at = text.lastIndexOf('\n', at - 1);
+    if (at < 0) return text;
+  }
+  return text.slice(at + 1);
 }
 
 /** One attempt's output: its last LOG_TAIL_LINES lines, as `ftdrive logs --tail` prints them. */
