@@ -142,6 +142,13 @@ pub enum JobEvent {
         from: u16,
         to: u16,
     },
+    /// `actor`'s agent confirmed that `attempt`'s process runs (its view's `starting` ends):
+    /// the one change of an actor's view that comes with no transition.
+    StartConfirmed {
+        actor: ActorId,
+        attempt: u32,
+        node: NodeId,
+    },
     /// After a charged failure the job's next cycle (gang mode), or `actor`'s next attempt
     /// (actor mode), waits until `until_ms` (`retries.backoff_ms`), as the views'
     /// `restart_at_ms` say.

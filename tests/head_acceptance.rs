@@ -491,8 +491,18 @@ fn a_start_whose_confirmation_was_lost_is_confirmed_by_a_heartbeat() {
     let job = c.submit(spec("unconfirmed", 1, 1));
     let sent = &c.view(&job).actors[0];
     assert_eq!((sent.node.as_deref(), sent.state, sent.starting), (Some("n1"), Running, true), "not confirmed yet");
+    let confirmed = |c: &TestCluster| c.job_events().filter(|e| matches!(e, JobEvent::StartConfirmed { .. })).count();
+    assert_eq!(confirmed(&c), 0, "nothing confirmed the start yet");
     c.advance(1_000); // a heartbeat lists it
     assert!(!c.view(&job).actors[0].starting, "confirmed");
+    c.advance(3_000); // and the next ones again
+    let said: Vec<&JobEvent> = c.job_events().filter(|e| matches!(e, JobEvent::StartConfirmed { .. })).collect();
+    let name = c.view(&job).actors[0].name.clone();
+    assert_eq!(
+        said,
+        [&JobEvent::StartConfirmed { actor: name, attempt: 1, node: "n1".into() }],
+        "told once, for followers"
+    );
     c.restart_head();
     assert!(!c.view(&job).actors[0].starting, "confirmed, durably");
     c.reboot_fresh("n1");

@@ -7,6 +7,8 @@ use common::relay::Relay;
 use common::*;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -169,12 +171,46 @@ fn a_start_its_agent_has_not_confirmed_is_shown_starting() {
     assert!(!status.lines().any(|l| l.contains(" n1 ") && l.contains("(starting)")), "{status}");
     let metrics = || http(&c.url, "GET", "/metrics", Some(&c.token()), "");
     assert!(metrics().contains("\nftdrive_actors_starting 1\n"), "{}", metrics());
+    // The job's followers (the dashboard reloads on its events) are told when the start comes.
+    let mut events = follow_events(&c, &id);
     // SAFETY: as above.
     unsafe { libc::kill(agent, libc::SIGCONT) };
+    let told = format!(r#""actor":"{name}","attempt":1,"event":"start_confirmed","job":"{id}","node":"n2""#);
+    let heard = read_until(&mut events, &told);
+    assert!(heard.contains(&told), "the stream said: {heard}");
     c.wait_for_job(&id, "n2 confirms its start", |j| running(j, 2));
     assert!(!c.ftdrive(&["status", &id]).contains("(starting)"));
     assert!(metrics().contains("\nftdrive_actors_starting 0\n"), "{}", metrics());
     c.ftdrive(&["stop", &id]);
+}
+
+/// A job's event stream, its answer's head read.
+fn follow_events(c: &Cluster, id: &str) -> TcpStream {
+    let host = c.url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(host).unwrap();
+    stream.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let token = c.token();
+    let request = format!("GET /v1/jobs/{id}/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let head = read_until(&mut stream, "\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    stream
+}
+
+/// What `stream` says until it has said `needle`, or `WAIT` has passed.
+fn read_until(stream: &mut TcpStream, needle: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    let mut heard = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&heard).contains(needle) && Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => heard.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) => panic!("reading the event stream: {e}"),
+        }
+    }
+    String::from_utf8_lossy(&heard).into_owned()
 }
 
 /// A node the head has stopped hearing from is shown as suspect before it is declared DEAD

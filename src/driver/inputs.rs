@@ -184,9 +184,14 @@ impl Driver {
     }
 
     pub(super) fn on_started(&mut self, key: AttemptKey) {
-        match self.current_run(&key) {
-            Some(run) => run.acked = true,
-            None => self.stale(key, "start confirmation"),
+        let Some(run) = self.current_run(&key) else {
+            return self.stale(key, "start confirmation");
+        };
+        // A heartbeat lists the attempt again and again (HB-1): only its first word is news.
+        if !std::mem::replace(&mut run.acked, true) {
+            let (attempt, node) = (run.attempt, run.node.clone());
+            let actor = self.actors[key.actor as usize].name.clone();
+            self.event(JobEvent::StartConfirmed { actor, attempt, node });
         }
     }
 

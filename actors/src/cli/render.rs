@@ -69,7 +69,12 @@ fn job_event_text(job: &JobId, detail: &JobEvent, nproc: u32, t_ms: u64) -> Opti
             Some(why) => why.clone(),
             None => "the job is feasible again".to_string(),
         },
-        JobEvent::Closing { .. } | JobEvent::Stale { .. } | JobEvent::ReleasedUnused { .. } => return None,
+        // A start's confirmation follows its transition within moments: a line for each would
+        // double the output for news that `status` shows.
+        JobEvent::Closing { .. }
+        | JobEvent::Stale { .. }
+        | JobEvent::ReleasedUnused { .. }
+        | JobEvent::StartConfirmed { .. } => return None,
         // Counted from the event's own time: the head's clock on both sides.
         JobEvent::BackingOff { actor, until_ms } => restart_text(actor.as_ref(), until_ms.saturating_sub(t_ms)),
     })
