@@ -166,6 +166,7 @@ pub struct RawRetries {
 /// Command-line flags that override spec fields (`--min-nodes` and friends).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Overrides {
+    pub name: Option<String>,
     pub min_nodes: Option<i64>,
     pub max_nodes: Option<i64>,
     pub hot_spares: Option<i64>,
@@ -199,6 +200,24 @@ impl JobSpec {
             r#"{"name": "train", "command": ["python", "train.py"], "min_nodes": 1, "max_nodes": 1}"#,
         )
         .map_err(|(field, message)| SpecError::new(&field, message))?;
+        let raw = raw.with_overrides(overrides);
+        admission_checks(&raw)?;
+        raw.validate()
+    }
+
+    /// The spec of a job given as a command line alone (`ftdrive submit -- python train.py`,
+    /// as `ray job submit -- …` and `sbatch --wrap` take one): named after its program, on
+    /// one node, or on `--min-nodes` of them when only that is given; the overrides set the
+    /// rest and are checked as a file's are.
+    pub fn from_command(command: Vec<String>, overrides: &Overrides) -> Result<JobSpec, SpecError> {
+        let name = name_of_program(command.first().map_or("", String::as_str));
+        let raw = RawJobSpec {
+            name: Some(name),
+            command: Some(command),
+            min_nodes: Some(1),
+            max_nodes: Some(overrides.min_nodes.unwrap_or(1).max(1)),
+            ..RawJobSpec::default()
+        };
         let raw = raw.with_overrides(overrides);
         admission_checks(&raw)?;
         raw.validate()
@@ -391,6 +410,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 impl RawJobSpec {
     pub fn with_overrides(mut self, o: &Overrides) -> Self {
+        self.name = o.name.clone().or(self.name);
         self.min_nodes = o.min_nodes.or(self.min_nodes);
         self.max_nodes = o.max_nodes.or(self.max_nodes);
         self.hot_spares = o.hot_spares.or(self.hot_spares);
@@ -511,6 +531,22 @@ impl RawRetries {
 
 fn required<T>(value: Option<T>, field: &str, example: &str) -> Result<T, SpecError> {
     value.ok_or_else(|| SpecError::new(field, format!("is required; add it, for example {example}")))
+}
+
+/// A valid job name made of a program's file name (`/usr/bin/python3` → `python3`): what a
+/// name may not hold becomes `-`, and it is cut to the longest a name may be.
+fn name_of_program(program: &str) -> String {
+    let file = program.rsplit('/').find(|part| !part.is_empty()).unwrap_or_default();
+    let name: String = file
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' })
+        .take(MAX_NAME_LEN)
+        .collect();
+    if name.is_empty() {
+        "job".to_string()
+    } else {
+        name
+    }
 }
 
 fn check_name(name: &str) -> Result<(), SpecError> {
@@ -957,6 +993,7 @@ mod tests {
     fn overrides_win_and_are_validated() {
         let text = r#"{"name":"t","command":["x"],"min_nodes":1,"max_nodes":2}"#;
         let o = Overrides {
+            name: None,
             min_nodes: Some(3),
             max_nodes: Some(8),
             hot_spares: Some(1),
@@ -981,5 +1018,35 @@ mod tests {
         assert_eq!(JobSpec::parse(text, &bad).unwrap_err().field, "min_nodes");
         let zero = Overrides { run_timeout_ms: Some(0), ..Overrides::default() };
         assert_eq!(JobSpec::parse(text, &zero).unwrap_err().field, "run_timeout_ms");
+        let named = Overrides { name: Some("renamed".into()), ..Overrides::default() };
+        assert_eq!(JobSpec::parse(text, &named).unwrap().name, "renamed");
+        let bad = Overrides { name: Some("a b".into()), ..Overrides::default() };
+        assert_eq!(JobSpec::parse(text, &bad).unwrap_err().field, "name");
+    }
+
+    #[test]
+    fn a_command_line_alone_is_a_job_named_after_its_program() {
+        let command = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<String>>();
+        let none = Overrides::default();
+        let spec = JobSpec::from_command(command(&["/usr/bin/python3", "train.py"]), &none).unwrap();
+        assert_eq!((spec.name.as_str(), spec.min_nodes, spec.max_nodes), ("python3", 1, 1));
+        assert_eq!(spec.command, ["/usr/bin/python3", "train.py"]);
+        let wide = Overrides { min_nodes: Some(3), ..Overrides::default() };
+        let spec = JobSpec::from_command(command(&["./run me.sh"]), &wide).unwrap();
+        assert_eq!(
+            (spec.name.as_str(), spec.min_nodes, spec.max_nodes),
+            ("run-me.sh", 3, 3),
+            "only --min-nodes: that many"
+        );
+        let elastic = Overrides { max_nodes: Some(4), name: Some("t".into()), ..Overrides::default() };
+        let spec = JobSpec::from_command(command(&["x"]), &elastic).unwrap();
+        assert_eq!((spec.name.as_str(), spec.min_nodes, spec.max_nodes), ("t", 1, 4));
+        let long = "p".repeat(100);
+        assert_eq!(JobSpec::from_command(command(&[&long]), &none).unwrap().name.len(), MAX_NAME_LEN);
+        assert_eq!(JobSpec::from_command(command(&["/"]), &none).unwrap().name, "job");
+        assert_eq!(JobSpec::from_command(command(&[""]), &none).unwrap_err().field, "command", "checked as a file's");
+        assert_eq!(JobSpec::from_command(Vec::new(), &none).unwrap_err().field, "command");
+        let negative = Overrides { min_nodes: Some(-2), ..Overrides::default() };
+        assert_eq!(JobSpec::from_command(command(&["x"]), &negative).unwrap_err().field, "min_nodes");
     }
 }

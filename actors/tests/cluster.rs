@@ -1780,6 +1780,37 @@ fn a_variable_given_on_the_command_line_reaches_the_job_over_the_specs() {
     assert!(stdout.contains("job j1 (env) SUCCEEDED"), "{stdout}");
 }
 
+/// A job given as its command line alone, as `ray job submit -- …` takes one: named after its
+/// program, on `--min-nodes` nodes, run where `submit` runs on an embedded cluster. A command
+/// and a spec file together, or neither, are refused before anything starts.
+#[test]
+fn a_command_after_the_double_dash_is_a_job_of_its_own() {
+    let state = tempfile::tempdir().unwrap();
+    let cwd = state.path().canonicalize().unwrap();
+    let check = format!(r#"test "$WORLD_SIZE" = 2 && test "$(pwd -P)" = "{}" && test "$GREETING" = hi"#, cwd.display());
+    let args = ["--local-nodes", "2", "--min-nodes", "2", "--env", "GREETING=hi", "--", "/bin/sh", "-c", &check];
+    let out = submit_locally(&cwd, &cwd, &args.map(std::ffi::OsStr::new));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("job j1 (sh) SUCCEEDED") && stdout.contains("j1/1 "),
+        "two ranks of a job named sh: {stdout}"
+    );
+    let named =
+        submit_locally(&cwd, &cwd, &["--local-nodes", "1", "--name", "quick", "--", "true"].map(std::ffi::OsStr::new));
+    assert!(String::from_utf8_lossy(&named.stdout).contains("(quick) SUCCEEDED"), "{named:?}");
+    for (args, said) in [
+        (&["spec.json", "--", "true"][..], "spec.json and a command after `--`: give one"),
+        (&[][..], "no job given: name a job spec file"),
+        (&["--", ""][..], "the command after `--`: job spec field `command`: is empty"),
+    ] {
+        let refused = submit_locally(&cwd, &cwd, &args.iter().map(std::ffi::OsStr::new).collect::<Vec<_>>());
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(said) && !stderr.contains("local cluster:"), "{args:?}, nothing started: {stderr}");
+    }
+}
+
 /// The embedded cluster never grows, so a job it can never hold is refused at once (exit 2)
 /// with the flag that would let it run, instead of waiting for ever.
 #[test]

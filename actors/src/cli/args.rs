@@ -236,10 +236,18 @@ pub struct NodeArgs {
 
 #[derive(Debug, Args)]
 pub struct SubmitArgs {
-    /// The job spec, a JSON file (docs/jobspec.md; examples/jobs/ has two).
-    pub job: PathBuf,
+    /// The job spec, a JSON file (docs/jobspec.md; examples/jobs/ has two); or, instead, the
+    /// job's command after `--`.
+    pub job: Option<PathBuf>,
+    /// A job given as its command line alone, after `--` (`ftdrive submit --nproc-per-node 2
+    /// -- python3 train.py`): named after its program, on one node unless the flags say more.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
     #[command(flatten)]
     pub head: HeadUrl,
+    /// The job's name (overrides the spec's `name`; a command's default is its program's).
+    #[arg(long)]
+    pub name: Option<String>,
     /// Nodes the job needs to run (overrides the spec's `min_nodes`).
     #[arg(long)]
     pub min_nodes: Option<i64>,

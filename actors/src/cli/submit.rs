@@ -14,10 +14,8 @@ use serde_json::json;
 use std::collections::BTreeMap;
 
 pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
-    let limit = crate::head::MAX_BODY_BYTES as u64;
-    let why = "the most a head takes in a submission: shorten its env or command";
-    let text = super::read_text_file(&args.job, "job spec", limit, why)?;
     let overrides = Overrides {
+        name: args.name.clone(),
         min_nodes: args.min_nodes,
         max_nodes: args.max_nodes,
         hot_spares: args.hot_spares,
@@ -26,7 +24,7 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         run_timeout_ms: args.run_timeout_ms,
         env: env_once_each(&args.env)?,
     };
-    let spec = JobSpec::parse(&text, &overrides).map_err(|e| blame(&e, &args))?;
+    let spec = job_spec(&args, &overrides)?;
     refuse_local_flags_with_a_head(&args)?;
     if args.no_wait && args.head.head.is_none() {
         return Err(CliError::BadInput(
@@ -41,6 +39,33 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
             None => local::run(spec, &args).await,
         }
     })
+}
+
+/// The job: its spec file's, or the command line's after `--`, with the flags' overrides.
+fn job_spec(args: &SubmitArgs, overrides: &Overrides) -> Result<JobSpec, CliError> {
+    let spec = match (&args.job, args.command.is_empty()) {
+        (Some(file), true) => {
+            let limit = crate::head::MAX_BODY_BYTES as u64;
+            let why = "the most a head takes in a submission: shorten its env or command";
+            let text = super::read_text_file(file, "job spec", limit, why)?;
+            JobSpec::parse(&text, overrides)
+        }
+        (None, false) => JobSpec::from_command(args.command.clone(), overrides),
+        (Some(file), false) => {
+            return Err(CliError::BadInput(format!(
+                "{} and a command after `--`: give one (the spec has its `command`; `--env` adds variables to it)",
+                file.display()
+            )))
+        }
+        (None, true) => {
+            return Err(CliError::BadInput(
+                "no job given: name a job spec file (`ftdrive submit job.json`, docs/jobspec.md) or give the \
+                 command after `--` (`ftdrive submit --nproc-per-node 2 -- python3 train.py`)"
+                    .into(),
+            ))
+        }
+    };
+    spec.map_err(|e| blame(&e, args))
 }
 
 /// The `--env` variables, each named once: one named twice is most likely a typo in one of
@@ -73,6 +98,7 @@ fn refuse_local_flags_with_a_head(args: &SubmitArgs) -> Result<(), CliError> {
 /// file (naming any flags that took part, since `min_nodes <= max_nodes` spans both).
 fn blame(e: &SpecError, args: &SubmitArgs) -> CliError {
     let mut given: Vec<(String, String)> = [
+        ("name", "--name", args.name.clone()),
         ("min_nodes", "--min-nodes", args.min_nodes.map(|v| v.to_string())),
         ("max_nodes", "--max-nodes", args.max_nodes.map(|v| v.to_string())),
         ("hot_spares", "--hot-spares", args.hot_spares.map(|v| v.to_string())),
@@ -89,7 +115,10 @@ fn blame(e: &SpecError, args: &SubmitArgs) -> CliError {
         let name = name.escape_debug();
         (format!("env.{name}"), format!("--env {name}"))
     }));
-    let file = args.job.display();
+    let file = match &args.job {
+        Some(file) => file.display().to_string(),
+        None => "the command after `--`".to_string(),
+    };
     CliError::BadInput(match given.iter().find(|(field, _)| e.field == *field) {
         Some((_, flag)) => format!("{flag}: {}", e.message),
         None if given.is_empty() => format!("{file}: {e}"),
