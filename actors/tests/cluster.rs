@@ -1811,6 +1811,34 @@ fn a_command_after_the_double_dash_is_a_job_of_its_own() {
     }
 }
 
+/// `submit --logs` prints what every attempt writes, as it writes it, each line under its
+/// actor: a retried rank's first and second attempts both, and a last line with no newline,
+/// before the job's summary.
+#[test]
+fn submit_with_logs_prints_every_attempts_output_under_its_actor() {
+    let state = tempfile::tempdir().unwrap();
+    let spec = state.path().join("retried.json");
+    let script = r#"echo "rank $RANK attempt $FTDRIVE_ATTEMPT"; if [ "$FTDRIVE_ATTEMPT" = 1 ] && [ "$RANK" = 1 ]; then exit 3; fi; sleep 0.5; printf 'done, no newline'"#;
+    let job = json!({"name": "retried", "command": ["sh", "-c", script], "min_nodes": 2, "max_nodes": 2,
+                     "retries": {"user": 1, "backoff_ms": {"initial": 0, "max": 0}}});
+    std::fs::write(&spec, job.to_string()).unwrap();
+    let args = ["--local-nodes", "2", "--logs", spec.to_str().unwrap()];
+    let out = submit_locally(state.path(), state.path(), &args.map(std::ffi::OsStr::new));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    for (actor, rank) in [(0, 0), (1, 1)] {
+        for attempt in [1, 2] {
+            let said = format!("[j1/{actor}] rank {rank} attempt {attempt}");
+            assert!(lines.contains(&said.as_str()), "{said} in:\n{stdout}");
+        }
+        let last = format!("[j1/{actor}] done, no newline");
+        assert_eq!(lines.iter().filter(|l| **l == last).count(), 1, "{last} once, ended, in:\n{stdout}");
+    }
+    let summary = lines.iter().position(|l| l.starts_with("job j1 (retried) SUCCEEDED")).expect("the summary");
+    assert!(lines[summary..].iter().all(|l| !l.starts_with("[j1/")), "every output line before the summary:\n{stdout}");
+}
+
 /// The embedded cluster never grows, so a job it can never hold is refused at once (exit 2)
 /// with the flag that would let it run, instead of waiting for ever.
 #[test]

@@ -100,6 +100,36 @@ fn a_head_killed_mid_job_and_restarted_readopts_the_running_job() {
     assert!(followed.starts_with("up\n") && followed.contains("answered again"), "{followed}");
 }
 
+/// `status --follow --logs` across a head killed and started again: what the job wrote while
+/// the head was away is printed once it is back, every line once and in order.
+#[test]
+fn a_follower_of_the_output_loses_and_repeats_no_line_across_a_head_restart() {
+    let mut c = Cluster::start(&["n1"]);
+    let ticks = r#"for i in $(seq 1 20); do echo "tick $i"; sleep 0.2; done"#;
+    let id =
+        c.submit_no_wait(&c.spec("ticks", json!({"command": ["sh", "-c", ticks], "min_nodes": 1, "max_nodes": 1})));
+    c.wait_for_job(&id, "it runs", |j| running(j, 1));
+    let out = c.dir.path().join("follower.out");
+    let mut follower = c.command();
+    follower
+        .args(["status", &id, "--follow", "--logs"])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::piped());
+    let mut follower = Ended(follower.spawn().unwrap());
+    c.wait_until("the follower shows a tick", |_| std::fs::read_to_string(&out).unwrap().contains("] tick 1\n"));
+    c.kill_head();
+    std::thread::sleep(Duration::from_secs(1)); // the job writes on meanwhile
+    c.start_head_again();
+    c.wait_for_job(&id, "the job succeeds", |j| j["state"] == "SUCCEEDED");
+    let (code, _, stderr) = output_within(&mut follower, WAIT);
+    let followed = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(code, Some(0), "{followed}\n{stderr}");
+    let printed: Vec<&str> = followed.lines().filter(|l| l.starts_with(&format!("[{id}/0] "))).collect();
+    let expected: Vec<String> = (1..=20).map(|i| format!("[{id}/0] tick {i}")).collect();
+    assert_eq!(printed, expected, "{followed}\n{stderr}");
+    assert!(stderr.contains("lost the head") && stderr.contains("answered again"), "{stderr}");
+}
+
 #[test]
 fn a_head_stopped_with_sigterm_ends_its_streams_and_its_followers_carry_on_with_the_next() {
     let mut c = Cluster::start(&["n1"]);

@@ -274,6 +274,10 @@ pub struct SubmitArgs {
     /// Return once the job is accepted instead of following it.
     #[arg(long)]
     pub no_wait: bool,
+    /// Print every attempt's output too, as it is written, each line prefixed with its actor
+    /// (`[j1/0] `), beside the job's events; the job's end waits until its last lines are read.
+    #[arg(long, conflicts_with = "no_wait")]
+    pub logs: bool,
     /// Agents of the embedded local cluster, used when no head is configured (default 3).
     #[arg(long)]
     pub local_nodes: Option<u32>,
@@ -291,6 +295,10 @@ pub struct StatusArgs {
     /// FAILED, 3 STOPPED); Ctrl-C stops following, not the job.
     #[arg(short, long, requires = "job")]
     pub follow: bool,
+    /// While following, print every attempt's output too, as it is written, each line
+    /// prefixed with its actor (`[j1/0] `).
+    #[arg(long, requires = "follow")]
+    pub logs: bool,
     /// Only jobs in these states, e.g. `--state PENDING,RUNNING` (default: any).
     #[arg(long, value_delimiter = ',', value_parser = job_state, conflicts_with = "job")]
     pub state: Vec<ftdrive::driver::JobState>,

@@ -3,6 +3,7 @@
 
 use super::client::{Client, LogFrom};
 use super::error::{CliError, Outcome};
+use super::follow_logs::LogFollowers;
 use super::out::Progress;
 use super::reconnect::{is_passing, until_answered};
 use super::render;
@@ -23,11 +24,13 @@ pub enum OnInterrupt {
     StopJob,
 }
 
+/// Follows `job` to its end; with `logs`, every attempt's output too (`follow_logs.rs`).
 pub async fn follow(
     client: &Client,
     job: &str,
     on_interrupt: OnInterrupt,
     progress: Progress,
+    logs: bool,
 ) -> Result<Outcome, CliError> {
     // Registered before anything is printed: whoever sees our output may press Ctrl-C at once.
     let watch = |kind| signal(kind).map_err(|e| CliError::Failed(format!("cannot watch for Ctrl-C and SIGTERM: {e}")));
@@ -45,13 +48,19 @@ pub async fn follow(
         Err(e) if is_passing(&e) => until_answered(e, || client.lines(&path)).await?,
         opened => opened?,
     };
-    let mut screen = Screen::new(progress);
+    let mut screen = Screen::new(progress, logs);
+    let mut outputs = logs.then(|| LogFollowers::new(client, job, progress));
     loop {
         tokio::select! {
             line = lines.next() => {
                 let lost = match line {
                     Some(Ok(text)) => {
                         let line = StreamLine::parse(&text).map_err(|e| CliError::Failed(format!("unreadable event: {e}")))?;
+                        match (&mut outputs, &line) {
+                            (Some(outputs), StreamLine::Snapshot(view)) => outputs.catch_up(view),
+                            (Some(outputs), StreamLine::Event(line)) => outputs.on_event(&line.event),
+                            _ => {}
+                        }
                         match screen.show(line) {
                             Ok(()) => continue,
                             Err(e) if is_passing(&e) => e,
@@ -69,6 +78,8 @@ pub async fn follow(
                 }
                 screen.reprint = true;
             }
+            // Reading the attempts' logs goes on while the events are awaited.
+            _ = async { if let Some(outputs) = outputs.as_mut() { outputs.next().await } }, if outputs.is_some() => {}
             _ = interrupt.recv() => if let Some(done) = on_signal(client, job, on_interrupt, &mut signals).await? {
                 return Ok(done);
             },
@@ -87,6 +98,9 @@ pub async fn follow(
         }
         answer => answer?,
     };
+    if let Some(outputs) = outputs {
+        outputs.drain().await;
+    }
     progress.text(&render::job_summary(&view, crate::paths::unix_ms()))?;
     if let Some(failed) = render::program_failure(&view) {
         progress.text(&last_words(client, &view, failed, on_interrupt).await)?;
@@ -127,8 +141,9 @@ struct Screen {
 }
 
 impl Screen {
-    fn new(to: Progress) -> Screen {
-        Screen { to, live: to.is_terminal(), view: None, reprint: false, recent: VecDeque::new() }
+    /// Beside the jobs' output (`logs`), events are lines too: a redrawn table would wipe it.
+    fn new(to: Progress, logs: bool) -> Screen {
+        Screen { to, live: to.is_terminal() && !logs, view: None, reprint: false, recent: VecDeque::new() }
     }
 
     /// One line of the stream: folded into the view, and shown.
@@ -239,7 +254,7 @@ mod tests {
     #[test]
     fn a_follower_the_head_dropped_follows_again() {
         let dropped = StreamLine::Error("this follower fell 4096 lines behind and was dropped; follow again".into());
-        let error = Screen::new(Progress::Stdout).show(dropped).unwrap_err();
+        let error = Screen::new(Progress::Stdout, false).show(dropped).unwrap_err();
         assert!(is_passing(&error), "{error}");
     }
 
@@ -247,7 +262,7 @@ mod tests {
     #[test]
     fn an_event_of_an_unknown_kind_is_passed_over() {
         let line = StreamLine::parse(r#"{"event":"solar_flare","job":"j1","t_ms":7,"strength":"X9"}"#).unwrap();
-        let mut screen = Screen::new(Progress::Stdout);
+        let mut screen = Screen::new(Progress::Stdout, false);
         assert!(screen.show(line).is_ok());
         assert!(screen.view.is_none() && screen.recent.is_empty());
     }

@@ -6,6 +6,7 @@ mod client;
 mod drain;
 pub mod error;
 mod follow;
+mod follow_logs;
 mod forget;
 mod head;
 mod local;

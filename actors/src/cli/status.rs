@@ -16,7 +16,7 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.out.head)?;
     super::block_on(async move {
         match args.job {
-            Some(job) if args.follow => return follow_to_the_end(&client, &job, args.out.output).await,
+            Some(job) if args.follow => return follow_to_the_end(&client, &job, args.out.output, args.logs).await,
             Some(job) => {
                 let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
                 match args.out.output {
@@ -93,9 +93,9 @@ fn listing_path(states: &[JobState], before: Option<&str>, limit: Option<u64>) -
 
 /// `--follow`: what `submit` prints while it follows, and the job's outcome as the exit code
 /// (`kubectl wait`, `ray job logs -f`); with `--output json`, the final job on stdout.
-async fn follow_to_the_end(client: &Client, job: &str, output: Output) -> Result<Outcome, CliError> {
+async fn follow_to_the_end(client: &Client, job: &str, output: Output, logs: bool) -> Result<Outcome, CliError> {
     let progress = if output == Output::Json { Progress::Stderr } else { Progress::Stdout };
-    let outcome = follow::follow(client, job, OnInterrupt::Detach, progress).await?;
+    let outcome = follow::follow(client, job, OnInterrupt::Detach, progress, logs).await?;
     if output == Output::Json {
         let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
         out::json(&view)?;

@@ -168,7 +168,7 @@ pub async fn follow_submitted(
     crate::note!("dashboard: {}/#/jobs/{}", client.base(), view.id);
     // With --output json, standard output holds the one document; progress goes to stderr.
     let progress = if args.output == Output::Json { Progress::Stderr } else { Progress::Stdout };
-    let followed = follow::follow(client, &view.id, on_interrupt, progress).await;
+    let followed = follow::follow(client, &view.id, on_interrupt, progress, args.logs).await;
     if followed.is_err() && args.output == Output::Json {
         out::json(&view)?; // the job as accepted: a script reads its id even so
     }
