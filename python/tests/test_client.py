@@ -196,7 +196,8 @@ def test_a_quiet_job_is_followed_past_the_request_timeout_and_idle_timeout_is_ke
     command = [sys.executable, "-u", str(cluster.work / "gated.py"), str(gate)]
     quick = cluster.client(timeout=1.0)
     job_id = quick.submit(JobSpec(name="quiet", command=command, min_nodes=1, max_nodes=1)).id
-    wait_for("the job runs", lambda: quick.status(job_id).state == "RUNNING" or None)
+    # Its start confirmed (a `start_confirmed` event), so that nothing more is said meanwhile.
+    cluster.wait_job(job_id, "it runs", lambda j: j.actors[0].state == "RUNNING" and not j.actors[0].starting)
     # From here it is quiet until the gate opens, after both timeouts.
     opener = threading.Timer(3.0, gate.touch)
     opener.start()
