@@ -1811,6 +1811,34 @@ fn a_command_after_the_double_dash_is_a_job_of_its_own() {
     }
 }
 
+/// `submit --dry-run` prints the whole spec the head would take and starts nothing: made from
+/// a command line, it is a spec file that submits as the same job; a bad one exits 2 as a
+/// submission does.
+#[test]
+fn a_dry_run_prints_the_whole_spec_and_starts_nothing() {
+    let state = tempfile::tempdir().unwrap();
+    let args = ["--dry-run", "--min-nodes", "2", "--env", "A=b", "--", "python3", "train.py"];
+    let out = submit_locally(state.path(), state.path(), &args.map(std::ffi::OsStr::new));
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{printed}\n{}", String::from_utf8_lossy(&out.stderr));
+    let spec: Value = serde_json::from_str(&printed).unwrap();
+    assert_eq!((&spec["name"], &spec["min_nodes"], &spec["max_nodes"]), (&json!("python3"), &json!(2), &json!(2)));
+    assert_eq!((&spec["env"], &spec["command"]), (&json!({"A": "b"}), &json!(["python3", "train.py"])));
+    assert_eq!(spec["retries"]["user"], 0, "the defaults are written out: {printed}");
+    let file = state.path().join("made.json");
+    std::fs::write(&file, &printed).unwrap();
+    let again = submit_locally(state.path(), state.path(), &["--dry-run".as_ref(), file.as_os_str()]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout), printed, "the printed spec is the same job's");
+    let bad = submit_locally(
+        state.path(),
+        state.path(),
+        &["--dry-run", "--min-nodes", "0", "--", "true"].map(std::ffi::OsStr::new),
+    );
+    assert_eq!(bad.status.code(), Some(2), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--min-nodes 0: is 0"));
+    assert!(!state.path().join("local").exists(), "no embedded cluster was started");
+}
+
 /// `submit --logs` prints what every attempt writes, as it writes it, each line under its
 /// actor: a retried rank's first and second attempts both, and a last line with no newline,
 /// before the job's summary.

@@ -278,6 +278,11 @@ pub struct SubmitArgs {
     /// (`[j1/0] `), beside the job's events; the job's end waits until its last lines are read.
     #[arg(long, conflicts_with = "no_wait")]
     pub logs: bool,
+    /// Check the job and print its whole spec as the head would take it (every field, the
+    /// defaults and the flags' overrides in place), then exit: nothing is submitted, and no
+    /// head is needed. Its output is a spec file: `-- python3 train.py` makes one to edit.
+    #[arg(long, conflicts_with_all = ["no_wait", "logs", "local_nodes", "output"])]
+    pub dry_run: bool,
     /// Agents of the embedded local cluster, used when no head is configured (default 3).
     #[arg(long)]
     pub local_nodes: Option<u32>,

@@ -25,6 +25,10 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         env: env_once_each(&args.env)?,
     };
     let spec = job_spec(&args, &overrides)?;
+    if args.dry_run {
+        out::json(&spec)?;
+        return Ok(Outcome::Done);
+    }
     refuse_local_flags_with_a_head(&args)?;
     if args.no_wait && args.head.head.is_none() {
         return Err(CliError::BadInput(
