@@ -1811,6 +1811,32 @@ fn a_command_after_the_double_dash_is_a_job_of_its_own() {
     }
 }
 
+/// `ftdrive completions bash`, sourced by a real bash, completes commands, flags and values
+/// from the command line's own definition.
+#[test]
+fn bash_completes_commands_and_flags_from_the_completion_script() {
+    let complete = |line: &str| {
+        let script = format!(
+            r#"source <("{bin}" completions bash) && COMP_LINE='{line}' && read -ra COMP_WORDS <<< "$COMP_LINE" && \
+               {{ [[ "$COMP_LINE" != *" " ]] || COMP_WORDS+=(""); }} && \
+               COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)) && COMP_POINT=${{#COMP_LINE}} && \
+               _ftdrive ftdrive "${{COMP_WORDS[COMP_CWORD]}}" "${{COMP_WORDS[COMP_CWORD-1]}}" && echo "${{COMPREPLY[@]}}""#,
+            bin = env!("CARGO_BIN_EXE_ftdrive")
+        );
+        let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+        assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    assert_eq!(complete("ftdrive lo"), "logs");
+    assert_eq!(complete("ftdrive submit --dr"), "--dry-run");
+    assert_eq!(complete("ftdrive status --output j"), "json");
+    let shells = complete("ftdrive completions ");
+    assert!(shells.split(' ').any(|s| s == "zsh"), "{shells}");
+    let refused = Command::new(env!("CARGO_BIN_EXE_ftdrive")).args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("possible values: bash, elvish, fish, powershell, zsh"));
+}
+
 /// `submit --dry-run` prints the whole spec the head would take and starts nothing: made from
 /// a command line, it is a spec file that submits as the same job; a bad one exits 2 as a
 /// submission does.

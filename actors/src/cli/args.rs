@@ -44,6 +44,16 @@ pub enum Command {
     Forget(NodeArg),
     /// Run a scenario in the deterministic simulator.
     Sim(SimArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell.
+    Completions(CompletionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell, e.g. `bash`: `source <(ftdrive completions bash)` in ~/.bashrc completes
+    /// every command and flag after `ftdrive`.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]

@@ -3,6 +3,7 @@
 
 pub mod args;
 mod client;
+mod completions;
 mod drain;
 pub mod error;
 mod follow;
@@ -88,6 +89,7 @@ fn dispatch(command: Command) -> Result<Outcome, CliError> {
         Command::Undrain(args) => undrain::run(args),
         Command::Forget(args) => forget::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Completions(args) => completions::run(args),
     }
 }
 
