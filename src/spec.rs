@@ -533,6 +533,12 @@ fn required<T>(value: Option<T>, field: &str, example: &str) -> Result<T, SpecEr
     value.ok_or_else(|| SpecError::new(field, format!("is required; add it, for example {example}")))
 }
 
+/// How many global ranks a job has at most: `max_nodes` × `nproc_per_node` (torchrun's
+/// largest `WORLD_SIZE`); a rank is one of `0..rank_count`.
+pub fn rank_count(max_nodes: u32, nproc_per_node: u32) -> u32 {
+    max_nodes.saturating_mul(nproc_per_node.max(1))
+}
+
 /// A valid job name made of a program's file name (`/usr/bin/python3` → `python3`): what a
 /// name may not hold becomes `-`, and it is cut to the longest a name may be.
 fn name_of_program(program: &str) -> String {

@@ -230,7 +230,7 @@ impl JobView {
     /// Why `rank` names no global rank of this job, if it names none: a job has `max_nodes` ×
     /// `nproc_per_node` ranks at most (the CLI and the log API say it alike).
     pub fn no_such_rank(&self, rank: u32) -> Option<String> {
-        let ranks = self.max_nodes.saturating_mul(self.nproc_per_node.max(1));
+        let ranks = crate::spec::rank_count(self.max_nodes, self.nproc_per_node);
         (rank >= ranks).then(|| format!("{} has ranks 0 to {}", self.id, ranks.saturating_sub(1)))
     }
 

@@ -1893,6 +1893,28 @@ fn submit_with_logs_prints_every_attempts_output_under_its_actor() {
     assert!(lines[summary..].iter().all(|l| !l.starts_with("[j1/")), "every output line before the summary:\n{stdout}");
 }
 
+/// `submit --logs=1,2` prints those global ranks' output alone, each line under its rank, from
+/// the worker that holds it; a rank the job cannot have is refused before anything starts.
+#[test]
+fn submit_with_logs_of_some_ranks_prints_those_ranks_alone() {
+    let state = tempfile::tempdir().unwrap();
+    let say = ["--", "sh", "-c", r#"echo "I am rank $RANK, local rank $LOCAL_RANK""#];
+    let wide = ["--local-nodes", "2", "--min-nodes", "2", "--nproc-per-node", "2"];
+    let args: Vec<&str> = ["--logs=1,2"].iter().chain(&wide).chain(&say).copied().collect();
+    let out = submit_locally(state.path(), state.path(), &args.iter().map(std::ffi::OsStr::new).collect::<Vec<_>>());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let mut output: Vec<&str> = stdout.lines().filter(|l| l.starts_with('[')).collect();
+    output.sort();
+    assert_eq!(output, ["[rank1] I am rank 1, local rank 1", "[rank2] I am rank 2, local rank 0"], "{stdout}");
+    let args: Vec<&str> = ["--logs=4"].iter().chain(&wide).chain(&say).copied().collect();
+    let refused =
+        submit_locally(state.path(), state.path(), &args.iter().map(std::ffi::OsStr::new).collect::<Vec<_>>());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--logs=4: the job has ranks 0 to 3") && !stderr.contains("local cluster:"), "{stderr}");
+}
+
 /// The embedded cluster never grows, so a job it can never hold is refused at once (exit 2)
 /// with the flag that would let it run, instead of waiting for ever.
 #[test]

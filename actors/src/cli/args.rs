@@ -286,8 +286,10 @@ pub struct SubmitArgs {
     pub no_wait: bool,
     /// Print every attempt's output too, as it is written, each line prefixed with its actor
     /// (`[j1/0] `), beside the job's events; the job's end waits until its last lines are read.
-    #[arg(long, conflicts_with = "no_wait")]
-    pub logs: bool,
+    /// `--logs=0,8`: only the output of those global ranks, whoever holds them, each line
+    /// prefixed `[rankR] ` (torchrun's `--local-ranks-filter`, job-wide).
+    #[arg(long, value_name = "RANKS", num_args = 0.., value_delimiter = ',', require_equals = true, conflicts_with = "no_wait")]
+    pub logs: Option<Vec<u32>>,
     /// Check the job and print its whole spec as the head would take it (every field, the
     /// defaults and the flags' overrides in place), then exit: nothing is submitted, and no
     /// head is needed. Its output is a spec file: `-- python3 train.py` makes one to edit.
@@ -311,9 +313,9 @@ pub struct StatusArgs {
     #[arg(short, long, requires = "job")]
     pub follow: bool,
     /// While following, print every attempt's output too, as it is written, each line
-    /// prefixed with its actor (`[j1/0] `).
-    #[arg(long, requires = "follow")]
-    pub logs: bool,
+    /// prefixed with its actor (`[j1/0] `); `--logs=0,8`, only those global ranks' (`[rankR] `).
+    #[arg(long, value_name = "RANKS", num_args = 0.., value_delimiter = ',', require_equals = true, requires = "follow")]
+    pub logs: Option<Vec<u32>>,
     /// Only jobs in these states, e.g. `--state PENDING,RUNNING` (default: any).
     #[arg(long, value_delimiter = ',', value_parser = job_state, conflicts_with = "job")]
     pub state: Vec<ftdrive::driver::JobState>,

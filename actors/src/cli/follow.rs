@@ -3,7 +3,7 @@
 
 use super::client::{Client, LogFrom};
 use super::error::{CliError, Outcome};
-use super::follow_logs::LogFollowers;
+use super::follow_logs::{LogFollowers, Wanted};
 use super::out::Progress;
 use super::reconnect::{is_passing, until_answered};
 use super::render;
@@ -24,13 +24,13 @@ pub enum OnInterrupt {
     StopJob,
 }
 
-/// Follows `job` to its end; with `logs`, every attempt's output too (`follow_logs.rs`).
+/// Follows `job` to its end; with `logs`, the attempts' output too (`follow_logs.rs`).
 pub async fn follow(
     client: &Client,
     job: &str,
     on_interrupt: OnInterrupt,
     progress: Progress,
-    logs: bool,
+    logs: Option<Wanted>,
 ) -> Result<Outcome, CliError> {
     // Registered before anything is printed: whoever sees our output may press Ctrl-C at once.
     let watch = |kind| signal(kind).map_err(|e| CliError::Failed(format!("cannot watch for Ctrl-C and SIGTERM: {e}")));
@@ -48,8 +48,8 @@ pub async fn follow(
         Err(e) if is_passing(&e) => until_answered(e, || client.lines(&path)).await?,
         opened => opened?,
     };
-    let mut screen = Screen::new(progress, logs);
-    let mut outputs = logs.then(|| LogFollowers::new(client, job, progress));
+    let mut screen = Screen::new(progress, logs.is_some());
+    let mut outputs = logs.map(|wanted| LogFollowers::new(client, job, progress, wanted));
     loop {
         tokio::select! {
             line = lines.next() => {

@@ -22,39 +22,93 @@ const MAX_HELD_LINE_BYTES: usize = 64 * 1024;
 /// Once the job ended, how long its followers get to read what their attempts wrote last.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
+/// Whose output `--logs` prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wanted {
+    /// Every attempt's, each actor's workers together (`[j1/0] `).
+    All,
+    /// Those of these global ranks, whichever attempt holds each (`[rankR] `); with several
+    /// workers per actor, the worker's own log.
+    Ranks(Vec<u32>),
+}
+
+impl Wanted {
+    /// `--logs` (every attempt's), `--logs=0,8` (those ranks'), or no flag (none).
+    pub fn from_flag(flag: &Option<Vec<u32>>) -> Option<Wanted> {
+        flag.as_ref().map(|ranks| match ranks.is_empty() {
+            true => Wanted::All,
+            false => Wanted::Ranks(ranks.clone()),
+        })
+    }
+
+    /// A rank asked for that the job does not have, with why: `ranks` is how many it has.
+    pub fn beyond(&self, ranks: u32, job: &str) -> Option<String> {
+        let Wanted::Ranks(wanted) = self else { return None };
+        let beyond = wanted.iter().find(|r| **r >= ranks)?;
+        Some(format!("--logs={beyond}: {job} has ranks 0 to {}", ranks.saturating_sub(1)))
+    }
+}
+
+/// One log followed: an actor's attempt, and one of its workers or all of them.
+type Followed = (u32, u32, Option<u32>);
+
 /// The attempts followed so far, and the reads of those still running.
 pub struct LogFollowers<'a> {
     client: &'a Client,
     job: String,
     to: Progress,
-    followed: BTreeSet<(u32, u32)>,
+    wanted: Wanted,
+    /// Workers per actor (from the job's snapshots): how a global rank splits.
+    nproc: u32,
+    followed: BTreeSet<Followed>,
     reading: FuturesUnordered<LocalBoxFuture<'a, ()>>,
 }
 
 impl<'a> LogFollowers<'a> {
-    pub fn new(client: &'a Client, job: &str, to: Progress) -> Self {
-        LogFollowers { client, job: job.to_string(), to, followed: BTreeSet::new(), reading: FuturesUnordered::new() }
+    pub fn new(client: &'a Client, job: &str, to: Progress, wanted: Wanted) -> Self {
+        let (followed, reading) = (BTreeSet::new(), FuturesUnordered::new());
+        LogFollowers { client, job: job.to_string(), to, wanted, nproc: 1, followed, reading }
     }
 
     /// A snapshot (the first, or the one after the head came back): every attempt running in it
     /// is followed, since the events that started them may have gone unseen.
     pub fn catch_up(&mut self, view: &JobView) {
+        self.nproc = view.nproc_per_node.max(1);
         let running = view.actors.iter().filter(|a| a.state == ActorState::Running && a.attempt > 0);
-        let attempts: Vec<(u32, u32)> = running.map(|a| (a.name.index, a.attempt)).collect();
-        attempts.into_iter().for_each(|(actor, attempt)| self.start(actor, attempt));
+        let attempts: Vec<(u32, u32, Option<u32>)> = running.map(|a| (a.name.index, a.attempt, a.rank)).collect();
+        attempts.into_iter().for_each(|(actor, attempt, rank)| self.started(actor, attempt, rank));
     }
 
-    /// An event: an attempt that starts running is followed.
+    /// An event: an attempt that starts running is followed, if it is wanted.
     pub fn on_event(&mut self, event: &Event) {
-        if let Event::Job { detail: JobEvent::Transition { actor, to: ActorState::Running, attempt, .. }, .. } = event {
-            self.start(actor.index, *attempt);
+        if let Event::Job {
+            detail: JobEvent::Transition { actor, to: ActorState::Running, attempt, rank, .. }, ..
+        } = event
+        {
+            self.started(actor.index, *attempt, *rank);
         }
     }
 
-    fn start(&mut self, actor: u32, attempt: u32) {
-        if self.followed.insert((actor, attempt)) {
+    /// `actor`'s `attempt` runs as node rank `node_rank`: its log, or its workers' that hold
+    /// wanted ranks, are followed.
+    fn started(&mut self, actor: u32, attempt: u32, node_rank: Option<u32>) {
+        match &self.wanted {
+            Wanted::All => self.follow((actor, attempt, None), format!("[{}/{actor}] ", self.job)),
+            Wanted::Ranks(ranks) => {
+                let nproc = self.nproc;
+                let held: Vec<u32> = ranks.iter().copied().filter(|r| Some(r / nproc) == node_rank).collect();
+                for rank in held {
+                    let worker = (nproc > 1).then_some(rank % nproc);
+                    self.follow((actor, attempt, worker), format!("[rank{rank}] "));
+                }
+            }
+        }
+    }
+
+    fn follow(&mut self, log: Followed, prefix: String) {
+        if self.followed.insert(log) {
             let (client, job, to) = (self.client, self.job.clone(), self.to);
-            self.reading.push(Box::pin(follow_attempt(client, job, actor, attempt, to)));
+            self.reading.push(Box::pin(follow_attempt(client, job, log, Lines::new(prefix), to)));
         }
     }
 
@@ -83,11 +137,11 @@ impl<'a> LogFollowers<'a> {
 /// Reads one attempt's log from its start until the attempt ended and all of it was read,
 /// printing whole lines under the actor's prefix. A log that cannot be read (its machine
 /// is gone) is said in one line, and the job's other logs go on.
-async fn follow_attempt(client: &Client, job: String, actor: u32, attempt: u32, to: Progress) {
-    let mut lines = Lines::new(format!("[{job}/{actor}] "));
+async fn follow_attempt(client: &Client, job: String, log: Followed, mut lines: Lines, to: Progress) {
+    let (actor, attempt, worker) = log;
     let mut offset = 0;
     loop {
-        match client.log_chunk(&job, actor, Some(attempt), None, LogFrom::Offset(offset)).await {
+        match client.log_chunk(&job, actor, Some(attempt), worker, LogFrom::Offset(offset)).await {
             Ok(chunk) => {
                 offset = chunk.next_offset;
                 if let Err(e) = to.text(&lines.take(&chunk.bytes)) {
@@ -150,7 +204,33 @@ impl Lines {
 
 #[cfg(test)]
 mod tests {
-    use super::Lines;
+    use super::{Client, Lines, LogFollowers, Progress, Wanted};
+
+    #[test]
+    fn a_wanted_rank_is_followed_in_whichever_attempt_and_worker_holds_it() {
+        let client = Client::new("http://127.0.0.1:9", String::new(), String::new());
+        let mut logs = LogFollowers::new(&client, "j1", Progress::Stdout, Wanted::Ranks(vec![1, 2]));
+        logs.nproc = 2;
+        logs.started(0, 1, Some(0)); // ranks 0 and 1
+        logs.started(1, 1, Some(1)); // ranks 2 and 3
+        logs.started(2, 1, None); // a spare standing by holds no rank
+        logs.started(1, 2, Some(0)); // re-formed: actor 1 is node rank 0 now
+        let followed: Vec<_> = logs.followed.iter().copied().collect();
+        assert_eq!(followed, [(0, 1, Some(1)), (1, 1, Some(0)), (1, 2, Some(1))]);
+        let mut all = LogFollowers::new(&client, "j1", Progress::Stdout, Wanted::All);
+        all.started(2, 1, None);
+        all.started(2, 1, None);
+        assert_eq!(all.followed.iter().copied().collect::<Vec<_>>(), [(2, 1, None)], "each attempt once");
+    }
+
+    #[test]
+    fn a_rank_beyond_the_job_is_named() {
+        let wanted = Wanted::from_flag(&Some(vec![0, 8])).unwrap();
+        assert_eq!(wanted.beyond(8, "j1").as_deref(), Some("--logs=8: j1 has ranks 0 to 7"));
+        assert_eq!(wanted.beyond(9, "j1"), None);
+        assert_eq!(Wanted::from_flag(&Some(Vec::new())), Some(Wanted::All));
+        assert_eq!(Wanted::from_flag(&None), None);
+    }
 
     #[test]
     fn only_whole_lines_go_out_each_under_the_prefix() {

@@ -5,9 +5,11 @@ use super::args::{Output, StatusArgs};
 use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::follow::{self, OnInterrupt};
+use super::follow_logs::Wanted;
 use super::out::{self, Progress};
 use super::render;
 use ftdrive::driver::JobState;
+use ftdrive::spec::rank_count;
 use ftdrive::view::JobView;
 
 use crate::head::NEXT_BEFORE_HEADER;
@@ -16,7 +18,10 @@ pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
     let client = Client::connect(&args.out.head)?;
     super::block_on(async move {
         match args.job {
-            Some(job) if args.follow => return follow_to_the_end(&client, &job, args.out.output, args.logs).await,
+            Some(job) if args.follow => {
+                let logs = Wanted::from_flag(&args.logs);
+                return follow_to_the_end(&client, &job, args.out.output, logs).await;
+            }
             Some(job) => {
                 let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
                 match args.out.output {
@@ -93,7 +98,18 @@ fn listing_path(states: &[JobState], before: Option<&str>, limit: Option<u64>) -
 
 /// `--follow`: what `submit` prints while it follows, and the job's outcome as the exit code
 /// (`kubectl wait`, `ray job logs -f`); with `--output json`, the final job on stdout.
-async fn follow_to_the_end(client: &Client, job: &str, output: Output, logs: bool) -> Result<Outcome, CliError> {
+async fn follow_to_the_end(
+    client: &Client,
+    job: &str,
+    output: Output,
+    logs: Option<Wanted>,
+) -> Result<Outcome, CliError> {
+    if let Some(wanted) = &logs {
+        let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
+        if let Some(why) = wanted.beyond(rank_count(view.max_nodes, view.nproc_per_node), job) {
+            return Err(CliError::BadInput(why));
+        }
+    }
     let progress = if output == Output::Json { Progress::Stderr } else { Progress::Stdout };
     let outcome = follow::follow(client, job, OnInterrupt::Detach, progress, logs).await?;
     if output == Output::Json {

@@ -6,9 +6,10 @@ use super::args::{Output, SubmitArgs};
 use super::client::Client;
 use super::error::{CliError, Outcome};
 use super::follow::{self, OnInterrupt};
+use super::follow_logs::Wanted;
 use super::local;
 use super::out::{self, Progress};
-use ftdrive::spec::{JobSpec, Overrides, SpecError};
+use ftdrive::spec::{rank_count, JobSpec, Overrides, SpecError};
 use ftdrive::view::JobView;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -25,6 +26,12 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         env: env_once_each(&args.env)?,
     };
     let spec = job_spec(&args, &overrides)?;
+    let logs = Wanted::from_flag(&args.logs);
+    // Checked before anything is submitted: a refused command leaves no job behind.
+    if let Some(why) = logs.as_ref().and_then(|w| w.beyond(rank_count(spec.max_nodes, spec.nproc_per_node), "the job"))
+    {
+        return Err(CliError::BadInput(why));
+    }
     if args.dry_run {
         out::json(&spec)?;
         return Ok(Outcome::Done);
@@ -172,7 +179,7 @@ pub async fn follow_submitted(
     crate::note!("dashboard: {}/#/jobs/{}", client.base(), view.id);
     // With --output json, standard output holds the one document; progress goes to stderr.
     let progress = if args.output == Output::Json { Progress::Stderr } else { Progress::Stdout };
-    let followed = follow::follow(client, &view.id, on_interrupt, progress, args.logs).await;
+    let followed = follow::follow(client, &view.id, on_interrupt, progress, Wanted::from_flag(&args.logs)).await;
     if followed.is_err() && args.output == Output::Json {
         out::json(&view)?; // the job as accepted: a script reads its id even so
     }
