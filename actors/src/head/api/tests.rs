@@ -151,16 +151,27 @@ async fn a_body_that_is_not_an_object_is_refused_naming_what_the_route_takes() {
     assert_eq!(accepted.status(), 200, "the object form is taken");
 }
 
-/// A log asked by global rank names a rank of the job and nothing else; one no attempt has
-/// held yet says so, as the CLI's `--rank` does.
+/// A log asked of an actor that has run nothing says so and why the job waits, not that it
+/// has no "attempt 0" that nobody asked for. A log asked by global rank names a rank of the
+/// job and nothing else; one no attempt has held yet says so, as the CLI's `--rank` does.
 #[actix_web::test]
-async fn a_log_asked_by_rank_is_checked_before_the_agent_is_asked() {
+async fn the_log_of_an_actor_not_started_says_why_the_job_waits() {
     let head = InProcess::start(HeadConfig::default(), Duration::from_millis(super::EVENTS_KEEPALIVE_MS));
     let app = test::init_service(head.app()).await;
     let spec = serde_json::json!({"spec": {"name": "waits", "command": ["true"], "min_nodes": 2, "max_nodes": 3}});
     let bearer = format!("Bearer {}", head.tokens.client);
     let submit = test::TestRequest::post().uri("/v1/jobs").insert_header(("authorization", bearer)).set_json(&spec);
     assert_eq!(test::call_service(&app, submit.to_request()).await.status(), 200);
+    for uri in ["/v1/jobs/j1/logs?actor=0", "/v1/jobs/j1/logs?actor=0&attempt=1"] {
+        let answer = test::call_service(&app, head.get(uri).to_request()).await;
+        assert_eq!(answer.status(), 404, "{uri}");
+        let said: serde_json::Value = test::read_body_json(answer).await;
+        assert_eq!(
+            said["error"],
+            "actor j1/0 has not started an attempt yet (the job is PENDING: infeasible: no node has joined the cluster yet)",
+            "{uri}"
+        );
+    }
     for (query, status, said) in [
         ("rank=0", 404, "no attempt of j1 has held rank 0 yet (the job is PENDING)"),
         ("rank=3", 400, "rank 3: j1 has ranks 0 to 2"),
@@ -175,27 +186,5 @@ async fn a_log_asked_by_rank_is_checked_before_the_agent_is_asked() {
         let answer: serde_json::Value = test::read_body_json(answer).await;
         let error = answer["error"].as_str().unwrap();
         assert!(error.contains(said), "{query}: {error}");
-    }
-}
-
-/// A log asked of an actor that has run nothing says so and why the job waits, not that it
-/// has no "attempt 0" that nobody asked for.
-#[actix_web::test]
-async fn the_log_of_an_actor_not_started_says_why_the_job_waits() {
-    let head = InProcess::start(HeadConfig::default(), Duration::from_millis(super::EVENTS_KEEPALIVE_MS));
-    let app = test::init_service(head.app()).await;
-    let spec = serde_json::json!({"spec": {"name": "waits", "command": ["true"], "min_nodes": 1, "max_nodes": 1}});
-    let bearer = format!("Bearer {}", head.tokens.client);
-    let submit = test::TestRequest::post().uri("/v1/jobs").insert_header(("authorization", bearer)).set_json(&spec);
-    assert_eq!(test::call_service(&app, submit.to_request()).await.status(), 200);
-    for uri in ["/v1/jobs/j1/logs?actor=0", "/v1/jobs/j1/logs?actor=0&attempt=1"] {
-        let answer = test::call_service(&app, head.get(uri).to_request()).await;
-        assert_eq!(answer.status(), 404, "{uri}");
-        let said: serde_json::Value = test::read_body_json(answer).await;
-        assert_eq!(
-            said["error"],
-            "actor j1/0 has not started an attempt yet (the job is PENDING: infeasible: no node has joined the cluster yet)",
-            "{uri}"
-        );
     }
 }
