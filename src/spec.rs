@@ -173,6 +173,7 @@ pub struct Overrides {
     pub nproc_per_node: Option<i64>,
     pub priority: Option<i32>,
     pub run_timeout_ms: Option<u64>,
+    pub cwd: Option<String>,
     /// Variables added to the spec's `env`, each replacing the spec's of its name.
     pub env: BTreeMap<String, String>,
 }
@@ -417,6 +418,7 @@ impl RawJobSpec {
         self.nproc_per_node = o.nproc_per_node.or(self.nproc_per_node);
         self.priority = o.priority.or(self.priority);
         self.run_timeout_ms = o.run_timeout_ms.or(self.run_timeout_ms);
+        self.cwd = o.cwd.clone().or(self.cwd);
         if !o.env.is_empty() {
             let env = self.env.get_or_insert_with(BTreeMap::new);
             env.extend(o.env.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -1006,6 +1008,7 @@ mod tests {
             nproc_per_node: Some(8),
             priority: Some(5),
             run_timeout_ms: Some(60_000),
+            cwd: None,
             env: [("NCCL_DEBUG".to_string(), "INFO".to_string())].into(),
         };
         let spec = JobSpec::parse(text, &o).unwrap();
@@ -1024,6 +1027,10 @@ mod tests {
         assert_eq!(JobSpec::parse(text, &bad).unwrap_err().field, "min_nodes");
         let zero = Overrides { run_timeout_ms: Some(0), ..Overrides::default() };
         assert_eq!(JobSpec::parse(text, &zero).unwrap_err().field, "run_timeout_ms");
+        let moved = Overrides { cwd: Some("/srv/train".into()), ..Overrides::default() };
+        assert_eq!(JobSpec::parse(text, &moved).unwrap().cwd.as_deref(), Some("/srv/train"));
+        let empty = Overrides { cwd: Some(String::new()), ..Overrides::default() };
+        assert_eq!(JobSpec::parse(text, &empty).unwrap_err().field, "cwd");
         let named = Overrides { name: Some("renamed".into()), ..Overrides::default() };
         assert_eq!(JobSpec::parse(text, &named).unwrap().name, "renamed");
         let bad = Overrides { name: Some("a b".into()), ..Overrides::default() };

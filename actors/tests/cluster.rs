@@ -1799,7 +1799,14 @@ fn a_command_after_the_double_dash_is_a_job_of_its_own() {
     let named =
         submit_locally(&cwd, &cwd, &["--local-nodes", "1", "--name", "quick", "--", "true"].map(std::ffi::OsStr::new));
     assert!(String::from_utf8_lossy(&named.stdout).contains("(quick) SUCCEEDED"), "{named:?}");
+    // `--cwd`, relative: under the agent's work dir, which is where `submit` runs here.
+    std::fs::create_dir(cwd.join("sub")).unwrap();
+    let check = format!(r#"test "$(pwd -P)" = "{}/sub""#, cwd.display());
+    let args = ["--local-nodes", "1", "--cwd", "sub", "--", "sh", "-c", &check];
+    let moved = submit_locally(&cwd, &cwd, &args.map(std::ffi::OsStr::new));
+    assert_eq!(moved.status.code(), Some(0), "{}", String::from_utf8_lossy(&moved.stdout));
     for (args, said) in [
+        (&["--cwd", "", "--", "true"][..], "--cwd : is empty"),
         (&["spec.json", "--", "true"][..], "spec.json and a command after `--`: give one"),
         (&[][..], "no job given: name a job spec file"),
         (&["--", ""][..], "the command after `--`: job spec field `command`: is empty"),

@@ -277,6 +277,10 @@ pub struct SubmitArgs {
     /// through every restart, as Slurm's `--time` (overrides the spec's `run_timeout_ms`).
     #[arg(long)]
     pub run_timeout_ms: Option<u64>,
+    /// The working directory of every process of the job (overrides the spec's `cwd`); a
+    /// relative one is taken under each agent's `--work-dir`, as Slurm's `--chdir`.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
     /// A variable for every process of the job, added to the spec's `env` (replacing its
     /// variable of that name); repeat for more, e.g. `--env NCCL_DEBUG=INFO`.
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = env_var)]

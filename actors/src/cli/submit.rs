@@ -23,6 +23,7 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         nproc_per_node: args.nproc_per_node,
         priority: args.priority,
         run_timeout_ms: args.run_timeout_ms,
+        cwd: args.cwd.clone(),
         env: env_once_each(&args.env)?,
     };
     let spec = job_spec(&args, &overrides)?;
@@ -116,6 +117,7 @@ fn blame(e: &SpecError, args: &SubmitArgs) -> CliError {
         ("nproc_per_node", "--nproc-per-node", args.nproc_per_node.map(|v| v.to_string())),
         ("priority", "--priority", args.priority.map(|v| v.to_string())),
         ("run_timeout_ms", "--run-timeout-ms", args.run_timeout_ms.map(|v| v.to_string())),
+        ("cwd", "--cwd", args.cwd.clone()),
     ]
     .into_iter()
     .filter_map(|(field, flag, value)| value.map(|v| (field.to_string(), format!("{flag} {v}"))))
