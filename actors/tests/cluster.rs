@@ -1216,6 +1216,7 @@ fn a_log_follower_keeps_to_its_attempt_when_a_retry_starts() {
     let said = String::from_utf8_lossy(&followed.stderr);
     assert_eq!(followed.status.code(), Some(1), "attempt 1 failed: {said}");
     assert!(said.contains(&format!("{id}/0 attempt 1 ended user_error; the job goes on")), "{said}");
+    assert!(said.contains(&format!("`ftdrive status {id} --follow --logs` follows its next attempts")), "{said}");
     c.wait_for_job(&id, "the retry succeeds", |j| j["state"] == "SUCCEEDED");
     assert!(c.ftdrive(&["logs", &id, "--actor", "0"]).starts_with("second attempt 000"), "the latest is attempt 2");
 }

@@ -131,10 +131,12 @@ async fn followed_outcome(client: &Client, view: &JobView, followed: &[(u32, u32
             let failed: Vec<&LedgerEntry> = ends.into_iter().filter(|e| e.cause != Cause::Completed).collect();
             for end in &failed {
                 crate::note!(
-                    "ftdrive: {} attempt {} ended {}; the job goes on (follow it again for the next attempt)",
+                    "ftdrive: {} attempt {} ended {}; the job goes on (`ftdrive status {} --follow --logs` follows \
+                     its next attempts too)",
                     end.actor,
                     end.attempt,
-                    end.cause
+                    end.cause,
+                    view.id
                 );
             }
             return Ok(if failed.is_empty() { Outcome::Done } else { Outcome::Failed });
