@@ -100,6 +100,13 @@ pub fn apply(view: &mut JobView, event: &Event) {
                 };
                 a.rank = rank.or(a.rank);
                 a.attempt = *attempt;
+                // Sent, not yet confirmed: `start_confirmed` says when its agent has it.
+                a.starting = *to == ActorState::Running;
+            }
+        }
+        JobEvent::StartConfirmed { actor, attempt, .. } => {
+            if let Some(a) = view.actors.iter_mut().find(|a| a.name == *actor && a.attempt == *attempt) {
+                a.starting = false;
             }
         }
         JobEvent::JobState { to, .. } => view.state = *to,
@@ -790,9 +797,25 @@ mod tests {
         assert!(lines[3].starts_with("  j1/1           RUNNING            n2"), "{table}");
         let at = lines[1].find("NODE").unwrap();
         assert_eq!((lines[2].get(at..at + 2), lines[3].get(at..at + 2)), (Some("n1"), Some("n2")), "{table}");
-        // A follower's snapshot is followed by events, none of which says the start came.
+        // A follower's snapshot lines say nothing of it: no line is printed when it comes.
         let snapshot = snapshot_lines(&view);
         assert!(snapshot.contains("j1/0 RUNNING on n1 rank 0 (attempt 1)"), "{snapshot}");
+        // A follower's live table takes it from the events.
+        let name = view.actors[0].name.clone();
+        let confirmed = JobEvent::StartConfirmed { actor: name.clone(), attempt: 1, node: "n1".into() };
+        apply(&mut view, &Event::Job { job: JobId::new("j1"), detail: confirmed });
+        assert!(!job_table(&view).contains("(starting)"), "{}", job_table(&view));
+        let restarted = JobEvent::Transition {
+            actor: name,
+            from: ActorState::Scheduling,
+            to: ActorState::Running,
+            attempt: 2,
+            cycle: 2,
+            rank: Some(0),
+            node: Some("n1".into()),
+        };
+        apply(&mut view, &Event::Job { job: JobId::new("j1"), detail: restarted });
+        assert!(job_table(&view).contains("j1/0           RUNNING (starting) n1"), "{}", job_table(&view));
     }
 
     /// A failed job's summary ends with what its program's last failure wrote: its own
