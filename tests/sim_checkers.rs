@@ -14,7 +14,7 @@
 //! declares nodes DEAD while the head hears from none, `charge_explained` fires. With the real policy
 //! none does. Rules that no policy switch
 //! breaks without breaking everything else (`one_rank_each`, `cycle_well_formed`) are shown
-//! by feeding the checker a broken driver's events directly.
+//! by feeding the checker a broken driver's events directly, as is `start_confirmed_real`.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -22,6 +22,7 @@ use ftdrive::driver::ActorState;
 use ftdrive::event::{Event, JobEvent};
 use ftdrive::head::Head;
 use ftdrive::ids::{ActorId, JobId, NodeId};
+use ftdrive::protocol::AttemptKey;
 use ftdrive::scheduler::{PolicyFault, QueueClass};
 use ftdrive::sim::{Checker, Scenario, SimOptions, Simulation};
 use ftdrive::spec::JobSpec;
@@ -271,6 +272,47 @@ fn two_live_attempts_holding_one_rank_are_caught() {
     );
     let past = fed.start(3, 1, 2);
     assert_eq!(fed.feed("one_rank_each", vec![past]), ["g/3 attempt 1 started as rank 2 of 2"]);
+}
+
+/// `start_confirmed_real`: a confirmation for a start never sent, for a process that never
+/// started there, or said twice.
+#[test]
+fn a_start_confirmed_without_its_process_or_twice_is_caught() {
+    let mut fed = Fed::new(1, 1);
+    let n1 = NodeId::new("n1");
+    let confirmed =
+        |fed: &Fed, node: &NodeId| JobEvent::StartConfirmed { actor: fed.actor(0), attempt: 1, node: node.clone() };
+    let unsent = confirmed(&fed, &n1);
+    assert_eq!(
+        fed.feed("start_confirmed_real", vec![unsent]),
+        ["g/0 attempt 1 confirmed on n1 whose start was never sent"]
+    );
+    let sent = JobEvent::Transition {
+        actor: fed.actor(0),
+        from: ActorState::Scheduling,
+        to: ActorState::Running,
+        attempt: 1,
+        cycle: 1,
+        rank: Some(0),
+        node: Some(n1.clone()),
+    };
+    assert_eq!(fed.feed("start_confirmed_real", vec![sent]), Vec::<String>::new());
+    let early = confirmed(&fed, &n1);
+    assert_eq!(
+        fed.feed("start_confirmed_real", vec![early]),
+        ["g/0 attempt 1 confirmed on n1 where no process of it started"]
+    );
+    let key = AttemptKey { job: fed.job.clone(), actor: 0, attempt: 1, cycle: 1 };
+    fed.checker.process_started(&n1, &key, None);
+    let real = confirmed(&fed, &n1);
+    assert_eq!(fed.feed("start_confirmed_real", vec![real]), Vec::<String>::new());
+    let again = confirmed(&fed, &n1);
+    assert_eq!(fed.feed("start_confirmed_real", vec![again]), ["g/0 attempt 1 confirmed on n1 a second time"]);
+    let elsewhere = confirmed(&fed, &NodeId::new("n2"));
+    assert_eq!(
+        fed.feed("start_confirmed_real", vec![elsewhere]),
+        ["g/0 attempt 1 confirmed on n2 where no process of it started"]
+    );
 }
 
 /// `cycle_well_formed`: survivors reordered, a world of the wrong size, a cycle counted back.

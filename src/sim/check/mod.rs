@@ -18,6 +18,7 @@
 //! | `suspect_held` | no lower class placed on the last node a bundle of a surely-suspect node could use: one whose machine was lost long enough ago that the head must have missed a heartbeat, not yet declared DEAD (DESIGN §3) |
 //! | `budget` | each ledger charge follows the cause table; remaining counts down, never below 0 |
 //! | `legal_transition` | every actor transition is an edge of DESIGN §2, from the state it was in |
+//! | `start_confirmed_real` | a `start_confirmed` comes once per attempt, for an attempt the head started, and only once its process started on the node it names |
 //! | `released_when_terminal` | a terminal job holds no bundle |
 //! | `liveness` | once faults stop, every job ends (checked at the end of a healed phase) |
 //! | `stop_accounted` | every process the head had stopped has a ledger entry for its attempt by the time its job ends: no work is stopped unaccounted (say, by a head that forgot it after a restart) |
@@ -163,6 +164,10 @@ pub struct Checker {
     /// The node's fault count when each attempt started running there: only a later fault
     /// can have ended it.
     started_epoch: BTreeMap<(ActorKey, u32), u64>,
+    /// Attempts whose process started, and where, until their ledger entry.
+    spawned: BTreeSet<(ActorKey, u32, NodeId)>,
+    /// Attempts whose start the head has said was confirmed, until their ledger entry.
+    confirmed: BTreeSet<(ActorKey, u32)>,
     /// This step's placements (true) and releases (false), in order: what a node held when a
     /// lower item was placed there.
     step_moves: Vec<(NodeId, ActorKey, bool)>,
@@ -358,6 +363,9 @@ impl Checker {
         }
         let ended = self.ended.get(&actor).is_some_and(|e| *e >= key.attempt);
         let stale_since = ended.then_some(self.now);
+        if !ended {
+            self.spawned.insert((actor.clone(), key.attempt, node.clone()));
+        }
         self.processes.entry(actor.clone()).or_default().insert((key.attempt, node.clone()), stale_since);
         if let Some(since) = stale_since {
             self.stale.insert((since, actor.clone(), key.attempt, node.clone()));
@@ -782,6 +790,7 @@ impl Checker {
                 self.transition(actor, *from, *to)
             }
             JobEvent::Ledger { entry } => self.ledger(job, entry),
+            JobEvent::StartConfirmed { actor, attempt, node } => self.start_confirmed(actor, *attempt, node),
             JobEvent::CycleFormed { cycle, world_size, ranks, .. } => {
                 let ranks: Vec<u32> = ranks.iter().map(|a| actor_key(a).1).collect();
                 self.cycle_formed(job, *cycle, *world_size, ranks)
@@ -832,7 +841,27 @@ impl Checker {
             }
         }
         self.check_charge(job, entry);
+        self.spawned.retain(|(actor, attempt, _)| *actor != key || *attempt > entry.attempt);
+        self.confirmed.retain(|(actor, attempt)| *actor != key || *attempt > entry.attempt);
         self.started_epoch.remove(&(key, entry.attempt));
+    }
+
+    /// `start_confirmed_real`: the head says a start was confirmed once per attempt, for one it
+    /// sent, and only when that attempt's process started on the node it names.
+    fn start_confirmed(&mut self, actor: &ActorId, attempt: u32, node: &NodeId) {
+        let key = actor_key(actor);
+        let why = if !self.started_epoch.contains_key(&(key.clone(), attempt)) {
+            Some("whose start was never sent")
+        } else if !self.spawned.contains(&(key.clone(), attempt, node.clone())) {
+            Some("where no process of it started")
+        } else if !self.confirmed.insert((key, attempt)) {
+            Some("a second time")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            self.violation("start_confirmed_real", format!("{actor} attempt {attempt} confirmed on {node} {why}"));
+        }
     }
 
     /// The cause table of DESIGN §6, re-stated here on purpose.
