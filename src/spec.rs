@@ -535,21 +535,19 @@ fn required<T>(value: Option<T>, field: &str, example: &str) -> Result<T, SpecEr
     value.ok_or_else(|| SpecError::new(field, format!("is required; add it, for example {example}")))
 }
 
-/// How many global ranks a job has at most: `max_nodes` × `nproc_per_node` (torchrun's
-/// largest `WORLD_SIZE`); a rank is one of `0..rank_count`.
-pub fn rank_count(max_nodes: u32, nproc_per_node: u32) -> u32 {
-    max_nodes.saturating_mul(nproc_per_node.max(1))
+/// Why `rank` names no global rank of `job`, if it names none: a job has `max_nodes` ×
+/// `nproc_per_node` ranks at most (torchrun's largest `WORLD_SIZE`). One wording for the CLI's
+/// `--rank` and `--logs=R`, and the log API's `rank=`.
+pub fn no_such_rank(job: impl fmt::Display, rank: u32, max_nodes: u32, nproc_per_node: u32) -> Option<String> {
+    let ranks = max_nodes.saturating_mul(nproc_per_node.max(1));
+    (rank >= ranks).then(|| format!("{job} has ranks 0 to {}", ranks.saturating_sub(1)))
 }
 
 /// A valid job name made of a program's file name (`/usr/bin/python3` → `python3`): what a
 /// name may not hold becomes `-`, and it is cut to the longest a name may be.
 fn name_of_program(program: &str) -> String {
     let file = program.rsplit('/').find(|part| !part.is_empty()).unwrap_or_default();
-    let name: String = file
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' })
-        .take(MAX_NAME_LEN)
-        .collect();
+    let name: String = file.chars().map(|c| if in_a_name(c) { c } else { '-' }).take(MAX_NAME_LEN).collect();
     if name.is_empty() {
         "job".to_string()
     } else {
@@ -557,8 +555,13 @@ fn name_of_program(program: &str) -> String {
     }
 }
 
+/// What a job name may hold.
+fn in_a_name(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
+}
+
 fn check_name(name: &str) -> Result<(), SpecError> {
-    let valid_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let valid_chars = name.chars().all(in_a_name);
     if name.is_empty() || name.len() > MAX_NAME_LEN || !valid_chars {
         return Err(SpecError::new(
             "name",

@@ -227,11 +227,9 @@ impl JobView {
         Some(RankHolder { actor: name.index, attempt, local_rank })
     }
 
-    /// Why `rank` names no global rank of this job, if it names none: a job has `max_nodes` ×
-    /// `nproc_per_node` ranks at most (the CLI and the log API say it alike).
+    /// Why `rank` names no global rank of this job, if it names none (`spec::no_such_rank`).
     pub fn no_such_rank(&self, rank: u32) -> Option<String> {
-        let ranks = crate::spec::rank_count(self.max_nodes, self.nproc_per_node);
-        (rank >= ranks).then(|| format!("{} has ranks 0 to {}", self.id, ranks.saturating_sub(1)))
+        crate::spec::no_such_rank(&self.id, rank, self.max_nodes, self.nproc_per_node)
     }
 
     /// Why no attempt holds `rank` (one `rank_holder` finds none for): the job has not grown to

@@ -128,6 +128,9 @@ fn a_follower_of_the_output_loses_and_repeats_no_line_across_a_head_restart() {
     let expected: Vec<String> = (1..=20).map(|i| format!("[{id}/0] tick {i}")).collect();
     assert_eq!(printed, expected, "{followed}\n{stderr}");
     assert!(stderr.contains("lost the head") && stderr.contains("answered again"), "{stderr}");
+    let beyond = c.try_ftdrive(&["status", &id, "--follow", "--logs=1"]);
+    assert_eq!(beyond.status.code(), Some(2), "a rank the job never had");
+    assert!(String::from_utf8_lossy(&beyond.stderr).contains(&format!("--logs=1: {id} has ranks 0 to 0")));
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! `docker compose up` prefixes each service's and torchrun each rank's.
 
 use super::client::{Client, LogFrom};
+use super::error::CliError;
 use super::out::Progress;
 use super::reconnect::is_passing;
 use ftdrive::driver::ActorState;
@@ -41,11 +42,13 @@ impl Wanted {
         })
     }
 
-    /// A rank asked for that the job does not have, with why: `ranks` is how many it has.
-    pub fn beyond(&self, ranks: u32, job: &str) -> Option<String> {
-        let Wanted::Ranks(wanted) = self else { return None };
-        let beyond = wanted.iter().find(|r| **r >= ranks)?;
-        Some(format!("--logs={beyond}: {job} has ranks 0 to {}", ranks.saturating_sub(1)))
+    /// Refuses a rank asked for that the job does not have (`no_such_rank` says why).
+    pub fn check(&self, no_such_rank: impl Fn(u32) -> Option<String>) -> Result<(), CliError> {
+        let Wanted::Ranks(wanted) = self else { return Ok(()) };
+        match wanted.iter().find_map(|r| no_such_rank(*r).map(|why| (r, why))) {
+            Some((rank, why)) => Err(CliError::BadInput(format!("--logs={rank}: {why}"))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -226,8 +229,10 @@ mod tests {
     #[test]
     fn a_rank_beyond_the_job_is_named() {
         let wanted = Wanted::from_flag(&Some(vec![0, 8])).unwrap();
-        assert_eq!(wanted.beyond(8, "j1").as_deref(), Some("--logs=8: j1 has ranks 0 to 7"));
-        assert_eq!(wanted.beyond(9, "j1"), None);
+        let of = |ranks: u32| move |r: u32| ftdrive::spec::no_such_rank("j1", r, ranks, 1);
+        assert_eq!(wanted.check(of(8)).unwrap_err().to_string(), "--logs=8: j1 has ranks 0 to 7");
+        assert!(wanted.check(of(9)).is_ok());
+        assert!(Wanted::All.check(of(0)).is_ok(), "every rank there is");
         assert_eq!(Wanted::from_flag(&Some(Vec::new())), Some(Wanted::All));
         assert_eq!(Wanted::from_flag(&None), None);
     }

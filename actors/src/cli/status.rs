@@ -9,7 +9,6 @@ use super::follow_logs::Wanted;
 use super::out::{self, Progress};
 use super::render;
 use ftdrive::driver::JobState;
-use ftdrive::spec::rank_count;
 use ftdrive::view::JobView;
 
 use crate::head::NEXT_BEFORE_HEADER;
@@ -104,11 +103,9 @@ async fn follow_to_the_end(
     output: Output,
     logs: Option<Wanted>,
 ) -> Result<Outcome, CliError> {
-    if let Some(wanted) = &logs {
+    if let Some(wanted @ Wanted::Ranks(_)) = &logs {
         let view: JobView = client.get(&format!("/v1/jobs/{job}")).await?;
-        if let Some(why) = wanted.beyond(rank_count(view.max_nodes, view.nproc_per_node), job) {
-            return Err(CliError::BadInput(why));
-        }
+        wanted.check(|rank| view.no_such_rank(rank))?;
     }
     let progress = if output == Output::Json { Progress::Stderr } else { Progress::Stdout };
     let outcome = follow::follow(client, job, OnInterrupt::Detach, progress, logs).await?;

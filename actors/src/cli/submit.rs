@@ -9,7 +9,7 @@ use super::follow::{self, OnInterrupt};
 use super::follow_logs::Wanted;
 use super::local;
 use super::out::{self, Progress};
-use ftdrive::spec::{rank_count, JobSpec, Overrides, SpecError};
+use ftdrive::spec::{no_such_rank, JobSpec, Overrides, SpecError};
 use ftdrive::view::JobView;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -27,11 +27,9 @@ pub fn run(args: SubmitArgs) -> Result<Outcome, CliError> {
         env: env_once_each(&args.env)?,
     };
     let spec = job_spec(&args, &overrides)?;
-    let logs = Wanted::from_flag(&args.logs);
     // Checked before anything is submitted: a refused command leaves no job behind.
-    if let Some(why) = logs.as_ref().and_then(|w| w.beyond(rank_count(spec.max_nodes, spec.nproc_per_node), "the job"))
-    {
-        return Err(CliError::BadInput(why));
+    if let Some(wanted) = Wanted::from_flag(&args.logs) {
+        wanted.check(|rank| no_such_rank("the job", rank, spec.max_nodes, spec.nproc_per_node))?;
     }
     if args.dry_run {
         out::json(&spec)?;

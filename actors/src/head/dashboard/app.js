@@ -369,7 +369,8 @@ const PAGES = {
       // One decoder per page: a character split between two reads is decoded whole.
       const decoder = before ? before.decoder : new TextDecoder();
       const read = decoder.decode(bytes, { stream: true });
-      const next = Number(response.headers.get('x-ftdrive-next-offset'));
+      // Number(null) is 0, which would read the log again from its start.
+      const next = Number(response.headers.get('x-ftdrive-next-offset') ?? NaN);
       return {
         route,
         text: lastLines(before ? before.text + read : read, LOG_TAIL_LINES),
