@@ -207,11 +207,11 @@ impl JobSpec {
     }
 
     /// The spec of a job given as a command line alone (`ftdrive submit -- python train.py`,
-    /// as `ray job submit -- …` and `sbatch --wrap` take one): named after its program, on
-    /// one node, or on `--min-nodes` of them when only that is given; the overrides set the
-    /// rest and are checked as a file's are.
+    /// as `ray job submit -- …` and `sbatch --wrap` take one): named after what it runs
+    /// (`name_of_command`), on one node, or on `--min-nodes` of them when only that is given;
+    /// the overrides set the rest and are checked as a file's are.
     pub fn from_command(command: Vec<String>, overrides: &Overrides) -> Result<JobSpec, SpecError> {
-        let name = name_of_program(command.first().map_or("", String::as_str));
+        let name = name_of_command(&command);
         let raw = RawJobSpec {
             name: Some(name),
             command: Some(command),
@@ -543,9 +543,33 @@ pub fn no_such_rank(job: impl fmt::Display, rank: u32, max_nodes: u32, nproc_per
     (rank >= ranks).then(|| format!("{job} has ranks 0 to {}", ranks.saturating_sub(1)))
 }
 
-/// A valid job name made of a program's file name (`/usr/bin/python3` → `python3`): what a
+/// File name endings of scripts an interpreter or launcher is given to run.
+const SCRIPT_EXTENSIONS: [&str; 12] = ["py", "sh", "bash", "zsh", "js", "mjs", "ts", "rb", "pl", "r", "jl", "lua"];
+
+/// The name of a job given as a command line: what it runs, as a user would call it, as
+/// `sbatch` names a job after its script. The first argument that is a script by its ending
+/// (`python3 -u train.py`, `torchrun train.py`, `uv run train.py` → `train.py`) or a module
+/// after `-m` (`python3 -m pkg.train --config c.py` → `pkg.train`); with neither, the
+/// program's own file name (`./run.sh` → `run.sh`, `python3 -c …` → `python3`).
+fn name_of_command(command: &[String]) -> String {
+    let args = command.get(1..).unwrap_or_default();
+    let module = |at: usize| (args[at] == "-m").then(|| args.get(at + 1)).flatten();
+    let run = (0..args.len()).find_map(|at| module(at).or(is_script(&args[at]).then_some(&args[at])));
+    name_of_file(run.or(command.first()).map_or("", String::as_str))
+}
+
+/// Whether an argument names a script file: not an option nor a line of code (`sh -c '…'`),
+/// and one of `SCRIPT_EXTENSIONS` last.
+fn is_script(arg: &str) -> bool {
+    let file = arg.rsplit('/').next().unwrap_or_default();
+    let extension = file.rsplit_once('.').filter(|(stem, _)| !stem.is_empty()).map(|(_, ext)| ext.to_ascii_lowercase());
+    let path_alone = !arg.starts_with('-') && !arg.contains(char::is_whitespace);
+    path_alone && extension.is_some_and(|ext| SCRIPT_EXTENSIONS.contains(&ext.as_str()))
+}
+
+/// A valid job name made of a path's file name (`/usr/bin/python3` → `python3`): what a
 /// name may not hold becomes `-`, and it is cut to the longest a name may be.
-fn name_of_program(program: &str) -> String {
+fn name_of_file(program: &str) -> String {
     let file = program.rsplit('/').find(|part| !part.is_empty()).unwrap_or_default();
     let name: String = file.chars().map(|c| if in_a_name(c) { c } else { '-' }).take(MAX_NAME_LEN).collect();
     if name.is_empty() {
@@ -1041,12 +1065,20 @@ mod tests {
     }
 
     #[test]
-    fn a_command_line_alone_is_a_job_named_after_its_program() {
+    fn a_command_line_alone_is_a_job_named_after_what_it_runs() {
         let command = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<String>>();
         let none = Overrides::default();
-        let spec = JobSpec::from_command(command(&["/usr/bin/python3", "train.py"]), &none).unwrap();
-        assert_eq!((spec.name.as_str(), spec.min_nodes, spec.max_nodes), ("python3", 1, 1));
-        assert_eq!(spec.command, ["/usr/bin/python3", "train.py"]);
+        let spec =
+            JobSpec::from_command(command(&["/usr/bin/python3", "-u", "src/train.py", "--lr=1"]), &none).unwrap();
+        assert_eq!((spec.name.as_str(), spec.min_nodes, spec.max_nodes), ("train.py", 1, 1));
+        assert_eq!(spec.command, ["/usr/bin/python3", "-u", "src/train.py", "--lr=1"]);
+        let named = |args: &[&str]| JobSpec::from_command(command(args), &none).unwrap().name;
+        assert_eq!(named(&["torchrun", "--nproc-per-node", "2", "Train.PY"]), "Train.PY", "a launcher's script");
+        assert_eq!(named(&["python3", "-m", "pkg.train", "--config", "c.py"]), "pkg.train", "a module");
+        assert_eq!(named(&["python3", "-X", "dev", "t.py", "-m", "x"]), "t.py", "the first of the two");
+        assert_eq!(named(&["python3", "-c", "print(1)"]), "python3", "code alone: the program");
+        assert_eq!(named(&["sh", "--init-file=a.sh", ".py", "-m"]), "sh", "options, a bare ending, a last -m");
+        assert_eq!(named(&["sh", "-c", "python3 t.py"]), "sh", "a line of code");
         let wide = Overrides { min_nodes: Some(3), ..Overrides::default() };
         let spec = JobSpec::from_command(command(&["./run me.sh"]), &wide).unwrap();
         assert_eq!(

@@ -1856,7 +1856,7 @@ fn a_dry_run_prints_the_whole_spec_and_starts_nothing() {
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(0), "{printed}\n{}", String::from_utf8_lossy(&out.stderr));
     let spec: Value = serde_json::from_str(&printed).unwrap();
-    assert_eq!((&spec["name"], &spec["min_nodes"], &spec["max_nodes"]), (&json!("python3"), &json!(2), &json!(2)));
+    assert_eq!((&spec["name"], &spec["min_nodes"], &spec["max_nodes"]), (&json!("train.py"), &json!(2), &json!(2)));
     assert_eq!((&spec["env"], &spec["command"]), (&json!({"A": "b"}), &json!(["python3", "train.py"])));
     assert_eq!(spec["retries"]["user"], 0, "the defaults are written out: {printed}");
     let file = state.path().join("made.json");

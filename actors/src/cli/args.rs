@@ -250,12 +250,12 @@ pub struct SubmitArgs {
     /// job's command after `--`.
     pub job: Option<PathBuf>,
     /// A job given as its command line alone, after `--` (`ftdrive submit --nproc-per-node 2
-    /// -- python3 train.py`): named after its program, on one node unless the flags say more.
+    /// -- python3 train.py`): named after what it runs (`train.py`), on one node unless the flags say more.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
     #[command(flatten)]
     pub head: HeadUrl,
-    /// The job's name (overrides the spec's `name`; a command's default is its program's).
+    /// The job's name (overrides the spec's `name`; a command's default is its script's, `train.py`, or its program's).
     #[arg(long)]
     pub name: Option<String>,
     /// Nodes the job needs to run (overrides the spec's `min_nodes`).
