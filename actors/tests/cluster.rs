@@ -1901,6 +1901,36 @@ fn submit_with_logs_prints_every_attempts_output_under_its_actor() {
     assert!(lines[summary..].iter().all(|l| !l.starts_with("[j1/")), "every output line before the summary:\n{stdout}");
 }
 
+/// A job that failed under `submit --logs` has its failing attempt's output above its summary,
+/// printed whole: the summary points to it rather than repeating its last lines. One rank of
+/// an actor's two workers (`--logs=1`) is not the whole attempt's output: its lines are shown.
+#[test]
+fn a_failed_jobs_summary_points_to_output_logs_printed_whole() {
+    let failing = ["--", "sh", "-c", r#"echo "last words of $LOCAL_RANK"; exit 3"#];
+    let run = |flags: &[&str]| {
+        let state = tempfile::tempdir().unwrap();
+        let args: Vec<&str> = ["--local-nodes", "1"].iter().chain(flags).chain(&failing).copied().collect();
+        let out =
+            submit_locally(state.path(), state.path(), &args.iter().map(std::ffi::OsStr::new).collect::<Vec<_>>());
+        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for flag in ["--logs", "--logs=0"] {
+        let whole = run(&[flag]);
+        assert_eq!(whole.matches("last words").count(), 1, "{flag}: printed once:\n{whole}");
+        let summary = whole.find("job j1 (sh) FAILED").expect("the summary");
+        let prefix = if flag == "--logs" { "[j1/0] " } else { "[rank0] " };
+        assert!(whole[..summary].contains(&format!("{prefix}last words of 0\n")), "{whole}");
+        let above = format!("the output of j1/0 attempt 1 is above, its lines under `{prefix}`");
+        assert!(whole[summary..].contains(&above), "{whole}");
+    }
+    let one_rank = run(&["--nproc-per-node", "2", "--logs=1"]);
+    let summary = one_rank.find("job j1 (sh) FAILED").expect("the summary");
+    assert!(one_rank[..summary].contains("[rank1] last words of 1\n"), "{one_rank}");
+    let tail = &one_rank[summary..];
+    assert!(tail.contains("the last lines of j1/0 attempt 1") && tail.contains("last words of 0"), "{one_rank}");
+}
+
 /// `submit --logs=1,2` prints those global ranks' output alone, each line under its rank, from
 /// the worker that holds it; a rank the job cannot have is refused before anything starts.
 #[test]

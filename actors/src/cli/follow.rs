@@ -12,7 +12,7 @@ use ftdrive::event::StreamLine;
 use ftdrive::view::JobView;
 use futures_util::StreamExt;
 use serde_json::Value;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// What Ctrl-C means while following.
@@ -98,12 +98,18 @@ pub async fn follow(
         }
         answer => answer?,
     };
-    if let Some(outputs) = outputs {
-        outputs.drain().await;
-    }
+    let printed = match outputs {
+        Some(outputs) => outputs.drain().await,
+        None => BTreeMap::new(),
+    };
     progress.text(&render::job_summary(&view, crate::paths::unix_ms()))?;
     if let Some(failed) = render::program_failure(&view) {
-        progress.text(&last_words(client, &view, failed, on_interrupt).await)?;
+        // Its output, printed whole above under `--logs`, is pointed to rather than repeated.
+        let words = match printed.get(&(failed.actor.index, failed.attempt, None)) {
+            Some(prefix) => render::failure_printed_above(failed, prefix),
+            None => last_words(client, &view, failed, on_interrupt).await,
+        };
+        progress.text(&words)?;
     }
     Ok(outcome(view.state))
 }

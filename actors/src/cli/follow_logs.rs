@@ -11,7 +11,7 @@ use ftdrive::event::{Event, JobEvent};
 use ftdrive::view::JobView;
 use futures_util::future::LocalBoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// How often a follower reads a running attempt's log again when it had nothing new.
@@ -53,7 +53,7 @@ impl Wanted {
 }
 
 /// One log followed: an actor's attempt, and one of its workers or all of them.
-type Followed = (u32, u32, Option<u32>);
+pub type Followed = (u32, u32, Option<u32>);
 
 /// The attempts followed so far, and the reads of those still running.
 pub struct LogFollowers<'a> {
@@ -64,13 +64,15 @@ pub struct LogFollowers<'a> {
     /// Workers per actor (from the job's snapshots): how a global rank splits.
     nproc: u32,
     followed: BTreeSet<Followed>,
-    reading: FuturesUnordered<LocalBoxFuture<'a, ()>>,
+    /// The logs printed whole, to the end of their attempt, with the prefix of their lines.
+    printed: BTreeMap<Followed, String>,
+    reading: FuturesUnordered<LocalBoxFuture<'a, Option<(Followed, String)>>>,
 }
 
 impl<'a> LogFollowers<'a> {
     pub fn new(client: &'a Client, job: &str, to: Progress, wanted: Wanted) -> Self {
-        let (followed, reading) = (BTreeSet::new(), FuturesUnordered::new());
-        LogFollowers { client, job: job.to_string(), to, wanted, nproc: 1, followed, reading }
+        let (followed, printed, reading) = (BTreeSet::new(), BTreeMap::new(), FuturesUnordered::new());
+        LogFollowers { client, job: job.to_string(), to, wanted, nproc: 1, followed, printed, reading }
     }
 
     /// A snapshot (the first, or the one after the head came back): every attempt running in it
@@ -119,41 +121,51 @@ impl<'a> LogFollowers<'a> {
     /// while none is followed (a branch of the follower's `select!`).
     pub async fn next(&mut self) {
         match self.reading.next().await {
-            Some(()) => {}
+            Some(read) => self.printed.extend(read),
             None => std::future::pending().await,
         }
     }
 
     /// The job ended: what its attempts wrote last is read, for `DRAIN_LIMIT` at most (an
-    /// agent that stopped answering must not hold the command).
-    pub async fn drain(mut self) {
-        let all_read = async { while self.reading.next().await.is_some() {} };
+    /// agent that stopped answering must not hold the command). Returns the logs printed
+    /// whole: the summary need not show their last lines again.
+    pub async fn drain(mut self) -> BTreeMap<Followed, String> {
+        let all_read = async {
+            while let Some(read) = self.reading.next().await {
+                self.printed.extend(read);
+            }
+        };
         if tokio::time::timeout(DRAIN_LIMIT, all_read).await.is_err() {
             let _ = self.to.line(&format!(
                 "ftdrive: not every log of {} was read to its end within {DRAIN_LIMIT:?}; `ftdrive logs {}` reads them",
                 self.job, self.job
             ));
         }
+        self.printed
     }
 }
 
 /// Reads one attempt's log from its start until the attempt ended and all of it was read,
-/// printing whole lines under the actor's prefix. A log that cannot be read (its machine
-/// is gone) is said in one line, and the job's other logs go on.
-async fn follow_attempt(client: &Client, job: String, log: Followed, mut lines: Lines, to: Progress) {
+/// printing whole lines under the actor's prefix; `log` and its prefix once it was printed
+/// whole. A log that cannot be read (its machine is gone) is said in one line, and the job's
+/// other logs go on.
+async fn follow_attempt(
+    client: &Client,
+    job: String,
+    log: Followed,
+    mut lines: Lines,
+    to: Progress,
+) -> Option<(Followed, String)> {
     let (actor, attempt, worker) = log;
     let mut offset = 0;
     loop {
         match client.log_chunk(&job, actor, Some(attempt), worker, LogFrom::Offset(offset)).await {
             Ok(chunk) => {
                 offset = chunk.next_offset;
-                if let Err(e) = to.text(&lines.take(&chunk.bytes)) {
-                    return drop(e);
-                }
+                to.text(&lines.take(&chunk.bytes)).ok()?;
                 if chunk.bytes.is_empty() {
                     if !chunk.running {
-                        let _ = to.text(&lines.rest());
-                        return;
+                        return to.text(&lines.rest()).ok().map(|()| (log, lines.prefix));
                     }
                     tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
                 }
@@ -163,7 +175,7 @@ async fn follow_attempt(client: &Client, job: String, log: Followed, mut lines: 
             Err(e) => {
                 let rest = lines.rest();
                 let _ = to.text(&format!("{rest}{}(its output is not read further: {e})\n", lines.prefix));
-                return;
+                return None;
             }
         }
     }

@@ -299,6 +299,12 @@ pub fn failure_tail(failed: &LedgerEntry, tail: &str, all: &str) -> String {
     out
 }
 
+/// In place of `failure_tail`, for a failed attempt whose output `--logs` printed whole, each
+/// line under `prefix`.
+pub fn failure_printed_above(failed: &LedgerEntry, prefix: &str) -> String {
+    format!("  the output of {} attempt {} is above, its lines under `{prefix}`\n", failed.actor, failed.attempt)
+}
+
 pub fn ledger(view: &JobView) -> String {
     let r = &view.remaining;
     let mut out = format!("  budgets left: user {}, system {}, preemption {}\n", r.user, r.system, r.preemption);
