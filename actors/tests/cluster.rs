@@ -2001,6 +2001,42 @@ fn a_local_run_deletes_the_runs_of_a_week_ago_and_keeps_its_own() {
     assert!(stderr.contains(&kept[0]), "the run said where it keeps its logs: {stderr}");
 }
 
+/// `ftdrive logs JOB` and `status` given no head, after an embedded run (whose cluster ended
+/// with its `submit`), say where that run kept the job's output and its state.
+#[test]
+fn with_no_head_logs_and_status_say_where_an_embedded_run_kept_the_job() {
+    let state = tempfile::tempdir().unwrap();
+    let args = ["--local-nodes", "2", "--min-nodes", "2", "--", "sh", "-c", "echo kept by $RANK"];
+    let out = submit_locally(state.path(), state.path(), &args.map(std::ffi::OsStr::new));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let ask = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ftdrive"))
+            .args(args)
+            .env("FTDRIVE_STATE_DIR", state.path())
+            .env_remove("FTDRIVE_HEAD")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = ask(&["logs", "j1"]);
+    assert!(said.starts_with("ftdrive: no head given: pass --head URL or set $FTDRIVE_HEAD\n"), "{said}");
+    let kept = said.split("its output is kept in ").nth(1).expect("where the output is").trim();
+    let run = PathBuf::from(kept.split("/local-*/").next().unwrap());
+    let logs = walk(&run).into_iter().filter(|p| p.to_string_lossy().contains("/logs/j1/"));
+    let mut outputs: Vec<String> = logs.map(|log| std::fs::read_to_string(log).unwrap()).collect();
+    outputs.sort();
+    assert_eq!(outputs, ["kept by 0\n", "kept by 1\n"], "both ranks' output where it said");
+    for asked in [&["status"][..], &["status", "j7"], &["logs", "j7"]] {
+        let said = ask(asked);
+        let newest = format!(
+            "the newest embedded run (`ftdrive submit` with no head) kept its state and logs in {}",
+            run.display()
+        );
+        assert!(said.contains(&newest), "{asked:?}: {said}");
+    }
+}
+
 /// A follower of an attempt whose machine died ends once the head has declared the node DEAD
 /// (rather than waiting for an agent that will not come back), naming what ended it; the whole
 /// job's log goes on past that actor to the others.

@@ -94,6 +94,26 @@ fn runs_dir() -> PathBuf {
     paths::default_state_dir().join("local")
 }
 
+/// `ftdrive logs` or `status` given no head (`error`, which says so): an embedded cluster
+/// ended with the `submit` that ran it, so what is asked may be in a run it kept; the error
+/// then says where. Any other error is left as it is.
+pub fn where_runs_kept_it(error: CliError, head: &super::args::HeadUrl, job: Option<&str>) -> CliError {
+    let (CliError::BadInput(said), None) = (&error, &head.head) else { return error };
+    let Some((run, of_job)) = local_runs::run_of(&runs_dir(), job) else { return error };
+    let kept = match (job, of_job) {
+        (Some(job), true) => format!(
+            "{job} ran on an embedded cluster (`ftdrive submit` with no head), which ended with that command; its \
+             output is kept in {}/local-*/logs/{job}/ACTOR/attempt-N.log",
+            run.display()
+        ),
+        _ => format!(
+            "the newest embedded run (`ftdrive submit` with no head) kept its state and logs in {}",
+            run.display()
+        ),
+    };
+    CliError::BadInput(format!("{said}\n{kept}"))
+}
+
 /// Deletes old runs' directories (`local_runs`), and says so when it did.
 fn sweep_old_runs() {
     let parent = runs_dir();

@@ -32,15 +32,7 @@ pub struct Swept {
 /// Deletes the old runs under `parent` (see the module doc), at `now`. What it cannot read or
 /// delete, it leaves and says why.
 pub fn sweep(parent: &Path, now: SystemTime) -> Swept {
-    let mut runs: Vec<(SystemTime, PathBuf)> = std::fs::read_dir(parent)
-        .into_iter()
-        .flatten()
-        .flatten()
-        // Directories only, not what a link named like one points to: that is not a run's.
-        .filter(|e| e.file_name().to_string_lossy().starts_with("run-") && e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| (last_write(&e.path()), e.path()))
-        .collect();
-    runs.sort_by(|a, b| b.cmp(a)); // newest first
+    let runs = runs_newest_first(parent);
     let too_old = now.checked_sub(Duration::from_secs(KEEP_RUN_HOURS * 3600));
     let recent = now.checked_sub(MIN_AGE);
     let mut swept = Swept::default();
@@ -58,6 +50,34 @@ pub fn sweep(parent: &Path, now: SystemTime) -> Swept {
         }
     }
     swept
+}
+
+/// The runs' directories under `parent`, each with its last write, newest first.
+fn runs_newest_first(parent: &Path) -> Vec<(SystemTime, PathBuf)> {
+    let mut runs: Vec<(SystemTime, PathBuf)> = std::fs::read_dir(parent)
+        .into_iter()
+        .flatten()
+        .flatten()
+        // Directories only, not what a link named like one points to: that is not a run's.
+        .filter(|e| e.file_name().to_string_lossy().starts_with("run-") && e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| (last_write(&e.path()), e.path()))
+        .collect();
+    runs.sort_by(|a, b| b.cmp(a));
+    runs
+}
+
+/// The kept run whose agents hold `job`'s logs (job numbers go on from run to run, so one run
+/// at most), else the newest run; None when no run is kept. For `ftdrive logs` and `status`
+/// given no head: an embedded cluster ends with its `submit`, and what it kept is here.
+pub fn run_of(parent: &Path, job: Option<&str>) -> Option<(PathBuf, bool)> {
+    let runs = runs_newest_first(parent);
+    let ran_job = |run: &Path| {
+        let job = job.filter(|j| crate::node::logs::log_path(run, j, 0, 1).is_some())?;
+        let nodes = std::fs::read_dir(run).into_iter().flatten().flatten();
+        nodes.into_iter().any(|node| node.path().join("logs").join(job).is_dir()).then_some(())
+    };
+    let of_job = runs.iter().find(|(_, run)| ran_job(run).is_some()).map(|(_, run)| (run.clone(), true));
+    of_job.or_else(|| runs.first().map(|(_, run)| (run.clone(), false)))
 }
 
 /// Deletes `dir` unless a run's head holds the lock on its database (a run still going,
@@ -170,6 +190,20 @@ mod tests {
         let kept: Vec<bool> = runs.iter().map(|r| r.exists()).collect();
         let expected: Vec<bool> = (0..KEEP_RUNS + 3).map(|i| i < KEEP_RUNS - 2).collect();
         assert_eq!(kept, expected, "the newest {} with the two fresh ones", KEEP_RUNS);
+    }
+
+    #[test]
+    fn the_run_of_a_job_is_the_one_that_holds_its_logs_else_the_newest() {
+        let parent = tempfile::tempdir().unwrap();
+        assert_eq!(run_of(parent.path(), Some("j1")), None, "no run kept");
+        let older = run(parent.path(), "run-older", HOUR * 2, 1);
+        let newer = run(parent.path(), "run-newer", HOUR, 1);
+        std::fs::rename(newer.join("local-0/logs/j1"), newer.join("local-0/logs/j2")).unwrap();
+        assert_eq!(run_of(parent.path(), Some("j1")), Some((older, true)));
+        assert_eq!(run_of(parent.path(), Some("j2")), Some((newer.clone(), true)));
+        assert_eq!(run_of(parent.path(), Some("j9")), Some((newer.clone(), false)), "not kept: the newest");
+        assert_eq!(run_of(parent.path(), Some("..")), Some((newer.clone(), false)), "no path out of a run");
+        assert_eq!(run_of(parent.path(), None), Some((newer, false)));
     }
 
     /// A link named like a run is not one: neither it nor what it points to is touched.

@@ -15,7 +15,8 @@ use std::time::Duration;
 const POLL_MS: u64 = 300;
 
 pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
-    let client = Client::connect(&args.head)?;
+    let client =
+        Client::connect(&args.head).map_err(|e| super::local::where_runs_kept_it(e, &args.head, Some(&args.job)))?;
     super::block_on(async move {
         let view: JobView = client.get(&format!("/v1/jobs/{}", args.job)).await?;
         if let Some((local_rank, why)) = args.local_rank.and_then(|l| view.no_such_worker(l).map(|why| (l, why))) {

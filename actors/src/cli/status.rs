@@ -14,7 +14,8 @@ use ftdrive::view::JobView;
 use crate::head::NEXT_BEFORE_HEADER;
 
 pub fn run(args: StatusArgs) -> Result<Outcome, CliError> {
-    let client = Client::connect(&args.out.head)?;
+    let client = Client::connect(&args.out.head)
+        .map_err(|e| super::local::where_runs_kept_it(e, &args.out.head, args.job.as_deref()))?;
     super::block_on(async move {
         match args.job {
             Some(job) if args.follow => {
