@@ -11,11 +11,20 @@ use ftdrive::event::{Event, JobEvent};
 use ftdrive::view::JobView;
 use futures_util::future::LocalBoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
-/// How often a follower reads a running attempt's log again when it had nothing new.
+/// How often a follower reads a running attempt's log again when it had nothing new, when few
+/// are followed.
 const POLL_MS: u64 = 300;
+/// The most reads a second of logs that had nothing new, whatever their number: each waits
+/// longer than `POLL_MS` when many are followed, so that a job of thousands of ranks followed
+/// whole does not cost the head thousands of requests a second. A log read something is read
+/// on at once, and one whose attempt changed state is read at once (`Pace::wake`).
+const MAX_QUIET_READS_PER_S: u64 = 100;
 /// How long a follower waits before asking again while the head or the agent is away.
 const AWAY_POLL_MS: u64 = 1_000;
 /// The most of one attempt's unfinished line held back (a progress bar that never ends it).
@@ -55,6 +64,42 @@ impl Wanted {
 /// One log followed: an actor's attempt, and one of its workers or all of them.
 pub type Followed = (u32, u32, Option<u32>);
 
+/// What the reads of one job's logs share: how many go on, which sets how long a quiet one
+/// waits; and a wake for each, so that an attempt's last bytes are read as soon as the events
+/// say it ended, not after a long quiet wait.
+#[derive(Default)]
+struct Pace {
+    reading: Cell<u64>,
+    wakes: RefCell<BTreeMap<Followed, Rc<Notify>>>,
+}
+
+impl Pace {
+    /// `log` is read from now on; its wake.
+    fn reads(&self, log: Followed) -> Rc<Notify> {
+        self.reading.set(self.reading.get() + 1);
+        Rc::clone(self.wakes.borrow_mut().entry(log).or_default())
+    }
+
+    fn done(&self, log: Followed) {
+        self.reading.set(self.reading.get() - 1);
+        self.wakes.borrow_mut().remove(&log);
+    }
+
+    /// How long a log that had nothing new waits before it is read again.
+    fn quiet_wait(&self) -> Duration {
+        Duration::from_millis(POLL_MS.max(self.reading.get() * 1000 / MAX_QUIET_READS_PER_S))
+    }
+
+    /// The logs of `actor`'s `attempt` (or of every attempt) are read now. A wake that finds
+    /// its read busy is kept for its next wait (`notify_one`).
+    fn wake(&self, actor: Option<u32>, attempt: Option<u32>) {
+        let wakes = self.wakes.borrow();
+        let woken =
+            wakes.iter().filter(|((a, n, _), _)| actor.is_none_or(|x| x == *a) && attempt.is_none_or(|x| x == *n));
+        woken.for_each(|(_, wake)| wake.notify_one());
+    }
+}
+
 /// The attempts followed so far, and the reads of those still running.
 pub struct LogFollowers<'a> {
     client: &'a Client,
@@ -64,6 +109,7 @@ pub struct LogFollowers<'a> {
     /// Workers per actor (from the job's snapshots): how a global rank splits.
     nproc: u32,
     followed: BTreeSet<Followed>,
+    pace: Rc<Pace>,
     /// The logs printed whole, to the end of their attempt, with the prefix of their lines.
     printed: BTreeMap<Followed, String>,
     reading: FuturesUnordered<LocalBoxFuture<'a, Option<(Followed, String)>>>,
@@ -72,7 +118,8 @@ pub struct LogFollowers<'a> {
 impl<'a> LogFollowers<'a> {
     pub fn new(client: &'a Client, job: &str, to: Progress, wanted: Wanted) -> Self {
         let (followed, printed, reading) = (BTreeSet::new(), BTreeMap::new(), FuturesUnordered::new());
-        LogFollowers { client, job: job.to_string(), to, wanted, nproc: 1, followed, printed, reading }
+        let pace = Rc::default();
+        LogFollowers { client, job: job.to_string(), to, wanted, nproc: 1, followed, pace, printed, reading }
     }
 
     /// A snapshot (the first, or the one after the head came back): every attempt running in it
@@ -84,13 +131,17 @@ impl<'a> LogFollowers<'a> {
         attempts.into_iter().for_each(|(actor, attempt, rank)| self.started(actor, attempt, rank));
     }
 
-    /// An event: an attempt that starts running is followed, if it is wanted.
+    /// An event: an attempt that starts running is followed, if it is wanted; one that leaves
+    /// RUNNING or FAILING has its logs read now.
     pub fn on_event(&mut self, event: &Event) {
-        if let Event::Job {
-            detail: JobEvent::Transition { actor, to: ActorState::Running, attempt, rank, .. }, ..
-        } = event
-        {
+        let Event::Job { detail: JobEvent::Transition { actor, from, to, attempt, rank, .. }, .. } = event else {
+            return;
+        };
+        if *to == ActorState::Running {
             self.started(actor.index, *attempt, *rank);
+        }
+        if matches!(from, ActorState::Running | ActorState::Failing) {
+            self.pace.wake(Some(actor.index), Some(*attempt));
         }
     }
 
@@ -112,8 +163,13 @@ impl<'a> LogFollowers<'a> {
 
     fn follow(&mut self, log: Followed, prefix: String) {
         if self.followed.insert(log) {
-            let (client, job, to) = (self.client, self.job.clone(), self.to);
-            self.reading.push(Box::pin(follow_attempt(client, job, log, Lines::new(prefix), to)));
+            let (client, job, to, pace) = (self.client, self.job.clone(), self.to, Rc::clone(&self.pace));
+            let wake = pace.reads(log);
+            self.reading.push(Box::pin(async move {
+                let read = follow_attempt(client, job, log, Lines::new(prefix), to, (&pace, &wake)).await;
+                pace.done(log);
+                read
+            }));
         }
     }
 
@@ -130,6 +186,7 @@ impl<'a> LogFollowers<'a> {
     /// agent that stopped answering must not hold the command). Returns the logs printed
     /// whole: the summary need not show their last lines again.
     pub async fn drain(mut self) -> BTreeMap<Followed, String> {
+        self.pace.wake(None, None);
         let all_read = async {
             while let Some(read) = self.reading.next().await {
                 self.printed.extend(read);
@@ -155,6 +212,7 @@ async fn follow_attempt(
     log: Followed,
     mut lines: Lines,
     to: Progress,
+    (pace, wake): (&Pace, &Notify),
 ) -> Option<(Followed, String)> {
     let (actor, attempt, worker) = log;
     let mut offset = 0;
@@ -167,7 +225,10 @@ async fn follow_attempt(
                     if !chunk.running {
                         return to.text(&lines.rest()).ok().map(|()| (log, lines.prefix));
                     }
-                    tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(pace.quiet_wait()) => {}
+                        _ = wake.notified() => {}
+                    }
                 }
             }
             // The follower of the events says that the head is away; this one waits quietly.
@@ -219,7 +280,8 @@ impl Lines {
 
 #[cfg(test)]
 mod tests {
-    use super::{Client, Lines, LogFollowers, Progress, Wanted};
+    use super::{Client, Duration, Lines, LogFollowers, Pace, Progress, Wanted, MAX_QUIET_READS_PER_S, POLL_MS};
+    use futures_util::FutureExt;
 
     #[test]
     fn a_wanted_rank_is_followed_in_whichever_attempt_and_worker_holds_it() {
@@ -236,6 +298,28 @@ mod tests {
         all.started(2, 1, None);
         all.started(2, 1, None);
         assert_eq!(all.followed.iter().copied().collect::<Vec<_>>(), [(2, 1, None)], "each attempt once");
+    }
+
+    #[test]
+    fn quiet_logs_wait_longer_when_many_and_an_attempts_change_wakes_its_own() {
+        let pace = Pace::default();
+        let wakes: Vec<_> = (0..3).map(|actor| pace.reads((actor, 1, None))).collect();
+        assert_eq!(pace.quiet_wait(), Duration::from_millis(POLL_MS), "few: the poll");
+        let woken = |n: usize| wakes[n].notified().now_or_never().is_some();
+        pace.wake(Some(1), Some(1));
+        assert_eq!((woken(0), woken(1), woken(2)), (false, true, false), "the attempt that changed alone");
+        pace.wake(Some(1), Some(2));
+        assert!(!woken(1), "another attempt of the actor is not this one");
+        pace.wake(None, None);
+        assert!(woken(0) && woken(1) && woken(2), "the job's end wakes every read");
+        let many: Vec<_> = (3..1_000).map(|actor| pace.reads((actor, 1, None))).collect();
+        let most = Duration::from_secs(1) / MAX_QUIET_READS_PER_S as u32;
+        assert_eq!(pace.quiet_wait(), most * 1_000, "1,000 quiet logs: {MAX_QUIET_READS_PER_S} reads a second");
+        (3..1_000).for_each(|actor| pace.done((actor, 1, None)));
+        assert_eq!(
+            (pace.quiet_wait(), pace.wakes.borrow().len(), many.len()),
+            (Duration::from_millis(POLL_MS), 3, 997)
+        );
     }
 
     #[test]
