@@ -955,6 +955,33 @@ fn logs_follow_a_running_attempt_and_show_a_finished_one() {
     assert!(no_actor.contains(&format!("has actors {id}/0 to {id}/0; there is no actor 7")), "{no_actor}");
 }
 
+/// `ftdrive logs` on a terminal keeps a job's colours and shows every other control sequence
+/// as text (a job must not clear, rewrite or retitle its reader's terminal, nor set its
+/// clipboard); piped, it prints the job's bytes as they are.
+#[test]
+fn logs_on_a_terminal_keep_colours_and_show_other_control_sequences_as_text() {
+    let c = Cluster::start(&["n1"]);
+    let printf = r#"printf 'ok \033[32mgreen\033[0m \033]52;c;eA==\007 \033[2J\033]0;title\033\\ end\n'"#;
+    let spec = c.spec("escapes", json!({"command": ["sh", "-c", printf], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
+    let raw = "ok \x1b[32mgreen\x1b[0m \x1b]52;c;eA==\x07 \x1b[2J\x1b]0;title\x1b\\ end\n";
+    assert_eq!(c.ftdrive(&["logs", &id]), raw, "piped: byte for byte");
+    // `script` runs the command on a pseudo-terminal of its own.
+    let on_terminal = format!("{} logs {id}", env!("CARGO_BIN_EXE_ftdrive"));
+    let out = Command::new("script")
+        .args(["-qec", &on_terminal, "/dev/null"])
+        .env("FTDRIVE_HEAD", &c.url)
+        .env("FTDRIVE_STATE_DIR", c.dir.path())
+        .env_remove("FTDRIVE_TOKEN")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}: {}", String::from_utf8_lossy(&out.stderr));
+    let safe = "ok \x1b[32mgreen\x1b[0m ^[]52;c;eA==^G ^[[2J^[]0;title^[\\ end";
+    assert!(shown.contains(safe), "colours kept, the rest as text: {shown:?}");
+}
+
 /// The lines a child writes to `stdout`, as they come, read on a thread of their own.
 fn lines_of(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
     let (lines_tx, lines) = std::sync::mpsc::channel();

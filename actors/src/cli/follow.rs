@@ -109,6 +109,8 @@ pub async fn follow(
             Some(prefix) => render::failure_printed_above(failed, prefix),
             None => last_words(client, &view, failed, on_interrupt).await,
         };
+        // The program's own lines: on a terminal, made safe for it.
+        let words = if progress.is_terminal() { super::terminal::clean_text(&words) } else { words };
         progress.text(&words)?;
     }
     Ok(outcome(view.state))

@@ -166,7 +166,8 @@ impl<'a> LogFollowers<'a> {
             let (client, job, to, pace) = (self.client, self.job.clone(), self.to, Rc::clone(&self.pace));
             let wake = pace.reads(log);
             self.reading.push(Box::pin(async move {
-                let read = follow_attempt(client, job, log, Lines::new(prefix), to, (&pace, &wake)).await;
+                let lines = Lines::new(prefix, to.is_terminal());
+                let read = follow_attempt(client, job, log, lines, to, (&pace, &wake)).await;
                 pace.done(log);
                 read
             }));
@@ -248,11 +249,13 @@ async fn follow_attempt(
 struct Lines {
     prefix: String,
     held: Vec<u8>,
+    /// They go to a terminal: each is made safe for it (`terminal.rs`).
+    terminal: bool,
 }
 
 impl Lines {
-    fn new(prefix: String) -> Self {
-        Lines { prefix, held: Vec::new() }
+    fn new(prefix: String, terminal: bool) -> Self {
+        Lines { prefix, held: Vec::new(), terminal }
     }
 
     /// The whole lines `bytes` completes, each under the prefix and ended by `\n`.
@@ -274,7 +277,11 @@ impl Lines {
 
     fn prefixed(&self, bytes: &[u8]) -> String {
         let text = String::from_utf8_lossy(bytes).replace("\r\n", "\n");
-        text.split_terminator(['\n', '\r']).map(|line| format!("{}{line}\n", self.prefix)).collect()
+        let shown = |line: &str| match self.terminal {
+            true => super::terminal::clean_text(line),
+            false => line.to_string(),
+        };
+        text.split_terminator(['\n', '\r']).map(|line| format!("{}{}\n", self.prefix, shown(line))).collect()
     }
 }
 
@@ -335,7 +342,7 @@ mod tests {
 
     #[test]
     fn only_whole_lines_go_out_each_under_the_prefix() {
-        let mut lines = Lines::new("[j1/0] ".into());
+        let mut lines = Lines::new("[j1/0] ".into(), false);
         assert_eq!(lines.take(b"one\ntw"), "[j1/0] one\n");
         assert_eq!(lines.take(b"o\r\nthree"), "[j1/0] two\n", "\\r\\n is one end of a line");
         assert_eq!(lines.take(b""), "");
@@ -345,7 +352,7 @@ mod tests {
 
     #[test]
     fn blank_lines_are_kept_and_a_split_crlf_ends_one_line() {
-        let mut lines = Lines::new("> ".into());
+        let mut lines = Lines::new("> ".into(), false);
         assert_eq!(lines.take(b"a\n\nb\n"), "> a\n> \n> b\n");
         assert_eq!(lines.take(b"x\r"), "", "perhaps half of a \\r\\n");
         assert_eq!(lines.take(b"\ny\n"), "> x\n> y\n");
@@ -354,14 +361,20 @@ mod tests {
 
     #[test]
     fn a_line_that_never_ends_goes_out_past_the_bound() {
-        let mut lines = Lines::new("> ".into());
+        let mut lines = Lines::new("> ".into(), false);
         let long = vec![b'x'; super::MAX_HELD_LINE_BYTES + 1];
         assert_eq!(lines.take(&long).len(), long.len() + 3);
     }
 
     #[test]
+    fn lines_for_a_terminal_keep_colours_and_show_other_controls_as_text() {
+        let mut lines = Lines::new("> ".into(), true);
+        assert_eq!(lines.take(b"\x1b[2Jok \x1b[32mgreen\x1b[0m\x07\n"), "> ^[[2Jok \x1b[32mgreen\x1b[0m^G\n");
+    }
+
+    #[test]
     fn a_character_split_between_reads_is_decoded_whole() {
-        let mut lines = Lines::new("".into());
+        let mut lines = Lines::new("".into(), false);
         let euro = "€\n".as_bytes();
         assert_eq!(lines.take(&euro[..1]), "");
         assert_eq!(lines.take(&euro[1..]), "€\n");

@@ -8,6 +8,7 @@ use super::client::{Client, LogFrom};
 use super::error::{CliError, Outcome};
 use super::out;
 use super::reconnect::{is_passing, until_answered};
+use super::terminal::Sanitizer;
 use ftdrive::driver::{Cause, JobState, LedgerEntry};
 use ftdrive::view::JobView;
 use std::time::Duration;
@@ -51,7 +52,7 @@ pub fn run(args: LogsArgs) -> Result<Outcome, CliError> {
         };
         let actors = reached(&view, actors, attempt)?;
         let headers = actors.len() > 1;
-        let printer = Printer::new(headers);
+        let printer = Printer::new(headers, std::io::IsTerminal::is_terminal(&std::io::stdout()));
         let read_one = |actor: u32| {
             // A follower keeps to the attempt that is the latest now (`Cursor`), even if its
             // first read fails and a retry starts meanwhile.
@@ -278,6 +279,8 @@ const MAX_HELD_LINE_BYTES: usize = 64 * 1024;
 /// actors followed at once never mix within a line. One actor's log goes out as it comes.
 struct Printer {
     headers: bool,
+    /// Standard output is a terminal: each actor's output goes through a `Sanitizer`.
+    terminal: bool,
     state: std::cell::RefCell<Printed>,
 }
 
@@ -291,18 +294,28 @@ struct Printed {
     shown: std::collections::BTreeSet<u32>,
     /// The last byte out ended no line: a line past `MAX_HELD_LINE_BYTES` went out unfinished.
     mid_line: bool,
+    /// Each actor's output made safe for a terminal, read by read.
+    sanitizers: std::collections::BTreeMap<u32, Sanitizer>,
 }
 
 impl Printer {
-    fn new(headers: bool) -> Printer {
-        Printer { headers, state: Default::default() }
+    fn new(headers: bool, terminal: bool) -> Printer {
+        Printer { headers, terminal, state: Default::default() }
     }
 
     fn print(&self, actor: u32, header: String, bytes: &[u8]) -> Result<(), CliError> {
+        let mut state = self.state.borrow_mut();
+        let cleaned;
+        let bytes = match self.terminal {
+            true => {
+                cleaned = state.sanitizers.entry(actor).or_default().clean(bytes);
+                &cleaned[..]
+            }
+            false => bytes,
+        };
         if !self.headers {
             return out::bytes(bytes);
         }
-        let mut state = self.state.borrow_mut();
         let (_, pending) = state.partial.entry(actor).or_insert_with(|| (header.clone(), Vec::new()));
         pending.extend_from_slice(bytes);
         // A progress bar redraws its line with `\r` and may never end it: that ends a line too,
@@ -320,7 +333,12 @@ impl Printer {
     /// log with nothing in it).
     fn end(&self, actor: u32) -> Result<(), CliError> {
         let mut state = self.state.borrow_mut();
+        let held = state.sanitizers.remove(&actor).map(|mut s| s.finish()).unwrap_or_default();
+        if !self.headers {
+            return out::bytes(&held);
+        }
         let Some((header, mut rest)) = state.partial.remove(&actor) else { return Ok(()) };
+        rest.extend(held);
         if !rest.is_empty() {
             rest.push(b'\n');
         } else if state.shown.contains(&actor) {
@@ -347,7 +365,10 @@ impl Printer {
 
     /// What no actor ended with a newline (a read that failed midway).
     fn finish(&self) -> Result<(), CliError> {
-        let actors: Vec<u32> = self.state.borrow().partial.keys().copied().collect();
+        let state = self.state.borrow();
+        let actors: std::collections::BTreeSet<u32> =
+            state.partial.keys().chain(state.sanitizers.keys()).copied().collect();
+        drop(state);
         actors.into_iter().try_for_each(|actor| self.end(actor))
     }
 }

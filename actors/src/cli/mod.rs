@@ -22,6 +22,7 @@ mod sim;
 mod status;
 mod stop;
 mod submit;
+mod terminal;
 mod undrain;
 
 use args::{Cli, Command};
