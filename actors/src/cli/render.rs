@@ -59,7 +59,12 @@ fn job_event_text(job: &JobId, detail: &JobEvent, nproc: u32, t_ms: u64) -> Opti
             format!("job {job} {to}{}", message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())
         }
         JobEvent::Ledger { entry: l } => {
-            format!("{} attempt {} ended: {} → {} budget — {}", l.actor, l.attempt, l.cause, l.budget, l.evidence)
+            // What the failure cost, in words: `→ none budget` read as a budget named none.
+            let charged = match l.remaining.get(l.budget) {
+                None => "nothing charged".to_string(),
+                Some(left) => format!("charged to the {} budget ({left} left)", l.budget),
+            };
+            format!("{} attempt {} ended: {}, {charged} — {}", l.actor, l.attempt, l.cause, l.evidence)
         }
         JobEvent::Promoted { spare, replaces } => format!("spare {spare} takes the rank of {replaces}"),
         JobEvent::PortMoved { actor, from, to } => {
@@ -732,20 +737,29 @@ mod tests {
     }
 
     /// An end heard of late (its agent or the head away) is shown when it happened, as the
-    /// ledger has it, not when its event came.
+    /// ledger has it, not when its event came, with what it cost.
     #[test]
-    fn an_attempts_end_is_shown_when_it_happened() {
-        let entry: ftdrive::driver::LedgerEntry = serde_json::from_value(serde_json::json!({
-            "actor": "j1/0", "rank": 0, "attempt": 1, "cycle": 1, "node": "n1", "start_ms": 1_000,
-            "end_ms": 6_000, "exit_code": 0, "signal": null, "cause": "completed",
-            "evidence": "process exited with code 0", "budget": "none",
-            "remaining": {"user": 0, "system": 0, "preemption": 0}
-        }))
-        .unwrap();
-        let event = Event::Job { job: JobId::new("j1"), detail: JobEvent::Ledger { entry } };
-        let line = EventLine { t_ms: 9_250, event };
-        let text = event_line(&line, 0, 1).unwrap();
-        assert!(text.starts_with("     6.0s  j1/0 attempt 1 ended"), "{text}");
+    fn an_attempts_end_is_shown_when_it_happened_with_its_charge() {
+        let ended = |cause: &str, budget: &str, evidence: &str| {
+            let entry: ftdrive::driver::LedgerEntry = serde_json::from_value(serde_json::json!({
+                "actor": "j1/0", "rank": 0, "attempt": 1, "cycle": 1, "node": "n1", "start_ms": 1_000,
+                "end_ms": 6_000, "exit_code": 0, "signal": null, "cause": cause,
+                "evidence": evidence, "budget": budget,
+                "remaining": {"user": 0, "system": 4, "preemption": -1}
+            }))
+            .unwrap();
+            let event = Event::Job { job: JobId::new("j1"), detail: JobEvent::Ledger { entry } };
+            event_line(&EventLine { t_ms: 9_250, event }, 0, 1).unwrap()
+        };
+        assert_eq!(
+            ended("completed", "none", "process exited with code 0"),
+            "     6.0s  j1/0 attempt 1 ended: completed, nothing charged — process exited with code 0"
+        );
+        assert_eq!(
+            ended("node_lost", "system", "node n1 missed heartbeats"),
+            "     6.0s  j1/0 attempt 1 ended: node_lost, charged to the system budget (4 left) — node n1 missed heartbeats"
+        );
+        assert!(ended("preempted", "preemption", "x").contains("charged to the preemption budget (unlimited left)"));
     }
 
     /// A follower is told how long a restart waits, counted from the event (the head's clock),
