@@ -1958,6 +1958,30 @@ fn a_failed_jobs_summary_points_to_output_logs_printed_whole() {
     assert!(tail.contains("the last lines of j1/0 attempt 1") && tail.contains("last words of 0"), "{one_rank}");
 }
 
+/// `status JOB --follow --logs` of a job that has ended prints what every attempt wrote, the
+/// failed first one too, as `docker logs -f` prints a container's past output: `submit --logs`
+/// of a quick job may likewise first hear of it after its attempts ended.
+#[test]
+fn following_the_output_of_an_ended_job_prints_every_attempts() {
+    let c = Cluster::start(&["n1"]);
+    let script = r#"echo "attempt $FTDRIVE_ATTEMPT"; [ "$FTDRIVE_ATTEMPT" != 1 ]"#;
+    let spec = c.spec(
+        "retried",
+        json!({"command": ["sh", "-c", script], "min_nodes": 1, "max_nodes": 1,
+               "retries": {"user": 1, "backoff_ms": {"initial": 0, "max": 0}}}),
+    );
+    let id = c.submit_no_wait(&spec);
+    c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
+    for (flag, prefix) in [("--logs", format!("[{id}/0] ")), ("--logs=0", "[rank0] ".to_string())] {
+        let out = c.ftdrive(&["status", &id, "--follow", flag]);
+        let summary = out.find(&format!("job {id} (retried) SUCCEEDED")).expect("the summary");
+        for attempt in [1, 2] {
+            let said = format!("{prefix}attempt {attempt}\n");
+            assert_eq!(out[..summary].matches(&said).count(), 1, "{flag}: {said:?} once before the summary:\n{out}");
+        }
+    }
+}
+
 /// `submit --logs=1,2` prints those global ranks' output alone, each line under its rank, from
 /// the worker that holds it; a rank the job cannot have is refused before anything starts.
 #[test]

@@ -122,12 +122,17 @@ impl<'a> LogFollowers<'a> {
         LogFollowers { client, job: job.to_string(), to, wanted, nproc: 1, followed, pace, printed, reading }
     }
 
-    /// A snapshot (the first, or the one after the head came back): every attempt running in it
-    /// is followed, since the events that started them may have gone unseen.
+    /// A snapshot (the first, or the one after the head came back): every attempt in it is
+    /// followed, those its ledger says ended and those running, since the events that started
+    /// them may have gone unseen: a quick job may have ended before `submit` followed it, and an
+    /// attempt may start and end while the follower is away. `docker logs -f` and `ray job logs
+    /// -f` print what was written before they started too.
     pub fn catch_up(&mut self, view: &JobView) {
         self.nproc = view.nproc_per_node.max(1);
+        let ended = view.ledger.iter().map(|e| (e.actor.index, e.attempt, e.rank));
         let running = view.actors.iter().filter(|a| a.state == ActorState::Running && a.attempt > 0);
-        let attempts: Vec<(u32, u32, Option<u32>)> = running.map(|a| (a.name.index, a.attempt, a.rank)).collect();
+        let attempts: Vec<(u32, u32, Option<u32>)> =
+            ended.chain(running.map(|a| (a.name.index, a.attempt, a.rank))).collect();
         attempts.into_iter().for_each(|(actor, attempt, rank)| self.started(actor, attempt, rank));
     }
 
