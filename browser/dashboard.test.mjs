@@ -267,6 +267,11 @@ async function checkLogReadsOn(page, name) {
   if (!text.startsWith('rank ') || !text.includes('warm-up line 100\ntick 1\n')) {
     fail(`${name}'s log lost or repeated lines while reading on: "${text.slice(0, 200)}…"`);
   }
+  // As a terminal shows it: a colour as a styled span, a progress bar as its last drawing.
+  const green = await page.evaluate(() => document.querySelector('pre#log span.ansi-fg-2')?.textContent);
+  if (green !== 'coloured' || !text.includes('coloured ok\nprogress 100%\n') || /\x1b|progress 10%/.test(text)) {
+    fail(`${name}'s log shows escape sequences or redrawn lines as they are (green span: ${green}): "${text.slice(0, 200)}…"`);
+  }
   ok(`${name}'s log page reads on from an offset (now at tick ${await lastTick(page)}), its box at the end while the reader is, and where the reader scrolled otherwise`);
 }
 

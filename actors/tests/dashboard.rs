@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 /// job RUNNING before it ends. Each attempt says who it is, which its log page shows; in the
 /// second cycle 100 lines at once (more than the page's log box holds in sight), then a line
 /// every 0.5 s, which the page reads on as they come.
-const LONG_THEN_TWENTY: &str = r#"echo "rank $RANK in cycle $FTDRIVE_CYCLE"; if [ "$FTDRIVE_CYCLE" = 1 ]; then sleep 60; else seq -f 'warm-up line %g' 1 100; for i in $(seq 1 44); do echo "tick $i"; sleep 0.5; done; fi"#;
+const LONG_THEN_TWENTY: &str = r#"echo "rank $RANK in cycle $FTDRIVE_CYCLE"; if [ "$FTDRIVE_CYCLE" = 1 ]; then sleep 60; else printf '\033[32mcoloured\033[0m ok\nprogress 10%%\rprogress 100%%\n'; seq -f 'warm-up line %g' 1 100; for i in $(seq 1 44); do echo "tick $i"; sleep 0.5; done; fi"#;
 
 /// The browser script bounds each of its waits (60 s for the job's end at most); this bounds
 /// the whole run, Chromium's start included.

@@ -649,6 +649,76 @@ function lastLines(text, count) {
   return text.slice(at + 1);
 }
 
+/**
+ * Escape sequences and control characters in a job's output: a CSI sequence (its parameters and
+ * final byte: `m` is a colour), an OSC one (a window title, a clipboard), any other escape, and
+ * the control characters a page has no use for (a tab and a newline are kept).
+ */
+const LOG_ESCAPES = /\x1b\[([0-9;:?<=>]*)[ -/]*([@-~])|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -~]?|[\x00-\x08\x0b-\x1f\x7f]/g;
+
+/** What a line redrawn with `\r` (a progress bar) shows in a terminal: its last drawing. */
+function lastDrawing(line) {
+  if (!line.includes('\r')) return line;
+  const drawings = line.split('\r');
+  for (let at = drawings.length - 1; at >= 0; at--) if (drawings[at] !== '') return drawings[at];
+  return '';
+}
+
+/** Applies one SGR sequence's parameters (`1;32`) to `style`; 256-colour and true-colour ones show in no colour but the first 16. */
+function applySgr(style, params) {
+  const codes = params === '' ? [0] : params.split(/[;:]/).map(Number);
+  for (let at = 0; at < codes.length; at++) {
+    const code = codes[at];
+    if (code === 0) for (const key of Object.keys(style)) delete style[key];
+    else if (code >= 1 && code <= 4) style[['', 'bold', 'dim', 'italic', 'underline'][code]] = true;
+    else if (code === 22) { delete style.bold; delete style.dim; }
+    else if (code === 23) delete style.italic;
+    else if (code === 24) delete style.underline;
+    else if (code >= 30 && code <= 37) style.fg = code - 30;
+    else if (code >= 90 && code <= 97) style.fg = code - 82;
+    else if (code === 39) delete style.fg;
+    else if (code >= 40 && code <= 47) style.bg = code - 40;
+    else if (code >= 100 && code <= 107) style.bg = code - 92;
+    else if (code === 49) delete style.bg;
+    else if (code === 38 || code === 48) {
+      const which = code === 38 ? 'fg' : 'bg';
+      if (codes[at + 1] === 5 && codes[at + 2] < 16) style[which] = codes[at + 2];
+      at += codes[at + 1] === 5 ? 2 : codes[at + 1] === 2 ? 4 : 1;
+    }
+  }
+}
+
+function sgrClass(style) {
+  return [
+    style.fg !== undefined && `ansi-fg-${style.fg}`, style.bg !== undefined && `ansi-bg-${style.bg}`,
+    style.bold && 'ansi-bold', style.dim && 'ansi-dim', style.italic && 'ansi-italic', style.underline && 'ansi-underline',
+  ].filter(Boolean).join(' ');
+}
+
+/**
+ * A job's output as a terminal shows it, in nodes for its box: colours (SGR) as styled spans
+ * (classes: the page sets no inline style), a progress bar's line as its last drawing, and every
+ * other escape sequence and control character left out, so the reader sees text, not `[32m`.
+ */
+function logNodes(text) {
+  const shown = text.split('\n').map(lastDrawing).join('\n');
+  const nodes = [];
+  const style = {};
+  let from = 0;
+  const add = (part) => {
+    if (!part) return;
+    const classes = sgrClass(style);
+    nodes.push(classes ? el('span', { class: classes }, part) : part);
+  };
+  for (const found of shown.matchAll(LOG_ESCAPES)) {
+    add(shown.slice(from, found.index));
+    if (found[2] === 'm') applySgr(style, found[1]);
+    from = found.index + found[0].length;
+  }
+  add(shown.slice(from));
+  return nodes;
+}
+
 /** One attempt's output: its last LOG_TAIL_LINES lines, as `ftdrive logs --tail` prints them. */
 function renderLogPage({ route, text, node, running }) {
   const { id, actor, attempt } = route;
@@ -662,7 +732,7 @@ function renderLogPage({ route, text, node, running }) {
       `On ${node}; `, running ? 'it runs, and this page reads on as it writes. ' : 'it has ended. ',
       `The last ${LOG_TAIL_LINES} lines at most; `, el('code', {}, all), ' prints all of it.'),
     text
-      ? el('pre', { class: 'log', id: 'log', tabindex: '0', 'aria-label': `Output of ${id}/${actor} attempt ${attempt}` }, text)
+      ? el('pre', { class: 'log', id: 'log', tabindex: '0', 'aria-label': `Output of ${id}/${actor} attempt ${attempt}` }, logNodes(text))
       : el('p', { class: 'empty', id: 'log' }, 'It wrote no output.'));
 }
 
