@@ -859,6 +859,9 @@ impl Simulation {
         }
         let down: Vec<u32> = (0..self.agents.len() as u32).filter(|ix| !self.agents[*ix as usize].up).collect();
         for ix in down {
+            if let Some(checker) = self.checker.as_mut() {
+                checker.machine_booted(&self.agents[ix as usize].name);
+            }
             self.boot(ix);
         }
         self.withdraw_operator_drains();

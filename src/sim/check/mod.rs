@@ -290,6 +290,17 @@ impl Checker {
         *self.fault_epoch.entry(node.clone()).or_default() += 1;
     }
 
+    /// A crashed machine boots again (the swarm's heal). Unless the head declared it DEAD
+    /// since, this is a reboot the head has yet to hear of, counted now as `machine_rebooted`
+    /// counts a live machine's: its new agent can answer a stop of an attempt it never heard
+    /// of (SL-2) before anything else tells the head (swarm seed 8943973: crashed while the
+    /// head was down, booted before the restarted head declared it).
+    pub fn machine_booted(&mut self, node: &NodeId) {
+        if self.nodes.get(node).is_some_and(|n| n.state != NodeState::Dead) {
+            self.machine_rebooted(node);
+        }
+    }
+
     /// A machine's disk filled up.
     pub fn disk_full(&mut self, node: &NodeId) {
         self.sick_machines.insert(node.clone());
