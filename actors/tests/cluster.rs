@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -2185,6 +2186,39 @@ fn a_node_whose_disk_is_nearly_full_takes_no_new_work_and_says_why() {
     let job = c.wait_for_job(&id, "it says why it waits", |j| j["waiting"].is_string());
     assert!(job["waiting"].as_str().unwrap().contains("1 cannot start work"), "{job:#}");
     assert!(job["ledger"].as_array().unwrap().is_empty(), "nothing was started there: {job:#}");
+}
+
+/// A start whose workers have not started within the agent's `--start-timeout-ms` (here its
+/// log is a FIFO no one reads, so opening it does not return, as on a hung disk) is killed and
+/// charged as the node's failure (`node_lost`, system); the rank starts again once the node
+/// takes work again, and the late start, once the FIFO is read, is killed with its workers
+/// rather than left running unwatched.
+#[test]
+fn a_start_that_hangs_is_given_up_and_charged_to_the_node() {
+    let mut c = Cluster::start(&[]);
+    let log = c.dir.path().join("node-n1/logs/j1/0/attempt-1.log");
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    let fifo = std::ffi::CString::new(log.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let agent = c.node_command("n1").args(["--start-timeout-ms", "1000"]).spawn().unwrap();
+    c.nodes.insert("n1".into(), agent);
+    c.wait_until("n1 registered", |c| c.nodes_json().as_array().unwrap().len() == 1);
+    let script = r#"if [ "$FTDRIVE_ATTEMPT" = 1 ]; then sleep 600; fi"#;
+    let spec = c.spec("hung", json!({"command": ["sh", "-c", script], "min_nodes": 1, "max_nodes": 1}));
+    let id = c.submit_no_wait(&spec);
+    let job = c.wait_for_job(&id, "its first start is given up", |j| !j["ledger"].as_array().unwrap().is_empty());
+    let first = &job["ledger"][0];
+    assert_eq!((first["cause"].as_str(), first["budget"].as_str()), (Some("node_lost"), Some("system")), "{job:#}");
+    let said = first["evidence"].as_str().unwrap();
+    assert!(said.contains("node n1 could not start the attempt: its workers had not started 1000 ms after"), "{said}");
+    // The hung open returns now: the supervisor it starts late is killed with its workers.
+    let reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&log).unwrap();
+    let job = c.wait_for_job(&id, "it succeeds", |j| j["state"] == "SUCCEEDED");
+    let ledger = job["ledger"].as_array().unwrap();
+    assert_eq!((ledger.len(), ledger[1]["attempt"].as_u64()), (2, Some(2)), "{job:#}");
+    c.wait_until("nothing of the late start runs", |c| c.processes(None).is_empty());
+    drop(reader);
 }
 
 /// A program that succeeded on a node whose state dir takes no record of the end (here the

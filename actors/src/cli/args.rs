@@ -10,6 +10,9 @@ pub const DEFAULT_MAX_LOG_MB: u64 = 1_024;
 /// `ftdrive node --min-free-disk-mb`: room for a while of an attempt's output and its records,
 /// as kubelet keeps free space before it reports DiskPressure and takes no new pods.
 pub const DEFAULT_MIN_FREE_DISK_MB: u64 = 64;
+/// `ftdrive node --start-timeout-ms`: a fork and an exec take milliseconds; a start still not
+/// done after a minute is stuck (Ray's `worker_register_timeout_seconds` is 60 s too).
+pub const DEFAULT_START_TIMEOUT_MS: u64 = 60_000;
 /// `ftdrive node --keep-logs-hours`: as long as the head keeps a finished job by default.
 pub const DEFAULT_KEEP_LOGS_HOURS: u64 = 168;
 
@@ -224,6 +227,12 @@ pub struct NodeArgs {
     /// disk that takes no write at all.
     #[arg(long, default_value_t = DEFAULT_MIN_FREE_DISK_MB)]
     pub min_free_disk_mb: u64,
+    /// An attempt whose workers have not started this long after its start was asked for
+    /// (a hung disk or mount, a fork that never returns) is killed and reported as this node's
+    /// failure (`node_lost`, system budget): the rank runs elsewhere, and this node takes no new
+    /// work for a while, as Ray kills a worker that does not register in time. 0: no bound.
+    #[arg(long, default_value_t = DEFAULT_START_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(..=ftdrive::spec::MAX_DELAY_MS))]
+    pub start_timeout_ms: u64,
     /// The logs of an attempt that ended are deleted once nothing was written to them for this
     /// many hours (its end counts as a write); 0 keeps them. The head forgets finished jobs
     /// after its --retain-finished-hours, 168 too.

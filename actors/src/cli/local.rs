@@ -190,6 +190,7 @@ impl LocalCluster {
                 fence_after_ms: None,
                 max_log_bytes: super::args::DEFAULT_MAX_LOG_MB << 20,
                 min_free_disk_bytes: super::args::DEFAULT_MIN_FREE_DISK_MB << 20,
+                start_timeout: Some(Duration::from_millis(super::args::DEFAULT_START_TIMEOUT_MS)),
                 // A run's directory is the user's to keep: `ftdrive submit` prints where it is.
                 keep_logs: None,
                 head_tls: None,

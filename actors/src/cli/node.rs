@@ -73,6 +73,7 @@ pub fn run(args: NodeArgs) -> Result<Outcome, CliError> {
         fence_after_ms: args.fence_after_ms,
         max_log_bytes: args.max_log_mb.saturating_mul(1 << 20),
         min_free_disk_bytes: args.min_free_disk_mb.saturating_mul(1 << 20),
+        start_timeout: (args.start_timeout_ms > 0).then(|| Duration::from_millis(args.start_timeout_ms)),
         keep_logs: (args.keep_logs_hours > 0).then(|| Duration::from_secs(args.keep_logs_hours.saturating_mul(3_600))),
         head_tls,
         log_tls,

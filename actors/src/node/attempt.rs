@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc::UnboundedSender;
@@ -136,7 +137,8 @@ impl StartFailure {
 }
 
 /// Launches a supervisor for `spec` and connects to it. Its reports go to `reports`; commands
-/// are read from the returned channel. An error means the supervisor itself could not start.
+/// are read from the returned channel. An error means the supervisor itself could not start,
+/// or its workers did not start within `limits.start_timeout` (`stuck`).
 pub async fn launch(
     spec: &StartSpec,
     state_dir: &Path,
@@ -151,6 +153,8 @@ pub async fn launch(
     // What may block — the synced record, the fork that waits for its child's exec — runs
     // off this thread, which also carries the agent's heartbeats: a burst of starts on a busy
     // machine would hold them back long enough for the head to declare a healthy node dead.
+    let bound = limits.start_timeout;
+    let deadline = bound.map(|b| tokio::time::Instant::now() + b);
     let start = Start {
         spec: spec.clone(),
         dir: dir.clone(),
@@ -158,23 +162,86 @@ pub async fn launch(
         cwd: cwd.to_path_buf(),
         extra_env: extra_env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
         limits,
-        cgroup,
+        cgroup: cgroup.clone(),
     };
-    let (mut child, read_end) = {
+    let mut spawning = tokio::spawn(async move {
         let _turn = SPAWNING.acquire().await.expect("never closed");
-        tokio::task::spawn_blocking(move || start.spawn())
-            .await
-            .map_err(|e| StartFailure::node(format!("cannot start the attempt supervisor: {e}")))??
+        tokio::task::spawn_blocking(move || start.spawn()).await
+    });
+    let spawned = match within(deadline, &mut spawning).await {
+        Some(spawned) => spawned,
+        None => {
+            // A start that goes on after all runs workers no one would watch: once its
+            // supervisor says whether they started (and where), it is killed with them.
+            let (dir, cgroup) = (dir.clone(), cgroup.clone());
+            tokio::spawn(async move {
+                if let Ok(Ok(Ok((mut child, read_end)))) = spawning.await {
+                    let _ = tokio::time::timeout(LATE_START_WAIT, handshake(read_end)).await;
+                    kill_stuck(child.id(), cgroup.as_deref(), &dir);
+                    let _ = child.wait().await;
+                }
+            });
+            return Err(stuck(bound));
+        }
     };
+    let (mut child, read_end) = spawned
+        .and_then(|joined| joined)
+        .map_err(|e| StartFailure::node(format!("cannot start the attempt supervisor: {e}")))??;
+    let supervisor = child.id();
     // The supervisor outlives us if we die; while we live, we reap it.
     tokio::spawn(async move {
         let _ = child.wait().await;
     });
-    handshake(read_end).await?;
+    match within(deadline, handshake(read_end)).await {
+        Some(handshake) => handshake?,
+        None => {
+            kill_stuck(supervisor, cgroup.as_deref(), &dir);
+            return Err(stuck(bound));
+        }
+    }
     match attach(spec.key.clone(), &dir, reports.clone(), grace.clone()).await {
         Err(_) if dir.join(EXIT_RECORD).exists() => Ok(already_ended(spec.key.clone(), &dir, &reports)),
         attached => attached.map_err(StartFailure::node),
     }
+}
+
+/// `work` to its end, or `None` if `deadline` came first.
+async fn within<T>(deadline: Option<tokio::time::Instant>, work: impl std::future::Future<Output = T>) -> Option<T> {
+    match deadline {
+        Some(at) => tokio::time::timeout_at(at, work).await.ok(),
+        None => Some(work.await),
+    }
+}
+
+/// The failure of a start that did not finish within `bound`: the node's, since a fork and an
+/// exec take milliseconds where the node is well.
+fn stuck(bound: Option<Duration>) -> StartFailure {
+    let ms = bound.map_or(0, |b| b.as_millis());
+    StartFailure::node(format!(
+        "its workers had not started {ms} ms after the start was asked for (a hung disk or mount, a fork that \
+         does not return; `ftdrive node --start-timeout-ms`): the attempt was killed"
+    ))
+}
+
+/// How long a start that went on after its bound is given to say where its workers are, so
+/// that they are killed with it.
+const LATE_START_WAIT: Duration = Duration::from_secs(10);
+
+/// Kills a supervisor whose workers did not start in time, the workers' groups it recorded,
+/// what else it started (its cgroup, where it has one: it joined it first, SV-9), and forgets
+/// the attempt's directory, so that a restarted agent does not take it for one to report.
+fn kill_stuck(supervisor: Option<u32>, cgroup: Option<&Path>, dir: &Path) {
+    if let Some(pid) = supervisor.and_then(|pid| i32::try_from(pid).ok()) {
+        // SAFETY: a signal to our own child, which we have not reaped (the reaper task holds it).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    for pgid in recorded_pgids(dir) {
+        super::workers::signal_group(pgid, libc::SIGKILL);
+    }
+    if let Some(group) = cgroup {
+        cgroup::kill(group);
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A command that ends at once (`true`) may have its supervisor record the end and go before
@@ -207,6 +274,8 @@ pub struct Limits {
     pub cgroups: Option<Cgroups>,
     /// The user the workers run as (`job_user.rs`); `None`: the agent's.
     pub job_user: Option<Arc<JobUser>>,
+    /// How long its workers may take to start (`ftdrive node --start-timeout-ms`); `None`: no bound.
+    pub start_timeout: Option<Duration>,
 }
 
 /// What starting one supervisor needs, owned so that it can move to a blocking thread.
@@ -668,7 +737,8 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         std::fs::write(attempts_dir(state.path()), b"a file where the directory goes").unwrap();
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
-        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups: None, job_user: None };
+        let limits =
+            Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups: None, job_user: None, start_timeout: None };
         let log = state.path().join("attempt-1.log");
         let grace = Grace::new(None);
         let error = launch(&true_spec(), state.path(), &log, state.path(), &[], limits, (reports, &grace)).await;
@@ -683,7 +753,7 @@ mod tests {
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
         std::fs::write(state.path().join("a-file"), b"where the parent would go").unwrap();
         let cgroups = Some(Cgroups::unchecked(state.path().join("a-file/ftdrive")));
-        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups, job_user: None };
+        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups, job_user: None, start_timeout: None };
         let log = state.path().join("attempt-1.log");
         let grace = Grace::new(None);
         let error = launch(&true_spec(), state.path(), &log, state.path(), &[], limits, (reports, &grace)).await;
@@ -700,7 +770,8 @@ mod tests {
         let spec = true_spec();
         let log = state.path().join("attempt-1.log");
         let (reports, _) = tokio::sync::mpsc::unbounded_channel();
-        let limits = Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups: None, job_user: None };
+        let limits =
+            Limits { reattach_grace_ms: 0, max_log_bytes: 0, cgroups: None, job_user: None, start_timeout: None };
         let error =
             launch(&spec, state.path(), &log, &cwd, &[], limits, (reports, &Grace::new(None))).await.unwrap_err();
         let said = &error.message;

@@ -76,6 +76,9 @@ pub struct NodeOptions {
     pub max_log_bytes: u64,
     /// The node takes no new work while its state dir's disk has less free (`health::probe`).
     pub min_free_disk_bytes: u64,
+    /// How long an attempt's workers may take to start before it is killed as stuck and
+    /// reported as the node's failure (`attempt::launch`); `None`: no bound.
+    pub start_timeout: Option<Duration>,
     /// How long an ended attempt's logs stay once nothing more is written to them; `None`:
     /// for ever (`retention.rs`).
     pub keep_logs: Option<Duration>,
@@ -464,7 +467,13 @@ impl NodeAgent {
         let reattach_grace_ms = self.grace.known_ms().unwrap_or(DEFAULT_REATTACH_GRACE_MS);
         let cgroups = self.opts.cgroups.clone();
         let job_user = self.opts.job_user.clone();
-        let limits = attempt::Limits { reattach_grace_ms, max_log_bytes: self.opts.max_log_bytes, cgroups, job_user };
+        let limits = attempt::Limits {
+            reattach_grace_ms,
+            max_log_bytes: self.opts.max_log_bytes,
+            cgroups,
+            job_user,
+            start_timeout: self.opts.start_timeout,
+        };
         let (state_dir, reports, addr) = (self.opts.state_dir.clone(), self.reports.clone(), self.opts.addr.clone());
         let grace = self.grace.clone();
         let launching = async move {
