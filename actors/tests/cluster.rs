@@ -2218,6 +2218,8 @@ fn a_start_that_hangs_is_given_up_and_charged_to_the_node() {
     let ledger = job["ledger"].as_array().unwrap();
     assert_eq!((ledger.len(), ledger[1]["attempt"].as_u64()), (2, Some(2)), "{job:#}");
     c.wait_until("nothing of the late start runs", |c| c.processes(None).is_empty());
+    let attempts = c.dir.path().join("node-n1").join("attempts");
+    c.wait_until("no attempt's records are left", |_| find_files(&attempts, "record.json").is_empty());
     drop(reader);
 }
 

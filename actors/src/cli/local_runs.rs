@@ -72,7 +72,7 @@ fn runs_newest_first(parent: &Path) -> Vec<(SystemTime, PathBuf)> {
 pub fn run_of(parent: &Path, job: Option<&str>) -> Option<(PathBuf, bool)> {
     let runs = runs_newest_first(parent);
     let ran_job = |run: &Path| {
-        let job = job.filter(|j| crate::node::logs::log_path(run, j, 0, 1).is_some())?;
+        let job = job.filter(|j| crate::node::logs::safe_component(j))?;
         let nodes = std::fs::read_dir(run).into_iter().flatten().flatten();
         nodes.into_iter().any(|node| node.path().join("logs").join(job).is_dir()).then_some(())
     };

@@ -174,11 +174,18 @@ pub async fn launch(
             // A start that goes on after all runs workers no one would watch: once its
             // supervisor says whether they started (and where), it is killed with them.
             let (dir, cgroup) = (dir.clone(), cgroup.clone());
+            // The agent's report of the failure may be acknowledged (`forget`) before this start
+            // made its directory and cgroup: they are removed here too.
             tokio::spawn(async move {
                 if let Ok(Ok(Ok((mut child, read_end)))) = spawning.await {
                     let _ = tokio::time::timeout(LATE_START_WAIT, handshake(read_end)).await;
                     kill_stuck(child.id(), cgroup.as_deref(), &dir);
                     let _ = child.wait().await;
+                    if let Some(group) = &cgroup {
+                        cgroup::emptied(group).await;
+                        cgroup::remove(group);
+                    }
+                    let _ = std::fs::remove_dir_all(&dir);
                 }
             });
             return Err(stuck(bound));
@@ -227,21 +234,25 @@ fn stuck(bound: Option<Duration>) -> StartFailure {
 /// that they are killed with it.
 const LATE_START_WAIT: Duration = Duration::from_secs(10);
 
-/// Kills a supervisor whose workers did not start in time, the workers' groups it recorded,
-/// what else it started (its cgroup, where it has one: it joined it first, SV-9), and forgets
-/// the attempt's directory, so that a restarted agent does not take it for one to report.
+/// Kills a supervisor whose workers did not start in time and what it started. Its directory
+/// and cgroup go as every failed start's do, once the head has the report (`forget`).
 fn kill_stuck(supervisor: Option<u32>, cgroup: Option<&Path>, dir: &Path) {
     if let Some(pid) = supervisor.and_then(|pid| i32::try_from(pid).ok()) {
         // SAFETY: a signal to our own child, which we have not reaped (the reaper task holds it).
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
+    kill_started(dir, cgroup);
+}
+
+/// Kills an attempt's workers: the process groups its supervisor recorded, and what left them
+/// (`setsid`) but is still in its cgroup (CG-4), where it has one (SV-9).
+fn kill_started(dir: &Path, cgroup: Option<&Path>) {
     for pgid in recorded_pgids(dir) {
         super::workers::signal_group(pgid, libc::SIGKILL);
     }
     if let Some(group) = cgroup {
         cgroup::kill(group);
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A command that ends at once (`true`) may have its supervisor record the end and go before
@@ -592,14 +603,7 @@ fn ended(dir: &Path) -> Report {
     // unless the machine restarted since (its workers went with it, and their ids may now
     // belong to anyone's processes).
     if started_this_boot(dir) {
-        let pgids = std::fs::read_to_string(dir.join(PID_RECORD)).unwrap_or_default();
-        for pgid in pgids.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
-            super::workers::signal_group(pgid, libc::SIGKILL);
-        }
-        // What left the recorded groups (`setsid`) is still in the cgroup (CG-4).
-        if let Some(group) = recorded_cgroup(dir) {
-            cgroup::kill(&group);
-        }
+        kill_started(dir, recorded_cgroup(dir).as_deref());
     }
     Report::Ended(ExitStatus::supervisor_lost())
 }

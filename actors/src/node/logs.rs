@@ -21,7 +21,7 @@ pub fn log_path(state_dir: &Path, job: &str, actor: u32, attempt: u32) -> Option
 }
 
 /// Job ids are checked by the head, but a path component from the network is checked again.
-fn safe_component(part: &str) -> bool {
+pub fn safe_component(part: &str) -> bool {
     !part.is_empty()
         && part != "."
         && part != ".."
