@@ -11,7 +11,7 @@ use ftdrive::event::{Event, JobEvent};
 use ftdrive::view::JobView;
 use futures_util::future::LocalBoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
@@ -64,30 +64,28 @@ impl Wanted {
 /// One log followed: an actor's attempt, and one of its workers or all of them.
 pub type Followed = (u32, u32, Option<u32>);
 
-/// What the reads of one job's logs share: how many go on, which sets how long a quiet one
-/// waits; and a wake for each, so that an attempt's last bytes are read as soon as the events
-/// say it ended, not after a long quiet wait.
+/// What the reads of one job's logs share: a wake for each log read on, so that an attempt's
+/// last bytes are read as soon as the events say it ended, not after a long quiet wait; and
+/// so how many are read, which sets how long a quiet one waits.
 #[derive(Default)]
 struct Pace {
-    reading: Cell<u64>,
     wakes: RefCell<BTreeMap<Followed, Rc<Notify>>>,
 }
 
 impl Pace {
     /// `log` is read from now on; its wake.
     fn reads(&self, log: Followed) -> Rc<Notify> {
-        self.reading.set(self.reading.get() + 1);
         Rc::clone(self.wakes.borrow_mut().entry(log).or_default())
     }
 
     fn done(&self, log: Followed) {
-        self.reading.set(self.reading.get() - 1);
         self.wakes.borrow_mut().remove(&log);
     }
 
     /// How long a log that had nothing new waits before it is read again.
     fn quiet_wait(&self) -> Duration {
-        Duration::from_millis(POLL_MS.max(self.reading.get() * 1000 / MAX_QUIET_READS_PER_S))
+        let reading = self.wakes.borrow().len() as u64;
+        Duration::from_millis(POLL_MS.max(reading * 1000 / MAX_QUIET_READS_PER_S))
     }
 
     /// The logs of `actor`'s `attempt` (or of every attempt) are read now. A wake that finds
